@@ -1,0 +1,43 @@
+"""rig-edge: openers' names, the error policy's classes, memory descriptions."""
+
+import pytest
+
+import rig_edge
+from rig_edge import Memory, Misuse, Opener, OutOfMemory, Region, RigError, opener_name
+
+
+def test_opener_names_follow_the_spec() -> None:
+    assert opener_name("NV", 0) == "NV"
+    assert opener_name("NV", 3) == "NV:3"
+    assert opener_name("NV-PCI", 0) == "NV-PCI"
+    assert opener_name("NV-PCI", 1) == "NV-PCI:1"
+
+
+def test_negative_index_is_misuse_a_value_error() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        opener_name("NV", -1)
+
+
+def test_open_makes_the_device_each_time() -> None:
+    made: list[int] = []
+    opener = Opener("NV", lambda: made.append(1) or len(made))
+    assert opener.open() == 1
+    assert opener.open() == 2
+    assert str(opener) == "NV"
+
+
+def test_error_policy_classes() -> None:
+    assert issubclass(OutOfMemory, MemoryError) and issubclass(OutOfMemory, RigError)
+    assert issubclass(Misuse, ValueError) and not issubclass(Misuse, RigError)
+    assert issubclass(rig_edge.Fault, rig_edge.Lost)
+    lost = rig_edge.Fault("ROBUST_CHANNEL_GR_EXCEPTION", address=0x1000, access="write")
+    assert lost.reason == "ROBUST_CHANNEL_GR_EXCEPTION at 0x1000 on write"
+    assert "is lost" in str(lost)
+    refused = rig_edge.OpenRefused("NV: no GPU 2", stays="the control file")
+    assert str(refused) == "NV: no GPU 2 (the control file stays for the process)"
+
+
+def test_region_length_must_be_positive() -> None:
+    Region(0x1000, None, 1, Memory.DEVICE)
+    with pytest.raises(ValueError):
+        Region(0x1000, None, 0, Memory.DEVICE)

@@ -1,0 +1,104 @@
+"""The packages' dependency graph is DESIGN.md's: proven on built wheels in fresh venvs.
+
+rig-pci installs and imports alone (nothing NVIDIA comes with it); rig-nv-nvidia brings
+rig-edge, rig-pci and rig-nv (and cffi) but not rig-nv-pci or rig-cli.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ["rig-edge", "rig-pci", "rig-nv", "rig-nv-nvidia", "rig-nv-pci", "rig-cli"]
+
+
+@pytest.fixture(scope="module")
+def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("wheels")
+    for name in PACKAGES:
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--outdir",
+                str(out),
+                str(ROOT / "packages" / name),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    return out
+
+
+def venv(where: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, capture_output=True)
+    return where / "bin" / "python"
+
+
+def installed(python: Path) -> set[str]:
+    out = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "freeze"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return {line.split("==")[0].lower() for line in out.splitlines()}
+
+
+def test_each_package_builds_a_pure_python_typed_wheel(wheels: Path) -> None:
+    built = sorted(p.name for p in wheels.glob("*.whl"))
+    assert len(built) == len(PACKAGES)
+    assert all(name.endswith("-py3-none-any.whl") for name in built)
+    import zipfile
+
+    for whl in wheels.glob("*.whl"):
+        assert any(n.endswith("/py.typed") for n in zipfile.ZipFile(whl).namelist()), whl
+
+
+def test_rig_pci_installs_and_imports_alone(wheels: Path, tmp_path: Path) -> None:
+    python = venv(tmp_path / "v")
+    subprocess.run(
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-index",
+            "--find-links",
+            str(wheels),
+            "rig-pci",
+        ],
+        check=True,
+        capture_output=True,
+    )
+    assert {n for n in installed(python) if n.startswith("rig")} == {"rig-edge", "rig-pci"}
+    code = (
+        "import importlib.util, rig_pci; rig_pci.Machine.this().functions(); "
+        "assert importlib.util.find_spec('rig_nv') is None; print('ok')"
+    )
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_kernel_driver_backend_does_not_bring_the_pci_backend(wheels: Path, tmp_path: Path) -> None:
+    python = venv(tmp_path / "v")
+    # cffi comes from the package index; the rig packages only from the wheels built here.
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheels), "rig-nv-nvidia"],
+        check=True,
+        capture_output=True,
+    )
+    rigs = {n for n in installed(python) if n.startswith("rig")}
+    assert rigs == {"rig-edge", "rig-pci", "rig-nv", "rig-nv-nvidia"}
+    out = subprocess.run(
+        [str(python), "-c", "import rig_nv_nvidia; print(rig_nv_nvidia.count())"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.returncode == 0, out.stderr
