@@ -2,10 +2,15 @@
 
 The resource manager (RM) is reached by ioctls on /dev/nvidiactl and /dev/nvidiaN, and GPU
 memory is mapped into the GPU's address space through /dev/nvidia-uvm. No CUDA library.
+
+    import rig_nv_nvidia
+    d = rig_nv_nvidia.gpu(0).open()
+    print(d.arch)          # "sm_90" on an H200
 """
 
 from rig_nv_nvidia.listing import buses, count
+from rig_nv_nvidia.opener import Usage, gpu, usage
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "buses", "count"]
+__all__ = ["Usage", "__version__", "buses", "count", "gpu", "usage"]

@@ -1,0 +1,373 @@
+"""One GPU through the kernel driver: the rig_nv path (memory, mappings, channels' UVM side).
+
+Memory (flows per open-gpu-kernel-modules escape.c, nv-mmap.c and uvm_map_external.c @580.142):
+- Device: video memory (NV01_MEMORY_LOCAL_USER) at a GPU address the process reserves for it
+  (an inaccessible mapping anywhere in its address space), mapped by UVM.
+- Mapped: video memory mapped for the host through BAR1 (NV_ESC_RM_MAP_MEMORY, then mmap of a
+  fresh /dev/nvidiaN) at an address of the client's reservation; the GPU maps the same address.
+- Pinned: anonymous shared memory at an address of the reservation, pinned by the driver as an
+  OS descriptor (NV_ESC_RM_ALLOC_MEMORY of NV01_MEMORY_SYSTEM_OS_DESCRIPTOR), GPU at the same
+  address.
+- map_host: the caller's pages as an OS descriptor, at a GPU address of their own.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from rig_edge import Dmabuf, Memory, Refusal, RigError
+from rig_nv import classes as cls
+from rig_nv.hostmem import (
+    MAP_ANONYMOUS,
+    MAP_FIXED,
+    MAP_NORESERVE,
+    MAP_PRIVATE,
+    MAP_SHARED,
+    PROT_NONE,
+    PROT_READ,
+    PROT_WRITE,
+    mmap,
+    munmap,
+    round_up,
+    view,
+)
+from rig_nv.layouts import Params, rm_ffi
+from rig_nv.rm import Allocation, RMError
+from rig_nv.status import (
+    NV_ERR_INSUFFICIENT_RESOURCES,
+    NV_ERR_INVALID_ADDRESS,
+    NV_ERR_NO_MEMORY,
+    NV_ERR_OPERATING_SYSTEM,
+)
+from rig_nv_nvidia import layouts as L
+from rig_nv_nvidia.driver import CTL, PROCESS, Gpu, KernelRM, nv_ioctl, open_file, uvm_check, uvm_ioctl
+
+HUGE = 2 << 20
+SMALL = 4 << 10
+# NVOS32_ALLOC_FLAGS (nvos.h): IGNORE_BANK_PLACEMENT | ALIGNMENT_FORCE | MEMORY_HANDLE_PROVIDED
+# | MAP_NOT_REQUIRED, and PERSISTENT_VIDMEM for video memory.
+ALLOC_FLAGS = 0x1 | 0x100 | 0x4000 | 0x8000
+PERSISTENT_VIDMEM = 0x10000
+# NVOS32_ATTR: PAGE_SIZE 24:23 (4KB 1, HUGE 3), LOCATION 26:25 (PCI 1), PHYSICALITY 28:27
+# (NONCONTIGUOUS 1, CONTIGUOUS 2, ALLOW_NONCONTIGUOUS 3), COHERENCY 31:29 (CACHED 1).
+ATTR_4KB, ATTR_HUGE = 1 << 23, 3 << 23
+ATTR_PCI = 1 << 25
+ATTR_NONCONTIGUOUS, ATTR_CONTIGUOUS, ATTR_ALLOW_NONCONTIGUOUS = 1 << 27, 2 << 27, 3 << 27
+ATTR_CACHED = 1 << 29
+# NVOS32_ATTR2: ZBC_PREFER_NO_ZBC 1, GPU_CACHEABLE 3:2 (YES 1, NO 2), PAGE_SIZE_HUGE 21:20 (2MB 1).
+ATTR2_GPU_CACHED = 0x1 | (1 << 2)
+ATTR2_GPU_UNCACHED = 0x1 | (2 << 2)
+ATTR2_HUGE_2MB = 1 << 20
+NVOS32_TYPE_IMAGE, NVOS32_TYPE_NOTIFIER = 0, 13
+# NV_MMU_PTE_KIND_GENERIC_MEMORY (hopper/gh100/dev_mmu.h), the kind tinygrad and UVM use.
+KIND_GENERIC = 6
+# NVOS02_FLAGS (nvos.h): PHYSICALITY_NONCONTIGUOUS 7:4=1, COHERENCY_CACHED 15:12=1,
+# MAPPING_NO_MAP 31:30=1; LOCATION 11:8 = PCI (0), as RmAllocOsDescriptor requires.
+OS_DESCRIPTOR_FLAGS = (1 << 4) | (1 << 12) | (1 << 30)
+CHANNEL_VA = 64 << 20  # UVM maps a channel's context buffers here (tinygrad's size)
+NO_ROOM = (NV_ERR_NO_MEMORY, NV_ERR_OPERATING_SYSTEM, NV_ERR_INSUFFICIENT_RESOURCES)
+
+
+@dataclass
+class Undo:
+    """How to give back an allocation: where its addresses came from."""
+
+    reserved: bool  # from the client's reservation (else a private inaccessible mapping)
+    base: int  # start of the addresses taken
+    size: int
+    cpu_mapped: bool  # host pages were mapped there (Pinned, Mapped)
+
+
+def _private_range(size: int, align: int) -> tuple[int, int]:
+    """An inaccessible range of ``size`` bytes aligned to ``align``, anywhere; (start, taken)."""
+    taken = size + align
+    base = mmap(0, taken, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE)
+    start = round_up(base, align)
+    if start > base:
+        munmap(base, start - base)
+    if base + taken > start + size:
+        munmap(start + size, base + taken - start - size)
+    return start, size
+
+
+class NvidiaPath:
+    """GPU ``index`` opened through the kernel driver (implements :class:`rig_nv.rm.Path`)."""
+
+    def __init__(self, name: str, gpu: Gpu, rm: KernelRM, *, hang_ms: int | None) -> None:
+        self.name = name
+        self.gpu = gpu
+        self.rm = rm
+        self.bus = gpu.bus
+        self.h_device = gpu.h_device
+        self.h_subdevice = gpu.h_subdevice
+        self.h_vaspace = gpu.h_vaspace
+        self.hang_ms = hang_ms
+        self.maps_host = True
+        self.rmf = rm_ffi(rm.layouts)
+        self._maps: dict[int, tuple[int, int]] = {}
+        self._channel_va: dict[int, tuple[int, int]] = {}
+
+    # -- mappings of RM objects ---------------------------------------------------------------
+
+    def _gpu_file(self) -> int:
+        fd = open_file(f"/dev/nvidia{self.gpu.minor}")
+        try:
+            reg = self.rm.ffi.new("nv_ioctl_register_fd_t *", {"ctl_fd": self.rm.ctl})
+            nv_ioctl(fd, L.NV_ESC_REGISTER_FD, self.rm.ffi, reg)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _map_rm(self, handle: int, length: int, at: int, *, system: bool = False) -> int:
+        """Map RM memory object ``handle`` for the host (at ``at``, or anywhere if 0).
+
+        Each file carries one mapping context for its life (nv-usermap.c), so every mapping
+        takes a fresh file: /dev/nvidiaN for the GPU's memory, /dev/nvidiactl for system memory.
+        The file may close once mapped.
+        """
+        fd = open_file(CTL) if system else self._gpu_file()
+        try:
+            ffi = self.rm.ffi
+            p = ffi.new("nv_ioctl_nvos33_parameters_with_fd *")
+            p.params.hClient, p.params.hDevice = self.rm.client, self.h_device
+            p.params.hMemory, p.params.length, p.fd = handle, length, fd
+            nv_ioctl(self.rm.ctl, L.NV_ESC_RM_MAP_MEMORY, ffi, p)
+            if p.params.status:
+                raise RMError(f"{self.name}: mapping RM object 0x{handle:x}", p.params.status)
+            flags = MAP_SHARED | (MAP_FIXED if at else 0)
+            return mmap(at, length, PROT_READ | PROT_WRITE, flags, fd, 0)
+        finally:
+            os.close(fd)
+
+    def map_object(self, handle: int, length: int) -> memoryview:
+        addr = self._map_rm(handle, length, 0)
+        v = view(addr, length)
+        self._maps[id(v)] = (addr, length)
+        return v
+
+    def unmap_object(self, v: memoryview) -> None:
+        addr, length = self._maps.pop(id(v))
+        v.release()
+        munmap(addr, length)
+
+    # -- UVM ----------------------------------------------------------------------------------
+
+    def _uvm_map(self, va: int, size: int, handle: int) -> None:
+        ffi, uvm = self.rm.ffi, PROCESS.unified_memory()
+        r = ffi.new("UVM_CREATE_EXTERNAL_RANGE_PARAMS *", {"base": va, "length": size})
+        uvm_check(uvm, L.UVM_CREATE_EXTERNAL_RANGE, ffi, r, "UVM_CREATE_EXTERNAL_RANGE")
+        m = ffi.new("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *", {
+            "base": va, "length": size, "gpuAttributesCount": 1, "rmCtrlFd": self.rm.ctl,
+            "hClient": self.rm.client, "hMemory": handle})
+        ffi.memmove(m.perGpuAttributes[0].gpuUuid.uuid, self.gpu.uuid, 16)
+        m.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
+        status = uvm_ioctl(uvm, L.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m, "UVM_MAP_EXTERNAL_ALLOCATION")
+        if status:
+            self._uvm_free(va, size)
+            raise RMError(f"{self.name}: mapping memory for the GPU", status)
+
+    def _uvm_free(self, va: int, size: int) -> None:
+        ffi = self.rm.ffi
+        f = ffi.new("UVM_FREE_PARAMS *", {"base": va, "length": size})
+        uvm_ioctl(PROCESS.unified_memory(), L.UVM_FREE, ffi, f, "UVM_FREE")
+
+    # -- memory -------------------------------------------------------------------------------
+
+    def _vidmem(self, size: int, huge: bool, contiguous: bool) -> int | None:
+        attr = (ATTR_CONTIGUOUS if contiguous else ATTR_ALLOW_NONCONTIGUOUS) | (
+            ATTR_HUGE if huge else ATTR_4KB)
+        handle = self.rm.new_handle()
+        p = Params(self.rmf, "NV_MEMORY_ALLOCATION_PARAMS", owner=self.rm.client,
+                   type=NVOS32_TYPE_IMAGE, flags=ALLOC_FLAGS | PERSISTENT_VIDMEM, attr=attr,
+                   attr2=ATTR2_GPU_CACHED | (ATTR2_HUGE_2MB if huge else 0), format=KIND_GENERIC,
+                   size=size, alignment=HUGE if huge else SMALL, limit=size - 1)
+        try:
+            return self.rm.alloc(self.h_device, handle, cls.NV01_MEMORY_LOCAL_USER, p.buf)
+        except RMError as e:
+            if e.status in NO_ROOM:
+                return None
+            raise
+
+    def _os_descriptor(self, address: int, size: int) -> int:
+        handle = self.rm.new_handle()
+        ffi = self.rm.ffi
+        p = ffi.new("nv_ioctl_nvos02_parameters_with_fd *")
+        p.params.hRoot, p.params.hObjectParent, p.params.hObjectNew = (
+            self.rm.client, self.h_device, handle)
+        p.params.hClass = cls.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
+        p.params.flags, p.params.pMemory, p.params.limit, p.fd = (
+            OS_DESCRIPTOR_FLAGS, address, size - 1, -1)
+        nv_ioctl(self.gpu.fd, L.NV_ESC_RM_ALLOC_MEMORY, ffi, p)
+        if p.params.status:
+            raise RMError(f"{self.name}: pinning host memory for the GPU", p.params.status)
+        return handle
+
+    def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
+        huge = n >= HUGE and kind is not Memory.PINNED
+        page = HUGE if huge else SMALL
+        size = round_up(n, page)
+        if kind is Memory.DEVICE:
+            handle = self._vidmem(size, huge, contiguous)
+            if handle is None:
+                return None
+            try:
+                va, _ = _private_range(size, page)
+            except OSError:
+                self.rm.free(handle)
+                return None
+            undo = Undo(False, va, size, False)
+            try:
+                self._uvm_map(va, size, handle)
+            except BaseException:
+                self.rm.free(handle)
+                munmap(va, size)
+                raise
+            return Allocation(va, None, size, kind, handle, undo)
+        va = PROCESS.reserve(size, page)
+        if va is None:
+            return None
+        undo = Undo(True, va, size, True)
+        handle = None
+        try:
+            if kind is Memory.PINNED:
+                mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED)
+                try:
+                    handle = self._os_descriptor(va, size)
+                except RMError as e:
+                    if e.status in NO_ROOM:
+                        self._restore(undo)
+                        return None
+                    raise
+            else:
+                handle = self._vidmem(size, huge, contiguous)
+                if handle is None:
+                    self._restore(undo)
+                    return None
+                self._map_rm(handle, size, va)
+            self._uvm_map(va, size, handle)
+        except BaseException:
+            if handle is not None:
+                self.rm.free(handle)
+            self._restore(undo)
+            raise
+        return Allocation(va, va, size, kind, handle, undo)
+
+    def alloc_notifier(self) -> Allocation:
+        size = SMALL
+        handle = self.rm.new_handle()
+        p = Params(self.rmf, "NV_MEMORY_ALLOCATION_PARAMS", owner=self.rm.client,
+                   type=NVOS32_TYPE_NOTIFIER, flags=ALLOC_FLAGS,
+                   attr=ATTR_PCI | ATTR_NONCONTIGUOUS | ATTR_CACHED | ATTR_4KB,
+                   attr2=ATTR2_GPU_UNCACHED, format=KIND_GENERIC, size=size, alignment=size,
+                   limit=size - 1)
+        self.rm.alloc(self.h_device, handle, cls.NV01_MEMORY_SYSTEM, p.buf)
+        try:
+            addr = self._map_rm(handle, size, 0, system=True)
+        except BaseException:
+            self.rm.free(handle)
+            raise
+        return Allocation(0, addr, size, Memory.PINNED, handle, Undo(False, addr, size, True))
+
+    def _restore(self, undo: Undo) -> None:
+        if undo.reserved:
+            mmap(undo.base, undo.size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED)
+            PROCESS.unreserve(undo.base, undo.size)
+        else:
+            munmap(undo.base, undo.size)
+
+    def free_memory(self, a: Allocation) -> None:
+        undo: Undo = a.undo
+        if undo.reserved:
+            # Take the host's view away first, so nothing maps memory the RM has freed.
+            mmap(undo.base, undo.size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED)
+        if a.gpu:
+            self._uvm_free(a.gpu, undo.size)
+        self.rm.free(a.handle)
+        if undo.reserved:
+            PROCESS.unreserve(undo.base, undo.size)
+        else:
+            munmap(undo.base, undo.size)
+
+    def map_host(self, address: int, length: int) -> Allocation | Refusal:
+        try:
+            handle = self._os_descriptor(address, length)
+        except RMError as e:
+            if e.status == NV_ERR_INVALID_ADDRESS:
+                return Refusal.NEVER
+            if e.status in NO_ROOM:
+                return Refusal.NO_ROOM
+            raise
+        try:
+            va, size = _private_range(length, SMALL)
+        except OSError:
+            self.rm.free(handle)
+            return Refusal.NO_ROOM
+        try:
+            self._uvm_map(va, size, handle)
+        except RMError as e:
+            self.rm.free(handle)
+            munmap(va, size)
+            if e.status in NO_ROOM:
+                return Refusal.NO_ROOM
+            raise
+        return Allocation(va, address, length, Memory.PINNED, handle, Undo(False, va, size, False))
+
+    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
+        if a.length % os.sysconf("SC_PAGE_SIZE"):
+            raise RigError(f"{self.name}: the object is no whole number of the host's pages")
+        if not os.path.exists(f"/sys/bus/pci/devices/{self.bus}"):
+            raise RigError(f"{self.name}: {self.bus} is no function under /sys/bus/pci/devices")
+        ffi = self.rm.ffi
+        p = ffi.new("nv_ioctl_export_to_dma_buf_fd_t *", {
+            "fd": -1, "hClient": self.rm.client, "totalObjects": 1, "numObjects": 1,
+            "totalSize": a.length})
+        p.handles[0], p.sizes[0] = a.handle, a.length
+        try:
+            nv_ioctl(self.gpu.fd, L.NV_ESC_EXPORT_TO_DMABUF_FD, ffi, p)
+        except RigError as e:
+            raise RigError(f"{self.name}: the kernel driver exports no dma-buf ({e})") from e
+        if p.status:
+            raise RMError(f"{self.name}: exporting a dma-buf", p.status)
+        return Dmabuf(int(p.fd), offset, length)
+
+    # -- channels -----------------------------------------------------------------------------
+
+    def attach_channel(self, h_channel: int) -> None:
+        va, size = _private_range(CHANNEL_VA, HUGE)
+        ffi = self.rm.ffi
+        p = ffi.new("UVM_REGISTER_CHANNEL_PARAMS *", {
+            "rmCtrlFd": self.rm.ctl, "hClient": self.rm.client, "hChannel": h_channel,
+            "base": va, "length": size})
+        ffi.memmove(p.gpuUuid.uuid, self.gpu.uuid, 16)
+        try:
+            uvm_check(PROCESS.unified_memory(), L.UVM_REGISTER_CHANNEL, ffi, p,
+                      "UVM_REGISTER_CHANNEL")
+        except BaseException:
+            munmap(va, size)
+            raise
+        self._channel_va[h_channel] = (va, size)
+
+    def detach_channel(self, h_channel: int) -> None:
+        if h_channel not in self._channel_va:
+            return
+        ffi = self.rm.ffi
+        p = ffi.new("UVM_UNREGISTER_CHANNEL_PARAMS *", {"hClient": self.rm.client,
+                                                        "hChannel": h_channel})
+        ffi.memmove(p.gpuUuid.uuid, self.gpu.uuid, 16)
+        uvm_check(PROCESS.unified_memory(), L.UVM_UNREGISTER_CHANNEL, ffi, p,
+                  "UVM_UNREGISTER_CHANNEL")
+        va, size = self._channel_va.pop(h_channel)
+        munmap(va, size)
+
+    def sleep(self, timeout_s: float) -> None:
+        time.sleep(timeout_s)
+
+    def closed(self) -> None:
+        with self.gpu.lock:
+            self.gpu.device_open = False
+

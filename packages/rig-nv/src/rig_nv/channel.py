@@ -1,0 +1,108 @@
+"""A GPFIFO channel: its ring, its USERD, its doorbell, and the pushbuffer memory it reads.
+
+A submission writes its words into the channel's pushbuffer ring (host memory the GPU reads),
+one GPFIFO entry naming them, the new GP_PUT in USERD, and the work-submit token to the
+usermode doorbell. No ioctl. Layouts: GP entry per clc86f.h (NVC86F_GP_ENTRY0/1: address bits
+39:2, LENGTH in dwords at bit 42, LEVEL at bit 41); USERD per clc86f.h Nvc86fControl (GPPut at
+0x8C); doorbell NVC361_NOTIFY_CHANNEL_PENDING at 0x90 of the usermode page (clc361.h).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rig_nv.hostmem import fence
+
+USERD_GP_PUT = 0x8C
+DOORBELL = 0x90
+# GP entries address pushbuffers with 40 bits on Hopper (NVC86F_GP_ENTRY1_GET_HI 7:0).
+PB_LIMIT = 1 << 40
+GP_LEVEL_SUBROUTINE = 1 << 41
+
+
+@dataclass
+class Ring:
+    """Host memory the GPU reads pushbuffers from: GPU address, host view, length."""
+
+    gpu: int
+    view: memoryview
+    length: int
+
+
+class Channel:
+    """One GPFIFO channel of the device's channel group.
+
+    ``wait`` is the device's wait for a timeline value; the channel calls it before it reuses
+    pushbuffer space or GPFIFO entries that work of that value still reads.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        handle: int,
+        ring: memoryview,
+        gpput: memoryview,
+        doorbell: memoryview,
+        token: int,
+        pushbuffer: Ring,
+        wait: Callable[[int], None],
+    ) -> None:
+        if pushbuffer.gpu + pushbuffer.length > PB_LIMIT:
+            raise ValueError("a pushbuffer must lie below 2^40 for the GPFIFO to address it")
+        self.name = name
+        self.handle = handle
+        self.entries = ring.cast("B").cast("Q")
+        self.gpput = gpput.cast("B").cast("I")
+        self.doorbell = doorbell.cast("B").cast("I")
+        self.token = token
+        self.pb = pushbuffer
+        self.pb_words = pushbuffer.view.cast("B").cast("I")
+        self.put = 0
+        self.pb_head = 0  # next free byte of the pushbuffer ring
+        # (timeline value, pushbuffer start, end) of submissions the GPU may still be reading
+        self.inflight: deque[tuple[int, int, int]] = deque()
+        self._wait = wait
+
+    def _reserve(self, nbytes: int) -> int:
+        """Room for ``nbytes`` in the pushbuffer ring, waiting for old work that reads it."""
+        if nbytes > self.pb.length // 2:
+            raise ValueError(f"{nbytes} bytes of commands do not fit the {self.name} pushbuffer")
+        start = self.pb_head
+        if start + nbytes > self.pb.length:
+            start = 0
+        end = start + nbytes
+        # Work still reading [start, end) must finish first; entries are reused likewise.
+        while self.inflight:
+            value, s, e = self.inflight[0]
+            overlaps = s < end and start < e
+            if not overlaps and len(self.inflight) < len(self.entries) - 1:
+                break
+            self._wait(value)
+            self.inflight.popleft()
+        return start
+
+    def submit(self, words: memoryview | bytes, value: int) -> None:
+        """Send ``words`` (little-endian 32-bit) as one GPFIFO entry; ``value`` is the timeline
+        value whose completion means the GPU is done reading them."""
+        data = memoryview(words).cast("B")
+        n = len(data)
+        start = self._reserve(n)
+        self.pb.view[start : start + n] = data
+        address = self.pb.gpu + start
+        self.entries[self.put % len(self.entries)] = (
+            address | GP_LEVEL_SUBROUTINE | ((n // 4) << 42)
+        )
+        self.put += 1
+        self.gpput[0] = self.put % len(self.entries)
+        # The ring and GP_PUT may be write-combined BAR1 memory: drain it before the doorbell.
+        fence()
+        self.doorbell[DOORBELL // 4] = self.token
+        self.pb_head = start + n
+        self.inflight.append((value, start, start + n))
+
+    def retire(self, completed: int) -> None:
+        """Forget submissions whose value has completed."""
+        while self.inflight and self.inflight[0][0] <= completed:
+            self.inflight.popleft()

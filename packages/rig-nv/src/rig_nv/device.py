@@ -1,0 +1,554 @@
+"""The NVIDIA device over an RM path: memory, copies, the timeline, stopping.
+
+``make(path)`` builds a device on a GPU a path has opened: it reads the GPU's classes, makes a
+channel group with a compute and a copy channel, the usermode doorbell and the timeline word.
+
+The timeline: every submission gets the next value; the GPU writes it (64 bits) into a word of
+host memory once the submission's work is done. A submission on one channel first waits for the
+previous value when that went to the other channel, so values complete in order across both
+(device order): a program never names a fence.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cffi import FFI
+
+from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
+from rig_edge.errors import Fault
+from rig_nv import classes as cls
+from rig_nv.channel import Channel, Ring
+from rig_nv.faults import ENGINE, xid_name
+from rig_nv.hostmem import round_up, view
+from rig_nv.layouts import Params, rm_ffi
+from rig_nv.push import SUBC_COMPUTE, SUBC_COPY, Push
+from rig_nv.rm import Allocation, Path, RMError
+
+# Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06f/ctrla06fgpfifo.h).
+NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
+NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
+NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
+NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
+NVA06C_CTRL_CMD_GPFIFO_SCHEDULE = 0xA06C0101
+# NV2080_CTRL_GR_INFO_INDEX_* and NV2080_CTRL_FB_INFO_INDEX_* (ctrl2080gr.h, ctrl2080fb.h).
+GR_SHADER_PIPE_SUB_COUNT = 0x9  # enabled TPCs
+GR_SM_VERSION = 0xC
+GR_MAX_WARPS_PER_SM = 0xD
+GR_LITTER_NUM_SM_PER_TPC = 0x20
+FB_HEAP_SIZE = 0x9  # KiB usable for allocations
+FB_HEAP_FREE = 0x16  # KiB free now
+FB_RAM_SIZE = 0x7  # KiB of memory on the board
+# NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the channel group runs on the GR runlist.
+ENGINE_GRAPHICS = 1
+NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC = 1
+
+GPFIFO_ENTRIES = 0x4000  # a power of two (dev_pbdma GP_BASE_HI_LIMIT2 is log2 of it)
+CHANNEL_AREA = 0x40000  # per channel: the ring (0x20000 bytes), then USERD (512 bytes)
+PUSHBUFFER = 2 << 20
+STAGING = 32 << 20  # two halves, pipelined: one fills while the copy engine drains the other
+SPIN_S = 50e-6
+# NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
+GONE = (0x31, 0x33, 0x57)
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point on a device's timeline: done once the timeline word reaches ``value``."""
+
+    device: Device
+    value: int
+
+    @property
+    def signaled(self) -> bool:
+        """Whether the work of this point (and of every earlier point) is done."""
+        return self.device.completed() >= self.value
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Wait until signaled; raises :class:`rig_edge.Lost` if the device faulted."""
+        self.device.wait(self, timeout_s)
+
+
+def info_list(path: Path, cmd: int, indices: list[int], obj: int) -> list[int]:
+    """Values of ``indices`` from an RM ``{index, data}`` list control (FB/GR info)."""
+    ffi = rm_ffi(path.rm.layouts)
+    entries = ffi.new("NV2080_CTRL_INFO[]", len(indices))
+    for i, index in enumerate(indices):
+        entries[i].index = index
+    if cmd == NV2080_CTRL_CMD_GR_GET_INFO:
+        p = Params(ffi, "NV2080_CTRL_GR_GET_INFO_PARAMS", grInfoListSize=len(indices))
+        p.p.grInfoList = int(ffi.cast("uintptr_t", entries))
+    else:
+        p = Params(ffi, "NV2080_CTRL_INFO_LIST_PARAMS", listSize=len(indices))
+        p.p.list = int(ffi.cast("uintptr_t", entries))
+    path.rm.control(obj, cmd, p.buf)
+    return [entries[i].data for i in range(len(indices))]
+
+
+def class_list(path: Path) -> set[int]:
+    """The classes the GPU offers (NV0080_CTRL_CMD_GPU_GET_CLASSLIST, asked twice: count, list)."""
+    ffi = rm_ffi(path.rm.layouts)
+    p = Params(ffi, "NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS")
+    path.rm.control(path.h_device, NV0080_CTRL_CMD_GPU_GET_CLASSLIST, p.buf)
+    listed = ffi.new("uint32_t[]", p.p.numClasses)
+    p.p.classList = int(ffi.cast("uintptr_t", listed))
+    path.rm.control(path.h_device, NV0080_CTRL_CMD_GPU_GET_CLASSLIST, p.buf)
+    return {listed[i] for i in range(p.p.numClasses)}
+
+
+class Device:
+    """An open GPU. Any thread may call any method at the same time as others.
+
+    Built by :func:`make`; obtained through an opener (``rig_nv_nvidia.gpu(0).open()``).
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.ffi: FFI = rm_ffi(path.rm.layouts)
+        self._lock = threading.RLock()
+        self._staging_lock = threading.Lock()
+        self._allocs: dict[Region, Allocation] = {}
+        self._own: list[Allocation] = []  # the device's own memory: rings, pushbuffers, timeline
+        self._handles: list[int] = []  # RM objects the device made, freed in reverse
+        self._channels: list[Channel] = []
+        self._notifiers: list[memoryview] = []
+        self._lost: Lost | None = None
+        self._stopped = False
+        self._next = 1
+        self._last: Channel | None = None
+        self._staging: Allocation | None = None
+        self._staging_busy = [0, 0]
+        self._doorbell: memoryview | None = None
+        self.timeline: Allocation
+        self._word: memoryview
+        self.classes: cls.Classes
+        self._facts: Facts
+
+    # ---- setup ---------------------------------------------------------------------------
+
+    def _handle(self) -> int:
+        h = self.path.rm.new_handle()
+        self._handles.append(h)
+        return h
+
+    def _own_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation:
+        a = self.path.alloc_memory(n, kind, contiguous=contiguous)
+        if a is None:
+            raise RigError(f"{self.path.name}: out of {kind.value} memory for the device's own use")
+        self._own.append(a)
+        return a
+
+    def _build(self) -> None:
+        path, rm, ffi = self.path, self.path.rm, self.ffi
+        self.classes = cls.choose(class_list(path), path.name)
+        tpcs, sm_version, warps, sm_per_tpc = info_list(
+            path,
+            NV2080_CTRL_CMD_GR_GET_INFO,
+            [GR_SHADER_PIPE_SUB_COUNT, GR_SM_VERSION, GR_MAX_WARPS_PER_SM, GR_LITTER_NUM_SM_PER_TPC],
+            path.h_subdevice,
+        )
+        (heap_kib,) = info_list(path, NV2080_CTRL_CMD_FB_GET_INFO, [FB_HEAP_SIZE], path.h_subdevice)
+        self.sm_count = tpcs * sm_per_tpc
+        self.max_warps_per_sm = warps
+        self._facts = Facts(
+            name=path.name,
+            arch=cls.arch_of(sm_version),
+            budget=heap_kib * 1024,
+            queues=("compute", "copy"),
+            hang_ms=path.hang_ms,
+            maps_host=path.maps_host,
+            bus=path.bus,
+            driver=rm.release,
+        )
+
+        usermode = self._handle()
+        rm.alloc(path.h_subdevice, usermode, self.classes.usermode)
+        self._doorbell = path.map_object(usermode, 0x10000)
+
+        self.timeline = self._own_memory(4096, Memory.PINNED)
+        assert self.timeline.host is not None
+        self._word = view(self.timeline.host, 16).cast("Q")
+
+        tsg = self._handle()
+        rm.alloc(
+            path.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
+            Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=ENGINE_GRAPHICS).buf,
+        )
+        self._tsg = tsg
+        ctxshare = self._handle()
+        rm.alloc(
+            tsg, ctxshare, cls.FERMI_CONTEXT_SHARE_A,
+            Params(ffi, "NV_CTXSHARE_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
+                   flags=NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC).buf,
+        )
+        area = self._own_memory(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True)
+        assert area.host is not None
+        view(area.host, area.length)[:] = bytes(area.length)
+        self.compute = self._channel("compute", 0, area, tsg, ctxshare, self.classes.compute)
+        self.copy_channel = self._channel("copy", 1, area, tsg, ctxshare, self.classes.copy)
+        rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+                   Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
+        self._submit(self.compute, Push().set_object(SUBC_COMPUTE, self.classes.compute))
+        point = self._submit(self.copy_channel, Push().set_object(SUBC_COPY, self.classes.copy))
+        self.wait(point, timeout_s=10.0)
+
+    def _channel(self, name: str, index: int, area: Allocation, tsg: int, ctxshare: int,
+                 engine_class: int) -> Channel:
+        path, rm, ffi = self.path, self.path.rm, self.ffi
+        assert area.host is not None and self._doorbell is not None
+        notifier = path.alloc_notifier()
+        self._own.append(notifier)
+        assert notifier.host is not None
+        self._notifiers.append(view(notifier.host, 64))
+        self._notifiers[-1][:] = bytes(64)
+        offset = index * CHANNEL_AREA
+        userd = offset + GPFIFO_ENTRIES * 8
+        p = Params(ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
+                   hObjectBuffer=area.handle, gpFifoOffset=area.gpu + offset,
+                   gpFifoEntries=GPFIFO_ENTRIES, hContextShare=ctxshare)
+        p.p.hUserdMemory[0] = area.handle
+        p.p.userdOffset[0] = userd
+        handle = self._handle()
+        rm.alloc(tsg, handle, self.classes.gpfifo, p.buf)
+        rm.alloc(handle, self._handle(), engine_class)
+        token = Params(ffi, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
+                       workSubmitToken=0xFFFFFFFF)
+        rm.control(handle, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, token.buf)
+        path.attach_channel(handle)
+        pb = self._own_memory(PUSHBUFFER, Memory.PINNED)
+        assert pb.host is not None
+        ch = Channel(
+            name, handle,
+            ring=view(area.host + offset, GPFIFO_ENTRIES * 8),
+            gpput=view(area.host + userd + 0x8C, 4),
+            doorbell=self._doorbell,
+            token=token.p.workSubmitToken,
+            pushbuffer=Ring(pb.gpu, view(pb.host, pb.length), pb.length),
+            wait=self._wait_value,
+        )
+        self._channels.append(ch)
+        return ch
+
+    # ---- facts and state -----------------------------------------------------------------
+
+    @property
+    def facts(self) -> Facts:
+        """What the device is; answers even after it is lost or stopped."""
+        return self._facts
+
+    @property
+    def arch(self) -> str:
+        return self._facts.arch
+
+    def __repr__(self) -> str:
+        return f"<rig_nv.Device {self._facts.name} {self._facts.arch} {self._facts.bus}>"
+
+    def _check(self) -> None:
+        if self._lost is not None:
+            raise copy.copy(self._lost)
+        if self._stopped:
+            raise RigError(f"{self._facts.name}: the device is stopped")
+
+    def completed(self) -> int:
+        """The last timeline value the GPU has completed."""
+        return int(self._word[0])
+
+    def _faulted(self) -> Lost | None:
+        for ch, note in zip(self._channels, self._notifiers, strict=True):
+            status = int.from_bytes(note[14:16], "little")
+            if status:
+                xid = int.from_bytes(note[8:12], "little")
+                engine = ENGINE.get(int.from_bytes(note[12:14], "little"))
+                return Fault(f"{xid_name(xid)} on the {ch.name} channel", engine=engine)
+        return None
+
+    def _lose(self, why: Lost) -> Lost:
+        with self._lock:
+            if self._lost is None:
+                self._lost = why
+            return copy.copy(self._lost)
+
+    # ---- the timeline --------------------------------------------------------------------
+
+    def _wait_value(self, value: int, timeout_s: float | None = None) -> None:
+        if self.completed() >= value:
+            return
+        start = time.perf_counter()
+        while time.perf_counter() - start < SPIN_S:
+            if self.completed() >= value:
+                return
+        last, progress = self.completed(), time.monotonic()
+        hang = self._facts.hang_ms
+        while True:
+            now_done = self.completed()
+            if now_done >= value:
+                return
+            if self._lost is not None:
+                raise copy.copy(self._lost)
+            fault = self._faulted()
+            if fault is not None:
+                raise self._lose(fault)
+            now = time.monotonic()
+            if now_done != last:
+                last, progress = now_done, now
+            elif hang is not None and (now - progress) * 1000 > hang:
+                raise self._lose(Lost(f"its work made no progress for {hang / 1000:g} s "
+                                      f"(timeline at {now_done}, waiting for {value})"))
+            if timeout_s is not None and time.perf_counter() - start > timeout_s:
+                raise TimeoutError(f"{self._facts.name}: timeline value {value} not reached in "
+                                   f"{timeout_s} s (at {now_done})")
+            self.path.sleep(0.001)
+
+    def wait(self, point: Point, timeout_s: float | None = None) -> None:
+        """Wait until ``point`` is done: spin briefly, then sleep through the path.
+
+        Raises :class:`rig_edge.Lost` (a :class:`rig_edge.Fault` for a channel error) if the
+        device faulted or its work stopped making progress for ``hang_ms``;
+        :class:`TimeoutError` if ``timeout_s`` passed first; :class:`Misuse` for another
+        device's point.
+        """
+        if point.device is not self:
+            raise Misuse("that point is on another device's timeline")
+        self._wait_value(point.value, timeout_s)
+
+    def _submit(self, channel: Channel, body: Push | None) -> Point:
+        with self._lock:
+            self._check()
+            value = self._next
+            self._next += 1
+            p = Push()
+            if self._last is not None and self._last is not channel:
+                p.semaphore_acquire(self.timeline.gpu, value - 1)
+            if body is not None:
+                p.words.extend(body.words)
+            p.semaphore_release(self.timeline.gpu, value)
+            channel.retire(self.completed())
+            channel.submit(memoryview(p.words), value)
+            self._last = channel
+            return Point(self, value)
+
+    def synchronize(self) -> None:
+        """Wait until every submission so far is done."""
+        self._wait_value(self._next - 1)
+
+    # ---- memory --------------------------------------------------------------------------
+
+    def alloc(self, n: int, kind: Memory = Memory.DEVICE) -> Region | None:
+        """``n`` bytes of ``kind`` memory, or ``None`` when the RM is out of it.
+
+        Pinned and Mapped regions lie at the same address for host and GPU. Raises
+        :class:`rig_edge.Misuse` if ``n`` is not positive.
+        """
+        if n <= 0:
+            raise Misuse(f"an allocation's size must be positive, not {n}")
+        self._check()
+        a = self.path.alloc_memory(n, kind, contiguous=False)
+        if a is None:
+            return None
+        region = Region(a.gpu, a.host, n, kind)
+        with self._lock:
+            self._allocs[region] = a
+        return region
+
+    def free(self, region: Region) -> None:
+        """Give back a region ``alloc`` or ``map_host`` made. Raises :class:`Misuse` for a
+        region this device did not make (or freed already)."""
+        with self._lock:
+            a = self._allocs.pop(region, None)
+        if a is None:
+            raise Misuse(f"{region} is not a live region of {self._facts.name}")
+        self.path.free_memory(a)
+
+    def map_host(self, buffer: Any) -> Region | Refusal:
+        """Map the caller's memory (any buffer of whole pages or not) for the GPU.
+
+        Returns a PINNED-kind region whose ``host`` is the buffer's address and whose ``gpu``
+        is an address of its own, or :class:`rig_edge.Refusal` ``NEVER`` (these pages cannot
+        be pinned) / ``NO_ROOM`` (the driver lacks memory, GPU addresses or files).
+        """
+        self._check()
+        ffi = self.ffi
+        address = int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
+        length = memoryview(buffer).nbytes
+        if length <= 0:
+            raise Misuse("map_host needs a buffer of at least one byte")
+        base = address & ~0xFFF
+        a = self.path.map_host(base, round_up(address + length, 0x1000) - base)
+        if isinstance(a, Refusal):
+            return a
+        region = Region(a.gpu + (address - base), address, length, Memory.PINNED)
+        with self._lock:
+            self._allocs[region] = a
+        return region
+
+    def dma(self, region: Region) -> Dmabuf:
+        """Export the RM object ``region`` lies in as a new dma-buf, at the region's offset."""
+        self._check()
+        with self._lock:
+            a = self._allocs.get(region)
+        if a is None:
+            raise Misuse(f"{region} is not a live region of {self._facts.name}")
+        return self.path.export(a, region.gpu - a.gpu, region.length)
+
+    # ---- copies --------------------------------------------------------------------------
+
+    def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
+             src_offset: int = 0) -> Point:
+        """Copy ``n`` bytes (default: all of ``src`` from ``src_offset``) on the copy engine,
+        any kinds, any offsets. Returns the copy's point."""
+        if n is None:
+            n = src.length - src_offset
+        _bounds(dst, dst_offset, n)
+        _bounds(src, src_offset, n)
+        return self._submit(self.copy_channel,
+                            Push().copy(dst.gpu + dst_offset, src.gpu + src_offset, n))
+
+    def _stage(self) -> Allocation:
+        if self._staging is None:
+            a = self.path.alloc_memory(STAGING, Memory.PINNED, contiguous=False)
+            if a is None:
+                raise RigError(f"{self._facts.name}: no pinned memory for copy staging")
+            self._staging = a
+            self._own.append(a)
+        return self._staging
+
+    def upload(self, dst: Region, data: Any, offset: int = 0) -> Point:
+        """Copy host bytes ``data`` into ``dst`` at ``offset``.
+
+        Host-visible regions are written directly; Device memory through pinned staging,
+        pipelined. ``data`` may be reused when this returns; the returned point is done once
+        the bytes are in ``dst``.
+        """
+        src = memoryview(data).cast("B")
+        n = len(src)
+        _bounds(dst, offset, n)
+        self._check()
+        if dst.host is not None:
+            view(dst.host + offset, n)[:] = src
+            return Point(self, self._next - 1)
+        with self._staging_lock:
+            stage = self._stage()
+            assert stage.host is not None
+            half = STAGING // 2
+            point = Point(self, self._next - 1)
+            for i, off in enumerate(range(0, n, half)):
+                slot = i % 2
+                self._wait_value(self._staging_busy[slot])
+                chunk = src[off : off + half]
+                view(stage.host + slot * half, len(chunk))[:] = chunk
+                point = self._submit(self.copy_channel,
+                                     Push().copy(dst.gpu + offset + off, stage.gpu + slot * half,
+                                                 len(chunk)))
+                self._staging_busy[slot] = point.value
+            return point
+
+    def download(self, src: Region, n: int | None = None, offset: int = 0,
+                 out: Any = None) -> memoryview:
+        """Copy ``n`` bytes of ``src`` from ``offset`` to the host and return them (in ``out``
+        when given). Waits for earlier work, so the bytes are those the timeline's last point
+        left."""
+        if n is None:
+            n = src.length - offset
+        _bounds(src, offset, n)
+        result = memoryview(out if out is not None else bytearray(n)).cast("B")
+        if len(result) < n:
+            raise Misuse(f"out holds {len(result)} bytes, fewer than {n}")
+        self._check()
+        if src.host is not None:
+            self.synchronize()
+            result[:n] = view(src.host + offset, n)
+            return result[:n]
+        with self._staging_lock:
+            stage = self._stage()
+            assert stage.host is not None
+            half = STAGING // 2
+            chunks = list(range(0, n, half))
+            pending: list[tuple[int, int, int, Point]] = []
+            for i, off in enumerate(chunks):
+                slot = i % 2
+                size = min(half, n - off)
+                self._wait_value(self._staging_busy[slot])
+                p = self._submit(self.copy_channel,
+                                 Push().copy(stage.gpu + slot * half, src.gpu + offset + off, size))
+                self._staging_busy[slot] = p.value
+                pending.append((off, size, slot, p))
+                if len(pending) == 2:
+                    self._drain(pending.pop(0), result, stage)
+            for item in pending:
+                self._drain(item, result, stage)
+        return result[:n]
+
+    def _drain(self, item: tuple[int, int, int, Point], out: memoryview, stage: Allocation) -> None:
+        off, size, slot, p = item
+        self._wait_value(p.value)
+        assert stage.host is not None
+        out[off : off + size] = view(stage.host + slot * (STAGING // 2), size)
+
+    # ---- stopping ------------------------------------------------------------------------
+
+    def sleep(self, timeout_s: float) -> None:
+        """Sleep through the path until the GPU may have progressed; raises its faults."""
+        self._check()
+        fault = self._faulted()
+        if fault is not None:
+            raise self._lose(fault)
+        self.path.sleep(timeout_s)
+
+    def stop(self) -> None:
+        """Free the channels and what the device holds; the GPU can then be opened again.
+
+        Memory returns only if the RM freed the channels: otherwise the GPU may still reach it,
+        and it stays with the process. A second stop does nothing.
+        """
+        with self._lock:
+            if self._stopped:
+                return
+            self._stopped = True
+        rm, path = self.path.rm, self.path
+        channels_freed = True
+        for ch in self._channels:
+            try:
+                path.detach_channel(ch.handle)
+            except RigError:
+                channels_freed = False
+        for h in reversed(self._handles):
+            try:
+                rm.free(h)
+            except RMError as e:
+                # Freeing a parent frees its children: an already-gone handle is not a failure.
+                if e.status not in GONE:
+                    channels_freed = False
+        if self._doorbell is not None:
+            path.unmap_object(self._doorbell)
+        if channels_freed:
+            for a in [*self._allocs.values(), *self._own]:
+                path.free_memory(a)
+            self._allocs.clear()
+            self._own.clear()
+        path.closed()
+
+
+def _bounds(region: Region, offset: int, n: int) -> None:
+    if n <= 0:
+        raise Misuse(f"a copy's length must be positive, not {n}")
+    if offset < 0 or offset + n > region.length:
+        raise Misuse(f"bytes [{offset}, {offset + n}) lie outside the {region.length}-byte region")
+
+
+def make(path: Path) -> Device:
+    """Make the device on a GPU that ``path`` has opened.
+
+    Raises :class:`rig_edge.RigError` (an :class:`rig_nv.rm.RMError` for an RM refusal),
+    having given back what it made.
+    """
+    device = Device(path)
+    try:
+        device._build()
+    except BaseException:
+        device.stop()
+        raise
+    return device

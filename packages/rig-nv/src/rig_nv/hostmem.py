@@ -1,0 +1,70 @@
+"""The C library calls rig needs for memory: mmap at chosen addresses, munmap, mlock, a fence.
+
+Python's mmap module cannot map at a fixed address, so these go through cffi in ABI mode
+(nothing compiled at install).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from cffi import FFI
+
+ffi = FFI()
+ffi.cdef(
+    """
+    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
+    int munmap(void *addr, size_t length);
+    int madvise(void *addr, size_t length, int advice);
+    typedef int pthread_spinlock_t;
+    int pthread_spin_init(pthread_spinlock_t *lock, int pshared);
+    int pthread_spin_lock(pthread_spinlock_t *lock);
+    int pthread_spin_unlock(pthread_spinlock_t *lock);
+    """
+)
+libc: Any = ffi.dlopen(None)
+
+PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
+MAP_SHARED, MAP_PRIVATE, MAP_FIXED, MAP_ANONYMOUS = 0x01, 0x02, 0x10, 0x20
+MAP_NORESERVE, MAP_FIXED_NOREPLACE = 0x4000, 0x100000
+MAP_FAILED = (1 << 64) - 1
+PAGE = os.sysconf("SC_PAGE_SIZE")
+
+# A locked instruction drains the CPU's write-combining buffers (Intel SDM vol. 3, 11.3.1), so
+# a spin lock's lock/unlock pair is a full fence for BAR1 writes before a doorbell. libatomic's
+# atomic_thread_fence would do the same where it is installed; the spin lock is always in libc.
+_fence_lock = ffi.new("pthread_spinlock_t *")
+libc.pthread_spin_init(_fence_lock, 0)
+
+
+def fence() -> None:
+    """Order every earlier store (write-combined ones too) before every later one."""
+    libc.pthread_spin_lock(_fence_lock)
+    libc.pthread_spin_unlock(_fence_lock)
+
+
+def mmap(addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
+    """``mmap(2)``; returns the address or raises :class:`OSError` with errno."""
+    p = libc.mmap(ffi.cast("void *", addr), length, prot, flags, fd, offset)
+    got = int(ffi.cast("uintptr_t", p))
+    if got == MAP_FAILED:
+        e = ffi.errno
+        raise OSError(e, os.strerror(e))
+    return got
+
+
+def munmap(addr: int, length: int) -> None:
+    """``munmap(2)``; raises :class:`OSError` with errno."""
+    if libc.munmap(ffi.cast("void *", addr), length) != 0:
+        e = ffi.errno
+        raise OSError(e, os.strerror(e))
+
+
+def view(addr: int, length: int) -> memoryview:
+    """A writable byte view of ``length`` bytes of this process's memory at ``addr``."""
+    return memoryview(ffi.buffer(ffi.cast("char *", addr), length)).cast("B")
+
+
+def round_up(n: int, to: int) -> int:
+    return (n + to - 1) // to * to

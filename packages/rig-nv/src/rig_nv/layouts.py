@@ -1,0 +1,147 @@
+"""RM parameter structs per driver release, declared once, as cffi types.
+
+Both of rig's paths carry these structs to the resource manager (the kernel driver copies them
+from user memory; the GSP receives them in RPCs). Field names, order and types follow NVIDIA's
+open-gpu-kernel-modules headers under src/common/sdk/nvidia/inc at tags 570.211.01 and 580.142
+(580.159.04 is not tagged there; 580.65.06 and 580.142 agree byte for byte):
+nvos.h, alloc/alloc_channel.h, class/cl0080.h, class/cl2080.h, nvgputypes.h,
+ctrl/ctrl0000/ctrl0000system.h, ctrl0000gpu.h, ctrl/ctrl0080/ctrl0080gpu.h,
+ctrl/ctrl2080/ctrl2080gpu.h, ctrl2080fb.h, ctrl2080gr.h, ctrl2080perf.h, ctrl2080gpumon.h,
+ctrl2080bus.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h.
+NvP64 is declared as uint64_t, which has its 8-byte alignment on x86-64. The sizes are asserted
+by the tests against those headers, compiled with gcc.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from cffi import FFI
+
+from rig_edge import OpenRefused
+
+SUPPORTED = ("570", "580")
+
+_COMMON = """
+typedef struct {
+    uint32_t deviceId; uint32_t hClientShare; uint32_t hTargetClient; uint32_t hTargetDevice;
+    uint32_t flags; uint64_t vaSpaceSize; uint64_t vaStartInternal; uint64_t vaLimitInternal;
+    uint32_t vaMode;
+} NV0080_ALLOC_PARAMETERS;
+typedef struct { uint32_t subDeviceId; } NV2080_ALLOC_PARAMETERS;
+typedef struct {
+    uint32_t owner; uint32_t type; uint32_t flags; uint32_t width; uint32_t height; int32_t pitch;
+    uint32_t attr; uint32_t attr2; uint32_t format; uint32_t comprCovg; uint32_t zcullCovg;
+    uint64_t rangeLo; uint64_t rangeHi; uint64_t size; uint64_t alignment; uint64_t offset;
+    uint64_t limit; uint64_t address; uint32_t ctagOffset; uint32_t hVASpace;
+    uint32_t internalflags; uint32_t tag; int32_t numaNode;
+} NV_MEMORY_ALLOCATION_PARAMS;
+typedef struct {
+    uint32_t hObjectError; uint32_t hObjectEccError; uint32_t hVASpace; uint32_t engineType;
+    uint8_t bIsCallingContextVgpuPlugin;
+} NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS;
+typedef struct { uint32_t hVASpace; uint32_t flags; uint32_t subctxId; } NV_CTXSHARE_ALLOCATION_PARAMETERS;
+typedef struct { uint64_t base; uint64_t size; uint32_t addressSpace; uint32_t cacheAttrib; } NV_MEMORY_DESC_PARAMS;
+typedef struct {
+    uint32_t hObjectError; uint32_t hObjectBuffer; uint64_t gpFifoOffset; uint32_t gpFifoEntries;
+    uint32_t flags; uint32_t hContextShare; uint32_t hVASpace; uint32_t hUserdMemory[8];
+    uint64_t userdOffset[8]; uint32_t engineType; uint32_t cid; uint32_t subDeviceId;
+    uint32_t hObjectEccError; NV_MEMORY_DESC_PARAMS instanceMem; NV_MEMORY_DESC_PARAMS userdMem;
+    NV_MEMORY_DESC_PARAMS ramfcMem; NV_MEMORY_DESC_PARAMS mthdbufMem; uint32_t hPhysChannelGroup;
+    uint32_t internalFlags; NV_MEMORY_DESC_PARAMS errorNotifierMem;
+    NV_MEMORY_DESC_PARAMS eccErrorNotifierMem; uint32_t ProcessID; uint32_t SubProcessID;
+    uint32_t encryptIv[3]; uint32_t decryptIv[3]; uint32_t hmacNonce[8]; uint32_t tpcConfigID;
+} NV_CHANNEL_ALLOC_PARAMS;
+typedef struct { uint8_t bBar1Mapping; uint8_t bPriv; } NV_HOPPER_USERMODE_A_PARAMS;
+
+typedef struct {
+    char driverVersionBuffer[256]; char versionBuffer[256]; char driverBranch[256];
+    char titleBuffer[256]; uint32_t changelistNumber; uint32_t officialChangelistNumber;
+} NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_V2_PARAMS;
+typedef struct {
+    uint32_t gpuId; uint32_t gpuFlags; uint32_t deviceInstance; uint32_t subDeviceInstance;
+    uint32_t sliStatus; uint32_t boardId; uint32_t gpuInstance; int32_t numaId;
+} NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
+typedef struct { uint32_t numClasses; uint64_t classList; } NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS;
+typedef struct { uint32_t index; uint32_t flags; uint32_t length; uint8_t data[256]; } NV2080_CTRL_GPU_GET_GID_INFO_PARAMS;
+typedef struct { uint32_t index; uint32_t data; } NV2080_CTRL_INFO;
+typedef struct { uint32_t listSize; uint64_t list; } NV2080_CTRL_INFO_LIST_PARAMS;
+typedef struct { uint32_t flags; uint64_t route; } NV2080_CTRL_GR_ROUTE_INFO;
+typedef struct {
+    uint32_t grInfoListSize; uint64_t grInfoList; NV2080_CTRL_GR_ROUTE_INFO grRouteInfo;
+} NV2080_CTRL_GR_GET_INFO_PARAMS;
+typedef struct { uint32_t flags; uint32_t duration; } NV2080_CTRL_PERF_BOOST_PARAMS;
+typedef struct { uint64_t timeStamp; } NV2080_CTRL_GPUMON_SAMPLE;
+typedef struct {
+    uint32_t util; uint32_t vgpuScale; uint32_t procId; uint32_t subProcessID;
+    char subProcessName[100]; uint64_t pOsPidInfo;
+} NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE;
+typedef struct {
+    NV2080_CTRL_GPUMON_SAMPLE base; NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE fb;
+    NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE gr; NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE nvenc;
+    NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE nvdec; NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE nvjpg;
+    NV2080_CTRL_PERF_GPUMON_ENGINE_UTIL_SAMPLE nvofa;
+} NV2080_CTRL_PERF_GPUMON_PERFMON_UTIL_SAMPLE;
+typedef struct {
+    uint8_t type; uint32_t bufSize; uint32_t count; uint32_t tracker;
+    NV2080_CTRL_PERF_GPUMON_PERFMON_UTIL_SAMPLE samples[72];
+} NV2080_CTRL_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2_PARAMS;
+typedef struct { uint32_t flags; uint32_t barSize; uint64_t barSizeBytes; uint64_t barOffset; } NV2080_CTRL_BUS_PCI_BAR_INFO;
+typedef struct { uint32_t pciBarCount; NV2080_CTRL_BUS_PCI_BAR_INFO pciBarInfo[8]; } NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS;
+typedef struct { uint32_t workSubmitToken; } NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS;
+typedef struct { uint64_t time_nsec; } NV2080_CTRL_TIMER_GET_TIME_PARAMS;
+typedef struct {
+    uint32_t nanoseconds[2]; uint32_t info32; uint16_t info16; uint16_t status;
+} NvNotification;
+"""
+
+_RELEASE = {
+    "570": """
+typedef struct {
+    uint32_t index; uint32_t flags; uint64_t vaSize; uint64_t vaStartInternal;
+    uint64_t vaLimitInternal; uint32_t bigPageSize; uint64_t vaBase;
+} NV_VASPACE_ALLOCATION_PARAMETERS;
+typedef struct { uint8_t bEnable; uint8_t bSkipSubmit; } NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS;
+""",
+    "580": """
+typedef struct {
+    uint32_t index; uint32_t flags; uint64_t vaSize; uint64_t vaStartInternal;
+    uint64_t vaLimitInternal; uint32_t bigPageSize; uint64_t vaBase; uint32_t pasid;
+} NV_VASPACE_ALLOCATION_PARAMETERS;
+typedef struct { uint8_t bEnable; uint8_t bSkipSubmit; uint8_t bSkipEnable; } NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS;
+""",
+}
+
+
+def layout_key(release: str) -> str:
+    """The layout set for a driver release string ("580.159.04" → "580").
+
+    Raises :class:`rig_edge.OpenRefused` naming the release and the supported ones.
+    """
+    major = release.split(".")[0]
+    if major not in SUPPORTED:
+        raise OpenRefused(
+            f"NVIDIA driver release {release} is not supported "
+            f"(rig has struct layouts for releases {', '.join(SUPPORTED)})"
+        )
+    return major
+
+
+@functools.cache
+def rm_ffi(key: str) -> FFI:
+    """The cffi types of RM parameters for layout set ``key`` ("570" or "580")."""
+    ffi = FFI()
+    ffi.cdef(_COMMON + _RELEASE[key])
+    return ffi
+
+
+class Params:
+    """A zeroed struct in a ``bytearray``: ``.buf`` goes to the RM, ``.p`` reads and writes fields."""
+
+    def __init__(self, ffi: FFI, ctype: str, **fields: Any) -> None:
+        self.ffi = ffi
+        self.buf = bytearray(ffi.sizeof(ctype))
+        self.p: Any = ffi.from_buffer(ctype + " *", self.buf)
+        for name, value in fields.items():
+            setattr(self.p, name, value)

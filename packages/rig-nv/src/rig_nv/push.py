@@ -1,0 +1,161 @@
+"""Pushbuffer encoding and the methods rig sends: host (channel), copy engine, compute.
+
+Method headers follow NVIDIA's "FIFO_DMA" formats (open-gpu-doc manuals/.../dev_ram.ref.txt;
+classes/host/clc56f.h): ADDRESS 11:0 = method offset >> 2, SUBCHANNEL 15:13, COUNT 28:16,
+SEC_OP 31:29 (1 incrementing, 3 non-incrementing, 4 immediate, 5 increment-once).
+Offsets are those of HOPPER_CHANNEL_GPFIFO_A (clc86f.h), HOPPER_DMA_COPY_A (clc8b5.h) and
+HOPPER_COMPUTE_A (clcbc0.h); the Ampere/Ada classes (c56f, c6b5/c7b5, c6c0/c7c0) use the same
+offsets for every method here.
+"""
+
+from __future__ import annotations
+
+from array import array
+
+# Subchannels (dev_ram.ref.txt: on the GR runlist 1 = compute, 4 = the GR copy engine).
+SUBC_HOST = 0
+SUBC_COMPUTE = 1
+SUBC_COPY = 4
+
+# SEC_OP values, bits 31:29.
+INCREMENTING = 1
+NON_INCREMENTING = 3
+IMMEDIATE = 4
+
+# Host methods (clc86f.h; subchannel ignored).
+SET_OBJECT = 0x000
+NON_STALL_INTERRUPT = 0x020
+MEM_OP_A = 0x028
+SEM_ADDR_LO = 0x05C
+SEM_EXECUTE = 0x06C
+WFI = 0x078
+
+# SEM_EXECUTE fields (clc86f.h / clc56f.h).
+SEM_OP_ACQUIRE = 0
+SEM_OP_RELEASE = 1
+SEM_OP_ACQ_STRICT_GEQ = 2
+SEM_OP_ACQ_CIRC_GEQ = 3
+SEM_ACQUIRE_SWITCH_TSG = 1 << 12
+SEM_RELEASE_WFI = 1 << 20
+SEM_PAYLOAD_64BIT = 1 << 24
+SEM_RELEASE_TIMESTAMP = 1 << 25
+
+# MEM_OP_D operations (bits 31:27) and MEM_OP_C membar types (clc56f.h).
+MEM_OP_MEMBAR = 5
+MEM_OP_L2_SYSMEM_INVALIDATE = 0xE
+MEM_OP_L2_FLUSH_DIRTY = 0x10
+MEMBAR_SYS = 0
+
+# Copy engine methods (clc8b5.h).
+CE_SET_SEMAPHORE_A = 0x240
+CE_LAUNCH_DMA = 0x300
+CE_OFFSET_IN_UPPER = 0x400
+CE_LINE_LENGTH_IN = 0x418
+CE_SET_REMAP_CONST_A = 0x700
+CE_SET_REMAP_COMPONENTS = 0x708
+
+# LAUNCH_DMA fields (clc8b5.h).
+CE_TRANSFER_NONE = 0
+CE_TRANSFER_PIPELINED = 1
+CE_TRANSFER_NON_PIPELINED = 2
+CE_FLUSH_ENABLE = 1 << 2
+CE_SEMAPHORE_RELEASE_ONE_WORD = 1 << 3
+CE_SEMAPHORE_RELEASE_FOUR_WORD = 2 << 3
+CE_SRC_PITCH = 1 << 7
+CE_DST_PITCH = 1 << 8
+CE_REMAP_ENABLE = 1 << 10
+CE_SEMAPHORE_PAYLOAD_64BIT = 1 << 27
+# The copy engine moves at most 2^32 - 1 bytes a launch (LINE_LENGTH_IN is 32 bits); NVIDIA's
+# UVM driver splits larger copies the same way (uvm_maxwell_ce.c).
+CE_MAX_LINE = (1 << 32) - 1
+# We split at 2 GiB so each chunk stays well inside one 32-bit length and 2 MiB aligned.
+CE_CHUNK = 1 << 31
+
+# Compute methods (clcbc0.h; the same offsets in clc6c0.h/clc7c0.h).
+COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A = 0x2A0
+COMPUTE_SEND_PCAS_A = 0x2B4
+COMPUTE_SEND_SIGNALING_PCAS2_B = 0x2C0
+COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x2E4
+COMPUTE_SET_SHADER_LOCAL_MEMORY_A = 0x790
+COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x7B0
+COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI = 0x1698
+
+
+def header(subchannel: int, method: int, count: int, op: int = INCREMENTING) -> int:
+    """A method header: ``count`` data words follow for ``method`` on ``subchannel``."""
+    if not 0 <= count <= 0x1FFF:
+        raise ValueError(f"a method header carries 0..8191 words, not {count}")
+    if method & 3 or method >= 0x8000:
+        raise ValueError(f"method offset 0x{method:x} is not a word offset below 0x8000")
+    return (op << 29) | (count << 16) | (subchannel << 13) | (method >> 2)
+
+
+def hi_lo(value: int) -> tuple[int, int]:
+    """(upper 32 bits, lower 32 bits), the order the copy engine and compute class take."""
+    return (value >> 32) & 0xFFFFFFFF, value & 0xFFFFFFFF
+
+
+def lo_hi(value: int) -> tuple[int, int]:
+    """(lower 32 bits, upper 32 bits), the order host semaphore methods take."""
+    return value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF
+
+
+class Push:
+    """Words of a pushbuffer being built."""
+
+    def __init__(self) -> None:
+        self.words = array("I")
+
+    def __len__(self) -> int:
+        return len(self.words)
+
+    def method(self, subchannel: int, method: int, *data: int) -> Push:
+        """An incrementing method: ``data[i]`` goes to ``method + 4*i``."""
+        self.words.append(header(subchannel, method, len(data)))
+        self.words.extend(data)
+        return self
+
+    def set_object(self, subchannel: int, cls: int) -> Push:
+        """Bind class ``cls`` to ``subchannel`` of this channel."""
+        return self.method(subchannel, SET_OBJECT, cls)
+
+    def semaphore_acquire(self, address: int, value: int) -> Push:
+        """Wait until the 64-bit word at ``address`` is >= ``value`` (wrapping compare)."""
+        return self.method(
+            SUBC_HOST,
+            SEM_ADDR_LO,
+            *lo_hi(address),
+            *lo_hi(value),
+            SEM_OP_ACQ_CIRC_GEQ | SEM_PAYLOAD_64BIT | SEM_ACQUIRE_SWITCH_TSG,
+        )
+
+    def semaphore_release(self, address: int, value: int, *, timestamp: bool = False) -> Push:
+        """Once all earlier work is idle and flushed, write ``value`` (64 bits) at ``address``.
+
+        With ``timestamp`` the GPU's nanosecond clock lands at ``address + 8`` (16-byte aligned).
+        A non-stall interrupt follows, which wakes a sleeping waiter.
+        """
+        op = SEM_OP_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
+        if timestamp:
+            op |= SEM_RELEASE_TIMESTAMP
+        self.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(address), *lo_hi(value), op)
+        return self.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
+
+    def sysmembar(self) -> Push:
+        """Make every earlier write visible to the system (MEM_OP_D = MEMBAR, SYS_MEMBAR)."""
+        return self.method(SUBC_HOST, MEM_OP_A, 0, 0, MEMBAR_SYS, MEM_OP_MEMBAR << 27)
+
+    def copy(self, dst: int, src: int, length: int) -> Push:
+        """Copy ``length`` bytes from GPU address ``src`` to ``dst`` on the copy engine,
+        in launches of at most :data:`CE_CHUNK` bytes."""
+        if length <= 0:
+            raise ValueError(f"a copy's length must be positive, not {length}")
+        first = True
+        for off in range(0, length, CE_CHUNK):
+            n = min(CE_CHUNK, length - off)
+            self.method(SUBC_COPY, CE_OFFSET_IN_UPPER, *hi_lo(src + off), *hi_lo(dst + off))
+            self.method(SUBC_COPY, CE_LINE_LENGTH_IN, n)
+            kind = CE_TRANSFER_NON_PIPELINED if first else CE_TRANSFER_PIPELINED
+            self.method(SUBC_COPY, CE_LAUNCH_DMA, kind | CE_SRC_PITCH | CE_DST_PITCH)
+            first = False
+        return self

@@ -1,0 +1,125 @@
+"""The one RM interface both of rig's paths speak, and what a path gives the device beyond it.
+
+The resource manager (RM) holds objects in a tree under a client: ``alloc`` makes one,
+``control`` sends it a command, ``free`` removes it and everything under it. The kernel-driver
+path reaches the RM by ioctls; the PCI path by RPCs to the GSP. Parameters travel as the bytes
+of the structs in :mod:`rig_nv.layouts`; the RM writes its answers back into the same buffer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rig_edge import Dmabuf, Memory, Refusal, RigError
+from rig_nv.status import status_name
+
+
+class RMError(RigError):
+    """The RM refused a call; ``status`` is its NV_STATUS code (see :mod:`rig_nv.status`)."""
+
+    def __init__(self, what: str, status: int) -> None:
+        super().__init__(f"{what}: the RM answered {status_name(status)}")
+        self.status = status
+
+
+class RM(Protocol):
+    """An RM client: alloc / control / free of RM objects."""
+
+    @property
+    def client(self) -> int:
+        """The client's handle, root of every object this client makes."""
+        ...
+
+    @property
+    def release(self) -> str:
+        """The driver release the RM speaks, e.g. ``"580.159.04"``."""
+        ...
+
+    @property
+    def layouts(self) -> str:
+        """The struct layout set for that release (``"570"``, ``"580"``)."""
+        ...
+
+    def new_handle(self) -> int:
+        """A handle no object of this client has."""
+        ...
+
+    def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        """Make object ``handle`` of class ``cls`` under ``parent``; raises :class:`RMError`."""
+        ...
+
+    def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
+        """Send command ``cmd`` to ``obj``; ``params`` is read and written in place."""
+        ...
+
+    def free(self, obj: int) -> None:
+        """Remove ``obj`` and every object under it; raises :class:`RMError`."""
+        ...
+
+
+@dataclass
+class Allocation:
+    """Memory a path made and mapped: GPU address, host address (or ``None``), length, kind,
+    the RM memory object's handle, and whatever the path needs to undo it."""
+
+    gpu: int
+    host: int | None
+    length: int
+    kind: Memory
+    handle: int
+    undo: Any = field(default=None, repr=False)
+
+
+class Path(Protocol):
+    """One GPU reached through one RM path: what ``rig_nv.make`` needs beyond :class:`RM`.
+
+    The path made the GPU's device, subdevice and address space in the RM (``h_device``,
+    ``h_subdevice``, ``h_vaspace``); the device makes its channels under them.
+    """
+
+    rm: RM
+    name: str
+    bus: str
+    h_device: int
+    h_subdevice: int
+    h_vaspace: int
+    hang_ms: int | None
+    maps_host: bool
+
+    def map_object(self, handle: int, length: int) -> memoryview:
+        """Map RM object ``handle`` (a usermode page) into the process, read-write."""
+        ...
+
+    def unmap_object(self, view: memoryview) -> None: ...
+
+    def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
+        """``n`` bytes (rounded up to pages) mapped for the GPU, or ``None`` when out of it."""
+        ...
+
+    def alloc_notifier(self) -> Allocation:
+        """A page of system memory the RM can write a channel's error notifier into,
+        mapped for the host (not for the GPU)."""
+        ...
+
+    def free_memory(self, a: Allocation) -> None: ...
+
+    def map_host(self, address: int, length: int) -> Allocation | Refusal:
+        """Map the caller's pages ``[address, address+length)`` for the GPU."""
+        ...
+
+    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf: ...
+
+    def attach_channel(self, h_channel: int) -> None:
+        """Tell the path about a new channel (the kernel path registers it with UVM)."""
+        ...
+
+    def detach_channel(self, h_channel: int) -> None: ...
+
+    def sleep(self, timeout_s: float) -> None:
+        """Sleep until the GPU may have made progress, or ``timeout_s`` passed."""
+        ...
+
+    def closed(self) -> None:
+        """The device stopped: the GPU may be opened again."""
+        ...
