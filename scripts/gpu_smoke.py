@@ -29,7 +29,7 @@ def step(name: str, fn):  # type: ignore[no-untyped-def]
         rows.append((name, f"ok {dt:.2f} ms {shown}"))
         print(f"[ok] {name}: {shown} ({dt:.2f} ms)", flush=True)
         return out
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         rows.append((name, f"FAIL {type(e).__name__}: {e}"))
         print(f"[FAIL] {name}", flush=True)
         traceback.print_exc()
@@ -46,9 +46,9 @@ def main() -> int:
     step("facts", lambda: d.facts)
     step("sm_count", lambda: (d.sm_count, d.classes))
     for kind in (Memory.PINNED, Memory.MAPPED, Memory.DEVICE):
-        r = step(f"alloc 4KiB {kind.value}", lambda: d.alloc(4096, kind))
+        r = step(f"alloc 4KiB {kind.value}", lambda k=kind: d.alloc(4096, k))
         if r is not None:
-            step(f"free 4KiB {kind.value}", lambda: d.free(r))
+            step(f"free 4KiB {kind.value}", lambda r=r: d.free(r))
     dev = step("alloc 64MiB device", lambda: d.alloc(64 << 20, Memory.DEVICE))
     pin = step("alloc 64MiB pinned", lambda: d.alloc(64 << 20, Memory.PINNED))
     if dev is not None and pin is not None:
@@ -56,7 +56,8 @@ def main() -> int:
         step("upload 1MiB", lambda: d.upload(dev, data, offset=13).wait())
         back = step("download 1MiB", lambda: bytes(d.download(dev, len(data), offset=13)))
         step("round trip equal", lambda: back == data.tobytes())
-        step("d2d copy 1MiB", lambda: d.copy(pin, dev, len(data), dst_offset=7, src_offset=13).wait())
+        step("d2d copy 1MiB",
+             lambda: d.copy(pin, dev, len(data), dst_offset=7, src_offset=13).wait())
         step("d2d equal", lambda: bytes(d.download(pin, len(data), offset=7)) == data.tobytes())
         big = np.frombuffer(secrets.token_bytes(64 << 20), dtype=np.uint8)
         t = time.perf_counter()
@@ -65,7 +66,8 @@ def main() -> int:
         t = time.perf_counter()
         back = step("download 64MiB", lambda: bytes(d.download(dev)))
         down = (64 << 20) / (time.perf_counter() - t) / 1e9
-        step("64MiB equal", lambda: (back == big.tobytes(), f"{up:.2f} GB/s up, {down:.2f} GB/s down"))
+        rate = f"{up:.2f} GB/s up, {down:.2f} GB/s down"
+        step("64MiB equal", lambda: (back == big.tobytes(), rate))
         n = 2000
         t = time.perf_counter()
         for _ in range(n):
@@ -83,10 +85,10 @@ def main() -> int:
     step("second open refused", lambda: rig_nv_nvidia.gpu(0).open())
     if dev is not None:
         step("dma export", lambda: d.dma(dev))
-    step("stop", lambda: d.stop())
+    step("stop", d.stop)
     d2 = step("open again", lambda: rig_nv_nvidia.gpu(0).open())
     if d2 is not None:
-        step("stop again", lambda: d2.stop())
+        step("stop again", d2.stop)
     print("\n==== smoke summary ====")
     for name, what in rows:
         print(f"{name:<28} {what}")

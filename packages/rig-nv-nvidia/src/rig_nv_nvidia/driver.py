@@ -26,10 +26,10 @@ from rig_nv.hostmem import (
     PROT_NONE,
     mmap,
 )
-from rig_nv.layouts import Params, layout_key, rm_ffi
+from rig_nv.layouts import Params, cnew, layout_key, rm_ffi
 from rig_nv.rm import RMError
 from rig_nv.status import NV_WARN_NOTHING_TO_DO
-from rig_nv_nvidia import layouts as L
+from rig_nv_nvidia import layouts as lay
 
 CTL = "/dev/nvidiactl"
 UVM = "/dev/nvidia-uvm"
@@ -54,7 +54,7 @@ class KernelRM:
         self._client = client
         self._release = release
         self._layouts = layout_key(release)
-        self.ffi: FFI = L.ioctl_ffi(self._layouts)
+        self.ffi: FFI = lay.ioctl_ffi(self._layouts)
         self._next = 0x52000000  # below the RM's own handles (RS_UNIQUE_HANDLE_BASE 0xcaf00000)
         self._lock = threading.Lock()
 
@@ -76,35 +76,35 @@ class KernelRM:
             return self._next
 
     def alloc(self, parent: int, handle: int, cls_: int, params: bytearray | None = None) -> int:
-        p = self.ffi.new("NVOS21_PARAMETERS *", {"hRoot": self._client, "hObjectParent": parent,
+        p = cnew(self.ffi, "NVOS21_PARAMETERS *", {"hRoot": self._client, "hObjectParent": parent,
                                                  "hObjectNew": handle, "hClass": cls_})
         keep = None
         if params is not None:
             keep = self.ffi.from_buffer(params)
             p.pAllocParms = int(self.ffi.cast("uintptr_t", keep))
             p.paramsSize = len(params)
-        nv_ioctl(self.ctl, L.NV_ESC_RM_ALLOC, self.ffi, p)
+        nv_ioctl(self.ctl, lay.NV_ESC_RM_ALLOC, self.ffi, p)
         if p.status:
             raise RMError(f"making RM object 0x{handle:x} of class 0x{cls_:x}", p.status)
         del keep
         return int(p.hObjectNew)
 
     def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
-        p = self.ffi.new("NVOS54_PARAMETERS *", {"hClient": self._client, "hObject": obj,
+        p = cnew(self.ffi, "NVOS54_PARAMETERS *", {"hClient": self._client, "hObject": obj,
                                                  "cmd": cmd})
         keep = None
         if params is not None:
             keep = self.ffi.from_buffer(params)
             p.params = int(self.ffi.cast("uintptr_t", keep))
             p.paramsSize = len(params)
-        nv_ioctl(self.ctl, L.NV_ESC_RM_CONTROL, self.ffi, p)
+        nv_ioctl(self.ctl, lay.NV_ESC_RM_CONTROL, self.ffi, p)
         if p.status:
             raise RMError(f"RM control 0x{cmd:x} of object 0x{obj:x}", p.status)
         del keep
 
     def free(self, obj: int) -> None:
-        p = self.ffi.new("NVOS00_PARAMETERS *", {"hRoot": self._client, "hObjectOld": obj})
-        nv_ioctl(self.ctl, L.NV_ESC_RM_FREE, self.ffi, p)
+        p = cnew(self.ffi, "NVOS00_PARAMETERS *", {"hRoot": self._client, "hObjectOld": obj})
+        nv_ioctl(self.ctl, lay.NV_ESC_RM_FREE, self.ffi, p)
         if p.status:
             raise RMError(f"freeing RM object 0x{obj:x}", p.status)
 
@@ -117,7 +117,7 @@ def nv_ioctl(fd: int, nr: int, ffi: FFI, cdata: Any) -> None:
     """
     buf = ffi.buffer(cdata)
     try:
-        fcntl.ioctl(fd, L.nv_request(nr, len(buf)), buf, True)
+        fcntl.ioctl(fd, lay.nv_request(nr, len(buf)), buf, True)
     except OSError as e:
         raise RigError(f"the NVIDIA driver refused escape {nr} ({e.strerror})") from e
 
@@ -183,9 +183,9 @@ class Process:
                 return self.rm
             ctl = open_file(CTL)
             try:
-                ffi = L.ioctl_ffi("580")  # the NVOS structs are the same in every release
-                p = ffi.new("NVOS21_PARAMETERS *", {"hClass": cls.NV01_ROOT_CLIENT})
-                nv_ioctl(ctl, L.NV_ESC_RM_ALLOC, ffi, p)
+                ffi = lay.ioctl_ffi("580")  # the NVOS structs are the same in every release
+                p = cnew(ffi, "NVOS21_PARAMETERS *", {"hClass": cls.NV01_ROOT_CLIENT})
+                nv_ioctl(ctl, lay.NV_ESC_RM_ALLOC, ffi, p)
                 if p.status:
                     raise RMError("making the RM client", p.status)
                 client = int(p.hObjectNew)
@@ -193,8 +193,8 @@ class Process:
                 try:
                     self.rm = KernelRM(ctl, client, release)
                 except OpenRefused:
-                    free = ffi.new("NVOS00_PARAMETERS *", {"hRoot": client, "hObjectOld": client})
-                    nv_ioctl(ctl, L.NV_ESC_RM_FREE, ffi, free)
+                    free = cnew(ffi, "NVOS00_PARAMETERS *", {"hRoot": client, "hObjectOld": client})
+                    nv_ioctl(ctl, lay.NV_ESC_RM_FREE, ffi, free)
                     raise
             except BaseException:
                 os.close(ctl)
@@ -206,11 +206,11 @@ class Process:
         rmf = rm_ffi("580")  # the build-version params are the same in every release
         v = Params(rmf, "NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_V2_PARAMS")
         keep = ffi.from_buffer(v.buf)
-        p = ffi.new("NVOS54_PARAMETERS *", {"hClient": client, "hObject": client,
+        p = cnew(ffi, "NVOS54_PARAMETERS *", {"hClient": client, "hObject": client,
                                             "cmd": NV0000_CTRL_CMD_SYSTEM_GET_BUILD_VERSION_V2,
                                             "params": int(ffi.cast("uintptr_t", keep)),
                                             "paramsSize": len(v.buf)})
-        nv_ioctl(ctl, L.NV_ESC_RM_CONTROL, ffi, p)
+        nv_ioctl(ctl, lay.NV_ESC_RM_CONTROL, ffi, p)
         if p.status:
             raise RMError("reading the driver's release", p.status)
         return bytes(v.buf[:256]).split(b"\0")[0].decode()
@@ -229,10 +229,10 @@ class Process:
             try:
                 b = open_file(UVM)
                 taken.append(b)
-                init = ffi.new("UVM_INITIALIZE_PARAMS *")
-                uvm_check(a, L.UVM_INITIALIZE, ffi, init, "UVM_INITIALIZE")
-                mm = ffi.new("UVM_MM_INITIALIZE_PARAMS *", {"uvmFd": a})
-                status = uvm_ioctl(b, L.UVM_MM_INITIALIZE, ffi, mm, "UVM_MM_INITIALIZE")
+                init = cnew(ffi, "UVM_INITIALIZE_PARAMS *")
+                uvm_check(a, lay.UVM_INITIALIZE, ffi, init, "UVM_INITIALIZE")
+                mm = cnew(ffi, "UVM_MM_INITIALIZE_PARAMS *", {"uvmFd": a})
+                status = uvm_ioctl(b, lay.UVM_MM_INITIALIZE, ffi, mm, "UVM_MM_INITIALIZE")
                 if status not in (0, NV_WARN_NOTHING_TO_DO):
                     raise RMError("UVM_MM_INITIALIZE", status)
                 lo, hi = RESERVATION
@@ -286,8 +286,8 @@ class Process:
             fd = open_file(f"/dev/nvidia{minor}")
             made: list[int] = []
             try:
-                reg = rm.ffi.new("nv_ioctl_register_fd_t *", {"ctl_fd": rm.ctl})
-                nv_ioctl(fd, L.NV_ESC_REGISTER_FD, rm.ffi, reg)
+                reg = cnew(rm.ffi, "nv_ioctl_register_fd_t *", {"ctl_fd": rm.ctl})
+                nv_ioctl(fd, lay.NV_ESC_REGISTER_FD, rm.ffi, reg)
                 rmf = rm_ffi(rm.layouts)
                 ids = Params(rmf, "NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS", gpuId=gpu_id)
                 rm.control(rm.client, NV0000_CTRL_CMD_GPU_GET_ID_INFO_V2, ids.buf)
@@ -325,19 +325,19 @@ class Process:
             h_vaspace = rm.alloc(g.h_device, rm.new_handle(), cls.FERMI_VASPACE_A, vas.buf)
             ffi = rm.ffi
             try:
-                reg = ffi.new("UVM_REGISTER_GPU_PARAMS *", {"rmCtrlFd": -1})
+                reg = cnew(ffi, "UVM_REGISTER_GPU_PARAMS *", {"rmCtrlFd": -1})
                 ffi.memmove(reg.gpu_uuid.uuid, uuid, 16)
-                uvm_check(uvm, L.UVM_REGISTER_GPU, ffi, reg, "UVM_REGISTER_GPU")
+                uvm_check(uvm, lay.UVM_REGISTER_GPU, ffi, reg, "UVM_REGISTER_GPU")
                 try:
-                    space = ffi.new("UVM_REGISTER_GPU_VASPACE_PARAMS *", {
+                    space = cnew(ffi, "UVM_REGISTER_GPU_VASPACE_PARAMS *", {
                         "rmCtrlFd": rm.ctl, "hClient": rm.client, "hVaSpace": h_vaspace})
                     ffi.memmove(space.gpuUuid.uuid, uuid, 16)
-                    uvm_check(uvm, L.UVM_REGISTER_GPU_VASPACE, ffi, space,
+                    uvm_check(uvm, lay.UVM_REGISTER_GPU_VASPACE, ffi, space,
                               "UVM_REGISTER_GPU_VASPACE")
                 except BaseException:
-                    un = ffi.new("UVM_UNREGISTER_GPU_PARAMS *")
+                    un = cnew(ffi, "UVM_UNREGISTER_GPU_PARAMS *")
                     ffi.memmove(un.gpu_uuid.uuid, uuid, 16)
-                    uvm_ioctl(uvm, L.UVM_UNREGISTER_GPU, ffi, un, "UVM_UNREGISTER_GPU")
+                    uvm_ioctl(uvm, lay.UVM_UNREGISTER_GPU, ffi, un, "UVM_UNREGISTER_GPU")
                     raise
             except BaseException:
                 rm.free(h_vaspace)
@@ -353,8 +353,8 @@ def find_card(rm: KernelRM, bus: str) -> tuple[int, int]:
     from rig_pci import parse_address
 
     domain, b, slot, function = parse_address(bus)
-    cards = rm.ffi.new("nv_ioctl_card_info_t[]", L.MAX_CARDS)
-    nv_ioctl(rm.ctl, L.NV_ESC_CARD_INFO, rm.ffi, cards)
+    cards = cnew(rm.ffi, "nv_ioctl_card_info_t[]", lay.MAX_CARDS)
+    nv_ioctl(rm.ctl, lay.NV_ESC_CARD_INFO, rm.ffi, cards)
     for c in cards:
         pci = c.pci_info
         if c.valid and (pci.domain, pci.bus, pci.slot) == (domain, b, slot) and function == 0:

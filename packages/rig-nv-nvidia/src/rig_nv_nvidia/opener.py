@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from rig_edge import Misuse, Opener, OpenRefused, RigError, opener_name
 from rig_nv.device import NV2080_CTRL_CMD_FB_GET_INFO, Device, info_list, make
 from rig_nv.layouts import Params, rm_ffi
-from rig_pci import FunctionInfo
 from rig_nv_nvidia.driver import PROCESS, Gpu, KernelRM
 from rig_nv_nvidia.listing import gpu_functions
 from rig_nv_nvidia.path import NvidiaPath
+from rig_pci import FunctionInfo
 
 NV2080_CTRL_CMD_GPU_GET_INFO = 0x20800101  # the pointer form: 16 bytes in every release
 NV2080_CTRL_GPU_INFO_INDEX_DISPLAY_ENABLED = 0x34

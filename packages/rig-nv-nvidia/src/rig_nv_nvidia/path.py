@@ -33,7 +33,7 @@ from rig_nv.hostmem import (
     round_up,
     view,
 )
-from rig_nv.layouts import Params, rm_ffi
+from rig_nv.layouts import Params, cnew, rm_ffi
 from rig_nv.rm import Allocation, RMError
 from rig_nv.status import (
     NV_ERR_INSUFFICIENT_RESOURCES,
@@ -41,8 +41,17 @@ from rig_nv.status import (
     NV_ERR_NO_MEMORY,
     NV_ERR_OPERATING_SYSTEM,
 )
-from rig_nv_nvidia import layouts as L
-from rig_nv_nvidia.driver import CTL, PROCESS, Gpu, KernelRM, nv_ioctl, open_file, uvm_check, uvm_ioctl
+from rig_nv_nvidia import layouts as lay
+from rig_nv_nvidia.driver import (
+    CTL,
+    PROCESS,
+    Gpu,
+    KernelRM,
+    nv_ioctl,
+    open_file,
+    uvm_check,
+    uvm_ioctl,
+)
 
 HUGE = 2 << 20
 SMALL = 4 << 10
@@ -114,8 +123,8 @@ class NvidiaPath:
     def _gpu_file(self) -> int:
         fd = open_file(f"/dev/nvidia{self.gpu.minor}")
         try:
-            reg = self.rm.ffi.new("nv_ioctl_register_fd_t *", {"ctl_fd": self.rm.ctl})
-            nv_ioctl(fd, L.NV_ESC_REGISTER_FD, self.rm.ffi, reg)
+            reg = cnew(self.rm.ffi, "nv_ioctl_register_fd_t *", {"ctl_fd": self.rm.ctl})
+            nv_ioctl(fd, lay.NV_ESC_REGISTER_FD, self.rm.ffi, reg)
         except BaseException:
             os.close(fd)
             raise
@@ -131,10 +140,10 @@ class NvidiaPath:
         fd = open_file(CTL) if system else self._gpu_file()
         try:
             ffi = self.rm.ffi
-            p = ffi.new("nv_ioctl_nvos33_parameters_with_fd *")
+            p = cnew(ffi, "nv_ioctl_nvos33_parameters_with_fd *")
             p.params.hClient, p.params.hDevice = self.rm.client, self.h_device
             p.params.hMemory, p.params.length, p.fd = handle, length, fd
-            nv_ioctl(self.rm.ctl, L.NV_ESC_RM_MAP_MEMORY, ffi, p)
+            nv_ioctl(self.rm.ctl, lay.NV_ESC_RM_MAP_MEMORY, ffi, p)
             if p.params.status:
                 raise RMError(f"{self.name}: mapping RM object 0x{handle:x}", p.params.status)
             flags = MAP_SHARED | (MAP_FIXED if at else 0)
@@ -157,22 +166,23 @@ class NvidiaPath:
 
     def _uvm_map(self, va: int, size: int, handle: int) -> None:
         ffi, uvm = self.rm.ffi, PROCESS.unified_memory()
-        r = ffi.new("UVM_CREATE_EXTERNAL_RANGE_PARAMS *", {"base": va, "length": size})
-        uvm_check(uvm, L.UVM_CREATE_EXTERNAL_RANGE, ffi, r, "UVM_CREATE_EXTERNAL_RANGE")
-        m = ffi.new("UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *", {
+        r = cnew(ffi, "UVM_CREATE_EXTERNAL_RANGE_PARAMS *", {"base": va, "length": size})
+        uvm_check(uvm, lay.UVM_CREATE_EXTERNAL_RANGE, ffi, r, "UVM_CREATE_EXTERNAL_RANGE")
+        m = cnew(ffi, "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *", {
             "base": va, "length": size, "gpuAttributesCount": 1, "rmCtrlFd": self.rm.ctl,
             "hClient": self.rm.client, "hMemory": handle})
         ffi.memmove(m.perGpuAttributes[0].gpuUuid.uuid, self.gpu.uuid, 16)
         m.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
-        status = uvm_ioctl(uvm, L.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m, "UVM_MAP_EXTERNAL_ALLOCATION")
+        status = uvm_ioctl(uvm, lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
+                           "UVM_MAP_EXTERNAL_ALLOCATION")
         if status:
             self._uvm_free(va, size)
             raise RMError(f"{self.name}: mapping memory for the GPU", status)
 
     def _uvm_free(self, va: int, size: int) -> None:
         ffi = self.rm.ffi
-        f = ffi.new("UVM_FREE_PARAMS *", {"base": va, "length": size})
-        uvm_ioctl(PROCESS.unified_memory(), L.UVM_FREE, ffi, f, "UVM_FREE")
+        f = cnew(ffi, "UVM_FREE_PARAMS *", {"base": va, "length": size})
+        uvm_ioctl(PROCESS.unified_memory(), lay.UVM_FREE, ffi, f, "UVM_FREE")
 
     # -- memory -------------------------------------------------------------------------------
 
@@ -194,13 +204,13 @@ class NvidiaPath:
     def _os_descriptor(self, address: int, size: int) -> int:
         handle = self.rm.new_handle()
         ffi = self.rm.ffi
-        p = ffi.new("nv_ioctl_nvos02_parameters_with_fd *")
+        p = cnew(ffi, "nv_ioctl_nvos02_parameters_with_fd *")
         p.params.hRoot, p.params.hObjectParent, p.params.hObjectNew = (
             self.rm.client, self.h_device, handle)
         p.params.hClass = cls.NV01_MEMORY_SYSTEM_OS_DESCRIPTOR
         p.params.flags, p.params.pMemory, p.params.limit, p.fd = (
             OS_DESCRIPTOR_FLAGS, address, size - 1, -1)
-        nv_ioctl(self.gpu.fd, L.NV_ESC_RM_ALLOC_MEMORY, ffi, p)
+        nv_ioctl(self.gpu.fd, lay.NV_ESC_RM_ALLOC_MEMORY, ffi, p)
         if p.params.status:
             raise RMError(f"{self.name}: pinning host memory for the GPU", p.params.status)
         return handle
@@ -210,32 +220,32 @@ class NvidiaPath:
         page = HUGE if huge else SMALL
         size = round_up(n, page)
         if kind is Memory.DEVICE:
-            handle = self._vidmem(size, huge, contiguous)
-            if handle is None:
+            made = self._vidmem(size, huge, contiguous)
+            if made is None:
                 return None
             try:
                 va, _ = _private_range(size, page)
             except OSError:
-                self.rm.free(handle)
+                self.rm.free(made)
                 return None
             undo = Undo(False, va, size, False)
             try:
-                self._uvm_map(va, size, handle)
+                self._uvm_map(va, size, made)
             except BaseException:
-                self.rm.free(handle)
+                self.rm.free(made)
                 munmap(va, size)
                 raise
-            return Allocation(va, None, size, kind, handle, undo)
-        va = PROCESS.reserve(size, page)
-        if va is None:
+            return Allocation(va, None, size, kind, made, undo)
+        at = PROCESS.reserve(size, page)
+        if at is None:
             return None
-        undo = Undo(True, va, size, True)
-        handle = None
+        undo = Undo(True, at, size, True)
+        handle: int | None = None
         try:
             if kind is Memory.PINNED:
-                mmap(va, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED)
+                mmap(at, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED)
                 try:
-                    handle = self._os_descriptor(va, size)
+                    handle = self._os_descriptor(at, size)
                 except RMError as e:
                     if e.status in NO_ROOM:
                         self._restore(undo)
@@ -246,14 +256,15 @@ class NvidiaPath:
                 if handle is None:
                     self._restore(undo)
                     return None
-                self._map_rm(handle, size, va)
-            self._uvm_map(va, size, handle)
+                self._map_rm(handle, size, at)
+            assert handle is not None
+            self._uvm_map(at, size, handle)
         except BaseException:
             if handle is not None:
                 self.rm.free(handle)
             self._restore(undo)
             raise
-        return Allocation(va, va, size, kind, handle, undo)
+        return Allocation(at, at, size, kind, handle, undo)
 
     def alloc_notifier(self) -> Allocation:
         size = SMALL
@@ -323,12 +334,12 @@ class NvidiaPath:
         if not os.path.exists(f"/sys/bus/pci/devices/{self.bus}"):
             raise RigError(f"{self.name}: {self.bus} is no function under /sys/bus/pci/devices")
         ffi = self.rm.ffi
-        p = ffi.new("nv_ioctl_export_to_dma_buf_fd_t *", {
+        p = cnew(ffi, "nv_ioctl_export_to_dma_buf_fd_t *", {
             "fd": -1, "hClient": self.rm.client, "totalObjects": 1, "numObjects": 1,
             "totalSize": a.length})
         p.handles[0], p.sizes[0] = a.handle, a.length
         try:
-            nv_ioctl(self.gpu.fd, L.NV_ESC_EXPORT_TO_DMABUF_FD, ffi, p)
+            nv_ioctl(self.gpu.fd, lay.NV_ESC_EXPORT_TO_DMABUF_FD, ffi, p)
         except RigError as e:
             raise RigError(f"{self.name}: the kernel driver exports no dma-buf ({e})") from e
         if p.status:
@@ -340,12 +351,12 @@ class NvidiaPath:
     def attach_channel(self, h_channel: int) -> None:
         va, size = _private_range(CHANNEL_VA, HUGE)
         ffi = self.rm.ffi
-        p = ffi.new("UVM_REGISTER_CHANNEL_PARAMS *", {
+        p = cnew(ffi, "UVM_REGISTER_CHANNEL_PARAMS *", {
             "rmCtrlFd": self.rm.ctl, "hClient": self.rm.client, "hChannel": h_channel,
             "base": va, "length": size})
         ffi.memmove(p.gpuUuid.uuid, self.gpu.uuid, 16)
         try:
-            uvm_check(PROCESS.unified_memory(), L.UVM_REGISTER_CHANNEL, ffi, p,
+            uvm_check(PROCESS.unified_memory(), lay.UVM_REGISTER_CHANNEL, ffi, p,
                       "UVM_REGISTER_CHANNEL")
         except BaseException:
             munmap(va, size)
@@ -356,10 +367,10 @@ class NvidiaPath:
         if h_channel not in self._channel_va:
             return
         ffi = self.rm.ffi
-        p = ffi.new("UVM_UNREGISTER_CHANNEL_PARAMS *", {"hClient": self.rm.client,
+        p = cnew(ffi, "UVM_UNREGISTER_CHANNEL_PARAMS *", {"hClient": self.rm.client,
                                                         "hChannel": h_channel})
         ffi.memmove(p.gpuUuid.uuid, self.gpu.uuid, 16)
-        uvm_check(PROCESS.unified_memory(), L.UVM_UNREGISTER_CHANNEL, ffi, p,
+        uvm_check(PROCESS.unified_memory(), lay.UVM_UNREGISTER_CHANNEL, ffi, p,
                   "UVM_UNREGISTER_CHANNEL")
         va, size = self._channel_va.pop(h_channel)
         munmap(va, size)

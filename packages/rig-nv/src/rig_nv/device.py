@@ -29,7 +29,7 @@ from rig_nv.layouts import Params, rm_ffi
 from rig_nv.push import SUBC_COMPUTE, SUBC_COPY, Push
 from rig_nv.rm import Allocation, Path, RMError
 
-# Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06f/ctrla06fgpfifo.h).
+# Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06fgpfifo.h).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
 NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
 NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
@@ -148,7 +148,8 @@ class Device:
         tpcs, sm_version, warps, sm_per_tpc = info_list(
             path,
             NV2080_CTRL_CMD_GR_GET_INFO,
-            [GR_SHADER_PIPE_SUB_COUNT, GR_SM_VERSION, GR_MAX_WARPS_PER_SM, GR_LITTER_NUM_SM_PER_TPC],
+            [GR_SHADER_PIPE_SUB_COUNT, GR_SM_VERSION, GR_MAX_WARPS_PER_SM,
+             GR_LITTER_NUM_SM_PER_TPC],
             path.h_subdevice,
         )
         (heap_kib,) = info_list(path, NV2080_CTRL_CMD_FB_GET_INFO, [FB_HEAP_SIZE], path.h_subdevice)

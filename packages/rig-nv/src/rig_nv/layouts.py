@@ -119,7 +119,7 @@ def layout_key(release: str) -> str:
 
     Raises :class:`rig_edge.OpenRefused` naming the release and the supported ones.
     """
-    major = release.split(".")[0]
+    major = release.split(".", maxsplit=1)[0]
     if major not in SUPPORTED:
         raise OpenRefused(
             f"NVIDIA driver release {release} is not supported "
@@ -134,6 +134,11 @@ def rm_ffi(key: str) -> FFI:
     ffi = FFI()
     ffi.cdef(_COMMON + _RELEASE[key])
     return ffi
+
+
+def cnew(ffi: FFI, ctype: str, init: Any = None) -> Any:
+    """``ffi.new`` typed as ``Any``: cffi's stubs know no struct fields."""
+    return ffi.new(ctype, init)
 
 
 class Params:

@@ -78,7 +78,6 @@ class Path(Protocol):
     ``h_subdevice``, ``h_vaspace``); the device makes its channels under them.
     """
 
-    rm: RM
     name: str
     bus: str
     h_device: int
@@ -86,6 +85,11 @@ class Path(Protocol):
     h_vaspace: int
     hang_ms: int | None
     maps_host: bool
+
+    @property
+    def rm(self) -> RM:
+        """The RM client the GPU's objects belong to."""
+        ...
 
     def map_object(self, handle: int, length: int) -> memoryview:
         """Map RM object ``handle`` (a usermode page) into the process, read-write."""
