@@ -18,6 +18,7 @@ from cffi import FFI
 
 from rig_edge import OpenRefused, RigError
 from rig_nv import classes as cls
+from rig_nv.device import WINDOWS
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
     MAP_FIXED_NOREPLACE,
@@ -248,7 +249,8 @@ class Process:
                     os.close(fd)
                 raise
             self.uvm, self.uvm_mm = a, b
-            self.free_va = [(lo, hi - lo)]
+            # The top of the reservation holds the shared and local memory windows.
+            self.free_va = [(lo, WINDOWS - lo)]
             return a
 
     def reserve(self, size: int, align: int) -> int | None:

@@ -146,7 +146,8 @@ def usage(i: int, window: float = 1.0) -> Usage:
     rm.control(g.h_subdevice, NV2080_CTRL_CMD_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2, s.buf)
     now = Params(ffi, "NV2080_CTRL_TIMER_GET_TIME_PARAMS")
     rm.control(g.h_subdevice, NV2080_CTRL_CMD_TIMER_GET_TIME, now.buf)
-    since = now.p.time_nsec - int(window * 1e9)
+    # The RM keeps about 14 s of samples: a longer window (even an infinite one) reads them all.
+    since = now.p.time_nsec - int(min(window, 3600.0) * 1e9)
     utils = [int(x.gr.util) for x in s.p.samples
              if x.base.timeStamp and x.base.timeStamp >= since]
     busy = sum(utils) / len(utils) / 100 if utils else None  # util is percent x 100

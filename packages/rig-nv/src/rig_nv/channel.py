@@ -24,11 +24,50 @@ GP_LEVEL_SUBROUTINE = 1 << 41
 
 @dataclass
 class Ring:
-    """Host memory the GPU reads pushbuffers from: GPU address, host view, length."""
+    """Host memory the GPU reads: GPU address, host view, length."""
 
     gpu: int
     view: memoryview
     length: int
+
+
+class Arena:
+    """A ring of host memory the GPU reads (pushbuffers, QMDs, constant banks).
+
+    Space is handed out in order and wraps; before it hands out bytes the GPU may still read,
+    it waits (``wait``) for the timeline value of the work that reads them.
+    """
+
+    def __init__(self, ring: Ring, wait: Callable[[int], None]) -> None:
+        self.ring = ring
+        self.head = 0
+        self.inflight: deque[tuple[int, int, int]] = deque()  # (value, start, end)
+        self._wait = wait
+
+    def take(self, nbytes: int, align: int = 4) -> int:
+        """The offset of ``nbytes`` free bytes, aligned; waits for old readers of them."""
+        if nbytes > self.ring.length // 2:
+            raise ValueError(f"{nbytes} bytes do not fit a {self.ring.length}-byte arena")
+        start = -(-self.head // align) * align
+        if start + nbytes > self.ring.length:
+            start = 0
+        end = start + nbytes
+        while self.inflight:
+            value, s, e = self.inflight[0]
+            if not (s < end and start < e):
+                break
+            self._wait(value)
+            self.inflight.popleft()
+        self.head = end
+        return start
+
+    def used(self, value: int, start: int, end: int) -> None:
+        """Record that work of timeline ``value`` reads ``[start, end)``."""
+        self.inflight.append((value, start, end))
+
+    def retire(self, completed: int) -> None:
+        while self.inflight and self.inflight[0][0] <= completed:
+            self.inflight.popleft()
 
 
 class Channel:
@@ -60,35 +99,18 @@ class Channel:
         self.pb = pushbuffer
         self.pb_words = pushbuffer.view.cast("B").cast("I")
         self.put = 0
-        self.pb_head = 0  # next free byte of the pushbuffer ring
-        # (timeline value, pushbuffer start, end) of submissions the GPU may still be reading
-        self.inflight: deque[tuple[int, int, int]] = deque()
+        self.arena = Arena(pushbuffer, wait)
+        self.pending: deque[int] = deque()  # timeline values of GPFIFO entries in use
         self._wait = wait
-
-    def _reserve(self, nbytes: int) -> int:
-        """Room for ``nbytes`` in the pushbuffer ring, waiting for old work that reads it."""
-        if nbytes > self.pb.length // 2:
-            raise ValueError(f"{nbytes} bytes of commands do not fit the {self.name} pushbuffer")
-        start = self.pb_head
-        if start + nbytes > self.pb.length:
-            start = 0
-        end = start + nbytes
-        # Work still reading [start, end) must finish first; entries are reused likewise.
-        while self.inflight:
-            value, s, e = self.inflight[0]
-            overlaps = s < end and start < e
-            if not overlaps and len(self.inflight) < len(self.entries) - 1:
-                break
-            self._wait(value)
-            self.inflight.popleft()
-        return start
 
     def submit(self, words: memoryview | bytes, value: int) -> None:
         """Send ``words`` (little-endian 32-bit) as one GPFIFO entry; ``value`` is the timeline
         value whose completion means the GPU is done reading them."""
         data = memoryview(words).cast("B")
         n = len(data)
-        start = self._reserve(n)
+        while len(self.pending) >= len(self.entries) - 1:
+            self._wait(self.pending.popleft())
+        start = self.arena.take(n)
         self.pb.view[start : start + n] = data
         address = self.pb.gpu + start
         self.entries[self.put % len(self.entries)] = (
@@ -99,10 +121,26 @@ class Channel:
         # The ring and GP_PUT may be write-combined BAR1 memory: drain it before the doorbell.
         fence()
         self.doorbell[DOORBELL // 4] = self.token
-        self.pb_head = start + n
-        self.inflight.append((value, start, start + n))
+        self.arena.used(value, start, start + n)
+        self.pending.append(value)
+
+    def submit_at(self, address: int, ndwords: int, value: int) -> None:
+        """Send commands already in GPU-readable memory (a step's) as one GPFIFO entry."""
+        if address + ndwords * 4 > PB_LIMIT or address & 3:
+            raise ValueError("commands must lie word-aligned below 2^40")
+        while len(self.pending) >= len(self.entries) - 1:
+            self._wait(self.pending.popleft())
+        self.entries[self.put % len(self.entries)] = (
+            address | GP_LEVEL_SUBROUTINE | (ndwords << 42)
+        )
+        self.put += 1
+        self.gpput[0] = self.put % len(self.entries)
+        fence()
+        self.doorbell[DOORBELL // 4] = self.token
+        self.pending.append(value)
 
     def retire(self, completed: int) -> None:
         """Forget submissions whose value has completed."""
-        while self.inflight and self.inflight[0][0] <= completed:
-            self.inflight.popleft()
+        self.arena.retire(completed)
+        while self.pending and self.pending[0] <= completed:
+            self.pending.popleft()

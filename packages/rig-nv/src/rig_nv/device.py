@@ -22,12 +22,27 @@ from cffi import FFI
 from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_edge.errors import Fault
 from rig_nv import classes as cls
-from rig_nv.channel import Channel, Ring
+from rig_nv import launch as launching
+from rig_nv.channel import Arena, Channel, Ring
 from rig_nv.faults import ENGINE, xid_name
 from rig_nv.hostmem import round_up, view
+from rig_nv.launch import Function, Image
 from rig_nv.layouts import Params, rm_ffi
-from rig_nv.push import SUBC_COMPUTE, SUBC_COPY, Push
+from rig_nv.push import (
+    COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+    COMPUTE_SEND_PCAS_A,
+    COMPUTE_SEND_SIGNALING_PCAS2_B,
+    COMPUTE_SET_SHADER_LOCAL_MEMORY_A,
+    COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A,
+    COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
+    COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
+    SUBC_COMPUTE,
+    SUBC_COPY,
+    Push,
+    hi_lo,
+)
 from rig_nv.rm import Allocation, Path, RMError
+from rig_nv.step import Step
 
 # Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06fgpfifo.h).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
@@ -40,6 +55,8 @@ GR_SHADER_PIPE_SUB_COUNT = 0x9  # enabled TPCs
 GR_SM_VERSION = 0xC
 GR_MAX_WARPS_PER_SM = 0xD
 GR_LITTER_NUM_SM_PER_TPC = 0x20
+GR_LITTER_NUM_GPCS = 0x14
+GR_LITTER_NUM_TPC_PER_GPC = 0x17
 FB_HEAP_SIZE = 0x9  # KiB usable for allocations
 FB_HEAP_FREE = 0x16  # KiB free now
 FB_RAM_SIZE = 0x7  # KiB of memory on the board
@@ -52,6 +69,16 @@ CHANNEL_AREA = 0x40000  # per channel: the ring (0x20000 bytes), then USERD (512
 PUSHBUFFER = 2 << 20
 STAGING = 32 << 20  # two halves, pipelined: one fills while the copy engine drains the other
 SPIN_S = 50e-6
+LAUNCH_ARENA = 4 << 20
+# The shared and local memory windows: GPU addresses where a kernel sees its block's shared
+# memory and its threads' local memory, never backed by allocations. Hopper wants the shared
+# window 4 GiB aligned (NVK nvk_cmd_dispatch.c). They take the top 8 GiB below 2^40.
+WINDOWS = (1 << 40) - (8 << 30)
+LOCAL_WINDOW, SHARED_WINDOW = WINDOWS, WINDOWS + (4 << 30)
+# SEND_SIGNALING_PCAS2_B PCAS_ACTION INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK launches.
+PCAS_INVALIDATE_COPY_SCHEDULE = 3
+# INVALIDATE_SHADER_CACHES_NO_WFI: INSTRUCTION | GLOBAL_DATA | CONSTANT (clcbc0.h).
+INVALIDATE_CODE_AND_DATA = 0x1011
 # NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
 GONE = (0x31, 0x33, 0x57)
 
@@ -123,6 +150,10 @@ class Device:
         self._staging: Allocation | None = None
         self._staging_busy = [0, 0]
         self._doorbell: memoryview | None = None
+        self.windows = (LOCAL_WINDOW, SHARED_WINDOW)
+        self._images_loaded = False
+        self._slm = 0  # local memory per thread the compute engine has been given
+        self._local: list[Region] = []
         self.timeline: Allocation
         self._word: memoryview
         self.classes: cls.Classes
@@ -145,13 +176,16 @@ class Device:
     def _build(self) -> None:
         path, rm, ffi = self.path, self.path.rm, self.ffi
         self.classes = cls.choose(class_list(path), path.name)
-        tpcs, sm_version, warps, sm_per_tpc = info_list(
+        tpcs, sm_version, warps, sm_per_tpc, gpcs, tpc_per_gpc = info_list(
             path,
             NV2080_CTRL_CMD_GR_GET_INFO,
             [GR_SHADER_PIPE_SUB_COUNT, GR_SM_VERSION, GR_MAX_WARPS_PER_SM,
-             GR_LITTER_NUM_SM_PER_TPC],
+             GR_LITTER_NUM_SM_PER_TPC, GR_LITTER_NUM_GPCS, GR_LITTER_NUM_TPC_PER_GPC],
             path.h_subdevice,
         )
+        self.sm_per_tpc = sm_per_tpc
+        # Local memory is indexed by the TPC's physical number: size it for the chip's maxima.
+        self.tpc_slots = gpcs * tpc_per_gpc
         (heap_kib,) = info_list(path, NV2080_CTRL_CMD_FB_GET_INFO, [FB_HEAP_SIZE], path.h_subdevice)
         self.sm_count = tpcs * sm_per_tpc
         self.max_warps_per_sm = warps
@@ -193,7 +227,17 @@ class Device:
         self.copy_channel = self._channel("copy", 1, area, tsg, ctxshare, self.classes.copy)
         rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                    Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
-        self._submit(self.compute, Push().set_object(SUBC_COMPUTE, self.classes.compute))
+        arena = self._own_memory(LAUNCH_ARENA, Memory.PINNED)
+        assert arena.host is not None
+        self._arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),
+                            self._wait_value)
+        self._submit(self.compute, Push()
+                     .set_object(SUBC_COMPUTE, self.classes.compute)
+                     .set_object(SUBC_COPY, self.classes.copy)
+                     .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
+                             *hi_lo(LOCAL_WINDOW))
+                     .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
+                             *hi_lo(SHARED_WINDOW)))
         point = self._submit(self.copy_channel, Push().set_object(SUBC_COPY, self.classes.copy))
         self.wait(point, timeout_s=10.0)
 
@@ -216,6 +260,10 @@ class Device:
         handle = self._handle()
         rm.alloc(tsg, handle, self.classes.gpfifo, p.buf)
         rm.alloc(handle, self._handle(), engine_class)
+        if engine_class == self.classes.compute:
+            # The compute channel also drives its group's copy engine (GRCE) on subchannel 4,
+            # so steps can copy between launches without leaving the channel.
+            rm.alloc(handle, self._handle(), self.classes.copy)
         token = Params(ffi, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
                        workSubmitToken=0xFFFFFFFF)
         rm.control(handle, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, token.buf)
@@ -332,6 +380,26 @@ class Device:
             self._last = channel
             return Point(self, value)
 
+    def _submit_step(self, address: int, ndwords: int) -> Point:
+        """Submit a sealed step's commands (they add one to the timeline themselves)."""
+        with self._lock:
+            self._check()
+            value = self._next
+            self._next += 1
+            self.compute.retire(self.completed())
+            if self._last is not None and self._last is not self.compute:
+                self.compute.submit(
+                    memoryview(Push().semaphore_acquire(self.timeline.gpu, value - 1).words),
+                    value)
+            self.compute.submit_at(address, ndwords, value)
+            self._last = self.compute
+            return Point(self, value)
+
+    def step(self) -> Step:
+        """A new step to record launches and copies into (see :mod:`rig_nv.step`)."""
+        self._check()
+        return Step(self)
+
     def synchronize(self) -> None:
         """Wait until every submission so far is done."""
         self._wait_value(self._next - 1)
@@ -394,6 +462,66 @@ class Device:
         if a is None:
             raise Misuse(f"{region} is not a live region of {self._facts.name}")
         return self.path.export(a, region.gpu - a.gpu, region.length)
+
+    # ---- kernels --------------------------------------------------------------------------
+
+    def load(self, cubin: bytes) -> Image:
+        """Load a cubin (as nvcc, ptxas, NVRTC or Triton emit it) into this device.
+
+        Raises :class:`rig_nv.cubin.CubinError` for a malformed cubin or one built for another
+        architecture (naming both), :class:`rig_edge.RigError` when memory runs out.
+        """
+        self._check()
+        return launching.load(self, cubin)
+
+    def launch(self, fn: Function, grid: Any, block: Any, args: Any = (),
+               shared: int = 0) -> Point:
+        """Launch kernel ``fn`` (``image["name"]``) on ``grid`` blocks of ``block`` threads.
+
+        ``args`` follow the kernel's parameters (see :func:`rig_nv.launch.pack_args`);
+        ``shared`` is dynamic shared memory in bytes. No ioctl: the QMD and constant bank go
+        into host memory the GPU reads, and two methods to the compute channel. Raises
+        :class:`rig_edge.Misuse` for grid, block, shared memory or arguments out of range.
+        """
+        return launching.launch(self, fn, grid, block, args, shared)
+
+    def _grow_local(self, per_thread: int, body: Push) -> None:
+        """Give the compute engine ``per_thread`` bytes of local memory per thread."""
+        per_tpc = -(-(-(-per_thread * 32 // 0x200) * 0x200) * self.max_warps_per_sm
+                    * self.sm_per_tpc // 0x8000) * 0x8000
+        region = self.alloc(per_tpc * self.tpc_slots, Memory.DEVICE)
+        if region is None:
+            raise RigError(f"{self._facts.name}: no memory for {per_thread} bytes of local "
+                           "memory per thread")
+        # Earlier launches may still use the old memory: it is kept until the device stops.
+        self._local.append(region)
+        body.method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_A, *hi_lo(region.gpu))
+        body.method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A,
+                    *hi_lo(per_tpc), 0xFF)
+        self._slm = per_thread
+
+    def _launch(self, fn: Function, grid: tuple[int, ...], block: tuple[int, ...],
+                shared_total: int, local_needed: int, bank: bytes) -> Point:
+        with self._lock:
+            self._check()
+            body = Push()
+            if local_needed > self._slm:
+                self._grow_local(local_needed, body)
+            if self._images_loaded:
+                body.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+                            INVALIDATE_CODE_AND_DATA)
+                self._images_loaded = False
+            self._arena.retire(self.completed())
+            at = self._arena.take(512 + len(bank), 256)
+            ring = self._arena.ring
+            address = launching.write_launch(self, fn, grid, block, shared_total, self._slm,
+                                             bank, ring.view, ring.gpu, at)
+            body.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, address >> 8)
+            body.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B,
+                        PCAS_INVALIDATE_COPY_SCHEDULE)
+            point = self._submit(self.compute, body)
+            self._arena.used(point.value, at, at + 512 + len(bank))
+            return point
 
     # ---- copies --------------------------------------------------------------------------
 

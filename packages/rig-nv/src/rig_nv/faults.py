@@ -9,31 +9,30 @@ status = 0xFFFF), per nvgputypes.h and kernel_rc_notification.c.
 from __future__ import annotations
 
 XID: dict[int, str] = {
-    13: "GR_EXCEPTION",
-    14: "FAKE_ERROR",
-    31: "FIFO_ERROR_MMU_ERR_FLT",
-    32: "PBDMA_ERROR",
-    39: "CE0_ERROR",
-    40: "CE1_ERROR",
-    41: "CE2_ERROR",
-    43: "RESETCHANNEL_VERIF_ERROR",
-    44: "GR_FAULT_DURING_CTXSW",
-    45: "PREEMPTIVE_REMOVAL",
-    48: "GPU_ECC_DBE",
+    13: "ROBUST_CHANNEL_GR_EXCEPTION",
+    14: "ROBUST_CHANNEL_FAKE_ERROR",
+    31: "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT",
+    32: "ROBUST_CHANNEL_PBDMA_ERROR",
+    39: "ROBUST_CHANNEL_CE0_ERROR",
+    40: "ROBUST_CHANNEL_CE1_ERROR",
+    41: "ROBUST_CHANNEL_CE2_ERROR",
+    43: "ROBUST_CHANNEL_RESETCHANNEL_VERIF_ERROR",
+    44: "ROBUST_CHANNEL_GR_FAULT_DURING_CTXSW",
+    45: "ROBUST_CHANNEL_PREEMPTIVE_REMOVAL",
+    48: "ROBUST_CHANNEL_GPU_ECC_DBE",
     62: "PMU_HALT_ERROR",
-    68: "NVDEC0_ERROR",
-    69: "GR_CLASS_ERROR",
-    70: "CE3_ERROR",
-    71: "CE4_ERROR",
-    72: "CE5_ERROR",
-    75: "CE6_ERROR",
-    76: "CE7_ERROR",
-    77: "CE8_ERROR",
-    79: "GPU_HAS_FALLEN_OFF_THE_BUS",
-    85: "CE9_ERROR",
-    94: "CONTAINED_ERROR",
-    95: "UNCONTAINED_ERROR",
-    109: "CTXSW_TIMEOUT",
+    68: "ROBUST_CHANNEL_NVDEC0_ERROR",
+    69: "ROBUST_CHANNEL_GR_CLASS_ERROR",
+    70: "ROBUST_CHANNEL_CE3_ERROR",
+    71: "ROBUST_CHANNEL_CE4_ERROR",
+    72: "ROBUST_CHANNEL_CE5_ERROR",
+    75: "ROBUST_CHANNEL_CE6_ERROR",
+    76: "ROBUST_CHANNEL_CE7_ERROR",
+    77: "ROBUST_CHANNEL_CE8_ERROR",
+    79: "ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS",
+    85: "ROBUST_CHANNEL_CE9_ERROR",
+    94: "ROBUST_CHANNEL_CONTAINED_ERROR",
+    95: "ROBUST_CHANNEL_UNCONTAINED_ERROR",
     119: "GSP_RPC_TIMEOUT",
     120: "GSP_ERROR",
 }
@@ -43,5 +42,5 @@ ENGINE = {1: "graphics/compute", **{0x09 + i: f"copy engine {i}" for i in range(
 
 
 def xid_name(number: int) -> str:
-    """``"ROBUST_CHANNEL_GR_EXCEPTION (Xid 13)"`` for a channel error number."""
-    return f"ROBUST_CHANNEL_{XID.get(number, 'ERROR')} (Xid {number})"
+    """NVIDIA's name of a channel error, and its number: "ROBUST_CHANNEL_GR_EXCEPTION (Xid 13)"."""
+    return f"{XID.get(number, 'ROBUST_CHANNEL_ERROR')} (Xid {number})"

@@ -85,8 +85,11 @@ def header(subchannel: int, method: int, count: int, op: int = INCREMENTING) -> 
     """A method header: ``count`` data words follow for ``method`` on ``subchannel``."""
     if not 0 <= count <= 0x1FFF:
         raise ValueError(f"a method header carries 0..8191 words, not {count}")
-    if method & 3 or method >= 0x8000:
-        raise ValueError(f"method offset 0x{method:x} is not a word offset below 0x8000")
+    if method & 3 or not 0 <= method < 0x4000:
+        raise ValueError(f"method offset 0x{method:x} is not a word offset below 0x4000 "
+                         "(the header's ADDRESS field is bits 11:0)")
+    if not 0 <= subchannel < 8:
+        raise ValueError(f"subchannel {subchannel} is not 0..7")
     return (op << 29) | (count << 16) | (subchannel << 13) | (method >> 2)
 
 

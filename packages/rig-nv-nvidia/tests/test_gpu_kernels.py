@@ -1,0 +1,170 @@
+"""Kernels on a real GPU (Hopper: QMD V04, HOPPER_COMPUTE_A): fresh random data every time,
+compared with numpy."""
+
+from __future__ import annotations
+
+import struct
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rig_edge import Memory, Region
+from rig_nv import Device
+from rig_nv.cubin import CubinError
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+
+
+CUBINS = Path(__file__).resolve().parents[2] / "rig-nv" / "tests" / "cubins"
+
+
+def cubin(arch: str = "sm_90") -> bytes:
+    return (CUBINS / f"kernels.{arch}.cubin").read_bytes()
+
+
+def put(device: Device, array: np.ndarray) -> Region:
+    r = device.alloc(array.nbytes, Memory.DEVICE)
+    assert r is not None
+    device.upload(r, array.tobytes())
+    return r
+
+
+def get(device: Device, r: Region, dtype: type, count: int) -> np.ndarray:
+    return np.frombuffer(bytes(device.download(r, count * np.dtype(dtype).itemsize)), dtype=dtype)
+
+
+N = 1 << 26
+
+
+def test_vector_add_2_pow_26(device: Device) -> None:
+    img = device.load(cubin())
+    a, b = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+    ra, rb = put(device, a), put(device, b)
+    rc = device.alloc(4 * N, Memory.DEVICE)
+    assert rc
+    device.launch(img["vadd"], (N // 256,), (256,), (ra, rb, rc, N)).wait()
+    np.testing.assert_array_equal(get(device, rc, np.float32, N), a + b)
+
+
+def test_saxpy_2_pow_26(device: Device) -> None:
+    img = device.load(cubin())
+    x, y = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+    alpha = float(np.float32(rng.random()))
+    rx, ry = put(device, x), put(device, y)
+    device.launch(img["saxpy"], ((N + 255) // 256,), (256,), (alpha, rx, ry, N)).wait()
+    np.testing.assert_allclose(get(device, ry, np.float32, N), np.float32(alpha) * x + y,
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("total_kib", [48, 200])
+def test_reduction_static_and_dynamic_shared(device: Device, total_kib: int) -> None:
+    """47 KiB static shared memory plus dynamic shared memory up to 48 KiB and 200 KiB."""
+    img = device.load(cubin())
+    n, blocks, threads = 1 << 22, 128, 256
+    dynamic = total_kib * 1024 - 47 * 1024
+    data = rng.random(n, dtype=np.float32)
+    rin = put(device, data)
+    rout = device.alloc(4 * blocks, Memory.DEVICE)
+    assert rout
+    device.upload(rout, bytes(4 * blocks))
+    device.launch(img["reduce"], (blocks,), (threads,), (rin, rout, n), shared=dynamic).wait()
+    got = get(device, rout, np.float32, blocks).astype(np.float64)
+    # The same tree on the host: block b's thread t sums elements i with i // threads % blocks
+    # == b and i % threads == t; each step adds the partner's partial sum and half of its
+    # first sum (extra[] = s / 2); thread 0 adds the 1.0 it put at the far end of the array.
+    per_thread = np.zeros((blocks, threads))
+    idx = np.arange(n)
+    np.add.at(per_thread, ((idx // threads) % blocks, idx % threads), data)
+    stage, extra = per_thread.copy(), per_thread * 0.5
+    w = threads // 2
+    while w > 0:
+        stage[:, :w] += stage[:, w : 2 * w] + extra[:, w : 2 * w]
+        w //= 2
+    np.testing.assert_allclose(got, stage[:, 0] + 1.0, rtol=1e-4)
+
+
+def test_local_memory_kernel(device: Device) -> None:
+    img = device.load(cubin())
+    n = 1 << 16
+    inp = rng.random(32, dtype=np.float32)
+    idx = rng.integers(0, 1 << 30, 2 * n, dtype=np.int32)
+    rin, ridx = put(device, inp), put(device, idx)
+    rout = device.alloc(4 * n, Memory.DEVICE)
+    assert rout
+    device.launch(img["local_array"], (n // 128,), (128,), (rin, ridx, rout, n)).wait()
+    i = np.arange(n, dtype=np.float32)
+    buf = inp[None, :] * i[:, None]
+    buf[np.arange(n), idx[:n] & 31] += 1.0
+    np.testing.assert_array_equal(get(device, rout, np.float32, n), buf[np.arange(n), idx[n:] & 31])
+
+
+def test_3d_grid(device: Device) -> None:
+    img = device.load(cubin())
+    nx, ny, nz = 67, 45, 23
+    rout = device.alloc(4 * nx * ny * nz, Memory.DEVICE)
+    assert rout
+    device.launch(img["grid3d"], ((nx + 7) // 8, (ny + 3) // 4, (nz + 1) // 2), (8, 4, 2),
+                  (rout, nx, ny, nz)).wait()
+    got = get(device, rout, np.float32, nx * ny * nz).reshape(nz, ny, nx)
+    # taps[] (a __constant__ array) is zero-initialised in the image: every output is 0 * s.
+    assert np.all(got == 0.0)
+    assert img.globals is not None
+    visits = struct.unpack("<I", bytes(device.download(img.globals, 4)))[0]
+    assert visits == nx * ny * nz
+
+
+def test_struct_by_value(device: Device) -> None:
+    img = device.load(cubin())
+    m = rng.random(12, dtype=np.float32)
+    n, stride, tag, flag = 500, 3, int(rng.integers(0, 1 << 40)), 5
+    block = m.tobytes() + struct.pack("<iiQ", n, stride, tag)
+    assert len(block) == 64
+    rout = device.alloc(4 * n * stride, Memory.DEVICE)
+    assert rout
+    device.upload(rout, bytes(4 * n * stride))
+    device.launch(img["by_value"], (2,), (256,), (block, rout, flag)).wait()
+    got = get(device, rout, np.float32, n * stride)[::stride]
+    want = m[np.arange(n) % 12] + np.float32(tag & 0xFF) + np.float32(flag)
+    np.testing.assert_array_equal(got, want)
+
+
+def test_ten_thousand_launches(device: Device) -> None:
+    img = device.load(cubin())
+    n = 1024
+    x = rng.random(n, dtype=np.float32)
+    y = np.zeros(n, dtype=np.float32)
+    rx, ry = put(device, x), put(device, y)
+    t = time.perf_counter()
+    for _ in range(10_000):
+        p = device.launch(img["saxpy"], (n // 256,), (256,), (1.0, rx, ry, n))
+    p.wait()
+    elapsed = time.perf_counter() - t
+    got = get(device, ry, np.float32, n)
+    want = np.zeros(n, dtype=np.float32)
+    for _ in range(10_000):
+        want = x + want
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    print(f"10,000 launches: {elapsed / 10_000 * 1e6:.2f} us each")
+
+
+def test_launch_and_wait_latency(device: Device) -> None:
+    img = device.load(cubin())
+    r = device.alloc(4096, Memory.DEVICE)
+    assert r
+    fn = img["vadd"]
+    for _ in range(100):
+        device.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
+    times = []
+    for _ in range(2000):
+        t = time.perf_counter()
+        device.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
+        times.append(time.perf_counter() - t)
+    print(f"launch+wait median {np.median(times) * 1e6:.2f} us, min {min(times) * 1e6:.2f} us")
+
+
+def test_cubin_of_another_architecture_is_refused(device: Device) -> None:
+    with pytest.raises(CubinError, match=r"sm_120.*sm_90"):
+        device.load(cubin("sm_120"))

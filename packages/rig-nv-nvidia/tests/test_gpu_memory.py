@@ -1,0 +1,178 @@
+"""The kernel-driver path on a real GPU: opening, memory of each kind, copies, map_host,
+usage, dma-buf. Random data every time, compared byte for byte."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rig_nv_nvidia
+from rig_edge import Memory, OpenRefused, Refusal
+from rig_nv import Device
+
+pytestmark = pytest.mark.gpu
+rng = np.random.default_rng()
+
+
+def random_bytes(n: int) -> bytes:
+    return rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+
+
+def test_open_stop_open_again() -> None:
+    """Spec: a device's stop lets the GPU be opened again."""
+    d = rig_nv_nvidia.gpu(0).open()
+    assert d.arch == "sm_90"
+    assert d.facts.bus == rig_nv_nvidia.buses()[0]
+    assert d.facts.hang_ms == 30_000  # no display on the H200: no RM watchdog
+    d.stop()
+    d.stop()  # a second stop does nothing
+    again = rig_nv_nvidia.gpu(0).open()
+    again.stop()
+
+
+def test_second_open_while_live_is_refused(device: Device) -> None:
+    """Spec: make is Error when a device of GPU i is open and not stopped."""
+    with pytest.raises(OpenRefused, match="open and not stopped"):
+        rig_nv_nvidia.gpu(0).open()
+
+
+@pytest.mark.parametrize("kind", [Memory.DEVICE, Memory.PINNED, Memory.MAPPED])
+@pytest.mark.parametrize("size", [4096, 64 << 20, 8 << 30])
+def test_alloc_each_kind_and_size(device: Device, kind: Memory, size: int) -> None:
+    """Pinned and Mapped lie at one address for host and GPU; Device has no host address."""
+    r = device.alloc(size, kind)
+    assert r is not None and r.length == size and r.kind is kind
+    if kind is Memory.DEVICE:
+        assert r.host is None
+    else:
+        assert r.host == r.gpu and (384 << 30) <= r.gpu < (1 << 40)
+    # Prove the memory is there: random bytes at both ends go in and come back.
+    head, tail = random_bytes(4096), random_bytes(4096)
+    device.upload(r, head, 0)
+    device.upload(r, tail, size - 4096).wait()
+    assert bytes(device.download(r, 4096, 0)) == head
+    assert bytes(device.download(r, 4096, size - 4096)) == tail
+    device.free(r)
+
+
+@pytest.mark.parametrize("n", [1, 3, 4097, (1 << 20) + 13, (96 << 20) + 7])
+def test_copies_round_trip_odd_sizes_and_offsets(device: Device, n: int) -> None:
+    src_off, dst_off = int(rng.integers(0, 4096)), int(rng.integers(0, 4096))
+    data = random_bytes(n)
+    dev_a = device.alloc(n + 8192, Memory.DEVICE)
+    dev_b = device.alloc(n + 8192, Memory.DEVICE)
+    pin = device.alloc(n + 8192, Memory.PINNED)
+    assert dev_a and dev_b and pin
+    device.upload(dev_a, data, src_off)  # host -> Device (staged)
+    device.copy(dev_b, dev_a, n, dst_offset=dst_off, src_offset=src_off)  # Device -> Device
+    device.copy(pin, dev_b, n, dst_offset=7, src_offset=dst_off).wait()  # Device -> Pinned
+    assert bytes(device.download(dev_b, n, dst_off)) == data  # Device -> host
+    assert bytes(device.download(pin, n, 7)) == data
+
+
+def test_timeline_values_complete_in_order_across_queues(device: Device) -> None:
+    a = device.alloc(64 << 20, Memory.DEVICE)
+    b = device.alloc(64 << 20, Memory.PINNED)
+    assert a and b
+    points = [device.copy(b, a) for _ in range(20)]
+    assert [p.value for p in points] == sorted(p.value for p in points)
+    points[-1].wait()
+    assert all(p.signaled for p in points)
+
+
+def _gpu_copy_of_host(device: Device, region_bytes: int, host: object) -> bytes:
+    mapped = device.map_host(host)
+    assert not isinstance(mapped, Refusal), mapped
+    dst = device.alloc(region_bytes, Memory.DEVICE)
+    assert dst
+    device.copy(dst, mapped, region_bytes).wait()
+    out = bytes(device.download(dst))
+    device.free(mapped)
+    return out
+
+
+def test_map_host_anonymous_memory(device: Device) -> None:
+    buf = bytearray(random_bytes(3 * 4096 + 100))
+    assert _gpu_copy_of_host(device, len(buf), buf) == bytes(buf)
+
+
+def test_map_host_tmpfs_shared_file(device: Device) -> None:
+    """tmpfs tracks no dirty pages: Linux pins its shared mappings for the long term."""
+    with tempfile.TemporaryFile(dir="/dev/shm") as f:
+        data = random_bytes(1 << 20)
+        f.write(data)
+        f.flush()
+        m = mmap.mmap(f.fileno(), len(data), mmap.MAP_SHARED)
+        try:
+            assert _gpu_copy_of_host(device, len(data), m) == data
+        finally:
+            m.close()
+
+
+def _ext4_dir() -> Path | None:
+    for line in Path("/proc/mounts").read_text().splitlines():
+        _, where, fs = line.split()[:3]
+        if fs == "ext4" and os.access(where, os.W_OK):
+            return Path(where)
+    return None
+
+
+def test_map_host_ext4_shared_file_is_never(device: Device) -> None:
+    """Spec: from Linux 6.5 a long-term pin of a shared file mapping on ext4 is refused, so
+    map_host answers Never for those pages."""
+    where = _ext4_dir()
+    if where is None:
+        pytest.skip("no writable ext4 mount on this machine")
+    with tempfile.TemporaryFile(dir=where) as f:
+        f.write(random_bytes(1 << 16))
+        f.flush()
+        m = mmap.mmap(f.fileno(), 1 << 16, mmap.MAP_SHARED)
+        try:
+            assert device.map_host(m) is Refusal.NEVER
+        finally:
+            m.close()
+
+
+def test_usage_sees_memory_and_busy(device: Device) -> None:
+    """usage: memory_free drops by what is allocated; busy > 0 while copies run."""
+    before = rig_nv_nvidia.usage(0, window=1.0)
+    assert before.memory_total > 100 << 30
+    big = device.alloc(8 << 30, Memory.DEVICE)
+    assert big
+    after = rig_nv_nvidia.usage(0, window=1.0)
+    assert before.memory_free - after.memory_free >= (8 << 30) - (64 << 20)
+    other = device.alloc(8 << 30, Memory.DEVICE)
+    assert other
+    stop = threading.Event()
+
+    def churn() -> None:
+        while not stop.is_set():
+            device.copy(other, big).wait()
+
+    t = threading.Thread(target=churn)
+    t.start()
+    try:
+        time.sleep(2.5)
+        busy = rig_nv_nvidia.usage(0, window=2.0).busy
+    finally:
+        stop.set()
+        t.join()
+    assert busy is not None and busy > 0
+
+
+def test_dma_buf_export_has_the_objects_size(device: Device) -> None:
+    r = device.alloc(64 << 20, Memory.DEVICE)
+    assert r
+    buf = device.dma(r)
+    try:
+        assert buf.offset == 0 and buf.length == 64 << 20
+        assert os.lseek(buf.fd, 0, os.SEEK_END) == 64 << 20
+    finally:
+        os.close(buf.fd)

@@ -1,0 +1,275 @@
+"""Loading cubins into images and launching their kernels.
+
+A launch writes a QMD and constant bank 0 into host memory the GPU reads, and sends two compute
+methods (SEND_PCAS_A with the QMD's address, SEND_SIGNALING_PCAS2_B) on the compute channel:
+no ioctl. Constant bank 0 holds the driver's area (block and grid sizes, the shared and local
+memory windows, the initial stack pointer) and then the kernel's parameters, at the offsets the
+cubin's .nv.info declares. The driver-area offsets were read off ptxas's own code (every
+kernel loads its stack pointer and window bases from c[0x0][...]); see the project notes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rig_edge import Memory, Misuse, Region, RigError
+from rig_nv import qmd
+from rig_nv.cubin import Cubin, CubinError, Kernel, parse
+from rig_nv.hostmem import view
+
+if TYPE_CHECKING:
+    from rig_nv.device import Device, Point
+
+# R_CUDA relocation types (nvdisasm's machine description, as listed in the project notes).
+R_CUDA_64 = 2
+R_CUDA_G64 = 4
+R_CUDA_ABS32_LO_32 = 0x38
+R_CUDA_ABS32_HI_32 = 0x39
+# The stack pointer the driver gives every thread: the top of a 16 MiB local window less
+# 0x240 bytes (what CUDA and tinygrad program), so a thread needs frame + 0x240 bytes.
+STACK_TOP = 0x1000000 - 0x240
+STACK_RESERVE = 0x240
+MAX_BLOCK = (1024, 1024, 64)
+MAX_GRID = ((1 << 31) - 1, 65535, 65535)
+MAX_THREADS = 1024
+CODE_SLACK = 0x1000  # the SM prefetches past a kernel's last instruction
+
+
+@dataclass(frozen=True)
+class Bank0:
+    """Where the driver's values lie in constant bank 0 (per architecture)."""
+
+    block: int
+    grid: int
+    shared_window: int
+    local_window: int
+    stack: int
+
+
+BANK0_AMPERE_HOPPER = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20,
+                            stack=0x28)
+BANK0_BLACKWELL = Bank0(block=0x360, grid=0x370, shared_window=0x2F0, local_window=0x2F8,
+                        stack=0x37C)
+
+
+def bank0_of(arch: str) -> Bank0:
+    return BANK0_BLACKWELL if int(arch[3:].rstrip("af")) >= 100 else BANK0_AMPERE_HOPPER
+
+
+def sass_version(arch: str) -> int:
+    """The QMD's SASS_VERSION byte: major in the high nibble, minor in the low (0x90)."""
+    n = int(arch[3:].rstrip("af"))
+    return ((n // 10) << 4) | (n % 10)
+
+
+@dataclass(frozen=True)
+class Function:
+    """A kernel of a loaded image: what a launch needs."""
+
+    image: Image
+    kernel: Kernel
+    program: int  # GPU address of its first instruction
+
+    @property
+    def name(self) -> str:
+        return self.kernel.name
+
+
+class Image:
+    """A cubin loaded into a device's memory: code copied, relocations applied."""
+
+    def __init__(self, device: Device, cubin: Cubin, code: Region, globals_: Region | None) -> None:
+        self.device = device
+        self.cubin = cubin
+        self.code = code
+        self.globals = globals_
+        self.functions = {
+            name: Function(self, k, code.gpu + k.text_offset) for name, k in cubin.kernels.items()
+        }
+
+    def __getitem__(self, name: str) -> Function:
+        try:
+            return self.functions[name]
+        except KeyError:
+            raise Misuse(f"the image has no kernel {name!r} (it has "
+                         f"{', '.join(sorted(self.functions)) or 'none'})") from None
+
+    def free(self) -> None:
+        """Give back the image's memory (after its launches are done)."""
+        self.device.synchronize()
+        self.device.free(self.code)
+        if self.globals is not None:
+            self.device.free(self.globals)
+
+
+def relocate(cubin: Cubin, image: bytearray, base: int, globals_base: int | None) -> None:
+    """Apply the cubin's relocations for an image loaded at GPU address ``base``."""
+    for r in cubin.relocations:
+        offset, target, rtype, addend = r.offset, r.target, r.type, r.addend
+        if target is None:
+            if globals_base is None:
+                raise CubinError(f"relocation at 0x{offset:x} names {r.symbol!r}, which lies "
+                                 "in no loaded section")
+            address = globals_base + r.nobits_offset + addend
+        else:
+            address = base + target + addend
+        if rtype in (R_CUDA_64, R_CUDA_G64):
+            struct.pack_into("<Q", image, offset, address)
+        elif rtype == R_CUDA_ABS32_LO_32:
+            struct.pack_into("<I", image, offset + 4, address & 0xFFFFFFFF)
+        elif rtype == R_CUDA_ABS32_HI_32:
+            struct.pack_into("<I", image, offset + 4, address >> 32)
+        else:
+            raise CubinError(f"relocation type 0x{rtype:x} at 0x{offset:x} is not one rig applies")
+
+
+def load(device: Device, data: bytes) -> Image:
+    """Parse ``data`` (a cubin) and copy it into ``device``'s memory.
+
+    Raises :class:`rig_nv.cubin.CubinError` for a malformed cubin or one built for another
+    architecture than the GPU's (naming both).
+    """
+    cubin = parse(data)
+    want = device.arch
+    if cubin.arch.rstrip("af") != want:
+        raise CubinError(f"the cubin is for {cubin.arch}, but {device.facts.name} is {want}: "
+                         f"build it for {want}")
+    image = bytearray(cubin.image)
+    code = device.alloc(len(image) + CODE_SLACK, Memory.DEVICE)
+    if code is None:
+        raise RigError(f"{device.facts.name}: no memory for a {len(image)}-byte image")
+    globals_ = None
+    if cubin.globals_size:
+        globals_ = device.alloc(cubin.globals_size, Memory.DEVICE)
+        if globals_ is None:
+            device.free(code)
+            raise RigError(f"{device.facts.name}: no memory for the image's globals")
+        device.upload(globals_, bytes(cubin.globals_size))
+    relocate(cubin, image, code.gpu, globals_.gpu if globals_ else None)
+    device.upload(code, image).wait()
+    device._images_loaded = True  # the next launch invalidates the instruction cache
+    return Image(device, cubin, code, globals_)
+
+
+def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
+    """Each argument's (offset within the parameters, bytes).
+
+    A :class:`rig_edge.Region` is its GPU address; an int fills its parameter's size
+    (signed or unsigned, little-endian); a float is a 4-byte float or an 8-byte double by the
+    parameter's size; bytes-like values are copied as they are and must have the parameter's
+    exact size (structs by value).
+    """
+    if len(args) != len(kernel.params):
+        raise Misuse(f"{kernel.name} takes {len(kernel.params)} arguments, not {len(args)}")
+    out = []
+    for i, (arg, (offset, size)) in enumerate(zip(args, kernel.params, strict=True)):
+        if isinstance(arg, Region):
+            if size != 8:
+                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
+            data = arg.gpu.to_bytes(8, "little")
+        elif isinstance(arg, bool | int):
+            v = int(arg)
+            if not -(1 << (8 * size - 1)) <= v < (1 << (8 * size)):
+                raise Misuse(f"{kernel.name} argument {i}: {v} does not fit {size} bytes")
+            data = (v % (1 << (8 * size))).to_bytes(size, "little")
+        elif isinstance(arg, float):
+            if size not in (4, 8):
+                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
+            data = struct.pack("<f" if size == 4 else "<d", arg)
+        else:
+            data = bytes(memoryview(arg).cast("B"))
+            if len(data) != size:
+                raise Misuse(f"{kernel.name} argument {i} is {size} bytes, given {len(data)}")
+        out.append((offset, data))
+    return out
+
+
+def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
+        tuple[int, int, int], tuple[int, int, int]]:
+    g = (*grid, 1, 1, 1)[:3]
+    b = (*block, 1, 1, 1)[:3]
+    if any(not isinstance(v, int) or v < 1 for v in (*g, *b)):
+        raise Misuse(f"{name}: grid {grid} and block {block} need positive whole numbers")
+    if any(v > m for v, m in zip(g, MAX_GRID, strict=True)):
+        raise Misuse(f"{name}: grid {g} exceeds the hardware's {MAX_GRID}")
+    if any(v > m for v, m in zip(b, MAX_BLOCK, strict=True)) or b[0] * b[1] * b[2] > MAX_THREADS:
+        raise Misuse(f"{name}: block {b} exceeds {MAX_BLOCK} or {MAX_THREADS} threads")
+    return g, b  # type: ignore[return-value]
+
+
+def build(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
+          args: Sequence[Any], shared: int) -> tuple[bytes, bytes]:
+    """(constant bank 0, launch description) for one launch; raises :class:`Misuse`."""
+    k = fn.kernel
+    g, b = check_dims(k.name, grid, block)
+    if k.required_block and tuple(k.required_block) != b:
+        raise Misuse(f"{k.name} requires block {k.required_block}, not {b}")
+    if shared < 0:
+        raise Misuse(f"dynamic shared memory must be >= 0, not {shared}")
+    arch = device.arch
+    # The system keeps 1 KiB of every block's shared memory; ptxas counts it in
+    # .nv.shared.<kernel> from sm_90 on (measured: see the project notes), not before.
+    reserve = 0 if int(arch[3:].rstrip("af")) >= 90 else 0x400
+    total = k.shared_section_bytes + shared + reserve
+    if total > qmd.max_shared(arch) + 1024:
+        raise Misuse(f"{k.name}: {total - 1024} bytes of shared memory exceed {arch}'s "
+                     f"{qmd.max_shared(arch)} per block")
+    lay = bank0_of(arch)
+    size = max(k.param_offset + k.param_bytes, k.constant0_size, lay.stack + 4)
+    size = -(-size // 64) * 64
+    bank = bytearray(size)
+    struct.pack_into("<3I", bank, lay.block, *b)
+    struct.pack_into("<3I", bank, lay.grid, *g)
+    local_window, shared_window = device.windows
+    struct.pack_into("<Q", bank, lay.shared_window, shared_window)
+    struct.pack_into("<Q", bank, lay.local_window, local_window)
+    struct.pack_into("<I", bank, lay.stack, STACK_TOP)
+    for offset, data in pack_args(k, args):
+        bank[k.param_offset + offset : k.param_offset + offset + len(data)] = data
+    return bytes(bank), struct.pack("<6I3I", *g, *b, total, 0, 0)
+
+
+def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
+           args: Sequence[Any], shared: int = 0) -> Point:
+    """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point."""
+    if fn.image.device is not device:
+        raise Misuse(f"{fn.name} is loaded on another device")
+    bank, dims = build(device, fn, grid, block, args, shared)
+    g = struct.unpack_from("<3I", dims, 0)
+    b = struct.unpack_from("<3I", dims, 12)
+    total = struct.unpack_from("<I", dims, 24)[0]
+    k = fn.kernel
+    need = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
+    return device._launch(fn, g, b, total, need, bank)
+
+
+def write_launch(device: Device, fn: Function, grid: tuple[int, ...], block: tuple[int, ...],
+                 shared_total: int, local_bytes: int, bank: bytes, arena_view: memoryview,
+                 arena_gpu: int, at: int) -> int:
+    """Write the QMD at ``at`` and bank 0 after it in the launch arena; return the QMD's GPU
+    address. The QMD is 256-byte aligned (SEND_PCAS_A takes address >> 8), bank 0 64-byte."""
+    version = device.classes.qmd_version
+    bank_at = at + 512
+    desc = qmd.encode(version, qmd.Launch(
+        program=fn.program,
+        grid=(grid[0], grid[1], grid[2]),
+        block=(block[0], block[1], block[2]),
+        registers=max(fn.kernel.registers, 1),
+        shared_bytes=shared_total,
+        local_bytes=local_bytes,
+        barriers=max(fn.kernel.barriers, 1),
+        cbufs=((0, arena_gpu + bank_at, len(bank)),),
+        sass_version=sass_version(device.arch),
+        arch=device.arch,
+    ))
+    arena_view[at : at + len(desc)] = desc
+    arena_view[bank_at : bank_at + len(bank)] = bank
+    return arena_gpu + at
+
+
+def view_of(region: Region) -> memoryview:
+    assert region.host is not None
+    return view(region.host, region.length)

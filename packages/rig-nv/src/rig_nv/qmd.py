@@ -1,0 +1,331 @@
+"""Queue meta data (QMD): the launch descriptor the compute engine reads, per version.
+
+Bit positions are NVIDIA's, from open-gpu-doc classes/compute/clc6c0qmd.h (V03_00: Ampere
+0xC6C0/0xC7C0 and Ada 0xC9C0 share it), clcbc0qmd.h (V04_00: Hopper 0xCBC0) and clcdc0qmd.h /
+clcec0qmd.h (V05_00: Blackwell 0xCDC0/0xCEC0); ``MW(hi:lo)`` counts bits from bit 0 of dword 0,
+little-endian. Which fields a launch needs and how they are encoded (shifts, the shared-memory
+carveout encoding KiB/4 + 1) follows Mesa NAK's qmd.rs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+Field = tuple[int, int]  # (hi, lo) bit numbers, inclusive
+
+
+def _per(hi: int, lo: int, stride: int, count: int) -> list[Field]:
+    return [(hi + i * stride, lo + i * stride) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """One QMD version: its size, its fields, and how addresses and sizes are shifted."""
+
+    version: int
+    size: int
+    fields: dict[str, Field]
+    cbuf_addr_lower: list[Field]
+    cbuf_addr_upper: list[Field]
+    cbuf_size: list[Field]
+    cbuf_valid: list[Field]
+    cbuf_invalidate: list[Field]
+    cbuf_addr_shift: int  # 0 (V3) or 6 (V4, V5): cbuf addresses 64-byte aligned
+    program_shift: int  # 0 (V3, V4) or 4 (V5)
+    shared_shift: int  # 0 (V3, V4) or 7 (V5)
+    local_shift: int  # 0 (V3, V4) or 4 (V5)
+    release: dict[str, Field] = field(default_factory=dict)
+
+
+V3 = Layout(
+    version=3,
+    size=256,
+    fields={
+        "QMD_GROUP_ID": (133, 128),
+        "SM_GLOBAL_CACHING_ENABLE": (134, 134),
+        "INVALIDATE_TEXTURE_HEADER_CACHE": (186, 186),
+        "INVALIDATE_TEXTURE_SAMPLER_CACHE": (187, 187),
+        "INVALIDATE_TEXTURE_DATA_CACHE": (188, 188),
+        "INVALIDATE_SHADER_DATA_CACHE": (189, 189),
+        "INVALIDATE_INSTRUCTION_CACHE": (190, 190),
+        "INVALIDATE_SHADER_CONSTANT_CACHE": (191, 191),
+        "CWD_MEMBAR_TYPE": (369, 368),
+        "API_VISIBLE_CALL_LIMIT": (378, 378),
+        "SAMPLER_INDEX": (382, 382),
+        "GRID_WIDTH": (415, 384),
+        "GRID_HEIGHT": (431, 416),
+        "GRID_DEPTH": (463, 448),
+        "SHARED_MEMORY_SIZE": (561, 544),
+        "MIN_SM_CONFIG_SHARED_MEM_SIZE": (567, 562),
+        "MAX_SM_CONFIG_SHARED_MEM_SIZE": (574, 569),
+        "QMD_MINOR_VERSION": (579, 576),
+        "QMD_MAJOR_VERSION": (583, 580),
+        "CTA_THREAD_DIMENSION0": (607, 592),
+        "CTA_THREAD_DIMENSION1": (623, 608),
+        "CTA_THREAD_DIMENSION2": (639, 624),
+        "REGISTER_COUNT": (656, 648),
+        "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (662, 657),
+        "SHADER_LOCAL_MEMORY_LOW_SIZE": (759, 736),
+        "BARRIER_COUNT": (767, 763),
+        "PROGRAM_ADDRESS_LOWER": (1567, 1536),
+        "PROGRAM_ADDRESS_UPPER": (1584, 1568),
+        "SHADER_LOCAL_MEMORY_HIGH_SIZE": (1623, 1600),
+        "SASS_VERSION": (1663, 1656),
+    },
+    cbuf_addr_lower=_per(1055, 1024, 64, 8),
+    cbuf_addr_upper=_per(1072, 1056, 64, 8),
+    cbuf_size=_per(1087, 1075, 64, 8),
+    cbuf_valid=_per(640, 640, 1, 8),
+    cbuf_invalidate=_per(1074, 1074, 64, 8),
+    cbuf_addr_shift=0,
+    program_shift=0,
+    shared_shift=0,
+    local_shift=0,
+)
+
+V4 = Layout(
+    version=4,
+    size=384,
+    fields={
+        "QMD_GROUP_ID": (21, 16),
+        "QMD_TYPE": (25, 23),
+        "SHADER_LOCAL_MEMORY_LOW_SIZE": (535, 512),
+        "SASS_VERSION": (543, 536),
+        "SHADER_LOCAL_MEMORY_HIGH_SIZE": (567, 544),
+        "API_VISIBLE_CALL_LIMIT": (568, 568),
+        "SAMPLER_INDEX": (569, 569),
+        "QMD_MINOR_VERSION": (579, 576),
+        "QMD_MAJOR_VERSION": (583, 580),
+        "SHARED_MEMORY_SIZE": (601, 584),
+        "INVALIDATE_TEXTURE_HEADER_CACHE": (602, 602),
+        "INVALIDATE_TEXTURE_SAMPLER_CACHE": (603, 603),
+        "INVALIDATE_TEXTURE_DATA_CACHE": (604, 604),
+        "INVALIDATE_SHADER_DATA_CACHE": (605, 605),
+        "INVALIDATE_INSTRUCTION_CACHE": (606, 606),
+        "INVALIDATE_SHADER_CONSTANT_CACHE": (607, 607),
+        "MIN_SM_CONFIG_SHARED_MEM_SIZE": (613, 608),
+        "MAX_SM_CONFIG_SHARED_MEM_SIZE": (619, 614),
+        "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (625, 620),
+        "GRID_WIDTH": (1055, 1024),
+        "GRID_HEIGHT": (1071, 1056),
+        "GRID_DEPTH": (1103, 1088),
+        "CWD_MEMBAR_TYPE": (1137, 1136),
+        "CTA_THREAD_DIMENSION0": (1167, 1152),
+        "CTA_THREAD_DIMENSION1": (1183, 1168),
+        "CTA_THREAD_DIMENSION2": (1199, 1184),
+        "REGISTER_COUNT": (1208, 1200),
+        "BARRIER_COUNT": (1215, 1211),
+        "PROGRAM_ADDRESS_LOWER": (1247, 1216),
+        "PROGRAM_ADDRESS_UPPER": (1272, 1248),
+    },
+    cbuf_addr_lower=_per(1567, 1536, 64, 8),
+    cbuf_addr_upper=_per(1586, 1568, 64, 8),
+    cbuf_size=_per(1599, 1587, 64, 8),
+    cbuf_valid=_per(416, 416, 4, 8),
+    cbuf_invalidate=_per(419, 419, 4, 8),
+    cbuf_addr_shift=6,
+    program_shift=0,
+    shared_shift=0,
+    local_shift=0,
+)
+
+V5 = Layout(
+    version=5,
+    size=384,
+    fields={
+        "QMD_GROUP_ID": (149, 144),
+        "QMD_TYPE": (153, 151),
+        "SASS_VERSION": (455, 448),
+        "API_VISIBLE_CALL_LIMIT": (456, 456),
+        "SAMPLER_INDEX": (457, 457),
+        "QMD_MINOR_VERSION": (467, 464),
+        "QMD_MAJOR_VERSION": (471, 468),
+        "INVALIDATE_TEXTURE_HEADER_CACHE": (472, 472),
+        "INVALIDATE_TEXTURE_SAMPLER_CACHE": (473, 473),
+        "INVALIDATE_TEXTURE_DATA_CACHE": (474, 474),
+        "INVALIDATE_SHADER_DATA_CACHE": (475, 475),
+        "INVALIDATE_INSTRUCTION_CACHE": (476, 476),
+        "INVALIDATE_SHADER_CONSTANT_CACHE": (477, 477),
+        "CWD_MEMBAR_TYPE": (625, 624),
+        "PROGRAM_ADDRESS_LOWER": (1055, 1024),
+        "PROGRAM_ADDRESS_UPPER": (1076, 1056),
+        "CTA_THREAD_DIMENSION0": (1103, 1088),
+        "CTA_THREAD_DIMENSION1": (1119, 1104),
+        "CTA_THREAD_DIMENSION2": (1127, 1120),
+        "REGISTER_COUNT": (1136, 1128),
+        "BARRIER_COUNT": (1141, 1137),
+        "SHARED_MEMORY_SIZE": (1162, 1152),
+        "MIN_SM_CONFIG_SHARED_MEM_SIZE": (1168, 1163),
+        "MAX_SM_CONFIG_SHARED_MEM_SIZE": (1174, 1169),
+        "TARGET_SM_CONFIG_SHARED_MEM_SIZE": (1180, 1175),
+        "SHADER_LOCAL_MEMORY_LOW_SIZE": (1199, 1184),
+        "SHADER_LOCAL_MEMORY_HIGH_SIZE": (1215, 1200),
+        "GRID_WIDTH": (1279, 1248),
+        "GRID_HEIGHT": (1295, 1280),
+        "GRID_DEPTH": (1327, 1312),
+    },
+    cbuf_addr_lower=_per(1375, 1344, 64, 8),
+    cbuf_addr_upper=_per(1394, 1376, 64, 8),
+    cbuf_size=_per(1407, 1395, 64, 8),
+    cbuf_valid=_per(1856, 1856, 4, 8),
+    cbuf_invalidate=_per(1859, 1859, 4, 8),
+    cbuf_addr_shift=6,
+    program_shift=4,
+    shared_shift=7,
+    local_shift=4,
+)
+
+LAYOUTS = {3: V3, 4: V4, 5: V5}
+
+# Shared-memory carveouts per SM in KiB (Mesa nouveau_device.c init_shared_mem_sizes).
+CARVEOUTS = {
+    "sm_80": (0, 8, 16, 32, 64, 100, 132, 164),
+    "sm_86": (0, 8, 16, 32, 64, 100),
+    "sm_89": (0, 8, 16, 32, 64, 100),
+    "sm_90": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+    "sm_100": (0, 8, 16, 32, 64, 100, 132, 164, 196, 228),
+    "sm_120": (0, 8, 16, 32, 64, 100),
+}
+
+QMD_TYPE_GRID_CTA = 2
+CWD_MEMBAR_L1_SYSMEMBAR = 1
+API_VISIBLE_CALL_LIMIT_NO_CHECK = 1
+
+
+class Qmd:
+    """A QMD being filled: named fields set and read back, bit-exact."""
+
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
+        self.data = bytearray(layout.size)
+
+    def _put(self, f: Field, value: int, name: str) -> None:
+        hi, lo = f
+        width = hi - lo + 1
+        if not 0 <= value < (1 << width):
+            raise ValueError(f"QMD V{self.layout.version} {name}: {value:#x} does not fit "
+                             f"{width} bits")
+        whole = int.from_bytes(self.data, "little")
+        whole &= ~(((1 << width) - 1) << lo)
+        whole |= value << lo
+        self.data[:] = whole.to_bytes(self.layout.size, "little")
+
+    def _get(self, f: Field) -> int:
+        hi, lo = f
+        return (int.from_bytes(self.data, "little") >> lo) & ((1 << (hi - lo + 1)) - 1)
+
+    def set(self, name: str, value: int) -> None:
+        try:
+            f = self.layout.fields[name]
+        except KeyError:
+            raise KeyError(f"QMD V{self.layout.version} has no field {name}") from None
+        self._put(f, value, name)
+
+    def get(self, name: str) -> int:
+        return self._get(self.layout.fields[name])
+
+    def set_program(self, address: int) -> None:
+        lay = self.layout
+        if address & ((1 << lay.program_shift) - 1):
+            raise ValueError(
+                f"program address 0x{address:x} is not {1 << lay.program_shift}-byte aligned")
+        shifted = address >> lay.program_shift
+        self.set("PROGRAM_ADDRESS_LOWER", shifted & 0xFFFFFFFF)
+        self.set("PROGRAM_ADDRESS_UPPER", shifted >> 32)
+
+    def program(self) -> int:
+        shifted = self.get("PROGRAM_ADDRESS_LOWER") | (self.get("PROGRAM_ADDRESS_UPPER") << 32)
+        return shifted << self.layout.program_shift
+
+    def set_cbuf(self, index: int, address: int, size: int, *, invalidate: bool = True) -> None:
+        lay = self.layout
+        if address & ((1 << lay.cbuf_addr_shift) - 1):
+            raise ValueError(f"constant buffer {index} at 0x{address:x} is not "
+                             f"{1 << lay.cbuf_addr_shift}-byte aligned")
+        if size % 16 or size <= 0:
+            raise ValueError(
+                f"constant buffer {index} size {size} is not a positive multiple of 16")
+        shifted = address >> lay.cbuf_addr_shift
+        self._put(lay.cbuf_addr_lower[index], shifted & 0xFFFFFFFF, f"CBUF{index}_ADDR_LOWER")
+        self._put(lay.cbuf_addr_upper[index], shifted >> 32, f"CBUF{index}_ADDR_UPPER")
+        self._put(lay.cbuf_size[index], size >> 4, f"CBUF{index}_SIZE")
+        self._put(lay.cbuf_valid[index], 1, f"CBUF{index}_VALID")
+        self._put(lay.cbuf_invalidate[index], int(invalidate), f"CBUF{index}_INVALIDATE")
+
+    def cbuf(self, index: int) -> tuple[int, int, bool]:
+        """(address, size, valid) of constant buffer ``index``, decoded."""
+        lay = self.layout
+        lower, upper = lay.cbuf_addr_lower[index], lay.cbuf_addr_upper[index]
+        shifted = self._get(lower) | (self._get(upper) << 32)
+        return (shifted << lay.cbuf_addr_shift, self._get(lay.cbuf_size[index]) << 4,
+                bool(self._get(lay.cbuf_valid[index])))
+
+
+def smem_config(arch: str, nbytes: int) -> tuple[int, int]:
+    """(smallest carveout that fits, largest carveout), each encoded KiB/4 + 1."""
+    sizes = CARVEOUTS.get(arch, CARVEOUTS["sm_86"])
+    fits = next((k for k in sizes if k * 1024 >= nbytes), None)
+    if fits is None:
+        raise ValueError(f"{nbytes} bytes of shared memory exceed {arch}'s {sizes[-1]} KiB")
+    return fits // 4 + 1, sizes[-1] // 4 + 1
+
+
+def max_shared(arch: str) -> int:
+    """The most shared memory one block may use on ``arch``: the largest carveout less the
+    1 KiB the system reserves per block."""
+    return CARVEOUTS.get(arch, CARVEOUTS["sm_86"])[-1] * 1024 - 1024
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What one launch puts into a QMD."""
+
+    program: int
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    registers: int
+    shared_bytes: int  # static + dynamic + the system's reservation, as the SM must provide
+    local_bytes: int  # per thread
+    barriers: int
+    cbufs: tuple[tuple[int, int, int], ...]  # (index, address, size)
+    sass_version: int
+    arch: str
+
+
+def encode(version: int, launch: Launch) -> bytes:
+    """The QMD of ``launch`` in layout ``version`` (3, 4 or 5)."""
+    q = Qmd(LAYOUTS[version])
+    lay = q.layout
+    q.set("QMD_MAJOR_VERSION", version)
+    q.set("QMD_MINOR_VERSION", 0)
+    q.set("API_VISIBLE_CALL_LIMIT", API_VISIBLE_CALL_LIMIT_NO_CHECK)
+    q.set("SAMPLER_INDEX", 0)
+    if "QMD_TYPE" in lay.fields:
+        q.set("QMD_TYPE", QMD_TYPE_GRID_CTA)
+    if "SM_GLOBAL_CACHING_ENABLE" in lay.fields:
+        q.set("SM_GLOBAL_CACHING_ENABLE", 1)
+    q.set("QMD_GROUP_ID", 0x3F)
+    q.set("CWD_MEMBAR_TYPE", CWD_MEMBAR_L1_SYSMEMBAR)
+    for name in ("INVALIDATE_TEXTURE_HEADER_CACHE", "INVALIDATE_TEXTURE_SAMPLER_CACHE",
+                 "INVALIDATE_TEXTURE_DATA_CACHE", "INVALIDATE_SHADER_DATA_CACHE"):
+        q.set(name, 1)
+    q.set_program(launch.program)
+    q.set("GRID_WIDTH", launch.grid[0])
+    q.set("GRID_HEIGHT", launch.grid[1])
+    q.set("GRID_DEPTH", launch.grid[2])
+    q.set("CTA_THREAD_DIMENSION0", launch.block[0])
+    q.set("CTA_THREAD_DIMENSION1", launch.block[1])
+    q.set("CTA_THREAD_DIMENSION2", launch.block[2])
+    q.set("REGISTER_COUNT", launch.registers)
+    q.set("BARRIER_COUNT", launch.barriers)
+    shared = -(-launch.shared_bytes // 0x100) * 0x100
+    q.set("SHARED_MEMORY_SIZE", shared >> lay.shared_shift)
+    low, high = smem_config(launch.arch, shared)
+    q.set("MIN_SM_CONFIG_SHARED_MEM_SIZE", low)
+    q.set("TARGET_SM_CONFIG_SHARED_MEM_SIZE", low)
+    q.set("MAX_SM_CONFIG_SHARED_MEM_SIZE", high)
+    q.set("SHADER_LOCAL_MEMORY_HIGH_SIZE", launch.local_bytes >> lay.local_shift)
+    q.set("SASS_VERSION", launch.sass_version)
+    for index, address, size in launch.cbufs:
+        q.set_cbuf(index, address, size)
+    return bytes(q.data)

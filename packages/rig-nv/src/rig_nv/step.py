@@ -1,0 +1,190 @@
+"""Steps: launches and copies recorded once and submitted again and again (what CUDA graphs
+are for).
+
+A step's commands, QMDs and constant banks are written once into pinned memory the GPU reads.
+Each submission is one GPFIFO entry naming those commands (plus one more holding a wait when
+the device's previous submission went to the copy channel). The commands end by adding one to
+the timeline word (a 64-bit unsigned IADD reduction, clc56f.h SEM_EXECUTE), so they never
+change between submissions. Launches inside a step run one after another: a host WFI between
+them waits for the compute engine before the next starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rig_edge import Memory, Misuse, Region, RigError
+from rig_nv import launch as launching
+from rig_nv.hostmem import view
+from rig_nv.push import (
+    COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+    COMPUTE_SEND_PCAS_A,
+    COMPUTE_SEND_SIGNALING_PCAS2_B,
+    NON_STALL_INTERRUPT,
+    SEM_ADDR_LO,
+    SEM_PAYLOAD_64BIT,
+    SEM_RELEASE_WFI,
+    SUBC_COMPUTE,
+    SUBC_HOST,
+    WFI,
+    Push,
+    lo_hi,
+)
+
+if TYPE_CHECKING:
+    from rig_nv.device import Device, Point
+
+# SEM_EXECUTE OPERATION REDUCTION (6), REDUCTION IADD (5) in 30:27, FORMAT UNSIGNED (1) at 31.
+SEM_OP_REDUCTION = 6
+SEM_REDUCTION_IADD = 5 << 27
+SEM_REDUCTION_UNSIGNED = 1 << 31
+WFI_SCOPE_ALL = 1
+INVALIDATE_CODE_AND_DATA = 0x1011
+
+
+@dataclass
+class _Launch:
+    fn: launching.Function
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_total: int
+    local: int
+    bank: bytes
+    at: int = 0  # offset of its QMD in the step's memory once sealed
+
+
+@dataclass
+class _Copy:
+    dst: int
+    src: int
+    length: int
+
+
+class Step:
+    """A recording of launches and copies on one device, replayed by :meth:`submit`."""
+
+    def __init__(self, device: Device) -> None:
+        self.device = device
+        self._items: list[_Launch | _Copy] = []
+        self._memory: Region | None = None
+        self._words = 0
+        self._last: Point | None = None
+
+    def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
+               args: Sequence[Any] = (), shared: int = 0) -> int:
+        """Record a launch; returns its index (for :meth:`set_args`)."""
+        self._unsealed()
+        bank, dims = launching.build(self.device, fn, grid, block, args, shared)
+        g, b = launching.check_dims(fn.name, grid, block)
+        k = fn.kernel
+        local = (-(-(k.local_bytes + launching.STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
+        total = int.from_bytes(dims[24:28], "little")
+        self._items.append(_Launch(fn, g, b, total, local, bank))
+        return len(self._items) - 1
+
+    def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
+             src_offset: int = 0) -> None:
+        """Record a copy on the copy engine of the compute channel."""
+        self._unsealed()
+        if n is None:
+            n = src.length - src_offset
+        if n <= 0 or dst_offset + n > dst.length or src_offset + n > src.length:
+            raise Misuse(f"a step copy of {n} bytes lies outside its regions")
+        self._items.append(_Copy(dst.gpu + dst_offset, src.gpu + src_offset, n))
+
+    def _unsealed(self) -> None:
+        if self._memory is not None:
+            raise Misuse("a step is recorded before its first submit; record another step")
+
+    def _seal(self) -> None:
+        d = self.device
+        launches = [i for i in self._items if isinstance(i, _Launch)]
+        if not self._items:
+            raise Misuse("an empty step has nothing to submit")
+        need = max((x.local for x in launches), default=0)
+        if need > d._slm:
+            body = Push()
+            d._grow_local(need, body)
+            d._submit(d.compute, body)
+        # Layout: the QMD and bank of each launch (a 512-byte slot, then its bank), then the
+        # commands. Commands are built once to measure them, then with the real addresses.
+        at = 0
+        for x in launches:
+            x.at = at
+            at += -(-(512 + len(x.bank)) // 256) * 256
+        size = at + len(self._commands(0, None)) * 4
+        memory = d.alloc(size, Memory.PINNED)
+        if memory is None:
+            raise RigError(f"{d.facts.name}: no pinned memory for a step of {size} bytes")
+        self._memory = memory
+        host = view(memory.host or 0, memory.length)
+        words = self._commands(memory.gpu, host)
+        data = memoryview(words.words).cast("B")
+        host[at : at + len(data)] = data
+        self._pb = memory.gpu + at
+        self._words = len(words)
+
+    def _commands(self, base: int, host: memoryview | None) -> Push:
+        """The step's commands for its memory at GPU address ``base`` (QMDs and banks are
+        written into ``host`` when given)."""
+        d = self.device
+        words = Push()
+        words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+                     INVALIDATE_CODE_AND_DATA)
+        for n, item in enumerate(self._items):
+            if n:
+                words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
+                words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+                             INVALIDATE_CODE_AND_DATA)
+            if isinstance(item, _Launch):
+                address = base + item.at
+                if host is not None:
+                    address = launching.write_launch(d, item.fn, item.grid, item.block,
+                                                     item.shared_total, d._slm, item.bank, host,
+                                                     base, item.at)
+                words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, address >> 8)
+                words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 3)
+            else:
+                words.copy(item.dst, item.src, item.length)
+        words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(d.timeline.gpu), *lo_hi(1),
+                     SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
+                     | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
+        words.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
+        return words
+
+    def set_args(self, index: int, args: Sequence[Any]) -> None:
+        """Give launch ``index`` new arguments for the next submissions.
+
+        Waits until the step's earlier submissions are done, since they read the same bank.
+        """
+        item = self._items[index] if 0 <= index < len(self._items) else None
+        if not isinstance(item, _Launch):
+            raise Misuse(f"step item {index} is not a launch")
+        k = item.fn.kernel
+        for offset, data in launching.pack_args(k, args):
+            start = k.param_offset + offset
+            bank = bytearray(item.bank)
+            bank[start : start + len(data)] = data
+            item.bank = bytes(bank)
+        if self._memory is not None:
+            if self._last is not None:
+                self._last.wait()
+            host = view(self._memory.host or 0, self._memory.length)
+            host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
+
+    def submit(self) -> Point:
+        """Run the step once more; returns its point on the device's timeline."""
+        if self._memory is None:
+            self._seal()
+        self._last = self.device._submit_step(self._pb, self._words)
+        return self._last
+
+    def free(self) -> None:
+        """Give back the step's memory once its submissions are done."""
+        if self._last is not None:
+            self._last.wait()
+        if self._memory is not None:
+            self.device.free(self._memory)
+            self._memory = None

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds the cubin fixtures that tests/test_cubin.py parses, and records beside each what
+# ptxas -v reported while building it (the figures the tests check the parser against).
+#
+#   packages/rig-nv/tests/cubins/build.sh            # uses nvcc from PATH
+#   NVCC=/usr/local/cuda/bin/nvcc .../build.sh
+#
+# Writes kernels.sm_XX.cubin and kernels.sm_XX.ptxas.txt for each architecture below. The
+# first line of each report names the compiler; the rest is ptxas's stderr, unchanged.
+set -euo pipefail
+cd "$(dirname "$0")"
+nvcc=${NVCC:-nvcc}
+version=$("$nvcc" --version | grep -o 'release [0-9.]*, V[0-9.]*')
+for sm in 80 86 89 90 100 120; do
+    out=kernels.sm_$sm.cubin
+    report=kernels.sm_$sm.ptxas.txt
+    "$nvcc" -cubin -arch=sm_$sm -Xptxas -v -o "$out" kernels.cu 2> "$report.tmp"
+    { echo "# nvcc $version: $nvcc -cubin -arch=sm_$sm -Xptxas -v kernels.cu"; cat "$report.tmp"; } > "$report"
+    rm -f "$report.tmp"
+    echo "$out ($(wc -c < "$out") bytes), $report"
+done
