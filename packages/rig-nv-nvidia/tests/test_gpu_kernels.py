@@ -114,6 +114,17 @@ def test_3d_grid(device: Device) -> None:
     assert img.globals is not None
     visits = struct.unpack("<I", bytes(device.download(img.globals, 4)))[0]
     assert visits == nx * ny * nz
+    # taps[] is a __constant__ bank the image binds for every kernel: write it, run again.
+    taps = rng.random(8, dtype=np.float32)
+    off, size = img.cubin.constants[3]
+    assert size == 32
+    device.upload(img.code, taps.tobytes(), off)
+    device.launch(img["grid3d"], ((nx + 7) // 8, (ny + 3) // 4, (nz + 1) // 2), (8, 4, 2),
+                  (rout, nx, ny, nz)).wait()
+    z, y, x = np.meshgrid(np.arange(nz), np.arange(ny), np.arange(nx), indexing="ij")
+    s = x + y + z
+    np.testing.assert_array_equal(get(device, rout, np.float32, nx * ny * nz).reshape(nz, ny, nx),
+                                  taps[s & 7] * s.astype(np.float32))
 
 
 def test_struct_by_value(device: Device) -> None:
@@ -163,6 +174,54 @@ def test_launch_and_wait_latency(device: Device) -> None:
         device.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
         times.append(time.perf_counter() - t)
     print(f"launch+wait median {np.median(times) * 1e6:.2f} us, min {min(times) * 1e6:.2f} us")
+
+
+def test_step_of_64_dependent_launches_replayed_1000_times(device: Device) -> None:
+    """A step: 64 saxpy launches, each reading what the previous wrote, replayed 1,000 times;
+    the per-replay cost and the cost of each further kernel are printed."""
+    img = device.load(cubin())
+    n = 4096
+    x = rng.random(n, dtype=np.float32)
+    rx, ry = put(device, x), put(device, np.zeros(n, dtype=np.float32))
+    step = device.step()
+    for _ in range(64):
+        step.launch(img["saxpy"], (n // 256,), (256,), (1.0, rx, ry, n))
+    one = device.step()
+    one.launch(img["saxpy"], (n // 256,), (256,), (1.0, rx, ry, n))
+    step.submit().wait()
+    one.submit().wait()
+    t = time.perf_counter()
+    for _ in range(1000):
+        step.submit().wait()
+    t64 = (time.perf_counter() - t) / 1000
+    t = time.perf_counter()
+    for _ in range(1000):
+        one.submit().wait()
+    t1 = (time.perf_counter() - t) / 1000
+    got = get(device, ry, np.float32, n)
+    want = np.zeros(n, dtype=np.float32)
+    for _ in range(64 * 1001 + 1001):  # fma(1, x, y) rounds like x + y in float32
+        want += x
+    np.testing.assert_array_equal(got, want)
+    print(f"step of 64: {t64 * 1e6:.1f} us per replay; one: {t1 * 1e6:.1f} us; "
+          f"{(t64 - t1) / 63 * 1e6:.2f} us per further kernel")
+
+
+def test_step_arguments_update_between_submissions(device: Device) -> None:
+    img = device.load(cubin())
+    n = 1024
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    ra, rb = put(device, a), put(device, b)
+    out1 = device.alloc(4 * n, Memory.DEVICE)
+    out2 = device.alloc(4 * n, Memory.DEVICE)
+    assert out1 and out2
+    step = device.step()
+    i = step.launch(img["vadd"], (n // 256,), (256,), (ra, rb, out1, n))
+    step.submit().wait()
+    step.set_args(i, (ra, ra, out2, n))
+    step.submit().wait()
+    np.testing.assert_array_equal(get(device, out1, np.float32, n), a + b)
+    np.testing.assert_array_equal(get(device, out2, np.float32, n), a + a)
 
 
 def test_cubin_of_another_architecture_is_refused(device: Device) -> None:

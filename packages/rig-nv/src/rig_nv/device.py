@@ -23,10 +23,11 @@ from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigEr
 from rig_edge.errors import Fault
 from rig_nv import classes as cls
 from rig_nv import launch as launching
+from rig_nv import qmd as qmd_mod
 from rig_nv.channel import Arena, Channel, Ring
 from rig_nv.faults import ENGINE, xid_name
 from rig_nv.hostmem import round_up, view
-from rig_nv.launch import Function, Image
+from rig_nv.launch import Function, Image, Prepared
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
@@ -39,6 +40,7 @@ from rig_nv.push import (
     SUBC_COMPUTE,
     SUBC_COPY,
     Push,
+    header,
     hi_lo,
 )
 from rig_nv.rm import Allocation, Path, RMError
@@ -152,6 +154,8 @@ class Device:
         self._doorbell: memoryview | None = None
         self.windows = (LOCAL_WINDOW, SHARED_WINDOW)
         self._images_loaded = False
+        self._pcas_a = header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1)
+        self._pcas2_b = header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1)
         self._slm = 0  # local memory per thread the compute engine has been given
         self._local: list[Region] = []
         self.timeline: Allocation
@@ -176,6 +180,7 @@ class Device:
     def _build(self) -> None:
         path, rm, ffi = self.path, self.path.rm, self.ffi
         self.classes = cls.choose(class_list(path), path.name)
+        self._qmd_layout = qmd_mod.LAYOUTS[self.classes.qmd_version]
         tpcs, sm_version, warps, sm_per_tpc, gpcs, tpc_per_gpc = info_list(
             path,
             NV2080_CTRL_CMD_GR_GET_INFO,
@@ -500,27 +505,34 @@ class Device:
                     *hi_lo(per_tpc), 0xFF)
         self._slm = per_thread
 
-    def _launch(self, fn: Function, grid: tuple[int, ...], block: tuple[int, ...],
-                shared_total: int, local_needed: int, bank: bytes) -> Point:
+    def _ensure_local(self, per_thread: int) -> None:
+        with self._lock:
+            if per_thread > self._slm:
+                body = Push()
+                self._grow_local(per_thread, body)
+                self._submit(self.compute, body)
+
+    def _launch(self, prep: Prepared, bank: bytearray) -> Point:
         with self._lock:
             self._check()
+            arena = self._arena
+            arena.retire(self.completed())
+            n = 512 + len(bank)
+            at = arena.take(n, 256)
+            ring = arena.ring
+            qmd_view = ring.view[at : at + len(prep.qmd)]
+            qmd_view[:] = prep.qmd
+            qmd_mod.patch_cbuf0(self._qmd_layout, qmd_view, ring.gpu + at + 512)
+            ring.view[at + 512 : at + n] = bank
             body = Push()
-            if local_needed > self._slm:
-                self._grow_local(local_needed, body)
             if self._images_loaded:
                 body.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                             INVALIDATE_CODE_AND_DATA)
                 self._images_loaded = False
-            self._arena.retire(self.completed())
-            at = self._arena.take(512 + len(bank), 256)
-            ring = self._arena.ring
-            address = launching.write_launch(self, fn, grid, block, shared_total, self._slm,
-                                             bank, ring.view, ring.gpu, at)
-            body.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, address >> 8)
-            body.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B,
-                        PCAS_INVALIDATE_COPY_SCHEDULE)
+            body.words.extend((self._pcas_a, (ring.gpu + at) >> 8, self._pcas2_b,
+                               PCAS_INVALIDATE_COPY_SCHEDULE))
             point = self._submit(self.compute, body)
-            self._arena.used(point.value, at, at + 512 + len(bank))
+            arena.used(point.value, at, at + n)
             return point
 
     # ---- copies --------------------------------------------------------------------------

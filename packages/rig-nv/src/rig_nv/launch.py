@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
@@ -66,12 +66,24 @@ def sass_version(arch: str) -> int:
 
 
 @dataclass(frozen=True)
+class Prepared:
+    """A launch configuration made once: the QMD (constant buffer 0 still to point) and
+    constant bank 0 with the driver's area filled (the parameters still to write)."""
+
+    qmd: bytes
+    bank: bytes
+    local: int  # local memory per thread it needs
+
+
+@dataclass(frozen=True)
 class Function:
     """A kernel of a loaded image: what a launch needs."""
 
     image: Image
     kernel: Kernel
     program: int  # GPU address of its first instruction
+    cbufs: tuple[tuple[int, int, int], ...]  # its constant banks other than 0: (bank, addr, size)
+    prepared: dict[tuple[Any, ...], Prepared] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -86,9 +98,12 @@ class Image:
         self.cubin = cubin
         self.code = code
         self.globals = globals_
-        self.functions = {
-            name: Function(self, k, code.gpu + k.text_offset) for name, k in cubin.kernels.items()
-        }
+        self.functions = {}
+        for name, k in cubin.kernels.items():
+            banks = {**cubin.constants, **{b: c for b, c in k.constants.items() if b != 0}}
+            cbufs = tuple((bank, code.gpu + off, -(-size // 16) * 16)
+                          for bank, (off, size) in sorted(banks.items()) if size)
+            self.functions[name] = Function(self, k, code.gpu + k.entry_offset, cbufs)
 
     def __getitem__(self, name: str) -> Function:
         try:
@@ -200,9 +215,13 @@ def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
     return g, b  # type: ignore[return-value]
 
 
-def build(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-          args: Sequence[Any], shared: int) -> tuple[bytes, bytes]:
-    """(constant bank 0, launch description) for one launch; raises :class:`Misuse`."""
+def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
+            shared: int) -> Prepared:
+    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``)."""
+    key = (tuple(grid), tuple(block), shared, device._slm)
+    got = fn.prepared.get(key)
+    if got is not None:
+        return got
     k = fn.kernel
     g, b = check_dims(k.name, grid, block)
     if k.required_block and tuple(k.required_block) != b:
@@ -219,17 +238,36 @@ def build(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int
                      f"{qmd.max_shared(arch)} per block")
     lay = bank0_of(arch)
     size = max(k.param_offset + k.param_bytes, k.constant0_size, lay.stack + 4)
-    size = -(-size // 64) * 64
-    bank = bytearray(size)
+    bank = bytearray(-(-size // 64) * 64)
     struct.pack_into("<3I", bank, lay.block, *b)
     struct.pack_into("<3I", bank, lay.grid, *g)
     local_window, shared_window = device.windows
     struct.pack_into("<Q", bank, lay.shared_window, shared_window)
     struct.pack_into("<Q", bank, lay.local_window, local_window)
     struct.pack_into("<I", bank, lay.stack, STACK_TOP)
-    for offset, data in pack_args(k, args):
-        bank[k.param_offset + offset : k.param_offset + offset + len(data)] = data
-    return bytes(bank), struct.pack("<6I3I", *g, *b, total, 0, 0)
+    local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
+    desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
+        program=fn.program,
+        grid=g,
+        block=b,
+        registers=max(k.registers, 1),
+        shared_bytes=total,
+        local_bytes=max(local, device._slm),
+        barriers=max(k.barriers, 1),
+        cbufs=((0, 0, len(bank)), *fn.cbufs),
+        sass_version=sass_version(arch),
+        arch=arch,
+    ))
+    got = Prepared(desc, bytes(bank), local)
+    fn.prepared[key] = got
+    return got
+
+
+def fill_args(fn: Function, bank: bytearray, args: Sequence[Any]) -> None:
+    """Write ``args`` into a bank-0 copy at the kernel's parameter offsets."""
+    base = fn.kernel.param_offset
+    for offset, data in pack_args(fn.kernel, args):
+        bank[base + offset : base + offset + len(data)] = data
 
 
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
@@ -237,37 +275,13 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
     """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point."""
     if fn.image.device is not device:
         raise Misuse(f"{fn.name} is loaded on another device")
-    bank, dims = build(device, fn, grid, block, args, shared)
-    g = struct.unpack_from("<3I", dims, 0)
-    b = struct.unpack_from("<3I", dims, 12)
-    total = struct.unpack_from("<I", dims, 24)[0]
-    k = fn.kernel
-    need = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
-    return device._launch(fn, g, b, total, need, bank)
-
-
-def write_launch(device: Device, fn: Function, grid: tuple[int, ...], block: tuple[int, ...],
-                 shared_total: int, local_bytes: int, bank: bytes, arena_view: memoryview,
-                 arena_gpu: int, at: int) -> int:
-    """Write the QMD at ``at`` and bank 0 after it in the launch arena; return the QMD's GPU
-    address. The QMD is 256-byte aligned (SEND_PCAS_A takes address >> 8), bank 0 64-byte."""
-    version = device.classes.qmd_version
-    bank_at = at + 512
-    desc = qmd.encode(version, qmd.Launch(
-        program=fn.program,
-        grid=(grid[0], grid[1], grid[2]),
-        block=(block[0], block[1], block[2]),
-        registers=max(fn.kernel.registers, 1),
-        shared_bytes=shared_total,
-        local_bytes=local_bytes,
-        barriers=max(fn.kernel.barriers, 1),
-        cbufs=((0, arena_gpu + bank_at, len(bank)),),
-        sass_version=sass_version(device.arch),
-        arch=device.arch,
-    ))
-    arena_view[at : at + len(desc)] = desc
-    arena_view[bank_at : bank_at + len(bank)] = bank
-    return arena_gpu + at
+    prep = prepare(device, fn, grid, block, shared)
+    if prep.local > device._slm:
+        device._ensure_local(prep.local)
+        prep = prepare(device, fn, grid, block, shared)
+    bank = bytearray(prep.bank)
+    fill_args(fn, bank, args)
+    return device._launch(prep, bank)
 
 
 def view_of(region: Region) -> memoryview:

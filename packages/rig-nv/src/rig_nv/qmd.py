@@ -195,9 +195,13 @@ API_VISIBLE_CALL_LIMIT_NO_CHECK = 1
 class Qmd:
     """A QMD being filled: named fields set and read back, bit-exact."""
 
-    def __init__(self, layout: Layout) -> None:
+    def __init__(self, layout: Layout, data: bytes | None = None) -> None:
         self.layout = layout
-        self.data = bytearray(layout.size)
+        self.value = int.from_bytes(data, "little") if data is not None else 0
+
+    @property
+    def data(self) -> bytes:
+        return self.value.to_bytes(self.layout.size, "little")
 
     def _put(self, f: Field, value: int, name: str) -> None:
         hi, lo = f
@@ -205,14 +209,11 @@ class Qmd:
         if not 0 <= value < (1 << width):
             raise ValueError(f"QMD V{self.layout.version} {name}: {value:#x} does not fit "
                              f"{width} bits")
-        whole = int.from_bytes(self.data, "little")
-        whole &= ~(((1 << width) - 1) << lo)
-        whole |= value << lo
-        self.data[:] = whole.to_bytes(self.layout.size, "little")
+        self.value = (self.value & ~(((1 << width) - 1) << lo)) | (value << lo)
 
     def _get(self, f: Field) -> int:
         hi, lo = f
-        return (int.from_bytes(self.data, "little") >> lo) & ((1 << (hi - lo + 1)) - 1)
+        return (self.value >> lo) & ((1 << (hi - lo + 1)) - 1)
 
     def set(self, name: str, value: int) -> None:
         try:
@@ -259,6 +260,24 @@ class Qmd:
         shifted = self._get(lower) | (self._get(upper) << 32)
         return (shifted << lay.cbuf_addr_shift, self._get(lay.cbuf_size[index]) << 4,
                 bool(self._get(lay.cbuf_valid[index])))
+
+
+def cbuf0_slot(layout: Layout) -> tuple[int, int]:
+    """(byte offset, upper-address width) of constant buffer 0's address in a QMD: its lower
+    32 bits fill the dword there and its upper bits start the next one (every version)."""
+    lo_lo = layout.cbuf_addr_lower[0][1]
+    up_hi, up_lo = layout.cbuf_addr_upper[0]
+    assert lo_lo % 32 == 0 and up_lo == lo_lo + 32
+    return lo_lo // 8, up_hi - up_lo + 1
+
+
+def patch_cbuf0(layout: Layout, qmd: memoryview | bytearray, address: int) -> None:
+    """Point constant buffer 0 of an encoded QMD at ``address`` (its size and flags kept)."""
+    at, width = cbuf0_slot(layout)
+    shifted = address >> layout.cbuf_addr_shift
+    upper = int.from_bytes(qmd[at + 4 : at + 8], "little")
+    upper = (upper & ~((1 << width) - 1)) | (shifted >> 32)
+    qmd[at : at + 8] = ((shifted & 0xFFFFFFFF) | (upper << 32)).to_bytes(8, "little")
 
 
 def smem_config(arch: str, nbytes: int) -> tuple[int, int]:
@@ -328,4 +347,4 @@ def encode(version: int, launch: Launch) -> bytes:
     q.set("SASS_VERSION", launch.sass_version)
     for index, address, size in launch.cbufs:
         q.set_cbuf(index, address, size)
-    return bytes(q.data)
+    return q.data

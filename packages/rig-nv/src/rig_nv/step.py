@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
 from rig_nv import launch as launching
+from rig_nv import qmd
 from rig_nv.hostmem import view
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
@@ -47,11 +48,8 @@ INVALIDATE_CODE_AND_DATA = 0x1011
 @dataclass
 class _Launch:
     fn: launching.Function
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
-    shared_total: int
-    local: int
-    bank: bytes
+    prep: launching.Prepared
+    bank: bytearray
     at: int = 0  # offset of its QMD in the step's memory once sealed
 
 
@@ -76,12 +74,13 @@ class Step:
                args: Sequence[Any] = (), shared: int = 0) -> int:
         """Record a launch; returns its index (for :meth:`set_args`)."""
         self._unsealed()
-        bank, dims = launching.build(self.device, fn, grid, block, args, shared)
-        g, b = launching.check_dims(fn.name, grid, block)
-        k = fn.kernel
-        local = (-(-(k.local_bytes + launching.STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
-        total = int.from_bytes(dims[24:28], "little")
-        self._items.append(_Launch(fn, g, b, total, local, bank))
+        prep = launching.prepare(self.device, fn, grid, block, shared)
+        if prep.local > self.device._slm:
+            self.device._ensure_local(prep.local)
+            prep = launching.prepare(self.device, fn, grid, block, shared)
+        bank = bytearray(prep.bank)
+        launching.fill_args(fn, bank, args)
+        self._items.append(_Launch(fn, prep, bank))
         return len(self._items) - 1
 
     def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
@@ -103,11 +102,6 @@ class Step:
         launches = [i for i in self._items if isinstance(i, _Launch)]
         if not self._items:
             raise Misuse("an empty step has nothing to submit")
-        need = max((x.local for x in launches), default=0)
-        if need > d._slm:
-            body = Push()
-            d._grow_local(need, body)
-            d._submit(d.compute, body)
         # Layout: the QMD and bank of each launch (a 512-byte slot, then its bank), then the
         # commands. Commands are built once to measure them, then with the real addresses.
         at = 0
@@ -139,12 +133,12 @@ class Step:
                 words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                              INVALIDATE_CODE_AND_DATA)
             if isinstance(item, _Launch):
-                address = base + item.at
                 if host is not None:
-                    address = launching.write_launch(d, item.fn, item.grid, item.block,
-                                                     item.shared_total, d._slm, item.bank, host,
-                                                     base, item.at)
-                words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, address >> 8)
+                    q = host[item.at : item.at + len(item.prep.qmd)]
+                    q[:] = item.prep.qmd
+                    qmd.patch_cbuf0(d._qmd_layout, q, base + item.at + 512)
+                    host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
+                words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, (base + item.at) >> 8)
                 words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 3)
             else:
                 words.copy(item.dst, item.src, item.length)
@@ -162,12 +156,7 @@ class Step:
         item = self._items[index] if 0 <= index < len(self._items) else None
         if not isinstance(item, _Launch):
             raise Misuse(f"step item {index} is not a launch")
-        k = item.fn.kernel
-        for offset, data in launching.pack_args(k, args):
-            start = k.param_offset + offset
-            bank = bytearray(item.bank)
-            bank[start : start + len(data)] = data
-            item.bank = bytes(bank)
+        launching.fill_args(item.fn, item.bank, args)
         if self._memory is not None:
             if self._last is not None:
                 self._last.wait()
