@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from rig_nv.hostmem import fence
 
@@ -103,9 +104,9 @@ class Channel:
         self.pending: deque[int] = deque()  # timeline values of GPFIFO entries in use
         self._wait = wait
 
-    def submit(self, words: memoryview | bytes, value: int) -> None:
-        """Send ``words`` (little-endian 32-bit) as one GPFIFO entry; ``value`` is the timeline
-        value whose completion means the GPU is done reading them."""
+    def submit(self, words: Any, value: int) -> None:
+        """Send ``words`` (little-endian 32-bit, any buffer) as one GPFIFO entry; ``value`` is
+        the timeline value whose completion means the GPU is done reading them."""
         data = memoryview(words).cast("B")
         n = len(data)
         while len(self.pending) >= len(self.entries) - 1:

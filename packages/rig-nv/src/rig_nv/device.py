@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,9 @@ PUSHBUFFER = 2 << 20
 STAGING = 32 << 20  # two halves, pipelined: one fills while the copy engine drains the other
 SPIN_S = 50e-6
 LAUNCH_ARENA = 4 << 20
+# Where the GPU reads launches' QMDs and banks, and the channels' commands, from.
+ARENA_KIND = Memory.PINNED
+PUSHBUFFER_KIND = Memory.PINNED
 # The shared and local memory windows: GPU addresses where a kernel sees its block's shared
 # memory and its threads' local memory, never backed by allocations. Hopper wants the shared
 # window 4 GiB aligned (NVK nvk_cmd_dispatch.c). They take the top 8 GiB below 2^40.
@@ -212,6 +216,8 @@ class Device:
         self.timeline = self._own_memory(4096, Memory.PINNED)
         assert self.timeline.host is not None
         self._word = view(self.timeline.host, 16).cast("Q")
+        # The words that end every submission, with the value to patch in at [3] and [4].
+        self._release = Push().semaphore_release(self.timeline.gpu, 0).words
 
         tsg = self._handle()
         rm.alloc(
@@ -232,7 +238,7 @@ class Device:
         self.copy_channel = self._channel("copy", 1, area, tsg, ctxshare, self.classes.copy)
         rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                    Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
-        arena = self._own_memory(LAUNCH_ARENA, Memory.PINNED)
+        arena = self._own_memory(LAUNCH_ARENA, ARENA_KIND)
         assert arena.host is not None
         self._arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),
                             self._wait_value)
@@ -273,7 +279,7 @@ class Device:
                        workSubmitToken=0xFFFFFFFF)
         rm.control(handle, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, token.buf)
         path.attach_channel(handle)
-        pb = self._own_memory(PUSHBUFFER, Memory.PINNED)
+        pb = self._own_memory(PUSHBUFFER, PUSHBUFFER_KIND)
         assert pb.host is not None
         ch = Channel(
             name, handle,
@@ -370,18 +376,26 @@ class Device:
         self._wait_value(point.value, timeout_s)
 
     def _submit(self, channel: Channel, body: Push | None) -> Point:
+        return self._submit_words(channel, body.words if body is not None else ())
+
+    def _submit_words(self, channel: Channel, body: Any) -> Point:
+        """Submit ``body`` (32-bit words) on ``channel`` as the next timeline value: after the
+        previous value when that went to the other channel, releasing the new one at the end."""
         with self._lock:
-            self._check()
+            if self._lost is not None or self._stopped:
+                self._check()
             value = self._next
-            self._next += 1
-            p = Push()
-            if self._last is not None and self._last is not channel:
-                p.semaphore_acquire(self.timeline.gpu, value - 1)
-            if body is not None:
-                p.words.extend(body.words)
-            p.semaphore_release(self.timeline.gpu, value)
-            channel.retire(self.completed())
-            channel.submit(memoryview(p.words), value)
+            self._next = value + 1
+            words = array("I")
+            if self._last is not channel and self._last is not None:
+                words.extend(Push().semaphore_acquire(self.timeline.gpu, value - 1).words)
+            words.extend(body)
+            rel = self._release
+            rel[3] = value & 0xFFFFFFFF
+            rel[4] = value >> 32
+            words.extend(rel)
+            channel.retire(int(self._word[0]))
+            channel.submit(words, value)
             self._last = channel
             return Point(self, value)
 
@@ -514,9 +528,8 @@ class Device:
 
     def _launch(self, prep: Prepared, bank: bytearray) -> Point:
         with self._lock:
-            self._check()
             arena = self._arena
-            arena.retire(self.completed())
+            arena.retire(int(self._word[0]))
             n = 512 + len(bank)
             at = arena.take(n, 256)
             ring = arena.ring
@@ -524,14 +537,13 @@ class Device:
             qmd_view[:] = prep.qmd
             qmd_mod.patch_cbuf0(self._qmd_layout, qmd_view, ring.gpu + at + 512)
             ring.view[at + 512 : at + n] = bank
-            body = Push()
+            body: tuple[int, ...] = (self._pcas_a, (ring.gpu + at) >> 8, self._pcas2_b,
+                                     PCAS_INVALIDATE_COPY_SCHEDULE)
             if self._images_loaded:
-                body.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
-                            INVALIDATE_CODE_AND_DATA)
+                body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+                        INVALIDATE_CODE_AND_DATA, *body)
                 self._images_loaded = False
-            body.words.extend((self._pcas_a, (ring.gpu + at) >> 8, self._pcas2_b,
-                               PCAS_INVALIDATE_COPY_SCHEDULE))
-            point = self._submit(self.compute, body)
+            point = self._submit_words(self.compute, body)
             arena.used(point.value, at, at + n)
             return point
 

@@ -84,6 +84,7 @@ class Function:
     program: int  # GPU address of its first instruction
     cbufs: tuple[tuple[int, int, int], ...]  # its constant banks other than 0: (bank, addr, size)
     prepared: dict[tuple[Any, ...], Prepared] = field(default_factory=dict, compare=False)
+    packers: dict[tuple[type, ...], Any] = field(default_factory=dict, compare=False)
 
     @property
     def name(self) -> str:
@@ -263,11 +264,73 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     return got
 
 
+_UINT = {1: "B", 2: "H", 4: "I", 8: "Q"}
+
+
+def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
+        struct.Struct, tuple[int, ...], tuple[Any, ...]]:
+    """A struct that writes arguments of these types at the kernel's parameter offsets, the
+    order of the arguments in it (by offset), and one converter each (checked as
+    :func:`pack_args` checks)."""
+    fmt, at, convs = "<", 0, list[Any]()
+    order = tuple(sorted(range(len(kinds)), key=lambda j: kernel.params[j][0]))
+    for i in order:
+        kind, (offset, size) = kinds[i], kernel.params[i]
+        fmt += "x" * (offset - at)
+        at = offset + size
+        if issubclass(kind, Region):
+            if size != 8:
+                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
+            fmt += "Q"
+            convs.append(_gpu_address)
+        elif issubclass(kind, int) and size in _UINT:
+            fmt += _UINT[size]
+            convs.append(_int_of(kernel.name, i, size))
+        elif issubclass(kind, float) and size in (4, 8):
+            fmt += "f" if size == 4 else "d"
+            convs.append(float)
+        else:
+            fmt += f"{size}s"
+            convs.append(_bytes_of(kernel.name, i, size))
+    return struct.Struct(fmt), order, tuple(convs)
+
+
+def _gpu_address(r: Region) -> int:
+    return r.gpu
+
+
+def _int_of(name: str, i: int, size: int) -> Any:
+    low, high, mask = -(1 << (8 * size - 1)), 1 << (8 * size), (1 << (8 * size)) - 1
+
+    def conv(v: int) -> int:
+        if not low <= v < high:
+            raise Misuse(f"{name} argument {i}: {v} does not fit {size} bytes")
+        return v & mask
+
+    return conv
+
+
+def _bytes_of(name: str, i: int, size: int) -> Any:
+    def conv(v: Any) -> bytes:
+        data = bytes(memoryview(v).cast("B"))
+        if len(data) != size:
+            raise Misuse(f"{name} argument {i} is {size} bytes, given {len(data)}")
+        return data
+
+    return conv
+
+
 def fill_args(fn: Function, bank: bytearray, args: Sequence[Any]) -> None:
     """Write ``args`` into a bank-0 copy at the kernel's parameter offsets."""
-    base = fn.kernel.param_offset
-    for offset, data in pack_args(fn.kernel, args):
-        bank[base + offset : base + offset + len(data)] = data
+    kinds = tuple(map(type, args))
+    packer = fn.packers.get(kinds)
+    if packer is None:
+        if len(args) != len(fn.kernel.params):
+            raise Misuse(f"{fn.name} takes {len(fn.kernel.params)} arguments, not {len(args)}")
+        packer = fn.packers[kinds] = _packer(fn.kernel, kinds)
+    st, order, convs = packer
+    st.pack_into(bank, fn.kernel.param_offset,
+                 *[conv(args[j]) for conv, j in zip(convs, order, strict=True)])
 
 
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],

@@ -71,6 +71,10 @@ V3 = Layout(
         "PROGRAM_ADDRESS_UPPER": (1584, 1568),
         "SHADER_LOCAL_MEMORY_HIGH_SIZE": (1623, 1600),
         "SASS_VERSION": (1663, 1656),
+        "DEPENDENT_QMD0_POINTER": (511, 480),
+        "DEPENDENT_QMD0_ENABLE": (512, 512),
+        "DEPENDENT_QMD0_ACTION": (515, 513),
+        "DEPENDENT_QMD0_PREFETCH": (516, 516),
     },
     cbuf_addr_lower=_per(1055, 1024, 64, 8),
     cbuf_addr_upper=_per(1072, 1056, 64, 8),
@@ -117,6 +121,15 @@ V4 = Layout(
         "BARRIER_COUNT": (1215, 1211),
         "PROGRAM_ADDRESS_LOWER": (1247, 1216),
         "PROGRAM_ADDRESS_UPPER": (1272, 1248),
+        "DEPENDENT_QMD0_ENABLE": (368, 368),
+        "DEPENDENT_QMD0_ACTION": (371, 369),
+        "DEPENDENT_QMD0_PREFETCH": (372, 372),
+        "DEPENDENT_QMD0_POINTER": (479, 448),
+        "SHARED_ALLOCATION_ENABLE": (626, 626),
+        "PROGRAM_PREFETCH_ADDR_LOWER_SHIFTED": (1375, 1344),
+        "PROGRAM_PREFETCH_ADDR_UPPER_SHIFTED": (1392, 1376),
+        "PROGRAM_PREFETCH_SIZE": (1401, 1393),
+        "DEPENDENCE_COUNTER": (15, 0),
     },
     cbuf_addr_lower=_per(1567, 1536, 64, 8),
     cbuf_addr_upper=_per(1586, 1568, 64, 8),
@@ -163,6 +176,10 @@ V5 = Layout(
         "GRID_WIDTH": (1279, 1248),
         "GRID_HEIGHT": (1295, 1280),
         "GRID_DEPTH": (1327, 1312),
+        "DEPENDENT_QMD0_ENABLE": (336, 336),
+        "DEPENDENT_QMD0_ACTION": (339, 337),
+        "DEPENDENT_QMD0_PREFETCH": (340, 340),
+        "DEPENDENT_QMD0_POINTER": (415, 384),
     },
     cbuf_addr_lower=_per(1375, 1344, 64, 8),
     cbuf_addr_upper=_per(1394, 1376, 64, 8),
@@ -280,6 +297,22 @@ def patch_cbuf0(layout: Layout, qmd: memoryview | bytearray, address: int) -> No
     qmd[at : at + 8] = ((shifted & 0xFFFFFFFF) | (upper << 32)).to_bytes(8, "little")
 
 
+DEPENDENT_QMD_SCHEDULE = 1  # DEPENDENT_QMD0_ACTION_QMD_SCHEDULE
+
+
+def chain(layout: Layout, qmd: memoryview | bytearray, following: int) -> None:
+    """Make an encoded QMD schedule the QMD at ``following`` (256-byte aligned, below 2^40)
+    once its own grid completes: the GPU runs the two back to back with no host work."""
+    if following & 0xFF or following >> 40:
+        raise ValueError(f"a dependent QMD at 0x{following:x} is not 256-aligned below 2^40")
+    q = Qmd(layout, bytes(qmd))
+    q.set("DEPENDENT_QMD0_POINTER", following >> 8)
+    q.set("DEPENDENT_QMD0_ACTION", DEPENDENT_QMD_SCHEDULE)
+    q.set("DEPENDENT_QMD0_PREFETCH", 1)
+    q.set("DEPENDENT_QMD0_ENABLE", 1)
+    qmd[:] = q.data
+
+
 def smem_config(arch: str, nbytes: int) -> tuple[int, int]:
     """(smallest carveout that fits, largest carveout), each encoded KiB/4 + 1."""
     sizes = CARVEOUTS.get(arch, CARVEOUTS["sm_86"])
@@ -320,6 +353,7 @@ def encode(version: int, launch: Launch) -> bytes:
     q.set("API_VISIBLE_CALL_LIMIT", API_VISIBLE_CALL_LIMIT_NO_CHECK)
     q.set("SAMPLER_INDEX", 0)
     if "QMD_TYPE" in lay.fields:
+        # A V4 QMD left at QMD_TYPE 0 (QUEUE), as Mesa NAK leaves it, runs no grid on the H200.
         q.set("QMD_TYPE", QMD_TYPE_GRID_CTA)
     if "SM_GLOBAL_CACHING_ENABLE" in lay.fields:
         q.set("SM_GLOBAL_CACHING_ENABLE", 1)

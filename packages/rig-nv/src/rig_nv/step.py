@@ -109,9 +109,10 @@ class Step:
             x.at = at
             at += -(-(512 + len(x.bank)) // 256) * 256
         size = at + len(self._commands(0, None)) * 4
-        memory = d.alloc(size, Memory.PINNED)
+        # Video memory seen through BAR1: the GPU fetches QMDs and commands from its own memory.
+        memory = d.alloc(size, Memory.MAPPED)
         if memory is None:
-            raise RigError(f"{d.facts.name}: no pinned memory for a step of {size} bytes")
+            raise RigError(f"{d.facts.name}: no mapped memory for a step of {size} bytes")
         self._memory = memory
         host = view(memory.host or 0, memory.length)
         words = self._commands(memory.gpu, host)
@@ -122,25 +123,35 @@ class Step:
 
     def _commands(self, base: int, host: memoryview | None) -> Push:
         """The step's commands for its memory at GPU address ``base`` (QMDs and banks are
-        written into ``host`` when given)."""
+        written into ``host`` when given). Launches that follow one another are chained: each
+        QMD names the next as its dependent, so only the first is sent and the GPU starts each
+        as soon as the one before completes. A copy waits for the engine (WFI) first."""
         d = self.device
         words = Push()
         words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                      INVALIDATE_CODE_AND_DATA)
-        for n, item in enumerate(self._items):
-            if n:
-                words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
-                words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
-                             INVALIDATE_CODE_AND_DATA)
+        items = self._items
+        for n, item in enumerate(items):
+            before = items[n - 1] if n else None
             if isinstance(item, _Launch):
                 if host is not None:
                     q = host[item.at : item.at + len(item.prep.qmd)]
                     q[:] = item.prep.qmd
                     qmd.patch_cbuf0(d._qmd_layout, q, base + item.at + 512)
                     host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
-                words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, (base + item.at) >> 8)
-                words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 3)
+                    after = items[n + 1] if n + 1 < len(items) else None
+                    if isinstance(after, _Launch):
+                        qmd.chain(d._qmd_layout, q, base + after.at)
+                if not isinstance(before, _Launch):
+                    if before is not None:
+                        words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
+                    words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, (base + item.at) >> 8)
+                    words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 3)
             else:
+                if before is not None:
+                    words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
+                    words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+                                 INVALIDATE_CODE_AND_DATA)
                 words.copy(item.dst, item.src, item.length)
         words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(d.timeline.gpu), *lo_hi(1),
                      SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
