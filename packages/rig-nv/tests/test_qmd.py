@@ -318,7 +318,7 @@ LAUNCHES = {
         shared_bytes=0x1_2345,  # -> 0x12400 bytes -> 100 KiB carveout on sm_90
         local_bytes=0x9876A0,
         barriers=0x0F,
-        cbufs=((0, 0x1FF_FFFF_FFFF_FFC0, 0x10), (1, 0x0ABC_DEF0_1234_5640, 0x4560),
+        cbufs=((0, 0x1FF_FFFF_FFFF_FFC0, 0x10), (1, 0x0AB_CDEF_0123_4640, 0x4560),
                (4, 0x40, 0x1FFF0), (6, 0x1_0000_0000, 0x8880)),
         sass_version=0x90,
         arch="sm_90",
@@ -456,19 +456,25 @@ def _mirror() -> Path | None:
     return repo if repo.exists() else None
 
 
-@pytest.mark.parametrize("version", [3, 4, 5])
-def test_copied_lines_match_the_header(version: int) -> None:
+def _header(version: int) -> str:
+    """The whole header of ``version`` at OPEN_GPU_DOC_COMMIT, from the mirror (else skip)."""
     repo = _mirror()
     if repo is None:
         pytest.skip("no open-gpu-doc mirror here (set RIG_OPEN_GPU_DOC)")
-    path, prefix, text = HEADERS[version]
+    path = HEADERS[version][0]
     try:
-        header = subprocess.run(
+        return subprocess.run(
             ["git", "-C", str(repo), "show", f"{OPEN_GPU_DOC_COMMIT}:{path}"],
             capture_output=True, text=True, check=True,
         ).stdout
     except (OSError, subprocess.CalledProcessError) as e:
         pytest.skip(f"cannot read {path} at {OPEN_GPU_DOC_COMMIT[:7]}: {e}")
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_copied_lines_match_the_header(version: int) -> None:
+    header = _header(version)
+    _, prefix, text = HEADERS[version]
 
     def norm(s: str) -> set[str]:
         return {" ".join(line.split()) for line in s.splitlines() if line.strip()}
@@ -479,6 +485,28 @@ def test_copied_lines_match_the_header(version: int) -> None:
     mine, my_values = TABLES[version]
     assert {n: fields[n] for n in mine} == mine
     assert {n: values[n] for n in my_values} == my_values
+
+
+@pytest.mark.parametrize("version", [3, 4, 5])
+def test_every_rig_field_matches_the_full_header(version: int) -> None:
+    """Every named field of rig_nv.qmd's layout (launch fields, dependent QMDs, prefetch, ...)
+    has the bits of the header field of that name (V3's older names and V4's indexed
+    dependent-QMD fields mapped), so fields added later are checked too."""
+    fields, _ = parse_header(_header(version), HEADERS[version][1])
+    older = {"GRID_WIDTH": "CTA_RASTER_WIDTH", "GRID_HEIGHT": "CTA_RASTER_HEIGHT",
+             "GRID_DEPTH": "CTA_RASTER_DEPTH", "QMD_MINOR_VERSION": "QMD_VERSION",
+             "REGISTER_COUNT": "REGISTER_COUNT_V"}
+    for name, bits in qmd.LAYOUTS[version].fields.items():
+        found = [n for n in fields if re.fullmatch(re.escape(name) + r"(_SHIFTED\d+)?", n)]
+        if not found and name in older:
+            found = [older[name]]
+        if not found and (m := re.fullmatch(r"DEPENDENT_QMD(\d)_(\w+)", name)):
+            indexed = f"DEPENDENT_QMD_{m.group(2)}"
+            assert fields[indexed].stride, indexed
+            assert bits == fields[indexed].bits(int(m.group(1))), name
+            continue
+        assert len(found) == 1, (name, found)
+        assert bits == fields[found[0]].bits(), name
 
 
 # ---- Qmd.set, set_cbuf, set_program: refusals -----------------------------------------------

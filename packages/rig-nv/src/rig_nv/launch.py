@@ -10,6 +10,7 @@ kernel loads its stack pointer and window bases from c[0x0][...]); see the proje
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -194,9 +195,9 @@ def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
         elif isinstance(arg, float):
             if size not in (4, 8):
                 raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            data = struct.pack("<f" if size == 4 else "<d", arg)
+            data = struct.pack("<f" if size == 4 else "<d", _float_of(kernel.name, i, size)(arg))
         else:
-            data = bytes(memoryview(arg).cast("B"))
+            data = _bytes_of(kernel.name, i, size)(arg)
             if len(data) != size:
                 raise Misuse(f"{kernel.name} argument {i} is {size} bytes, given {len(data)}")
         out.append((offset, data))
@@ -229,6 +230,16 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         raise Misuse(f"{k.name} requires block {k.required_block}, not {b}")
     if shared < 0:
         raise Misuse(f"dynamic shared memory must be >= 0, not {shared}")
+    threads = b[0] * b[1] * b[2]
+    if k.max_threads and threads > k.max_threads:
+        raise Misuse(f"{k.name} allows {k.max_threads} threads a block (__launch_bounds__), "
+                     f"not {threads}")
+    # Registers are given out per warp in units of 256 (tinygrad ops_nv.py, CUDA's occupancy
+    # calculator): a block must fit the SM's 65536.
+    per_warp = -(-max(k.registers, 1) * 32 // 256) * 256
+    if -(-threads // 32) * per_warp > 65536:
+        raise Misuse(f"{k.name} uses {k.registers} registers a thread: {threads} threads "
+                     f"exceed the SM's 65536")
     arch = device.arch
     # The system keeps 1 KiB of every block's shared memory; ptxas counts it in
     # .nv.shared.<kernel> from sm_90 on (measured: see the project notes), not before.
@@ -286,9 +297,11 @@ def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
         elif issubclass(kind, int) and size in _UINT:
             fmt += _UINT[size]
             convs.append(_int_of(kernel.name, i, size))
-        elif issubclass(kind, float) and size in (4, 8):
+        elif issubclass(kind, float):
+            if size not in (4, 8):
+                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
             fmt += "f" if size == 4 else "d"
-            convs.append(float)
+            convs.append(_float_of(kernel.name, i, size))
         else:
             fmt += f"{size}s"
             convs.append(_bytes_of(kernel.name, i, size))
@@ -310,9 +323,25 @@ def _int_of(name: str, i: int, size: int) -> Any:
     return conv
 
 
+F32_MAX = 3.4028234663852886e38
+
+
+def _float_of(name: str, i: int, size: int) -> Any:
+    def conv(v: float) -> float:
+        if size == 4 and math.isfinite(v) and abs(v) > F32_MAX:
+            raise Misuse(f"{name} argument {i}: {v} is beyond a 4-byte float's range")
+        return float(v)
+
+    return conv
+
+
 def _bytes_of(name: str, i: int, size: int) -> Any:
     def conv(v: Any) -> bytes:
-        data = bytes(memoryview(v).cast("B"))
+        try:
+            data = bytes(memoryview(v).cast("B"))
+        except TypeError:
+            raise Misuse(f"{name} argument {i} is a {size}-byte value: pass bytes, "
+                         f"not {type(v).__name__}") from None
         if len(data) != size:
             raise Misuse(f"{name} argument {i} is {size} bytes, given {len(data)}")
         return data

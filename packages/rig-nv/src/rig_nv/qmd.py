@@ -313,9 +313,13 @@ def chain(layout: Layout, qmd: memoryview | bytearray, following: int) -> None:
     qmd[:] = q.data
 
 
+def _carveouts(arch: str) -> tuple[int, ...]:
+    return CARVEOUTS.get(arch.rstrip("af"), CARVEOUTS["sm_86"])
+
+
 def smem_config(arch: str, nbytes: int) -> tuple[int, int]:
     """(smallest carveout that fits, largest carveout), each encoded KiB/4 + 1."""
-    sizes = CARVEOUTS.get(arch, CARVEOUTS["sm_86"])
+    sizes = _carveouts(arch)
     fits = next((k for k in sizes if k * 1024 >= nbytes), None)
     if fits is None:
         raise ValueError(f"{nbytes} bytes of shared memory exceed {arch}'s {sizes[-1]} KiB")
@@ -325,7 +329,7 @@ def smem_config(arch: str, nbytes: int) -> tuple[int, int]:
 def max_shared(arch: str) -> int:
     """The most shared memory one block may use on ``arch``: the largest carveout less the
     1 KiB the system reserves per block."""
-    return CARVEOUTS.get(arch, CARVEOUTS["sm_86"])[-1] * 1024 - 1024
+    return _carveouts(arch)[-1] * 1024 - 1024
 
 
 @dataclass(frozen=True)
