@@ -1,12 +1,38 @@
 """rig-pci: a machine's PCI functions, with nothing NVIDIA in it.
 
-:class:`Machine` lists the functions of this machine (``Machine.this()``) or of a sysfs tree
-elsewhere (``Machine.at(path)``), in bus order, with their BARs, bound driver, IOMMU group
-and runtime power state.
+:class:`Machine` lists the functions of this machine (``Machine.this()``), of a sysfs tree
+elsewhere (``Machine.at(path)``) or of a machine behind any :class:`Transport`, in bus order,
+with their BARs, bound driver, IOMMU group and runtime power state.
+:meth:`Function.take` takes one for the process (through VFIO behind an IOMMU, else
+physically): config space and BAR :class:`Window` s with exact-width register access, DMA
+memory (:meth:`Function.alloc_dma`) and reset. :mod:`rig_pci.driver` detaches a function from
+its kernel driver and attaches it back; :mod:`rig_pci.firmware` finds firmware files by
+digest; :mod:`rig_pci.memory` tells BAR bus ranges and whether two functions reach each
+other; :mod:`rig_pci.testing` writes fixture machines.
 """
 
-from rig_pci.machine import Bar, FunctionInfo, Machine, parse_address
+from rig_pci import driver, firmware, memory
+from rig_pci.dma import DmaMemory
+from rig_pci.function import Function
+from rig_pci.listing import Bar, FunctionInfo, parse_address
+from rig_pci.machine import Machine
+from rig_pci.transport import Access, Transport
+from rig_pci.window import Window
 
 __version__ = "0.1.0"
 
-__all__ = ["Bar", "FunctionInfo", "Machine", "__version__", "parse_address"]
+__all__ = [
+    "Access",
+    "Bar",
+    "DmaMemory",
+    "Function",
+    "FunctionInfo",
+    "Machine",
+    "Transport",
+    "Window",
+    "__version__",
+    "driver",
+    "firmware",
+    "memory",
+    "parse_address",
+]

@@ -1,184 +1,76 @@
-"""A machine's PCI functions, read from sysfs (Linux's /sys/bus/pci).
+"""A machine: the PCI functions a transport reaches.
 
-A :class:`Machine` reads through a root directory: ``Machine.this()`` is this machine (root
-``/``); ``Machine.at(path)`` is a machine whose sysfs tree lies under ``path``, which is how
-every test here runs without hardware. Operations that need this machine's memory (taking a
-function, mapping a BAR) refuse a machine that is not this one.
+``Machine.this()`` is this machine, through its own sysfs; ``Machine.at(path)`` a machine whose
+sysfs tree lies under ``path`` (a fixture, or another machine's files mounted here); and
+``Machine(transport)`` a machine reached through any :class:`rig_pci.transport.Transport`.
+What needs this process's memory (DMA memory) is refused on every machine but this one.
 """
 
 from __future__ import annotations
 
-import errno
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 from rig_edge import RigError
-
-# Linux include/linux/ioport.h resource flags, as /sys/bus/pci/devices/*/resource shows them.
-IORESOURCE_IO = 0x00000100
-IORESOURCE_MEM = 0x00000200
-IORESOURCE_PREFETCH = 0x00002000
-IORESOURCE_MEM_64 = 0x00100000
-
-DEVICES = "sys/bus/pci/devices"
-
-
-@dataclass(frozen=True)
-class Bar:
-    """A base address register: where its window lies on the bus and how large it is."""
-
-    index: int
-    address: int
-    size: int
-    flags: int
-
-    @property
-    def prefetchable(self) -> bool:
-        return bool(self.flags & IORESOURCE_PREFETCH)
-
-    @property
-    def is_memory(self) -> bool:
-        return bool(self.flags & IORESOURCE_MEM)
-
-    @property
-    def is_64bit(self) -> bool:
-        return bool(self.flags & IORESOURCE_MEM_64)
-
-
-@dataclass(frozen=True)
-class FunctionInfo:
-    """One PCI function as the machine lists it.
-
-    ``address`` is the bus address ``DDDD:BB:DD.F``; ``class_code`` the 24-bit class
-    (0x030200 for a 3D controller); ``driver`` the bound kernel driver's name or ``None``;
-    ``iommu_group`` the IOMMU group number or ``None``; ``runtime_status`` Linux's runtime power
-    state (``"active"``, ``"suspended"``, ...) or ``None`` where the kernel shows none.
-    """
-
-    address: str
-    vendor: int
-    device: int
-    class_code: int
-    bars: tuple[Bar, ...]
-    driver: str | None
-    iommu_group: int | None
-    runtime_status: str | None
-
-    @property
-    def sort_key(self) -> tuple[int, int, int, int]:
-        """(domain, bus, device, function) as numbers: the machine's bus order."""
-        return parse_address(self.address)
-
-
-def parse_address(address: str) -> tuple[int, int, int, int]:
-    """Split ``DDDD:BB:DD.F`` into numbers; raises :class:`ValueError` if malformed."""
-    try:
-        domain, bus, rest = address.split(":")
-        dev, fn = rest.split(".")
-        return int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16)
-    except ValueError:
-        raise ValueError(f"{address!r} is not a PCI bus address (DDDD:BB:DD.F)") from None
-
-
-def _hex(path: Path) -> int:
-    return int(path.read_text().strip(), 16)
-
-
-def _bars(path: Path) -> tuple[Bar, ...]:
-    bars = []
-    # Lines 0-5 of the resource file are BARs 0-5; the ROM and bridge windows follow.
-    for index, line in enumerate(path.read_text().splitlines()[:6]):
-        start, end, flags = (int(word, 16) for word in line.split())
-        if start or end:
-            bars.append(Bar(index, start, end - start + 1, flags))
-    return tuple(bars)
-
-
-def _link_name(path: Path) -> str | None:
-    try:
-        return Path(os.readlink(path)).name
-    except FileNotFoundError:
-        return None
+from rig_pci.listing import FunctionInfo
+from rig_pci.sysfs import SysfsTransport
+from rig_pci.transport import Transport
+from rig_pci.vfio import Ioctl
 
 
 class Machine:
-    """A machine whose PCI functions are listed through its sysfs tree under ``root``."""
+    """A machine whose PCI functions are reached through ``transport``."""
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
 
     @classmethod
     def this(cls) -> Machine:
-        """This machine."""
-        return cls(Path("/"))
+        """This machine, through /sys, /dev and /proc."""
+        return cls(SysfsTransport(Path("/"), shares_memory=True))
 
     @classmethod
-    def at(cls, root: str | os.PathLike[str]) -> Machine:
-        """A machine whose sysfs tree lies under ``root`` (a fixture, or another mount)."""
-        return cls(Path(root))
+    def at(cls, root: str | os.PathLike[str], *, ioctl: Ioctl | None = None) -> Machine:
+        """A machine whose sysfs (and /dev, /proc) tree lies under ``root``: a fixture, or
+        another mount. Its memory is not this process's. ``ioctl`` replaces VFIO's ioctls
+        (tests give a fake kernel)."""
+        return cls(SysfsTransport(Path(root), shares_memory=False, ioctl=ioctl))
+
+    def __repr__(self) -> str:
+        return f"Machine({self.name})"
+
+    @property
+    def name(self) -> str:
+        """The machine, for messages (``"this machine"``, ``"the machine at /tmp/x"``)."""
+        return self.transport.name
 
     @property
     def is_this(self) -> bool:
-        """Whether this is the machine the process runs on (so it can take its functions)."""
-        return self.root == Path("/")
+        """Whether this process's memory is the machine's, so its functions reach it by DMA."""
+        return self.transport.shares_memory
 
-    def function_path(self, address: str) -> Path:
-        """The sysfs directory of the function at ``address``."""
-        parse_address(address)
-        return self.root / DEVICES / address
+    @property
+    def sysfs(self) -> SysfsTransport:
+        """The machine's sysfs transport, for what writes its sysfs files (driver detach and
+        attach); raises :class:`rig_edge.RigError` for a machine reached another way, whose
+        changes need a program there."""
+        if isinstance(self.transport, SysfsTransport):
+            return self.transport
+        raise RigError(
+            f"{self.name} is reached through a transport: changing its drivers needs a "
+            "program there"
+        )
 
     def functions(self) -> list[FunctionInfo]:
-        """The machine's PCI functions in bus order.
+        """The machine's PCI functions in bus order (domain, bus, device, function, as numbers).
 
         A machine with no /sys/bus/pci lists none. A function whose files cannot be read (the
         kernel removing it, say) is left out. Raises :class:`rig_edge.RigError` with the reason
         when the listing itself cannot be made (no file left to open, no permission).
         """
-        devices = self.root / DEVICES
-        try:
-            names = os.listdir(devices)
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise RigError(f"the machine's PCI functions cannot be listed: {e.strerror}") from e
-        found = []
-        for name in names:
-            try:
-                parse_address(name)
-                found.append(self._read(devices / name, name))
-            except ValueError:
-                continue
-            except OSError as e:
-                if e.errno in (errno.EMFILE, errno.ENFILE):
-                    raise RigError(
-                        f"the machine's PCI functions cannot be listed: {e.strerror}"
-                    ) from e
-                continue
-        found.sort(key=lambda f: f.sort_key)
-        return found
+        return self.transport.functions()
 
     def function(self, address: str) -> FunctionInfo:
-        """The function at ``address``; raises :class:`rig_edge.RigError` if it can't be read."""
-        try:
-            return self._read(self.function_path(address), address)
-        except OSError as e:
-            raise RigError(f"PCI function {address} cannot be read: {e.strerror}") from e
-
-    @staticmethod
-    def _read(path: Path, address: str) -> FunctionInfo:
-        group = _link_name(path / "iommu_group")
-        try:
-            status: str | None = (path / "power" / "runtime_status").read_text().strip()
-        except FileNotFoundError:
-            status = None
-        return FunctionInfo(
-            address=address,
-            vendor=_hex(path / "vendor"),
-            device=_hex(path / "device"),
-            class_code=_hex(path / "class"),
-            bars=_bars(path / "resource"),
-            driver=_link_name(path / "driver"),
-            iommu_group=int(group) if group is not None else None,
-            runtime_status=status,
-        )
+        """The function at ``address``; raises :class:`rig_edge.RigError` if it can't be read
+        and :class:`rig_edge.Misuse` if ``address`` is no bus address."""
+        return self.transport.function(address)
