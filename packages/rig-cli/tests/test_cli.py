@@ -1,5 +1,6 @@
 """The real `rig` command, run as a subprocess on fixture sysfs trees."""
 
+import ast
 import json
 import os
 import subprocess
@@ -20,9 +21,19 @@ def rig(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+COMMANDS = ("list", "info", "usage", "check", "detach", "attach", "reset", "firmware")
+
+
 def test_help_and_version() -> None:
     out = rig("--help")
-    assert out.returncode == 0 and "list" in out.stdout and "exit codes" in out.stdout
+    assert out.returncode == 0 and "exit codes" in out.stdout
+    for command in COMMANDS:
+        assert f"\n  {command} " in out.stdout, command
+        sub = rig(command, "--help")
+        assert sub.returncode == 0 and f"usage: rig {command}" in sub.stdout, command
+    for code, meaning in (("0", "ok"), ("1", "failure"), ("2", "misuse"), ("3", "no such GPU"),
+                          ("4", "refused")):
+        assert f"  {code}  {meaning}" in out.stdout
     out = rig("--version")
     assert out.returncode == 0 and out.stdout.strip() == "rig 0.1.0"
 
@@ -104,4 +115,28 @@ def test_start_up_is_light() -> None:
     assert out.stdout.strip() == "['rig_cli', 'rig_cli.main']"
     t = time.perf_counter()
     assert rig("--help").returncode == 0
+    assert time.perf_counter() - t < 2.0
+
+
+def test_list_is_light_too(tmp_path: Path) -> None:
+    # `rig list` reads sysfs through rig_pci alone: no GPU path, no cffi, no numpy.
+    add_function(tmp_path, "0000:00:06.0", vendor=0x10DE, device=0x2335, class_code=0x030200,
+                 driver="nvidia")
+    code = (
+        "import sys; from rig_cli.main import main; "
+        f"assert main(['list', '--format', 'csv', '--machine', {str(tmp_path)!r}]) == 0; "
+        "print(sorted({k.split('.')[0] for k in sys.modules}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    loaded = ast.literal_eval(out.stdout.strip().splitlines()[-1])
+    assert {m for m in loaded if m.startswith("rig_")} == {"rig_cli", "rig_edge", "rig_pci"}
+    assert not {"cffi", "numpy", "rig_nv", "rig_nv_nvidia", "rig_nv_pci"} & set(loaded)
+    t = time.perf_counter()
+    assert rig("list", "--machine", str(tmp_path)).returncode == 0
     assert time.perf_counter() - t < 2.0

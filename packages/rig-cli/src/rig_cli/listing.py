@@ -1,14 +1,28 @@
-"""``rig list``: the machine's NVIDIA GPUs and which path can open each."""
+"""``rig list``: the machine's NVIDIA GPUs and which path can open each.
+
+Reads /sys/bus/pci through rig_pci alone: it imports neither rig_nv nor a backend (nor cffi),
+so that listing stays as quick as ``rig --help``.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 
-from rig_nv import is_gpu
+from rig_cli.chips import chip, is_gpu
 from rig_pci import FunctionInfo, Machine
 
 # The kernel drivers that leave a GPU to the NV-PCI path: none, or VFIO's.
 DETACHED = (None, "vfio-pci")
+
+# Every column `rig list` knows, in the order a full listing prints them.
+COLUMNS = (
+    "index", "bus", "device_id", "name", "chip", "arch", "driver", "runtime_status", "paths",
+    "bar1_bytes",
+)
+# What --format csv prints when --query names no columns (bar1_bytes is in --json and --query).
+CSV_DEFAULT = COLUMNS[:-1]
+NOT_AVAILABLE = "[N/A]"  # nvidia-smi's word for a value that is not there
 
 
 def paths(function: FunctionInfo, index: int) -> list[str]:
@@ -22,36 +36,99 @@ def paths(function: FunctionInfo, index: int) -> list[str]:
     return names
 
 
+def bar1(function: FunctionInfo) -> int | None:
+    """The size of NVIDIA's BAR1 (the aperture through which the host sees GPU memory).
+
+    It is the first memory BAR after BAR0. Linux's resource lines count 32-bit registers, so
+    behind a 64-bit BAR0 (as on the H200) BAR1 is resource 2; the upper half of BAR0 reads as
+    zeros and the listing leaves it out.
+    """
+    return next((b.size for b in function.bars if b.index >= 1 and b.is_memory), None)
+
+
 def rows(machine: Machine) -> list[dict[str, object]]:
     """One row per NVIDIA GPU, in bus order (GPU i of both paths is the ith)."""
-    gpus = [f for f in machine.functions() if is_gpu(f)]
-    return [
-        {
+    gpus = [f for f in machine.functions() if is_gpu(f.vendor, f.class_code)]
+    found: list[dict[str, object]] = []
+    for i, f in enumerate(gpus):
+        known = chip(f.device)
+        found.append({
             "index": i,
             "bus": f.address,
             "device_id": f"0x{f.device:04x}",
+            "name": known.name,
+            "chip": known.chip,
+            "arch": known.arch,
             "driver": f.driver,
             "runtime_status": f.runtime_status,
             "paths": paths(f, i),
-            "bar1_bytes": next((b.size for b in f.bars if b.index == 1), None),
-        }
-        for i, f in enumerate(gpus)
-    ]
+            "bar1_bytes": bar1(f),
+        })
+    return found
 
 
-def run_list(*, as_json: bool, machine: Machine | None = None) -> int:
+def parse_format(text: str) -> tuple[str, bool]:
+    """``csv``, ``csv,noheader`` (nvidia-smi's words; ``nounits`` is taken and changes
+    nothing, rig's values carry no units) → (format, header). Raises :class:`ValueError`."""
+    words = [w.strip() for w in text.split(",") if w.strip()]
+    unknown = [w for w in words if w not in ("csv", "noheader", "nounits")]
+    if unknown or "csv" not in words:
+        raise ValueError(f"format {text!r} is not csv, csv,noheader or csv,noheader,nounits")
+    return "csv", "noheader" not in words
+
+
+def parse_query(text: str) -> tuple[str, ...]:
+    """Columns named ``a,b,c`` (any of :data:`COLUMNS`); raises :class:`ValueError`."""
+    names = tuple(w.strip() for w in text.split(",") if w.strip())
+    unknown = [n for n in names if n not in COLUMNS]
+    if unknown or not names:
+        raise ValueError(f"unknown column {', '.join(unknown) or '(none)'}; "
+                         f"columns are {', '.join(COLUMNS)}")
+    return names
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return NOT_AVAILABLE
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value) if value else "none"
+    return str(value)
+
+
+def csv_lines(found: list[dict[str, object]], columns: Sequence[str], header: bool) -> list[str]:
+    """nvidia-smi's CSV: ``", "`` between values, a header line unless ``noheader``, lists
+    (the paths) joined by spaces, ``[N/A]`` where a value is not there."""
+    lines = [", ".join(columns)] if header else []
+    lines += [", ".join(_cell(r[c]) for c in columns) for r in found]
+    return lines
+
+
+def run_list(
+    *,
+    as_json: bool = False,
+    machine: Machine | None = None,
+    fmt: tuple[str, bool] | None = None,
+    columns: Sequence[str] | None = None,
+) -> int:
     found = rows(machine or Machine.this())
     if as_json:
-        print(json.dumps(found, indent=2))
+        shown = [{c: r[c] for c in columns} for r in found] if columns else found
+        print(json.dumps(shown, indent=2))
+        return 0
+    if fmt is not None:
+        for line in csv_lines(found, columns or CSV_DEFAULT, header=fmt[1]):
+            print(line)
         return 0
     if not found:
         print("No NVIDIA GPU on this machine (none listed under /sys/bus/pci).")
         return 0
-    print(f"{'GPU':<4} {'bus':<13} {'device':<7} {'driver':<10} {'power':<10} paths")
+    table = [("GPU", "bus", "device", "product", "arch", "driver", "power", "paths")]
     for r in found:
-        opens = ", ".join(r["paths"]) if isinstance(r["paths"], list) and r["paths"] else "none"
-        print(
-            f"{r['index']!s:<4} {r['bus']!s:<13} {r['device_id']!s:<7} "
-            f"{r['driver'] or '-'!s:<10} {r['runtime_status'] or '-'!s:<10} {opens}"
-        )
+        product = "unknown" if r["name"] == "unknown" else f"{r['name']} ({r['chip']})"
+        table.append((str(r["index"]), str(r["bus"]), str(r["device_id"]), product,
+                      str(r["arch"]), str(r["driver"] or "-"), str(r["runtime_status"] or "-"),
+                      _cell(r["paths"])))
+    widths = [max(len(row[c]) for row in table) for c in range(len(table[0]) - 1)]
+    for row in table:
+        print(" ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + " " + row[-1])
     return 0

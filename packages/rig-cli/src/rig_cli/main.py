@@ -1,8 +1,11 @@
 """The ``rig`` command.
 
-Exit codes: 0 ok; 1 failure (something broke); 2 misuse (bad arguments); 3 no such GPU;
-4 refused (the machine or its driver said no). Errors are one sentence on stderr; ``--debug``
-adds the traceback. Start-up stays light: a command imports what it needs when it runs.
+Exit codes: 0 ok; 1 failure (something broke, or a check's results differ); 2 misuse (bad
+arguments); 3 no such GPU; 4 refused (the machine or its driver said no, or this release cannot
+do it). Errors are one sentence on stderr; ``--debug`` re-raises for the traceback. Start-up
+stays light: this module imports only argparse and sys, and a command imports what it needs
+when it runs (``rig list`` reads sysfs through rig_pci alone; only info, usage and check load
+the kernel-driver path).
 """
 
 from __future__ import annotations
@@ -13,6 +16,52 @@ from collections.abc import Sequence
 
 OK, FAILURE, MISUSE, NO_GPU, REFUSED = 0, 1, 2, 3, 4
 
+EPILOG = """\
+commands:
+  list       the machine's NVIDIA GPUs and the paths that can open each (reads sysfs only)
+  info       open a GPU through its kernel driver and show its facts
+  usage      a GPU's memory and how busy it is, once or live (--watch)
+  check      open a GPU, copy random data both ways, run a built-in kernel, check, time
+  detach     take a GPU from its kernel driver for the NV-PCI path (asks first)
+  attach     give a GPU back to its kernel driver (asks first)
+  reset      reset a GPU's PCI function (asks first)
+  firmware   fetch NVIDIA's GSP firmware set the NV-PCI path boots with
+
+exit codes:
+  0  ok
+  1  failure: something broke, or a check's results differ from the host's
+  2  misuse: bad arguments
+  3  no such GPU
+  4  refused: the machine or its driver said no (e.g. the kernel driver does not hold the
+     GPU, its release is not supported), or this release of rig cannot do it
+
+Errors are one sentence on stderr, starting "rig: "; --debug shows the traceback.
+"""
+
+
+class _Csv(argparse.Action):
+    """``--format csv[,noheader]``, checked as it is parsed (a bad one is misuse, exit 2)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from rig_cli.listing import parse_format
+
+        try:
+            setattr(namespace, self.dest, parse_format(str(values)))
+        except ValueError as e:
+            parser.error(str(e))
+
+
+class _Query(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from rig_cli.listing import parse_query
+
+        try:
+            setattr(namespace, self.dest, parse_query(str(values)))
+        except ValueError as e:
+            parser.error(str(e))
+
 
 def _parser() -> argparse.ArgumentParser:
     from rig_cli import __version__
@@ -21,21 +70,136 @@ def _parser() -> argparse.ArgumentParser:
         prog="rig",
         description="NVIDIA GPUs with no CUDA library: through NVIDIA's kernel driver (NV) "
         "or over PCI with no driver (NV-PCI).",
-        epilog="exit codes: 0 ok, 1 failure, 2 misuse, 3 no such GPU, 4 refused",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"rig {__version__}")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+    # --debug is taken after the command too (`rig check --debug`).
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    lister = sub.add_parser(
-        "list", help="list this machine's NVIDIA GPUs and the paths that open them"
-    )
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=text, description=text, parents=[common])
+
+    def index(p: argparse.ArgumentParser, optional: bool = True) -> None:
+        if optional:
+            p.add_argument("index", nargs="?", type=int, default=0, metavar="i",
+                           help="the GPU's index, in bus order (default 0)")
+        else:
+            p.add_argument("index", type=int, metavar="i", help="the GPU's index, in bus order")
+
+    lister = command("list", "list this machine's NVIDIA GPUs and the paths that open them")
     lister.add_argument("--json", action="store_true", help="print JSON")
     lister.add_argument(
-        "--machine",
-        metavar="ROOT",
+        "--format", action=_Csv, metavar="csv[,noheader]",
+        help="print CSV as nvidia-smi's query mode does (', ' between values)",
+    )
+    lister.add_argument(
+        "--query", "--query-gpu", action=_Query, metavar="COLUMNS",
+        help="the columns to print, comma-separated: index, bus, device_id, name, chip, arch, "
+        "driver, runtime_status, paths, bar1_bytes",
+    )
+    lister.add_argument(
+        "--machine", metavar="ROOT",
         help="list the machine whose sysfs tree lies under ROOT (default: this machine)",
     )
+
+    info = command("info", "open a GPU through its kernel driver and show its facts")
+    index(info)
+    info.add_argument("--json", action="store_true", help="print JSON")
+
+    usage = command("usage", "show a GPU's memory (total, free) and how busy it is")
+    index(usage)
+    usage.add_argument("--window", type=float, default=1.0, metavar="S",
+                       help="busy is the mean over the last S seconds (default 1)")
+    usage.add_argument("--watch", type=float, metavar="S",
+                       help="refresh every S seconds until Ctrl-C: in place on a terminal, a "
+                       "line per sample otherwise")
+    usage.add_argument("--json", action="store_true", help="print JSON (a line per sample)")
+
+    check = command("check", "open a GPU, copy random data both ways, run a built-in kernel "
+                    "for its architecture, compare with the host, print timings")
+    index(check)
+    check.add_argument("--size", type=int, default=64, metavar="MiB",
+                       help="bytes each copy moves, in MiB (default 64)")
+    check.add_argument("--json", action="store_true", help="print JSON")
+
+    for name, text in (
+        ("detach", "detach a GPU from its kernel driver so that NV-PCI can open it"),
+        ("attach", "give a GPU back to its kernel driver"),
+        ("reset", "reset a GPU's PCI function"),
+    ):
+        p = command(name, text)
+        index(p, optional=False)
+        p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+    firmware = command("firmware", "fetch the GSP firmware set the NV-PCI path boots with")
+    firmware.add_argument("which", choices=["nv"], help="whose firmware (nv: NVIDIA's)")
+    firmware.add_argument("dir", nargs="?", metavar="DIR",
+                          help="where to put it (default: rig's own firmware directory)")
+    firmware.add_argument("--base-url", metavar="URL",
+                          help="fetch from this mirror of linux-firmware instead")
     return parser
+
+
+def exit_code(e: BaseException) -> int:
+    """The exit code of an error: misuse 2, no such GPU 3, refused 4, a lost device or
+    anything else 1."""
+    from rig_cli.changes import NoSuchGpu
+    from rig_edge import Lost, OpenRefused, RigError
+
+    if isinstance(e, ValueError):  # rig_edge.Misuse is one
+        return MISUSE
+    if isinstance(e, NoSuchGpu) or (isinstance(e, OpenRefused) and "has no GPU" in str(e)):
+        return NO_GPU
+    if isinstance(e, Lost):  # the GPU faulted or hung: it broke, nobody refused
+        return FAILURE
+    if isinstance(e, RigError):
+        return REFUSED
+    return FAILURE
+
+
+def sentence(e: BaseException) -> str:
+    """The error as one line: ``rig: <message>`` (and its type where it is not rig's own)."""
+    from rig_edge import Misuse, RigError
+
+    text = " ".join(str(e).split()) or type(e).__name__
+    if not isinstance(e, RigError | Misuse):
+        text = f"{type(e).__name__}: {text} (--debug shows the traceback)"
+    return f"rig: {text}"
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "list":
+        from rig_cli.listing import run_list
+        from rig_pci import Machine
+
+        machine = Machine.at(args.machine) if args.machine else Machine.this()
+        return run_list(as_json=args.json, machine=machine, fmt=args.format, columns=args.query)
+    if args.command == "info":
+        from rig_cli.info import run_info
+
+        return run_info(args.index, as_json=args.json)
+    if args.command == "usage":
+        from rig_cli.info import run_usage
+
+        return run_usage(args.index, window=args.window, watch=args.watch, as_json=args.json)
+    if args.command == "check":
+        from rig_cli.check import run_check
+
+        return run_check(args.index, size_mib=args.size, as_json=args.json)
+    if args.command in ("detach", "attach", "reset"):
+        from rig_cli.changes import run_change
+
+        return run_change(args.command, args.index, yes=args.yes)
+    if args.command == "firmware":
+        from rig_cli.changes import run_firmware
+
+        return run_firmware(args.which, args.dir, base_url=args.base_url)
+    raise AssertionError(f"unhandled command {args.command}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,17 +210,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return MISUSE
     try:
-        if args.command == "list":
-            from rig_cli.listing import run_list
-            from rig_pci import Machine
-
-            machine = Machine.at(args.machine) if args.machine else Machine.this()
-            return run_list(as_json=args.json, machine=machine)
-    except Exception as e:
-        from rig_edge import RigError
-
+        return _run(args)
+    except KeyboardInterrupt:
         if args.debug:
             raise
-        print(f"rig: {e}", file=sys.stderr)
-        return REFUSED if isinstance(e, RigError) else FAILURE
-    return MISUSE
+        print("rig: interrupted.", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader went away (`rig list | head -1`): not an error; keep Python from
+        # complaining about the closed stdout at exit.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return OK
+    except Exception as e:
+        if args.debug:
+            raise
+        print(sentence(e), file=sys.stderr)
+        return exit_code(e)

@@ -1,0 +1,171 @@
+"""``rig detach|attach|reset i`` and ``rig firmware nv [DIR]``: changes to the machine.
+
+These call the PCI path's functions when the installed release has them: the spec's
+``Rig_nv_pci.detach/attach/reset``, which ``rig_nv_pci`` exports by GPU index, or else the
+generic ones by bus address (``rig_pci.driver.detach/attach``, ``rig_pci.Function.reset``).
+They are found by name at run time, so that this command works before and after they land;
+where none is there they exit 4 saying the PCI path is not built yet. Detach, attach and reset ask
+first (``--yes`` skips the question; with no terminal to ask on they refuse rather than guess).
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from rig_cli.chips import chip, is_gpu
+from rig_edge import Misuse, RigError
+from rig_pci import FunctionInfo, Machine
+
+OK, FAILURE = 0, 1
+
+# Where each operation may live, in order of preference: (module, name, what it takes). The
+# spec's functions (rig_nv_pci) take the GPU's index; rig_pci.driver's take the machine and the
+# PCI function's address (detach(machine, bus, *, device_files=...) answers Detached or
+# PartWay(why)); "take" is rig_pci.Function, whose reset runs on the function it takes.
+CANDIDATES: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "detach": (("rig_nv_pci", "detach", "index"), ("rig_pci.driver", "detach", "bus")),
+    "attach": (("rig_nv_pci", "attach", "index"), ("rig_pci.driver", "attach", "bus")),
+    "reset": (("rig_nv_pci", "reset", "index"), ("rig_pci.driver", "reset", "bus"),
+              ("rig_pci", "Function", "take")),
+    "firmware": (("rig_nv_pci.firmware", "fetch", "dir"), ("rig_pci.firmware", "fetch", "dir"),
+                 ("rig_nv_pci", "fetch_firmware", "dir")),
+}
+
+
+class NotBuilt(RigError):
+    """The installed release has no implementation of a change (exit 4, refused)."""
+
+
+class NoSuchGpu(RigError):
+    """The machine has no GPU of the index given (exit 3)."""
+
+
+def find(operation: str) -> tuple[str, Callable[..., Any], str] | None:
+    """(``module.name``, the function, what it takes) of the first candidate that exists."""
+    for module, name, takes in CANDIDATES[operation]:
+        try:
+            found = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            # Only the module's own absence means "not built"; a module that exists and fails
+            # to import is a bug to show, not to hide.
+            if e.name is not None and (module == e.name or module.startswith(e.name + ".")):
+                continue
+            raise
+        fn = getattr(found, name, None)
+        if callable(fn) and (takes != "take" or callable(getattr(fn, "take", None))):
+            return f"{module}.{name}", fn, takes
+    return None
+
+
+def _needed(operation: str, what: str) -> tuple[str, Callable[..., Any], str]:
+    found = find(operation)
+    if found is None:
+        raise NotBuilt(f"{what} is not available in this release (the PCI path is not built yet)")
+    return found
+
+
+def gpu(index: int) -> FunctionInfo:
+    """GPU ``index`` of this machine, from its PCI listing."""
+    if index < 0:
+        raise Misuse(f"GPU index {index} is negative")
+    gpus = [f for f in Machine.this().functions() if is_gpu(f.vendor, f.class_code)]
+    if index >= len(gpus):
+        raise NoSuchGpu(f"this machine has no GPU {index} (it has {len(gpus)})")
+    return gpus[index]
+
+
+def confirm(question: str, yes: bool) -> bool:
+    """Whether to go on: ``--yes``, or "y" typed on a terminal."""
+    if yes:
+        return True
+    if not sys.stdin.isatty():
+        raise Misuse("this changes the machine and needs confirmation: run it on a terminal "
+                     "or pass --yes")
+    answer = input(f"{question} [y/N] ").strip().lower()
+    return answer in ("y", "yes")
+
+
+def nvidia_files(bus: str, proc: Path = Path("/proc/driver/nvidia/gpus")) -> list[str]:
+    """The device files through which NVIDIA's kernel driver lends this GPU (``/dev/nvidiaN``,
+    N its minor number as the driver reports it), so a detach can refuse while a process holds
+    them; ``[]`` where the driver does not report it."""
+    try:
+        text = (proc / bus / "information").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Device Minor" and value.strip().isdigit():
+            return [f"/dev/nvidia{int(value)}"]
+    return []
+
+
+def _call(fn: Callable[..., Any], takes: str, index: int, function: FunctionInfo) -> Any:
+    if takes == "index":
+        return fn(index)
+    if takes == "take":
+        function_class: Any = fn  # rig_pci.Function
+        with function_class.take(Machine.this(), function.address) as taken:
+            return taken.reset()
+    parameters = inspect.signature(fn).parameters
+    kwargs: dict[str, Any] = {}
+    if "device_files" in parameters:
+        kwargs["device_files"] = nvidia_files(function.address)
+    if next(iter(parameters), None) == "machine":
+        return fn(Machine.this(), function.address, **kwargs)
+    return fn(function.address, **kwargs)
+
+
+QUESTIONS = {
+    "detach": "Detach GPU {i} ({where}) from its kernel driver ({driver})? Whatever uses it, a "
+              "display among them, loses it until `rig attach {i}` or a reboot.",
+    "attach": "Give GPU {i} ({where}) back to its kernel driver? It is reset first if no "
+              "driver holds it.",
+    "reset": "Reset GPU {i} ({where})? Whatever runs on it now is ended.",
+}
+DONE = {
+    "detach": "GPU {i} ({where}) is detached from its kernel driver: NV-PCI{suffix} can open it.",
+    "attach": "GPU {i} ({where}) is back with its kernel driver.",
+    "reset": "GPU {i} ({where}) is reset.",
+}
+
+
+def run_change(operation: str, index: int, *, yes: bool) -> int:
+    """Detach, attach or reset GPU ``index`` after asking."""
+    _, fn, takes = _needed(operation, f"rig {operation}")
+    function = gpu(index)
+    where = f"{function.address}, {chip(function.device).name}"
+    text = {"i": index, "where": where, "driver": function.driver or "none",
+            "suffix": "" if index == 0 else f":{index}"}
+    if not confirm(QUESTIONS[operation].format(**text), yes):
+        print("rig: not confirmed, so nothing was changed.", file=sys.stderr)
+        return FAILURE
+    result = _call(fn, takes, index, function)
+    # detach answers its progress: Detached, or part way with the reason (the spec's
+    # Part_way why), which leaves the GPU neither with its driver nor ready to open.
+    why = getattr(result, "why", None) or getattr(result, "reason", None)
+    if why:
+        print(f"rig: GPU {index} ({function.address}): {operation} went only part way: {why}.",
+              file=sys.stderr)
+        return FAILURE
+    print(DONE[operation].format(**text))
+    return OK
+
+
+def run_firmware(which: str, directory: str | None, *, base_url: str | None) -> int:
+    """Fetch the pinned NVIDIA GSP firmware set into ``directory`` (rig's own by default)."""
+    if which != "nv":
+        raise Misuse(f"rig knows the firmware of nv only, not {which!r}")
+    _, fn, _ = _needed("firmware", "rig firmware nv")
+    kwargs: dict[str, Any] = {}
+    if base_url is not None:
+        kwargs["base_url"] = base_url
+    result = fn(directory, **kwargs) if directory is not None else fn(**kwargs)
+    if result is not None:
+        print(result)
+    return OK
