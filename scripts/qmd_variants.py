@@ -120,8 +120,28 @@ if __name__ == "__main__":
         for f in (prefetch, sampler, shared_alloc, no_invalidate, no_membar):
             f(q)
 
-    rows = [measure("as built", original), measure("local 0x240", original, local=0x240),
-            measure("local 0x1000", original, local=0x1000)]
-    for name, f in (("together", together),):
+    def tinygrad_smem(q: qmd.Qmd) -> None:
+        q.set("SHARED_MEMORY_SIZE", max(q.get("SHARED_MEMORY_SIZE"), 0x400))
+        q.set("MIN_SM_CONFIG_SHARED_MEM_SIZE", 9)
+        q.set("TARGET_SM_CONFIG_SHARED_MEM_SIZE", 9)
+        q.set("MAX_SM_CONFIG_SHARED_MEM_SIZE", 26)
+
+    def cbuf0_only(q: qmd.Qmd) -> None:
+        lay = q.layout
+        for i in range(1, 8):
+            q._put(lay.cbuf_invalidate[i], 0, "inv")
+
+    def max_config(q: qmd.Qmd) -> None:
+        top = q.get("MAX_SM_CONFIG_SHARED_MEM_SIZE")
+        q.set("MIN_SM_CONFIG_SHARED_MEM_SIZE", top)
+        q.set("TARGET_SM_CONFIG_SHARED_MEM_SIZE", top)
+
+    def both(q: qmd.Qmd) -> None:
+        tinygrad_smem(q)
+        cbuf0_only(q)
+
+    rows = [measure("as built", original)]
+    for name, f in (("tinygrad smem", tinygrad_smem), ("cbuf0 only", cbuf0_only),
+                    ("max config", max_config), ("both", both)):
         rows.append(measure(name, variant(f)))
     print("\n".join(rows))

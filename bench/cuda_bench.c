@@ -1,0 +1,596 @@
+/* The CUDA-from-C peer of rig's benchmark (bench/run.py builds and runs it): the driver API
+ * only (cuda.h, -lcuda), on GPU 0, the rows of issue 7 with the same kernel from the same cubin.
+ *
+ *   cuda_bench CUBIN [--scale F]   every row; one JSON object on stdout
+ *   cuda_bench --ctx-once          cuInit + cuCtxCreate + cuCtxDestroy once (run in a fresh
+ *                                  process by the harness); one JSON object on stdout
+ *
+ * Every CUDA call's result is checked. A failing call or a failed verification ends only its
+ * row: the row's error goes into "errors" and the next row runs. Samples are seconds per
+ * operation; "bytes" is what one operation moved (the harness turns both into its units).
+ *
+ * Build: nvcc -O2 -o cuda_bench bench/cuda_bench.c -lcuda
+ *    or: cc -O2 -o cuda_bench bench/cuda_bench.c -I/usr/local/cuda/include -lcuda
+ */
+#include <cuda.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MIB (1024ull * 1024ull)
+#define COPY_BYTES (256ull * MIB)
+#define MAX_ROWS 32
+
+/* ---- errors: a row ends at its first failure, the program goes on ---------------------- */
+
+static jmp_buf row_jmp;
+static int in_row;
+static char row_err[1024];
+
+static void fail(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(row_err, sizeof row_err, fmt, ap);
+    va_end(ap);
+    if (in_row) longjmp(row_jmp, 1);
+    fprintf(stderr, "cuda_bench: %s\n", row_err);
+    exit(1);
+}
+
+static void check(CUresult r, const char *call, int line) {
+    if (r != CUDA_SUCCESS) {
+        const char *name = NULL, *text = NULL;
+        if (cuGetErrorName(r, &name) != CUDA_SUCCESS) name = NULL;
+        if (cuGetErrorString(r, &text) != CUDA_SUCCESS) text = NULL;
+        fail("line %d: %s returned %d (%s: %s)", line, call, (int)r, name ? name : "?",
+             text ? text : "?");
+    }
+}
+
+#define CK(call) check((call), #call, __LINE__)
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n);
+    if (!p) fail("malloc(%zu) failed", n);
+    return p;
+}
+
+/* ---- time, random data, results --------------------------------------------------------- */
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void) { /* xorshift64* */
+    rng_state ^= rng_state >> 12;
+    rng_state ^= rng_state << 25;
+    rng_state ^= rng_state >> 27;
+    return rng_state * 0x2545F4914F6CDD1Dull;
+}
+
+static void fill_random(void *p, size_t n) {
+    uint64_t *w = (uint64_t *)p;
+    size_t i;
+    for (i = 0; i < n / 8; i++) w[i] = rnd();
+    for (i = n / 8 * 8; i < n; i++) ((unsigned char *)p)[i] = (unsigned char)rnd();
+}
+
+static float rnd_float(void) { /* uniform in [0, 1), 24 random bits: exact in float */
+    return (float)(rnd() >> 40) / 16777216.0f;
+}
+
+struct row {
+    const char *key;
+    double *samples;
+    int n;
+    double bytes;
+    const char *error;
+};
+
+static struct row rows[MAX_ROWS];
+static int nrows;
+
+static void add_row(const char *key, double *samples, int n, double bytes) {
+    if (nrows == MAX_ROWS) fail("too many rows");
+    rows[nrows].key = key;
+    rows[nrows].samples = samples;
+    rows[nrows].n = n;
+    rows[nrows].bytes = bytes;
+    rows[nrows].error = NULL;
+    nrows++;
+}
+
+static void add_error(const char *key, const char *error) {
+    char *copy;
+    if (nrows == MAX_ROWS) return;
+    copy = strdup(error);
+    rows[nrows].key = key;
+    rows[nrows].samples = NULL;
+    rows[nrows].n = 0;
+    rows[nrows].bytes = 0;
+    rows[nrows].error = copy ? copy : "out of memory";
+    nrows++;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (; *s; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if (ch == '"' || ch == '\\') printf("\\%c", ch);
+        else if (ch < 0x20) printf("\\u%04x", ch);
+        else putchar(ch);
+    }
+    putchar('"');
+}
+
+/* ---- the state every row shares ------------------------------------------------------ */
+
+static CUdevice dev;
+static CUcontext ctx;
+static CUmodule mod;
+static CUfunction vadd;
+static CUstream stream;
+static double scale = 1.0;
+/* vadd's operands: a, b, c of 1 float each (4 KiB allocations). */
+static CUdeviceptr da, db, dc;
+/* The accumulator: rows 2 and 3 run vadd(c, b, c, 1), c += b, once per kernel; the host
+ * repeats every addition in float (IEEE single, round to nearest, as the GPU's FADD). */
+static float acc_host, acc_b;
+static long long acc_count;
+
+static int reps(int n) {
+    int r = (int)(n * scale);
+    return r < 3 ? 3 : r;
+}
+
+static double *samples(int n) { return (double *)xmalloc(sizeof(double) * (size_t)n); }
+
+static CUresult create_context(CUcontext *out) {
+#if CUDA_VERSION >= 13000
+    return cuCtxCreate(out, NULL, 0, dev);
+#else
+    return cuCtxCreate(out, 0, dev);
+#endif
+}
+
+static void launch_vadd(CUdeviceptr a, CUdeviceptr b, CUdeviceptr c) {
+    int n = 1;
+    void *args[4];
+    args[0] = &a;
+    args[1] = &b;
+    args[2] = &c;
+    args[3] = &n;
+    CK(cuLaunchKernel(vadd, 1, 1, 1, 1, 1, 1, 0, stream, args, NULL));
+}
+
+static void acc_start(void) {
+    acc_host = rnd_float() * 4.0f;
+    acc_b = rnd_float();
+    acc_count = 0;
+    CK(cuMemcpyHtoD(dc, &acc_host, sizeof(float)));
+    CK(cuMemcpyHtoD(db, &acc_b, sizeof(float)));
+    /* The legacy stream's copies may still be in flight; `stream` does not wait for them. */
+    CK(cuCtxSynchronize());
+}
+
+static void acc_verify(const char *what) {
+    float got;
+    long long i;
+    CK(cuStreamSynchronize(stream));
+    CK(cuMemcpyDtoH(&got, dc, sizeof(float)));
+    for (i = 0; i < acc_count; i++) acc_host = acc_host + acc_b;
+    acc_count = 0;
+    if (memcmp(&got, &acc_host, sizeof(float)) != 0)
+        fail("%s: the accumulator holds %.9g, the host computed %.9g", what, (double)got,
+             (double)acc_host);
+}
+
+static void check_bytes(const void *got, const void *want, size_t n, const char *what) {
+    if (memcmp(got, want, n) != 0) fail("%s: the copied bytes differ", what);
+}
+
+/* ---- rows ---------------------------------------------------------------------------- */
+
+/* 1: one kernel (1 thread adds one element), launch + cuStreamSynchronize. */
+static void row_launch(void) {
+    int i, n = reps(5000);
+    double *s = samples(n), t;
+    float a, b, c;
+    a = rnd_float();
+    b = rnd_float();
+    CK(cuMemcpyHtoD(da, &a, sizeof a));
+    CK(cuMemcpyHtoD(db, &b, sizeof b));
+    CK(cuMemsetD8(dc, 0, sizeof c));
+    CK(cuCtxSynchronize());
+    for (i = 0; i < reps(500); i++) {
+        launch_vadd(da, db, dc);
+        CK(cuStreamSynchronize(stream));
+    }
+    for (i = 0; i < n; i++) {
+        t = now();
+        launch_vadd(da, db, dc);
+        CK(cuStreamSynchronize(stream));
+        s[i] = now() - t;
+    }
+    CK(cuMemcpyDtoH(&c, dc, sizeof c));
+    {
+        float want = a + b;
+        if (memcmp(&c, &want, sizeof c) != 0)
+            fail("vadd wrote %.9g, not %.9g + %.9g", (double)c, (double)a, (double)b);
+    }
+    add_row("1_launch", s, n, 0);
+}
+
+static CUgraphExec capture(int kernels) {
+    CUgraph graph;
+    CUgraphExec exec;
+    int i;
+    CK(cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    for (i = 0; i < kernels; i++) launch_vadd(dc, db, dc);
+    CK(cuStreamEndCapture(stream, &graph));
+    CK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+    CK(cuGraphDestroy(graph));
+    return exec;
+}
+
+static CUgraphExec g64, g1;
+
+/* 2: a graph of 64 dependent kernels (captured: each waits for the one before), launch + sync;
+ * and a graph of 1. The harness derives (t64 - t1) / 63. */
+static void row_graphs(void) {
+    int i, n = reps(1000), w = reps(100);
+    double *s64 = samples(n), *s1 = samples(n), t;
+    acc_start();
+    g64 = capture(64);
+    g1 = capture(1);
+    for (i = 0; i < w; i++) {
+        CK(cuGraphLaunch(g64, stream));
+        CK(cuStreamSynchronize(stream));
+        CK(cuGraphLaunch(g1, stream));
+        CK(cuStreamSynchronize(stream));
+    }
+    acc_count += 65LL * w;
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(cuGraphLaunch(g64, stream));
+        CK(cuStreamSynchronize(stream));
+        s64[i] = now() - t;
+    }
+    acc_count += 64LL * n;
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(cuGraphLaunch(g1, stream));
+        CK(cuStreamSynchronize(stream));
+        s1[i] = now() - t;
+    }
+    acc_count += n;
+    acc_verify("graphs");
+    add_row("2_step64", s64, n, 0);
+    add_row("2_step1", s1, n, 0);
+}
+
+/* 3: 10,000 one-kernel graphs launched, then one sync: seconds per graph. Also 10,000 plain
+ * kernel launches then one sync (3_launch_flight). */
+static void row_flight(void) {
+    const int per = 10000;
+    int r, i, n = reps(8);
+    double *s = samples(n), *sl = samples(n), t;
+    if (!g1) fail("no one-kernel graph (row 2 failed)");
+    acc_start();
+    for (r = -1; r < n; r++) { /* r = -1: warm-up */
+        t = now();
+        for (i = 0; i < per; i++) CK(cuGraphLaunch(g1, stream));
+        CK(cuStreamSynchronize(stream));
+        if (r >= 0) s[r] = (now() - t) / per;
+    }
+    acc_count += (long long)(n + 1) * per;
+    for (r = -1; r < n; r++) {
+        t = now();
+        for (i = 0; i < per; i++) launch_vadd(dc, db, dc);
+        CK(cuStreamSynchronize(stream));
+        if (r >= 0) sl[r] = (now() - t) / per;
+    }
+    acc_count += (long long)(n + 1) * per;
+    acc_verify("kernels in flight");
+    add_row("3_flight", s, n, 0);
+    add_row("3_launch_flight", sl, n, 0);
+}
+
+static CUdeviceptr big, big2;
+
+/* 4: 256 MiB host->GPU and GPU->host, cuMemcpy from `src` into `dst` buffers. A pageable
+ * cuMemcpyHtoD may return before its last DMA is done: cuCtxSynchronize waits for it. */
+static void copies(void *src, void *dst, const char *h2d_key, const char *d2h_key) {
+    int i, n = reps(20);
+    double *sh = samples(n), *sd = samples(n), t;
+    fill_random(src, COPY_BYTES);
+    memset(dst, 0, COPY_BYTES);
+    for (i = 0; i < 2; i++) CK(cuMemcpyHtoD(big, src, COPY_BYTES));
+    CK(cuCtxSynchronize());
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(cuMemcpyHtoD(big, src, COPY_BYTES));
+        CK(cuCtxSynchronize());
+        sh[i] = now() - t;
+    }
+    for (i = 0; i < 2; i++) CK(cuMemcpyDtoH(dst, big, COPY_BYTES));
+    check_bytes(dst, src, COPY_BYTES, h2d_key);
+    memset(dst, 0, COPY_BYTES);
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(cuMemcpyDtoH(dst, big, COPY_BYTES));
+        sd[i] = now() - t;
+    }
+    check_bytes(dst, src, COPY_BYTES, d2h_key);
+    add_row(h2d_key, sh, n, (double)COPY_BYTES);
+    add_row(d2h_key, sd, n, (double)COPY_BYTES);
+}
+
+static void row_pinned(void) {
+    void *src = NULL, *dst = NULL;
+    CK(cuMemAllocHost(&src, COPY_BYTES));
+    CK(cuMemAllocHost(&dst, COPY_BYTES));
+    copies(src, dst, "4_h2d_pinned", "4_d2h_pinned");
+    CK(cuMemFreeHost(src));
+    CK(cuMemFreeHost(dst));
+}
+
+static void *page_src, *page_dst;
+
+static void row_pageable(void) {
+    page_src = xmalloc(COPY_BYTES);
+    page_dst = xmalloc(COPY_BYTES);
+    copies(page_src, page_dst, "4_h2d_pageable", "4_d2h_pageable");
+}
+
+/* 5: 256 MiB GPU->GPU within GPU 0 (cuMemcpyDtoD, then cuCtxSynchronize: a device-to-device
+ * copy may return before it is done). */
+static void row_d2d(void) {
+    int i, n = reps(30);
+    double *s = samples(n), t;
+    if (!page_src || !page_dst) fail("no host buffers (row 4 failed)");
+    fill_random(page_src, COPY_BYTES);
+    CK(cuMemcpyHtoD(big, page_src, COPY_BYTES));
+    CK(cuMemsetD8(big2, 0, COPY_BYTES));
+    for (i = 0; i < 3; i++) CK(cuMemcpyDtoD(big2, big, COPY_BYTES));
+    CK(cuCtxSynchronize());
+    CK(cuMemsetD8(big2, 0, COPY_BYTES));
+    CK(cuCtxSynchronize());
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(cuMemcpyDtoD(big2, big, COPY_BYTES));
+        CK(cuCtxSynchronize());
+        s[i] = now() - t;
+    }
+    memset(page_dst, 0, COPY_BYTES);
+    CK(cuMemcpyDtoH(page_dst, big2, COPY_BYTES));
+    check_bytes(page_dst, page_src, COPY_BYTES, "5_d2d");
+    add_row("5_d2d", s, n, (double)COPY_BYTES);
+}
+
+/* 6: cuMemAlloc + cuMemFree. */
+static void alloc_free(size_t size, int count, const char *key) {
+    int i, n = reps(count);
+    double *s = samples(n), t;
+    CUdeviceptr p;
+    for (i = 0; i < reps(count / 10); i++) {
+        CK(cuMemAlloc(&p, size));
+        CK(cuMemFree(p));
+    }
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(cuMemAlloc(&p, size));
+        CK(cuMemFree(p));
+        s[i] = now() - t;
+    }
+    add_row(key, s, n, (double)size);
+}
+
+static void row_alloc_small(void) { alloc_free(64 * 1024, 2000, "6_alloc_64k"); }
+static void row_alloc_large(void) { alloc_free(64 * MIB, 300, "6_alloc_64m"); }
+
+/* 7 (in-process part): with cuInit done and the benchmark's context destroyed, create and
+ * destroy a context again and again. The harness times the fresh-process part (--ctx-once). */
+static void row_ctx(void) {
+    int i, n = reps(8);
+    double *s = samples(n), t;
+    CUcontext c;
+    for (i = 0; i < n; i++) {
+        t = now();
+        CK(create_context(&c));
+        CK(cuCtxDestroy(c));
+        s[i] = now() - t;
+    }
+    add_row("7_open_stop_inproc", s, n, 0);
+}
+
+static int has_row(const char *key) {
+    int i;
+    for (i = 0; i < nrows; i++)
+        if (strcmp(rows[i].key, key) == 0) return 1;
+    return 0;
+}
+
+/* Run a row; a failure becomes the error of each of its keys it did not record. */
+static void run_row(void (*fn)(void), const char *key1, const char *key2) {
+    in_row = 1;
+    if (setjmp(row_jmp) == 0) fn();
+    else {
+        fprintf(stderr, "cuda_bench: %s: %s\n", key1, row_err);
+        if (!has_row(key1)) add_error(key1, row_err);
+        if (key2 && !has_row(key2)) add_error(key2, row_err);
+    }
+    in_row = 0;
+}
+
+static void cleanup(void) {
+    CK(cuCtxSynchronize());
+    if (g64) CK(cuGraphExecDestroy(g64));
+    if (g1) CK(cuGraphExecDestroy(g1));
+    if (mod) CK(cuModuleUnload(mod));
+    CK(cuMemFree(da));
+    CK(cuMemFree(db));
+    CK(cuMemFree(dc));
+    CK(cuMemFree(big));
+    CK(cuMemFree(big2));
+    CK(cuStreamDestroy(stream));
+    CK(cuCtxDestroy(ctx));
+}
+
+static int ctx_once(void) {
+    CUcontext c;
+    double t0, t1, t2, t3;
+    t0 = now();
+    CK(cuInit(0));
+    t1 = now();
+    CK(cuDeviceGet(&dev, 0));
+    CK(create_context(&c));
+    t2 = now();
+    CK(cuCtxDestroy(c));
+    t3 = now();
+    printf("{\"init_s\": %.9g, \"create_s\": %.9g, \"destroy_s\": %.9g, \"total_s\": %.9g}\n",
+           t1 - t0, t2 - t1, t3 - t2, t3 - t0);
+    return 0;
+}
+
+static unsigned char *read_file(const char *path, size_t *size) {
+    FILE *f = fopen(path, "rb");
+    unsigned char *data;
+    long n;
+    if (!f) fail("cannot open %s", path);
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) <= 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        fail("cannot read the size of %s", path);
+    }
+    data = (unsigned char *)xmalloc((size_t)n);
+    if (fread(data, 1, (size_t)n, f) != (size_t)n) {
+        fclose(f);
+        fail("cannot read %s", path);
+    }
+    fclose(f);
+    *size = (size_t)n;
+    return data;
+}
+
+int main(int argc, char **argv) {
+    const char *cubin_path = NULL;
+    unsigned char *cubin;
+    size_t cubin_size;
+    char name[256];
+    int driver = 0, major = 0, minor = 0, i, j;
+    double t0, t_init, t_ctx;
+
+    for (i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--ctx-once") == 0) return ctx_once();
+        if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
+            scale = atof(argv[++i]);
+            if (!(scale > 0)) scale = 1.0;
+        } else if (argv[i][0] != '-' && !cubin_path) cubin_path = argv[i];
+        else {
+            fprintf(stderr, "usage: %s CUBIN [--scale F] | --ctx-once\n", argv[0]);
+            return 2;
+        }
+    }
+    if (!cubin_path) {
+        fprintf(stderr, "usage: %s CUBIN [--scale F] | --ctx-once\n", argv[0]);
+        return 2;
+    }
+    rng_state = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ 0x9E3779B97F4A7C15ull;
+    if (!rng_state) rng_state = 1;
+
+    t0 = now();
+    CK(cuInit(0));
+    t_init = now() - t0;
+    CK(cuDeviceGet(&dev, 0));
+    CK(cuDeviceGetName(name, sizeof name, dev));
+    CK(cuDriverGetVersion(&driver));
+    CK(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CK(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    t0 = now();
+    CK(create_context(&ctx));
+    t_ctx = now() - t0;
+    CK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+    CK(cuMemAlloc(&da, 4096));
+    CK(cuMemAlloc(&db, 4096));
+    CK(cuMemAlloc(&dc, 4096));
+    CK(cuMemAlloc(&big, COPY_BYTES));
+    CK(cuMemAlloc(&big2, COPY_BYTES));
+
+    in_row = 1;
+    if (setjmp(row_jmp) == 0) {
+        cubin = read_file(cubin_path, &cubin_size);
+        CK(cuModuleLoadData(&mod, cubin));
+        CK(cuModuleGetFunction(&vadd, mod, "vadd"));
+        free(cubin);
+    } else {
+        fprintf(stderr, "cuda_bench: the cubin: %s\n", row_err);
+        add_error("1_launch", row_err);
+        add_error("2_step64", row_err);
+        add_error("2_step1", row_err);
+        add_error("3_flight", row_err);
+        add_error("3_launch_flight", row_err);
+        vadd = NULL;
+        mod = NULL;
+    }
+    in_row = 0;
+    if (vadd) {
+        run_row(row_launch, "1_launch", NULL);
+        run_row(row_graphs, "2_step64", "2_step1");
+        run_row(row_flight, "3_flight", "3_launch_flight");
+    }
+    run_row(row_pinned, "4_h2d_pinned", "4_d2h_pinned");
+    run_row(row_pageable, "4_h2d_pageable", "4_d2h_pageable");
+    run_row(row_d2d, "5_d2d", NULL);
+    run_row(row_alloc_small, "6_alloc_64k", NULL);
+    run_row(row_alloc_large, "6_alloc_64m", NULL);
+
+    /* Give everything back, then time contexts with cuInit done. */
+    run_row(cleanup, "cleanup", NULL);
+    free(page_src);
+    free(page_dst);
+    run_row(row_ctx, "7_open_stop_inproc", NULL);
+
+    printf("{\"meta\": {\"device\": ");
+    json_string(name);
+    printf(", \"driver_api_version\": %d, \"cuda_h_version\": %d, \"compute_capability\": "
+           "\"%d.%d\", \"cubin\": ",
+           driver, CUDA_VERSION, major, minor);
+    json_string(cubin_path);
+    printf(", \"scale\": %g, \"first_init_s\": %.9g, \"first_ctx_create_s\": %.9g},\n", scale,
+           t_init, t_ctx);
+    printf(" \"rows\": {");
+    for (i = 0; i < nrows; i++) {
+        struct row *r = &rows[i];
+        printf("%s\n  ", i ? "," : "");
+        json_string(r->key);
+        if (r->error) {
+            printf(": {\"error\": ");
+            json_string(r->error);
+            printf("}");
+            continue;
+        }
+        printf(": {\"bytes\": %.0f, \"samples_s\": [", r->bytes);
+        for (j = 0; j < r->n; j++) printf("%s%.9g", j ? ", " : "", r->samples[j]);
+        qsort(r->samples, (size_t)r->n, sizeof(double), cmp_double);
+        printf("], \"median_s\": %.9g, \"min_s\": %.9g, \"max_s\": %.9g}",
+               r->n % 2 ? r->samples[r->n / 2]
+                        : 0.5 * (r->samples[r->n / 2 - 1] + r->samples[r->n / 2]),
+               r->samples[0], r->samples[r->n - 1]);
+    }
+    printf("\n }}\n");
+    return 0;
+}

@@ -1,0 +1,69 @@
+"""Faults on a real GPU, each in a fresh process so a bad outcome cannot poison this one.
+
+Spec ("Faults and stopping"): a kernel that faults is reported from wait as a Fault naming the
+channel error; the device is then lost (every use raises Lost, its facts still answer); after a
+stop, gpu(0).open() in the same process gives a working device.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+CUBIN = Path(__file__).resolve().parents[2] / "rig-nv" / "tests" / "cubins" / "kernels.sm_90.cubin"
+
+CHILD = textwrap.dedent("""
+    import numpy as np, sys
+    import rig_nv_nvidia
+    from rig_edge import Fault, Lost, Memory, Region
+    cubin = open(sys.argv[1], "rb").read()
+    d = rig_nv_nvidia.gpu(0).open()
+    img = d.load(cubin)
+    bad = Region({address}, None, 1 << 20, Memory.DEVICE)
+    try:
+        d.launch(img["vadd"], (4,), (256,), (bad, bad, bad, 1024)).wait(timeout_s=60)
+        print("NO FAULT")
+        sys.exit(1)
+    except Fault as e:
+        print("FAULT", e.channel_error)
+    try:
+        d.alloc(4096, Memory.DEVICE)
+        print("NOT LOST")
+        sys.exit(1)
+    except Lost as e:
+        print("LOST", e.reason)
+    print("FACTS", d.facts.arch)
+    d.stop()
+    d = rig_nv_nvidia.gpu(0).open()
+    img = d.load(cubin)
+    a = np.random.default_rng().random(1024, dtype=np.float32)
+    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
+    d.upload(r, a.tobytes())
+    d.launch(img["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
+    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
+    print("REOPENED", bool(np.array_equal(got, a + a)))
+    d.stop()
+""")
+
+
+@pytest.mark.parametrize("address", [0xDEAD0000, 0x7F00_0000_0000], ids=["unmapped-low",
+                                                                           "unmapped-high"])
+def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int) -> None:
+    out = subprocess.run(
+        [sys.executable, "-c", CHILD.format(address=address), str(CUBIN)],
+        capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    print(out.stdout, out.stderr[-2000:])
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert lines[0].startswith("FAULT ROBUST_CHANNEL_") and "Xid" in lines[0]
+    assert lines[1].startswith("LOST ")
+    assert lines[2] == "FACTS sm_90"
+    assert lines[3] == "REOPENED True"
