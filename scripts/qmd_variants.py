@@ -140,8 +140,18 @@ if __name__ == "__main__":
         tinygrad_smem(q)
         cbuf0_only(q)
 
+    def regs8(q: qmd.Qmd) -> None:
+        q.set("REGISTER_COUNT", -(-q.get("REGISTER_COUNT") // 8) * 8)
+
+    def no_cbuf_invalidate(q: qmd.Qmd) -> None:
+        for i in range(8):
+            q._put(q.layout.cbuf_invalidate[i], 0, "inv")
+
+    def sass0(q: qmd.Qmd) -> None:
+        q.set("SASS_VERSION", 0)
+
     rows = [measure("as built", original)]
-    for name, f in (("tinygrad smem", tinygrad_smem), ("cbuf0 only", cbuf0_only),
-                    ("max config", max_config), ("both", both)):
+    for name, f in (("registers x8", regs8), ("no cbuf invalidate", no_cbuf_invalidate),
+                    ("sass 0", sass0)):
         rows.append(measure(name, variant(f)))
     print("\n".join(rows))

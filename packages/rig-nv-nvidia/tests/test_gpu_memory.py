@@ -177,3 +177,42 @@ def test_dma_buf_export_has_the_objects_size(device: Device) -> None:
         assert os.lseek(buf.fd, 0, os.SEEK_END) == 64 << 20
     finally:
         os.close(buf.fd)
+
+
+@pytest.mark.parametrize(("dst_off", "src_off", "n"), [
+    (0, 0, 64 << 20),  # 16-byte vectors only
+    (16, 48, (64 << 20) + 5),  # vectors, then 5 bytes
+    (3, 1, (32 << 20) + 1),  # unaligned: byte by byte
+])
+def test_copies_inside_the_gpu_run_on_the_sms(device: Device, dst_off: int, src_off: int,
+                                              n: int) -> None:
+    """Copies of 1 MiB and more between video memory use rig's copy kernels."""
+    data = random_bytes(n)
+    a = device.alloc(n + 64, Memory.DEVICE)
+    b = device.alloc(n + 64, Memory.MAPPED)
+    assert a and b
+    guard = random_bytes(64)
+    if dst_off:
+        device.upload(b, guard[:dst_off], 0)
+    device.upload(a, data, src_off)
+    device.copy(b, a, n, dst_offset=dst_off, src_offset=src_off).wait()
+    assert bytes(device.download(b, n, dst_off)) == data
+    if dst_off:
+        assert bytes(device.download(b, dst_off, 0)) == guard[:dst_off]
+
+
+def test_freed_device_memory_is_reused_and_trimmed(device: Device) -> None:
+    a = device.alloc(64 << 10, Memory.DEVICE)
+    assert a
+    device.free(a)
+    device.synchronize()
+    b = device.alloc(64 << 10, Memory.DEVICE)
+    assert b and b.gpu == a.gpu  # the same memory, kept by free
+    data = random_bytes(64 << 10)
+    device.upload(b, data).wait()
+    assert bytes(device.download(b)) == data
+    device.free(b)
+    device.trim()
+    c = device.alloc(8 << 30, Memory.DEVICE)
+    assert c
+    device.free(c)  # too large to keep: back to the RM at once

@@ -34,7 +34,7 @@ from rig_nv.hostmem import (
     view,
 )
 from rig_nv.layouts import Params, cnew, rm_ffi
-from rig_nv.rm import Allocation, RMError
+from rig_nv.rm import Allocation, RMError, page_rounded
 from rig_nv.status import (
     NV_ERR_INSUFFICIENT_RESOURCES,
     NV_ERR_INVALID_ADDRESS,
@@ -216,9 +216,9 @@ class NvidiaPath:
         return handle
 
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
-        huge = n >= HUGE and kind is not Memory.PINNED
+        size = page_rounded(n, kind)
+        huge = size >= HUGE and kind is not Memory.PINNED
         page = HUGE if huge else SMALL
-        size = round_up(n, page)
         if kind is Memory.DEVICE:
             made = self._vidmem(size, huge, contiguous)
             if made is None:

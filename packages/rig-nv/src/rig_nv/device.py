@@ -28,7 +28,7 @@ from rig_nv import qmd as qmd_mod
 from rig_nv.channel import Arena, Channel, Ring
 from rig_nv.faults import ENGINE, xid_name
 from rig_nv.hostmem import round_up, view
-from rig_nv.launch import Function, Image, Prepared
+from rig_nv.launch import Function, Image, Prepared, builtin_cubin
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
@@ -44,7 +44,7 @@ from rig_nv.push import (
     header,
     hi_lo,
 )
-from rig_nv.rm import Allocation, Path, RMError
+from rig_nv.rm import Allocation, Path, RMError, page_rounded
 from rig_nv.step import Step
 
 # Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06fgpfifo.h).
@@ -72,6 +72,7 @@ CHANNEL_AREA = 0x40000  # per channel: the ring (0x20000 bytes), then USERD (512
 PUSHBUFFER = 2 << 20
 STAGING = 32 << 20  # two halves, pipelined: one fills while the copy engine drains the other
 SPIN_S = 50e-6
+VIDEO = (Memory.DEVICE, Memory.MAPPED)
 LAUNCH_ARENA = 4 << 20
 # Where the GPU reads launches' QMDs and banks, and the channels' commands, from.
 ARENA_KIND = Memory.PINNED
@@ -87,6 +88,10 @@ PCAS_INVALIDATE_COPY_SCHEDULE = 3
 INVALIDATE_CODE_AND_DATA = 0x1011
 # NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
 GONE = (0x31, 0x33, 0x57)
+CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
+CACHE_BYTES = 1 << 30  # and at most this much in all
+KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
+COPY_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -162,6 +167,9 @@ class Device:
         self._pcas2_b = header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1)
         self._slm = 0  # local memory per thread the compute engine has been given
         self._local: list[Region] = []
+        self._cache: dict[int, list[tuple[int, Allocation]]] = {}  # length -> (freed at, memory)
+        self._cached_bytes = 0
+        self._builtins: Image | None = None
         self.timeline: Allocation
         self._word: memoryview
         self.classes: cls.Classes
@@ -434,22 +442,57 @@ class Device:
         if n <= 0:
             raise Misuse(f"an allocation's size must be positive, not {n}")
         self._check()
-        a = self.path.alloc_memory(n, kind, contiguous=False)
+        a = self._from_cache(n, kind)
         if a is None:
-            return None
+            a = self.path.alloc_memory(n, kind, contiguous=False)
+            if a is None:
+                self.trim()  # what the cache holds may be what the RM lacks
+                a = self.path.alloc_memory(n, kind, contiguous=False)
+                if a is None:
+                    return None
         region = Region(a.gpu, a.host, n, kind)
         with self._lock:
             self._allocs[region] = a
         return region
 
+    def _from_cache(self, n: int, kind: Memory) -> Allocation | None:
+        if kind is not Memory.DEVICE or n > CACHE_LARGEST:
+            return None
+        with self._lock:
+            kept = self._cache.get(page_rounded(n, kind))
+            if kept and kept[0][0] <= self.completed():
+                a = kept.pop(0)[1]
+                self._cached_bytes -= a.length
+                return a
+        return None
+
     def free(self, region: Region) -> None:
         """Give back a region ``alloc`` or ``map_host`` made. Raises :class:`Misuse` for a
-        region this device did not make (or freed already)."""
+        region this device did not make (or freed already).
+
+        Device memory up to 64 MiB is kept (up to 1 GiB in all) for the next allocation of
+        its size, once the work submitted before the free is done, as CUDA's and PyTorch's
+        caching allocators do; :meth:`trim` gives it back to the RM.
+        """
         with self._lock:
             a = self._allocs.pop(region, None)
-        if a is None:
-            raise Misuse(f"{region} is not a live region of {self._facts.name}")
+            if a is None:
+                raise Misuse(f"{region} is not a live region of {self._facts.name}")
+            if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST
+                    and self._cached_bytes + a.length <= CACHE_BYTES and not self._stopped):
+                self._cache.setdefault(a.length, []).append((self._next - 1, a))
+                self._cached_bytes += a.length
+                return
         self.path.free_memory(a)
+
+    def trim(self) -> None:
+        """Give the RM back the Device memory :meth:`free` kept for reuse."""
+        with self._lock:
+            kept = [a for entries in self._cache.values() for _, a in entries]
+            self._cache.clear()
+            self._cached_bytes = 0
+        for a in kept:
+            self.path.free_memory(a)
 
     def map_host(self, buffer: Any) -> Region | Refusal:
         """Map the caller's memory (any buffer of whole pages or not) for the GPU.
@@ -557,8 +600,41 @@ class Device:
             n = src.length - src_offset
         _bounds(dst, dst_offset, n)
         _bounds(src, src_offset, n)
-        return self._submit(self.copy_channel,
-                            Push().copy(dst.gpu + dst_offset, src.gpu + src_offset, n))
+        d, s = dst.gpu + dst_offset, src.gpu + src_offset
+        if (n >= KERNEL_COPY_LEAST and dst.kind in VIDEO and src.kind in VIDEO
+                and self._copy_kernels() is not None):
+            return self._kernel_copy(d, s, n)
+        return self._submit(self.copy_channel, Push().copy(d, s, n))
+
+    def _copy_kernels(self) -> Image | None:
+        """rig's copy kernels for this GPU (loaded once), or None where none ships."""
+        if self._builtins is None:
+            data = builtin_cubin("copy", self.arch)
+            if data is None:
+                return None
+            self._builtins = launching.load(self, data)
+        return self._builtins
+
+    def _kernel_copy(self, dst: int, src: int, n: int) -> Point:
+        """Copy within the GPU's memory on the SMs: 16 bytes a thread where both ends are
+        16-byte aligned, then the rest byte by byte."""
+        img = self._copy_kernels()
+        assert img is not None
+        most = self.sm_count * 8
+        point = None
+        if not (dst | src) & 15 and n >= 16:
+            count = n // 16
+            point = self.launch(img["copy16"], (min(-(-count // COPY_BLOCK), most),),
+                                (COPY_BLOCK,), (dst, src, count))
+            done = count * 16
+        else:
+            done = 0
+        if n > done:
+            rest = n - done
+            point = self.launch(img["copy1"], (min(-(-rest // COPY_BLOCK), most),),
+                                (COPY_BLOCK,), (dst + done, src + done, rest))
+        assert point is not None
+        return point
 
     def _stage(self) -> Allocation:
         if self._staging is None:
@@ -678,7 +754,9 @@ class Device:
         if self._doorbell is not None:
             path.unmap_object(self._doorbell)
         if channels_freed:
-            for a in [*self._allocs.values(), *self._own]:
+            kept = [a for entries in self._cache.values() for _, a in entries]
+            self._cache.clear()
+            for a in [*self._allocs.values(), *self._own, *kept]:
                 path.free_memory(a)
             self._allocs.clear()
             self._own.clear()

@@ -41,23 +41,30 @@ CODE_SLACK = 0x1000  # the SM prefetches past a kernel's last instruction
 
 @dataclass(frozen=True)
 class Bank0:
-    """Where the driver's values lie in constant bank 0 (per architecture)."""
+    """Where the driver's values lie in constant bank 0 (per architecture). ``descriptor`` is
+    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``)."""
 
     block: int
     grid: int
     shared_window: int
     local_window: int
     stack: int
+    descriptor: int
 
 
-BANK0_AMPERE_HOPPER = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20,
-                            stack=0x28)
+BANK0_AMPERE = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
+                     descriptor=0x118)
+BANK0_HOPPER = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
+                     descriptor=0x208)
 BANK0_BLACKWELL = Bank0(block=0x360, grid=0x370, shared_window=0x2F0, local_window=0x2F8,
-                        stack=0x37C)
+                        stack=0x37C, descriptor=0x358)
+# The memory descriptor written for every launch (0 until measured otherwise).
+MEMORY_DESCRIPTOR = 0
 
 
 def bank0_of(arch: str) -> Bank0:
-    return BANK0_BLACKWELL if int(arch[3:].rstrip("af")) >= 100 else BANK0_AMPERE_HOPPER
+    sm = int(arch[3:].rstrip("af"))
+    return BANK0_BLACKWELL if sm >= 100 else BANK0_HOPPER if sm >= 90 else BANK0_AMPERE
 
 
 def sass_version(arch: str) -> int:
@@ -120,6 +127,14 @@ class Image:
         self.device.free(self.code)
         if self.globals is not None:
             self.device.free(self.globals)
+
+
+def builtin_cubin(name: str, arch: str) -> bytes | None:
+    """One of rig's own cubins (``kernels/<name>.<arch>.cubin`` in this package), or None."""
+    from importlib.resources import files
+
+    f = files("rig_nv") / "kernels" / f"{name}.{arch.rstrip('af')}.cubin"
+    return f.read_bytes() if f.is_file() else None
 
 
 def relocate(cubin: Cubin, image: bytearray, base: int, globals_base: int | None) -> None:
@@ -257,6 +272,8 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     struct.pack_into("<Q", bank, lay.shared_window, shared_window)
     struct.pack_into("<Q", bank, lay.local_window, local_window)
     struct.pack_into("<I", bank, lay.stack, STACK_TOP)
+    if MEMORY_DESCRIPTOR and lay.descriptor + 8 <= len(bank):
+        struct.pack_into("<Q", bank, lay.descriptor, MEMORY_DESCRIPTOR)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
         program=fn.program,

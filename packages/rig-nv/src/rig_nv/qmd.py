@@ -298,6 +298,7 @@ def patch_cbuf0(layout: Layout, qmd: memoryview | bytearray, address: int) -> No
 
 
 DEPENDENT_QMD_SCHEDULE = 1  # DEPENDENT_QMD0_ACTION_QMD_SCHEDULE
+DEPENDENT_ACTION = DEPENDENT_QMD_SCHEDULE
 
 
 def chain(layout: Layout, qmd: memoryview | bytearray, following: int) -> None:
@@ -307,7 +308,7 @@ def chain(layout: Layout, qmd: memoryview | bytearray, following: int) -> None:
         raise ValueError(f"a dependent QMD at 0x{following:x} is not 256-aligned below 2^40")
     q = Qmd(layout, bytes(qmd))
     q.set("DEPENDENT_QMD0_POINTER", following >> 8)
-    q.set("DEPENDENT_QMD0_ACTION", DEPENDENT_QMD_SCHEDULE)
+    q.set("DEPENDENT_QMD0_ACTION", DEPENDENT_ACTION)
     q.set("DEPENDENT_QMD0_PREFETCH", 1)
     q.set("DEPENDENT_QMD0_ENABLE", 1)
     qmd[:] = q.data

@@ -14,6 +14,16 @@ from typing import Any, Protocol
 from rig_edge import Dmabuf, Memory, Refusal, RigError
 from rig_nv.status import status_name
 
+HUGE_PAGE = 2 << 20
+SMALL_PAGE = 4 << 10
+
+
+def page_rounded(n: int, kind: Memory) -> int:
+    """The size a path allocates for ``n`` bytes of ``kind``: whole 2 MiB pages from 2 MiB of
+    GPU memory up, else whole 4 KiB pages."""
+    page = HUGE_PAGE if n >= HUGE_PAGE and kind is not Memory.PINNED else SMALL_PAGE
+    return (n + page - 1) // page * page
+
 
 class RMError(RigError):
     """The RM refused a call; ``status`` is its NV_STATUS code (see :mod:`rig_nv.status`)."""

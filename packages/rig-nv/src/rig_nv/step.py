@@ -43,6 +43,8 @@ SEM_REDUCTION_IADD = 5 << 27
 SEM_REDUCTION_UNSIGNED = 1 << 31
 WFI_SCOPE_ALL = 1
 INVALIDATE_CODE_AND_DATA = 0x1011
+CHAIN = True  # consecutive launches chained as dependent QMDs (False: each sent, unordered)
+PCAS_ACTION = 3  # SEND_SIGNALING_PCAS2_B INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK sends
 
 
 @dataclass
@@ -140,13 +142,13 @@ class Step:
                     qmd.patch_cbuf0(d._qmd_layout, q, base + item.at + 512)
                     host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
                     after = items[n + 1] if n + 1 < len(items) else None
-                    if isinstance(after, _Launch):
+                    if isinstance(after, _Launch) and CHAIN:
                         qmd.chain(d._qmd_layout, q, base + after.at)
-                if not isinstance(before, _Launch):
+                if not isinstance(before, _Launch) or not CHAIN:
                     if before is not None:
                         words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
                     words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, (base + item.at) >> 8)
-                    words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 3)
+                    words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, PCAS_ACTION)
             else:
                 if before is not None:
                     words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
