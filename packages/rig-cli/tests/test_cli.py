@@ -8,18 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from rig_cli.testing import rig
 from rig_pci.testing import add_function
-
-
-def rig(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rig_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-
 
 COMMANDS = ("list", "info", "usage", "check", "detach", "attach", "reset", "firmware")
 

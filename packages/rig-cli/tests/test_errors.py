@@ -1,27 +1,15 @@
 """Exit codes and error sentences: the real CLI on this machine for the paths that need no GPU,
 and the mapping from each kind of error to its code."""
 
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rig_cli.changes import NoSuchGpu, NotBuilt, find
 from rig_cli.main import exit_code, sentence
+from rig_cli.testing import rig
 from rig_edge import Fault, Lost, Misuse, OpenRefused, OutOfMemory, RigError
-
-
-def rig(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rig_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
 
 
 def gpus() -> int:

@@ -1,25 +1,13 @@
 """`rig list` in its formats (table, --json, nvidia-smi's CSV), on fixture sysfs trees, and the
 device-id table it names chips from."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rig_cli import chips
+from rig_cli.testing import rig
 from rig_pci.testing import add_function
-
-
-def rig(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rig_cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
 
 
 @pytest.fixture
