@@ -24,6 +24,7 @@ from cffi import FFI
 from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_edge.errors import Fault
 from rig_nv import classes as cls
+from rig_nv import copies
 from rig_nv import launch as launching
 from rig_nv import qmd as qmd_mod
 from rig_nv.channel import Arena, Channel, Ring
@@ -81,7 +82,6 @@ NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC = 1
 GPFIFO_ENTRIES = 0x4000  # a power of two (dev_pbdma GP_BASE_HI_LIMIT2 is log2 of it)
 CHANNEL_AREA = 0x40000  # per channel: the ring (0x20000 bytes), then USERD (512 bytes)
 PUSHBUFFER = 2 << 20
-STAGING = 32 << 20  # two halves, pipelined: one fills while the copy engine drains the other
 SPIN_S = 100e-6  # a wait spins this long on the timeline word before it sleeps
 NAP_FIRST_S, NAP_LAST_S = 20e-6, 1e-3
 VIDEO = (Memory.DEVICE, Memory.MAPPED)
@@ -103,7 +103,6 @@ GONE = (0x31, 0x33, 0x57)
 CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
 CACHE_BYTES = 1 << 30  # and at most this much in all
 KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
-COPY_BLOCK = 256
 
 
 @dataclass(frozen=True)
@@ -630,7 +629,7 @@ class Device:
         d, s = dst.gpu + dst_offset, src.gpu + src_offset
         if (n >= KERNEL_COPY_LEAST and dst.kind in VIDEO and src.kind in VIDEO
                 and self._copy_kernels() is not None):
-            return self._kernel_copy(d, s, n)
+            return copies.kernel_copy(self, d, s, n)
         return self._submit(self.copy_channel, Push().copy(d, s, n))
 
     def _copy_kernels(self) -> Image | None:
@@ -641,36 +640,6 @@ class Device:
                 return None
             self._builtins = launching.load(self, data)
         return self._builtins
-
-    def _kernel_copy(self, dst: int, src: int, n: int) -> Point:
-        """Copy within the GPU's memory on the SMs: 16 bytes a thread where both ends are
-        16-byte aligned, then the rest byte by byte."""
-        img = self._copy_kernels()
-        assert img is not None
-        most = self.sm_count * 8
-        point = None
-        if not (dst | src) & 15 and n >= 16:
-            count = n // 16
-            point = self.launch(img["copy16"], (min(-(-count // COPY_BLOCK), most),),
-                                (COPY_BLOCK,), (dst, src, count))
-            done = count * 16
-        else:
-            done = 0
-        if n > done:
-            rest = n - done
-            point = self.launch(img["copy1"], (min(-(-rest // COPY_BLOCK), most),),
-                                (COPY_BLOCK,), (dst + done, src + done, rest))
-        assert point is not None
-        return point
-
-    def _stage(self) -> Allocation:
-        if self._staging is None:
-            a = self.path.alloc_memory(STAGING, Memory.PINNED, contiguous=False)
-            if a is None:
-                raise RigError(f"{self._facts.name}: no pinned memory for copy staging")
-            self._staging = a
-            self._own.append(a)
-        return self._staging
 
     def upload(self, dst: Region, data: Any, offset: int = 0) -> Point:
         """Copy host bytes ``data`` into ``dst`` at ``offset``.
@@ -686,21 +655,7 @@ class Device:
         if dst.host is not None:
             view(dst.host + offset, n)[:] = src
             return Point(self, self._next - 1)
-        with self._staging_lock:
-            stage = self._stage()
-            assert stage.host is not None
-            half = STAGING // 2
-            point = Point(self, self._next - 1)
-            for i, off in enumerate(range(0, n, half)):
-                slot = i % 2
-                self._wait_value(self._staging_busy[slot])
-                chunk = src[off : off + half]
-                view(stage.host + slot * half, len(chunk))[:] = chunk
-                point = self._submit(self.copy_channel,
-                                     Push().copy(dst.gpu + offset + off, stage.gpu + slot * half,
-                                                 len(chunk)))
-                self._staging_busy[slot] = point.value
-            return point
+        return copies.staged_upload(self, dst, src, offset)
 
     def download(self, src: Region, n: int | None = None, offset: int = 0,
                  out: Any = None) -> memoryview:
@@ -718,31 +673,8 @@ class Device:
             self.synchronize()
             result[:n] = view(src.host + offset, n)
             return result[:n]
-        with self._staging_lock:
-            stage = self._stage()
-            assert stage.host is not None
-            half = STAGING // 2
-            chunks = list(range(0, n, half))
-            pending: list[tuple[int, int, int, Point]] = []
-            for i, off in enumerate(chunks):
-                slot = i % 2
-                size = min(half, n - off)
-                self._wait_value(self._staging_busy[slot])
-                p = self._submit(self.copy_channel,
-                                 Push().copy(stage.gpu + slot * half, src.gpu + offset + off, size))
-                self._staging_busy[slot] = p.value
-                pending.append((off, size, slot, p))
-                if len(pending) == 2:
-                    self._drain(pending.pop(0), result, stage)
-            for item in pending:
-                self._drain(item, result, stage)
+        copies.staged_download(self, src, n, offset, result)
         return result[:n]
-
-    def _drain(self, item: tuple[int, int, int, Point], out: memoryview, stage: Allocation) -> None:
-        off, size, slot, p = item
-        self._wait_value(p.value)
-        assert stage.host is not None
-        out[off : off + size] = view(stage.host + slot * (STAGING // 2), size)
 
     # ---- stopping ------------------------------------------------------------------------
 
