@@ -4,6 +4,7 @@ rig-pci installs and imports alone (nothing NVIDIA comes with it); rig-nv-nvidia
 rig-edge, rig-pci and rig-nv (and cffi) but not rig-nv-pci or rig-cli.
 """
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -35,18 +36,23 @@ def wheels(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+# The fresh venvs must see only what was installed into them, not this process's path.
+CLEAN_ENV = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+
+
 def venv(where: Path) -> Path:
     subprocess.run([sys.executable, "-m", "venv", str(where)], check=True, capture_output=True)
     return where / "bin" / "python"
 
 
+def run(python: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in its venv alone: this process's import path is not passed on."""
+    return subprocess.run([str(python), *args], env=CLEAN_ENV, check=check, capture_output=True,
+                          text=True)
+
+
 def installed(python: Path) -> set[str]:
-    out = subprocess.run(
-        [str(python), "-m", "pip", "list", "--format", "freeze"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    out = run(python, "-m", "pip", "list", "--format", "freeze").stdout
     return {line.split("==")[0].lower() for line in out.splitlines()}
 
 
@@ -62,43 +68,21 @@ def test_each_package_builds_a_pure_python_typed_wheel(wheels: Path) -> None:
 
 def test_rig_pci_installs_and_imports_alone(wheels: Path, tmp_path: Path) -> None:
     python = venv(tmp_path / "v")
-    subprocess.run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-index",
-            "--find-links",
-            str(wheels),
-            "rig-pci",
-        ],
-        check=True,
-        capture_output=True,
-    )
+    run(python, "-m", "pip", "install", "-q", "--no-index", "--find-links", str(wheels), "rig-pci")
     assert {n for n in installed(python) if n.startswith("rig")} == {"rig-edge", "rig-pci"}
     code = (
         "import importlib.util, rig_pci; rig_pci.Machine.this().functions(); "
         "assert importlib.util.find_spec('rig_nv') is None; print('ok')"
     )
-    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True)
+    out = run(python, "-c", code, check=False)
     assert out.stdout.strip() == "ok", out.stderr
 
 
 def test_kernel_driver_backend_does_not_bring_the_pci_backend(wheels: Path, tmp_path: Path) -> None:
     python = venv(tmp_path / "v")
     # cffi comes from the package index; the rig packages only from the wheels built here.
-    subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--find-links", str(wheels), "rig-nv-nvidia"],
-        check=True,
-        capture_output=True,
-    )
+    run(python, "-m", "pip", "install", "-q", "--find-links", str(wheels), "rig-nv-nvidia")
     rigs = {n for n in installed(python) if n.startswith("rig")}
     assert rigs == {"rig-edge", "rig-pci", "rig-nv", "rig-nv-nvidia"}
-    out = subprocess.run(
-        [str(python), "-c", "import rig_nv_nvidia; print(rig_nv_nvidia.count())"],
-        capture_output=True,
-        text=True,
-    )
+    out = run(python, "-c", "import rig_nv_nvidia; print(rig_nv_nvidia.count())", check=False)
     assert out.returncode == 0, out.stderr
