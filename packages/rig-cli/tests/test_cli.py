@@ -130,3 +130,24 @@ def test_list_is_light_too(tmp_path: Path) -> None:
     t = time.perf_counter()
     assert rig("list", "--machine", str(tmp_path)).returncode == 0
     assert time.perf_counter() - t < 2.0
+
+
+def test_bench_outside_a_checkout_is_refused(tmp_path: Path) -> None:
+    """rig bench needs bench/run.py of a checkout: elsewhere it says so and exits 4."""
+    out = subprocess.run([sys.executable, "-m", "rig_cli", "bench"], capture_output=True,
+                         text=True, cwd=tmp_path, check=False,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 4
+    assert "checkout" in out.stderr
+
+
+def test_bench_runs_the_checkouts_harness(tmp_path: Path) -> None:
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "run.py").write_text("import sys; print('harness', sys.argv[1:])\n")
+    inner = tmp_path / "deeper"
+    inner.mkdir()
+    out = subprocess.run([sys.executable, "-m", "rig_cli", "bench", "--scale", "0.2"],
+                         capture_output=True, text=True, cwd=inner, check=False,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "harness ['--scale', '0.2']"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 OK, FAILURE, MISUSE, NO_GPU, REFUSED = 0, 1, 2, 3, 4
 
@@ -142,7 +143,31 @@ def _parser() -> argparse.ArgumentParser:
                           help="where to put it (default: rig's own firmware directory)")
     firmware.add_argument("--base-url", metavar="URL",
                           help="fetch from this mirror of linux-firmware instead")
+    bench = command("bench", "time rig beside CUDA from C, PyTorch and CuPy on the benchmark's "
+                    "rows (runs bench/run.py of a checkout of rig's repository)")
+    bench.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
+                       help="passed on to bench/run.py (e.g. --scale 0.2 --peers rig,cuda)")
     return parser
+
+
+def run_bench(rest: Sequence[str], start: Path | None = None) -> int:
+    """Run the benchmark harness of the checkout around ``start`` (the working directory).
+
+    The harness compiles a C program against the CUDA driver and drives PyTorch and CuPy, so it
+    lives beside the packages, not in them. Raises :class:`rig_edge.RigError` outside a checkout.
+    """
+    import subprocess
+    import sys
+
+    from rig_edge import RigError
+
+    here = (start or Path.cwd()).resolve()
+    for folder in (here, *here.parents):
+        script = folder / "bench" / "run.py"
+        if script.is_file():
+            return subprocess.run([sys.executable, str(script), *rest], check=False).returncode
+    raise RigError("rig bench runs bench/run.py of a checkout of rig's repository, and there is "
+                   f"none at or above {here}")
 
 
 def exit_code(e: BaseException) -> int:
@@ -195,6 +220,8 @@ def _run(args: argparse.Namespace) -> int:
         from rig_cli.changes import run_change
 
         return run_change(args.command, args.index, yes=args.yes)
+    if args.command == "bench":
+        return run_bench(args.rest)
     if args.command == "firmware":
         from rig_cli.changes import run_firmware
 
@@ -205,7 +232,11 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rig`` with ``argv`` (default: the process's arguments); return its exit code."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if args.command == "bench":
+        args.rest = [*args.rest, *extra]  # everything after `bench` is the harness's
+    elif extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     if args.command is None:
         parser.print_help()
         return MISUSE
