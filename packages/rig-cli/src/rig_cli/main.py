@@ -232,11 +232,14 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rig`` with ``argv`` (default: the process's arguments); return its exit code."""
     parser = _parser()
-    args, extra = parser.parse_known_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    rest: list[str] = []
+    if "bench" in words:  # everything after `bench` belongs to the harness, in its order
+        at = words.index("bench")
+        words, rest = words[: at + 1], words[at + 1 :]
+    args = parser.parse_args(words)
     if args.command == "bench":
-        args.rest = [*args.rest, *extra]  # everything after `bench` is the harness's
-    elif extra:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.rest = rest
     if args.command is None:
         parser.print_help()
         return MISUSE
