@@ -166,6 +166,6 @@ def run_firmware(which: str, directory: str | None, *, base_url: str | None) -> 
     if base_url is not None:
         kwargs["base_url"] = base_url
     result = fn(directory, **kwargs) if directory is not None else fn(**kwargs)
-    if result is not None:
+    if result is not None and not isinstance(result, list):  # a list was printed as it went
         print(result)
     return OK

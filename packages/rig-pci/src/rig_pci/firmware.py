@@ -3,7 +3,7 @@
 :func:`find` reads the caller's directories first, then rig's own (:func:`directory`), then
 the system's /lib/firmware, and takes the first file of that name whose digest matches: a
 file of the same name with another digest (another release, a damaged download) is passed
-over and named in the error. This module downloads nothing.
+over and named in the error. Only :func:`fetch` downloads (what ``rig firmware nv`` runs).
 
 :data:`NVIDIA_GSP_570_144` pins the files of linux-firmware's nvidia/ directory that a boot of
 NVIDIA's GSP firmware 570.144 reads (the ``Rig_nv_pci`` spec's Firmware section), each by its
@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from rig_edge import Misuse, RigError
@@ -118,3 +118,71 @@ def find(dirs: Iterable[str | os.PathLike[str]], name: str, want: str) -> Path:
         f"firmware {name} with BLAKE2b-256 digest {want} is missing: searched "
         f"{', '.join(str(d) for d in searched)}; {found}"
     )
+
+
+# Where `fetch` reads linux-firmware's files from (cgit's raw view at a commit).
+LINUX_FIRMWARE_URL = "https://git.kernel.org/pub/scm/linux/kernel/git/firmware/linux-firmware.git/plain"
+
+
+def fetch(
+    target: str | os.PathLike[str] | None = None,
+    *,
+    base_url: str = LINUX_FIRMWARE_URL,
+    files: dict[str, str] | None = None,
+    commit: str = LINUX_FIRMWARE_COMMIT,
+    progress: Callable[[str], None] | None = print,
+    timeout: float = 60.0,
+) -> list[str]:
+    """Fetch the pinned NVIDIA set (``files``: name -> BLAKE2b-256) into ``target`` (rig's
+    own :func:`directory` by default), from linux-firmware at ``commit`` over HTTPS.
+
+    A file whose digest already matches is kept. Each download goes to ``NAME.part``, is
+    fsynced, verified and then renamed, so a digest mismatch or a network failure leaves no
+    partial file; it raises :class:`rig_edge.RigError` naming the file and the cause. Reports a
+    line per file (kept or fetched, with progress for long downloads) to ``progress``; returns
+    those lines.
+    """
+    import urllib.error
+    import urllib.request
+
+    root = Path(target) if target is not None else directory()
+    wanted = NVIDIA_GSP_570_144 if files is None else files
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if progress is not None:
+            progress(line)
+
+    for name, want in wanted.items():
+        path = root / name
+        if path.is_file() and digest(path) == want:
+            say(f"kept    {name}")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        url = f"{base_url.rstrip('/')}/{name}?id={commit}"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as reply, open(part, "wb") as out:
+                total = int(reply.headers.get("Content-Length") or 0)
+                got, shown, h = 0, 0, hashlib.blake2b(digest_size=DIGEST_SIZE)
+                while chunk := reply.read(1 << 20):
+                    out.write(chunk)
+                    h.update(chunk)
+                    got += len(chunk)
+                    if progress is not None and total > (8 << 20) and got - shown >= (8 << 20):
+                        shown = got
+                        bar = "#" * (20 * got // total)
+                        progress(f"        {name} [{bar:<20}] {got >> 20}/{total >> 20} MiB")
+                out.flush()
+                os.fsync(out.fileno())
+        except (OSError, urllib.error.URLError) as e:
+            part.unlink(missing_ok=True)
+            raise RigError(f"firmware {name}: fetching {url} failed: {e}") from e
+        if h.hexdigest() != want:
+            part.unlink(missing_ok=True)
+            raise RigError(f"firmware {name}: {url} has BLAKE2b-256 {h.hexdigest()}, not the "
+                           f"pinned {want}; nothing was kept")
+        part.replace(path)
+        say(f"fetched {name} ({got} bytes)")
+    return said
