@@ -94,6 +94,7 @@ class Channel:
         self.name = name
         self.handle = handle
         self.entries = ring.cast("B").cast("Q")
+        self.count = len(self.entries)
         self.gpput = gpput.cast("B").cast("I")
         self.doorbell = doorbell.cast("B").cast("I")
         self.token = token
@@ -109,21 +110,21 @@ class Channel:
         the timeline value whose completion means the GPU is done reading them."""
         data = memoryview(words).cast("B")
         n = len(data)
-        while len(self.pending) >= len(self.entries) - 1:
-            self._wait(self.pending.popleft())
-        start = self.arena.take(n)
+        pending, count = self.pending, self.count
+        while len(pending) >= count - 1:
+            self._wait(pending.popleft())
+        arena = self.arena
+        start = arena.take(n)
         self.pb.view[start : start + n] = data
-        address = self.pb.gpu + start
-        self.entries[self.put % len(self.entries)] = (
-            address | GP_LEVEL_SUBROUTINE | ((n // 4) << 42)
-        )
-        self.put += 1
-        self.gpput[0] = self.put % len(self.entries)
+        put = self.put
+        self.entries[put % count] = (self.pb.gpu + start) | GP_LEVEL_SUBROUTINE | ((n >> 2) << 42)
+        self.put = put = put + 1
+        self.gpput[0] = put % count
         # The ring and GP_PUT may be write-combined BAR1 memory: drain it before the doorbell.
         fence()
-        self.doorbell[DOORBELL // 4] = self.token
-        self.arena.used(value, start, start + n)
-        self.pending.append(value)
+        self.doorbell[DOORBELL >> 2] = self.token
+        arena.inflight.append((value, start, start + n))
+        pending.append(value)
 
     def submit_at(self, address: int, ndwords: int, value: int) -> None:
         """Send commands already in GPU-readable memory (a step's) as one GPFIFO entry."""

@@ -81,6 +81,10 @@ class Prepared:
     qmd: bytes
     bank: bytes
     local: int  # local memory per thread it needs
+    blob: bytes = b""  # the QMD in a 512-byte slot, then the bank: what a launch writes
+    slot: int = 0  # where constant buffer 0's address lies in the QMD
+    keep: int = 0  # the bits above that address in its upper dword (its size, flags)
+    shift: int = 0  # how far the QMD shifts constant-buffer addresses
 
 
 @dataclass(frozen=True)
@@ -287,8 +291,14 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         sass_version=sass_version(arch),
         arch=arch,
     ))
-    got = Prepared(desc, bytes(bank), local)
+    layout = qmd.LAYOUTS[device.classes.qmd_version]
+    slot, width = qmd.cbuf0_slot(layout)
+    keep = int.from_bytes(desc[slot + 4 : slot + 8], "little") & ~((1 << width) - 1)
+    got = Prepared(desc, bytes(bank), local, desc.ljust(512, b"\0") + bytes(bank), slot,
+                   keep, layout.cbuf_addr_shift)
     fn.prepared[key] = got
+    if isinstance(grid, tuple) and isinstance(block, tuple):
+        fn.prepared[(grid, block, shared, device._slm)] = got  # the caller's own spelling
     return got
 
 
@@ -366,8 +376,9 @@ def _bytes_of(name: str, i: int, size: int) -> Any:
     return conv
 
 
-def fill_args(fn: Function, bank: bytearray, args: Sequence[Any]) -> None:
-    """Write ``args`` into a bank-0 copy at the kernel's parameter offsets."""
+def fill_args(fn: Function, bank: bytearray, args: Sequence[Any], base: int = 0) -> None:
+    """Write ``args`` into a bank-0 copy (lying at ``base`` in ``bank``) at the kernel's
+    parameter offsets."""
     kinds = tuple(map(type, args))
     packer = fn.packers.get(kinds)
     if packer is None:
@@ -375,7 +386,7 @@ def fill_args(fn: Function, bank: bytearray, args: Sequence[Any]) -> None:
             raise Misuse(f"{fn.name} takes {len(fn.kernel.params)} arguments, not {len(args)}")
         packer = fn.packers[kinds] = _packer(fn.kernel, kinds)
     st, order, convs = packer
-    st.pack_into(bank, fn.kernel.param_offset,
+    st.pack_into(bank, base + fn.kernel.param_offset,
                  *[conv(args[j]) for conv, j in zip(convs, order, strict=True)])
 
 
@@ -388,9 +399,9 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
     if prep.local > device._slm:
         device._ensure_local(prep.local)
         prep = prepare(device, fn, grid, block, shared)
-    bank = bytearray(prep.bank)
-    fill_args(fn, bank, args)
-    return device._launch(prep, bank)
+    blob = bytearray(prep.blob)
+    fill_args(fn, blob, args, 512)
+    return device._launch_blob(prep, blob)
 
 
 def view_of(region: Region) -> memoryview:

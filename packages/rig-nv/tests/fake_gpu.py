@@ -1,0 +1,172 @@
+"""A stand-in RM path for running rig_nv.Device on the CPU: RM objects are numbers, memory is
+anonymous host memory at addresses of the process's own (as the kernel path places Pinned and
+Mapped memory), and the "GPU" completes a submission when asked. It lets the tests check what a
+device writes (pushbuffers, GPFIFO entries, QMDs, constant banks) and time its submission
+path, without a GPU. It is not a simulator of the hardware: nothing is executed.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+from cffi import FFI
+
+from rig_edge import Dmabuf, Memory, Refusal
+from rig_nv.hostmem import (
+    MAP_ANONYMOUS,
+    MAP_FIXED_NOREPLACE,
+    MAP_NORESERVE,
+    MAP_PRIVATE,
+    MAP_SHARED,
+    PROT_READ,
+    PROT_WRITE,
+    mmap,
+    munmap,
+    view,
+)
+from rig_nv.rm import Allocation, page_rounded
+
+HOPPER = {0xC661, 0xC86F, 0xC56F, 0xCBC0, 0xC8B5, 0x80, 0x2080, 0x90F1, 0xA06C, 0x9067}
+BASE = 512 << 30  # where the stand-in puts its memory (inside the kernel path's reservation)
+
+
+class FakeRM:
+    """Answers the controls rig_nv.make sends with an H200's values."""
+
+    client = 0xC1D00001
+    release = "580.159.04"
+    layouts = "580"
+
+    def __init__(self) -> None:
+        self.handle = 0x100
+        self.objects: dict[int, int] = {}  # handle -> class
+        self.controls: list[int] = []
+        self.ffi = FFI()
+
+    def new_handle(self) -> int:
+        self.handle += 1
+        return self.handle
+
+    def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        self.objects[handle] = cls
+        return handle
+
+    def free(self, obj: int) -> None:
+        self.objects.pop(obj, None)
+
+    def _buf(self, address: int, n: int) -> Any:
+        return self.ffi.buffer(self.ffi.cast("char *", address), n)
+
+    def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
+        self.controls.append(cmd)
+        assert params is not None or cmd == 0
+        if cmd == 0x800201:  # GPU_GET_CLASSLIST: count, then the list at the pointer
+            count, pointer = struct.unpack_from("<I4xQ", params)
+            if pointer:
+                self._buf(pointer, 4 * len(HOPPER))[:] = struct.pack(f"<{len(HOPPER)}I",
+                                                                    *sorted(HOPPER))
+            struct.pack_into("<I", params, 0, len(HOPPER))
+        elif cmd in (0x20801201, 0x20801301, 0x20800101):  # GR, FB, GPU info lists
+            count, pointer = struct.unpack_from("<I4xQ", params)
+            values = {0x9: 66, 0xC: 0x900, 0xD: 64, 0x20: 2, 0x14: 8, 0x17: 9,  # GR
+                      0x16: 140 << 20, 0x7: 141 << 20, 0x34: 0}  # FB KiB, GPU display
+            entries = self._buf(pointer, 8 * count)
+            for i in range(count):
+                index = struct.unpack_from("<I", entries, 8 * i)[0]
+                struct.pack_into("<I", entries, 8 * i + 4, values.get(index, 0))
+            if cmd == 0x20801301:
+                # FB_HEAP_SIZE (0x9) shares GR's index 0x9: answer the FB meaning here.
+                for i in range(count):
+                    if struct.unpack_from("<I", entries, 8 * i)[0] == 0x9:
+                        struct.pack_into("<I", entries, 8 * i + 4, 140 << 20)
+        elif cmd == 0xC36F0108:  # work submit token
+            struct.pack_into("<I", params, 0, 0x1234)
+
+
+class FakePath:
+    """rig_nv.rm.Path over host memory; ``complete()`` plays the GPU finishing everything."""
+
+    name = "NV"
+    bus = "0000:00:06.0"
+    h_device, h_subdevice, h_vaspace = 0x10, 0x11, 0x12
+    hang_ms = 30_000
+    maps_host = True
+
+    def __init__(self) -> None:
+        self._rm = FakeRM()
+        self.next = BASE
+        self.mapped: list[tuple[int, int]] = []
+        self.device: Any = None
+
+    @property
+    def rm(self) -> FakeRM:
+        return self._rm
+
+    def _memory(self, n: int) -> int:
+        at = self.next
+        self.next += (n + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        mmap(at, n, PROT_READ | PROT_WRITE,
+             MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE)
+        self.mapped.append((at, n))
+        return at
+
+    def map_object(self, handle: int, length: int) -> memoryview:
+        return view(self._memory(length), length)
+
+    def unmap_object(self, v: memoryview) -> None:
+        pass
+
+    def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation:
+        size = page_rounded(n, kind)
+        at = self._memory(size)
+        return Allocation(at, None if kind is Memory.DEVICE else at, size, kind,
+                          self._rm.new_handle())
+
+    def alloc_notifier(self) -> Allocation:
+        at = self._memory(4096)
+        return Allocation(0, at, 4096, Memory.PINNED, self._rm.new_handle())
+
+    def free_memory(self, a: Allocation) -> None:
+        pass
+
+    def map_host(self, address: int, length: int) -> Allocation | Refusal:
+        return Refusal.NEVER
+
+    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
+        raise NotImplementedError
+
+    def attach_channel(self, h_channel: int) -> None:
+        pass
+
+    def detach_channel(self, h_channel: int) -> None:
+        pass
+
+    def sleep(self, timeout_s: float) -> None:
+        self.complete()
+
+    def closed(self) -> None:
+        for at, n in self.mapped:
+            munmap(at, n)
+        self.mapped.clear()
+
+    def complete(self) -> None:
+        """The GPU finishes every submission so far: the timeline word reaches the last."""
+        d = self.device
+        if d is not None and getattr(d, "_word", None) is not None:
+            d._word[0] = d._next - 1
+
+
+def open_fake() -> tuple[Any, FakePath]:
+    """A rig_nv.Device on the stand-in path (the private anonymous mapping of MAP_PRIVATE is
+    not used: memory is shared so that views of it alias)."""
+    from rig_nv import device as device_module
+
+    path = FakePath()
+    d = device_module.Device(path)  # type: ignore[arg-type]
+    path.device = d
+    d._build()
+    return d, path
+
+
+__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake"]

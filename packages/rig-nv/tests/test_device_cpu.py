@@ -1,0 +1,143 @@
+"""rig_nv.Device on the CPU, over a stand-in RM path (fake_gpu.py): what make() asks of the RM,
+and the words, QMDs and constant banks a launch, a copy and a step write. Nothing runs."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_gpu import open_fake
+
+from rig_edge import Memory
+from rig_nv import push, qmd
+
+CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
+
+
+@pytest.fixture
+def dev() -> Iterator[tuple[Any, Any]]:
+    d, path = open_fake()
+    try:
+        yield d, path
+    finally:
+        d.stop()
+
+
+def commands(d: Any, channel: Any) -> list[list[int]]:
+    """Each GPFIFO entry's words, decoded from the ring and the pushbuffer."""
+    out = []
+    for i in range(channel.put):
+        entry = channel.entries[i]
+        address = (entry & 0xFF_FFFF_FFFC) | 0
+        n = (entry >> 42) & 0x1FFFFF
+        words = struct.unpack_from(f"<{n}I", _view(address, 4 * n))
+        out.append(list(words))
+    return out
+
+
+def _view(address: int, n: int) -> memoryview:
+    from rig_nv.hostmem import view
+
+    return view(address, n)
+
+
+def methods(words: list[int]) -> list[tuple[int, int, list[int]]]:
+    """(subchannel, method, data) of each incrementing method header."""
+    out, i = [], 0
+    while i < len(words):
+        h = words[i]
+        count, subc, method = (h >> 16) & 0x1FFF, (h >> 13) & 7, (h & 0xFFF) << 2
+        out.append((subc, method, words[i + 1 : i + 1 + count]))
+        i += 1 + count
+    return out
+
+
+def test_make_builds_hopper_channels(dev: tuple[Any, Any]) -> None:
+    d, path = dev
+    assert d.arch == "sm_90" and d.sm_count == 132
+    assert (d.classes.gpfifo, d.classes.compute, d.classes.copy) == (0xC86F, 0xCBC0, 0xC8B5)
+    made = sorted(path.rm.objects.values())
+    assert made.count(0xC86F) == 2 and 0xA06C in made and 0x9067 in made
+    assert made.count(0xC8B5) == 2 and made.count(0xCBC0) == 1 and 0xC661 in made
+    # The compute channel's first entry binds both classes and sets the two windows.
+    first = methods(commands(d, d.compute)[0])
+    assert (1, push.SET_OBJECT, [0xCBC0]) in first and (4, push.SET_OBJECT, [0xC8B5]) in first
+    assert (1, push.COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A, list(push.hi_lo(d.windows[1]))) \
+        in first
+    assert 0x2080200A in path.rm.controls  # the compute boost CUDA asks for
+
+
+def test_launch_writes_qmd_and_bank(dev: tuple[Any, Any]) -> None:
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    a = d.alloc(4096, Memory.DEVICE)
+    point = d.launch(img["vadd"], (3, 2, 1), (64, 2, 1), (a, a, a, 77))
+    words = methods(commands(d, d.compute)[-1])
+    (pcas,) = [data for subc, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
+    qmd_address = pcas[0] << 8
+    q = qmd.Qmd(qmd.V4, bytes(_view(qmd_address, 384)))
+    assert q.program() == img.code.gpu + img.cubin.kernels["vadd"].entry_offset
+    assert (q.get("GRID_WIDTH"), q.get("GRID_HEIGHT"), q.get("CTA_THREAD_DIMENSION0"),
+            q.get("CTA_THREAD_DIMENSION1")) == (3, 2, 64, 2)
+    bank_address, size, valid = q.cbuf(0)
+    assert valid and bank_address == qmd_address + 512
+    bank = bytes(_view(bank_address, size))
+    assert struct.unpack_from("<3I", bank, 0) == (64, 2, 1)
+    assert struct.unpack_from("<3I", bank, 0xC) == (3, 2, 1)
+    assert struct.unpack_from("<3Qi", bank, 0x210) == (a.gpu, a.gpu, a.gpu, 77)
+    # The submission ends by releasing its timeline value.
+    release = [data for subc, m, data in words if m == push.SEM_ADDR_LO][-1]
+    assert release[2] == point.value
+    # Again, through the prepared fast path: new arguments, a new QMD pointing at its bank.
+    again = d.launch(img["vadd"], (3, 2, 1), (64, 2, 1), (a, a, a, 5))
+    words = methods(commands(d, d.compute)[-1])
+    (pcas,) = [data for subc, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
+    q2 = qmd.Qmd(qmd.V4, bytes(_view(pcas[0] << 8, 384)))
+    bank_address, size, _ = q2.cbuf(0)
+    assert bank_address == (pcas[0] << 8) + 512 and pcas[0] << 8 != qmd_address
+    assert struct.unpack_from("<i", bytes(_view(bank_address, size)), 0x228)[0] == 5
+    assert q2.program() == q.program() and q2.get("GRID_WIDTH") == 3
+    release = [data for subc, m, data in words if m == push.SEM_ADDR_LO][-1]
+    assert release[2] == again.value == point.value + 1
+
+
+def test_device_order_across_channels(dev: tuple[Any, Any]) -> None:
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    a = d.alloc(1 << 20, Memory.DEVICE)
+    b = d.alloc(1 << 20, Memory.PINNED)
+    copied = d.copy(b, a, 4096)
+    launched = d.launch(img["vadd"], (1,), (1,), (a, a, a, 1))
+    words = methods(commands(d, d.compute)[-1])
+    acquire = words[0]
+    assert acquire[1] == push.SEM_ADDR_LO and acquire[2][2] == copied.value
+    assert acquire[2][4] & 7 == push.SEM_OP_ACQ_CIRC_GEQ
+    assert launched.value == copied.value + 1
+
+
+def test_step_chains_its_launches(dev: tuple[Any, Any]) -> None:
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    a = d.alloc(4096, Memory.DEVICE)
+    step = d.step()
+    for _ in range(3):
+        step.launch(img["vadd"], (1,), (32,), (a, a, a, 32))
+    step.submit()
+    entry = d.compute.entries[d.compute.put - 1]
+    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
+    words = methods(list(struct.unpack_from(f"<{n}I", _view(address, 4 * n))))
+    sent = [data[0] << 8 for _, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
+    assert len(sent) == 1  # only the first; the others follow as dependent QMDs
+    first = qmd.Qmd(qmd.V4, bytes(_view(sent[0], 384)))
+    assert first.get("DEPENDENT_QMD0_ENABLE") == 1
+    second = first.get("DEPENDENT_QMD0_POINTER") << 8
+    assert qmd.Qmd(qmd.V4, bytes(_view(second, 384))).get("DEPENDENT_QMD0_ENABLE") == 1
+    # The step's commands end by adding one to the timeline (unsigned 64-bit IADD).
+    release = [data for _, m, data in words if m == push.SEM_ADDR_LO][-1]
+    assert release[2] == 1 and (release[4] >> 27) & 0xF == 5
