@@ -1,0 +1,1 @@
+"""The GSP's message queues and the RPCs the kernel half of the RM sends through them."""

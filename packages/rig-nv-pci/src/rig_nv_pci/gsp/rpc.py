@@ -1,0 +1,510 @@
+"""RPC framing over the GSP's message queues, and the RM interface rig-nv speaks over it.
+
+Each message holds an ``rpc_message_header_v`` and a payload. A request longer than one
+message (:data:`MAX_PAYLOAD`) goes as a first part under its function and CONTINUATION_RECORD
+messages after it, and its reply comes back alike (rpc.c ``_issueRpcLarge``). Events the GSP
+sends while the CPU waits go to a callback (kernel_gsp.c ``_kgspRpcRecvPoll``).
+
+Sources, open-gpu-kernel-modules 570.144: generated/g_rpc-message-header.h,
+g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00, rpc_gsp_rm_control_v03_00, rpc_free_v03_00,
+rpc_unloading_guest_driver_v1F_07, rpc_rc_triggered_v17_02, rpc_os_error_log_v17_00,
+rpc_ucode_libos_print_v1E_08), g_sdk-structures.h (NVOS00_PARAMETERS_v03_00),
+kernel/vgpu/rpc_global_enums.h, rpc_headers.h, src/kernel/vgpu/rpc.c, rmapi/rpc_common.c
+(rpcWriteCommonHeader, rpcRmApiAlloc_GSP, rpcRmApiControl_GSP), rmapi/rmapi.h, class/cl0000.h.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import partial
+from typing import TypeVar
+
+from rig_edge import Misuse, RigError
+from rig_nv.rm import RM, RMError
+from rig_nv.status import status_name
+from rig_nv_pci.gsp.queue import RPC_SIZE_MAX, Message, QueuePair
+
+# rpc_message_header_v03_00: header_version, signature, length, function, rpc_result,
+# rpc_result_private, sequence, u (spare / cpuRmGfid).
+HEADER = struct.Struct("<8I")
+HEADER_VERSION = 0x03000000  # NV_VGPU_MSG_HEADER_VERSION_MAJOR_TOT 3 in bits 31:24, minor 0
+SIGNATURE = 0x43505256  # NV_VGPU_MSG_SIGNATURE_VALID: the bytes "VRPC" in memory
+RESULT_PENDING = 0xFFFFFFFF  # NV_VGPU_MSG_RESULT_RPC_PENDING, written into every request
+RESULT_VMIOP_BASE = 0xFF000000  # DRF_BASE(NV_VGPU_MSG_RESULT__VMIOP): not NV_STATUS codes
+MAX_PAYLOAD = RPC_SIZE_MAX - HEADER.size  # bytes of payload one message carries (65456)
+NV_ERR_GENERIC = 0xFFFF
+T = TypeVar("T")
+
+ALLOC = struct.Struct("<7I4s")  # rpc_gsp_rm_alloc_v03_00 without params[]: 32 bytes
+CONTROL = struct.Struct("<6I")  # rpc_gsp_rm_control_v03_00 without params[]: 24 bytes
+FREE = struct.Struct("<4I")  # rpc_free_v03_00 = NVOS00_PARAMETERS_v03_00: 16 bytes
+UNLOADING = struct.Struct("<??2xI")  # rpc_unloading_guest_driver_v1F_07: 8 bytes
+RC_TRIGGERED = struct.Struct("<6IH2x3I?3xI")  # rpc_rc_triggered_v17_02 without the journal: 48
+OS_ERROR_LOG = struct.Struct("<3I256sI")  # rpc_os_error_log_v17_00: 272 bytes
+LIBOS_PRINT = struct.Struct("<2I")  # rpc_ucode_libos_print_v1E_08 without the buffer: 8 bytes
+ROOT_PARAMS = struct.Struct("<II100s4xQ")  # NV0000_ALLOC_PARAMETERS: 120 bytes
+
+RMAPI_RPC_FLAGS_NONE = 0
+NV01_ROOT = 0x0  # cl0000.h; what nouveau's r535/r570 client constructors allocate on the GSP
+CLIENT_HANDLE = 0xC1D00001  # RS_CLIENT_HANDLE_BASE | 1, as nouveau numbers its clients
+FIRST_HANDLE = 0x52000000  # object handles, as rig's kernel path numbers them
+
+
+class Function(IntEnum):
+    """NV_VGPU_MSG_FUNCTION_* of 570.144 that this path sends (rpc_global_enums.h)."""
+
+    FREE = 10
+    UNLOADING_GUEST_DRIVER = 47
+    GET_GSP_STATIC_INFO = 65
+    CONTINUATION_RECORD = 71
+    GSP_SET_SYSTEM_INFO = 72
+    SET_REGISTRY = 73
+    GSP_RM_CONTROL = 76
+    GSP_RM_ALLOC = 103
+
+
+class Event(IntEnum):
+    """NV_VGPU_MSG_EVENT_* of 570.144 that rig handles: messages the GSP sends unasked
+    (rpc_global_enums.h; the others are named in :data:`OTHER_EVENTS`)."""
+
+    GSP_INIT_DONE = 0x1001
+    GSP_RUN_CPU_SEQUENCER = 0x1002
+    POST_EVENT = 0x1003
+    RC_TRIGGERED = 0x1004
+    MMU_FAULT_QUEUED = 0x1005
+    OS_ERROR_LOG = 0x1006
+    UCODE_LIBOS_PRINT = 0x100C
+    GSP_LOCKDOWN_NOTICE = 0x101C
+    UPDATE_GSP_TRACE = 0x101E
+    GSP_POST_NOCAT_RECORD = 0x1020
+    FECS_ERROR = 0x1021
+    RECOVERY_ACTION = 0x1022
+
+
+OTHER_EVENTS = {
+    0x1000: "FIRST_EVENT", 0x1007: "RG_LINE_INTR", 0x1008: "GPUACCT_PERFMON_UTIL_SAMPLES",
+    0x1009: "SIM_READ", 0x100A: "SIM_WRITE", 0x100B: "SEMAPHORE_SCHEDULE_CALLBACK",
+    0x100D: "VGPU_GSP_PLUGIN_TRIGGERED", 0x100E: "PERF_GPU_BOOST_SYNC_LIMITS_CALLBACK",
+    0x100F: "PERF_BRIDGELESS_INFO_UPDATE", 0x1010: "VGPU_CONFIG", 0x1011: "DISPLAY_MODESET",
+    0x1012: "EXTDEV_INTR_SERVICE", 0x1013: "NVLINK_INBAND_RECEIVED_DATA_256",
+    0x1014: "NVLINK_INBAND_RECEIVED_DATA_512", 0x1015: "NVLINK_INBAND_RECEIVED_DATA_1024",
+    0x1016: "NVLINK_INBAND_RECEIVED_DATA_2048", 0x1017: "NVLINK_INBAND_RECEIVED_DATA_4096",
+    0x1018: "TIMED_SEMAPHORE_RELEASE", 0x1019: "NVLINK_IS_GPU_DEGRADED",
+    0x101A: "PFM_REQ_HNDLR_STATE_SYNC_CALLBACK", 0x101B: "NVLINK_FAULT_UP",
+    0x101D: "MIG_CI_CONFIG_UPDATE", 0x101F: "NVLINK_FATAL_ERROR_RECOVERY",
+}
+
+
+# NV_VGPU_MSG_RESULT_RPC_* (rpc_headers.h): results above NV_STATUS's range.
+RPC_RESULTS = {0xFF100001 + i: "NV_VGPU_MSG_RESULT_RPC_" + name for i, name in enumerate((
+    "UNKNOWN_FUNCTION", "INVALID_MESSAGE_FORMAT", "HANDLE_NOT_FOUND", "HANDLE_EXISTS",
+    "UNKNOWN_RM_ERROR", "UNKNOWN_VMIOP_ERROR", "RESERVED_HANDLE", "CUDA_PROFILING_DISABLED",
+    "API_CONTROL_NOT_SUPPORTED"))} | {RESULT_PENDING: "NV_VGPU_MSG_RESULT_RPC_PENDING"}
+
+
+def function_name(number: int) -> str:
+    """NVIDIA's name of an RPC function or event number, or its number in hex."""
+    for enum in (Function, Event):
+        if number in enum._value2member_map_:
+            return enum(number).name
+    return OTHER_EVENTS.get(number, f"0x{number:x}")
+
+
+def header(function: int, length: int, sequence: int) -> bytes:
+    """A request's header as rpcWriteCommonHeader writes it (``length`` counts the header)."""
+    return HEADER.pack(HEADER_VERSION, SIGNATURE, length, function, RESULT_PENDING,
+                       RESULT_PENDING, sequence, 0)
+
+
+@dataclass(frozen=True)
+class Incoming:
+    """A message from the GSP, a reply (its continuation records joined) or an event: its
+    header's function, rpc_result and sequence, and the payload after the header."""
+
+    function: int
+    result: int
+    sequence: int
+    payload: bytes
+
+    @property
+    def name(self) -> str:
+        return function_name(self.function)
+
+
+def result_status(result: int) -> int:
+    """The NV_STATUS an rpc_result stands for (_issueRpcAndWait: codes from 0xFF000000 up
+    are the transport's own and count as NV_ERR_GENERIC)."""
+    return result if result < RESULT_VMIOP_BASE else NV_ERR_GENERIC
+
+
+def result_text(result: int) -> str:
+    return RPC_RESULTS.get(result, status_name(result) if result < RESULT_VMIOP_BASE
+                           else f"0x{result:08x}")
+
+
+# -- payloads ---------------------------------------------------------------------------------
+
+
+def encode_alloc(h_client: int, h_parent: int, h_object: int, h_class: int,
+                 params: bytes | bytearray = b"", flags: int = RMAPI_RPC_FLAGS_NONE) -> bytes:
+    """The payload of GSP_RM_ALLOC (status 0, reserved 0, then the class's params)."""
+    return ALLOC.pack(h_client, h_parent, h_object, h_class, 0, len(params), flags,
+                      b"") + bytes(params)
+
+
+@dataclass(frozen=True)
+class AllocReply:
+    h_client: int
+    h_parent: int
+    h_object: int
+    h_class: int
+    status: int
+    flags: int
+    params: bytes
+
+
+def decode_alloc(payload: bytes) -> AllocReply:
+    c, p, o, k, status, size, flags, _ = ALLOC.unpack_from(payload)
+    return AllocReply(c, p, o, k, status, flags, payload[ALLOC.size:ALLOC.size + size])
+
+
+def encode_control(h_client: int, h_object: int, cmd: int, params: bytes | bytearray = b"",
+                   flags: int = RMAPI_RPC_FLAGS_NONE) -> bytes:
+    """The payload of GSP_RM_CONTROL (status 0, then the command's params)."""
+    return CONTROL.pack(h_client, h_object, cmd, 0, len(params), flags) + bytes(params)
+
+
+@dataclass(frozen=True)
+class ControlReply:
+    h_client: int
+    h_object: int
+    cmd: int
+    status: int
+    flags: int
+    params: bytes
+
+
+def decode_control(payload: bytes) -> ControlReply:
+    c, o, cmd, status, size, flags = CONTROL.unpack_from(payload)
+    return ControlReply(c, o, cmd, status, flags, payload[CONTROL.size:CONTROL.size + size])
+
+
+def encode_free(h_root: int, h_parent: int, h_object: int) -> bytes:
+    """The payload of FREE: NVOS00 with hObjectParent 0 as nouveau sends it."""
+    return FREE.pack(h_root, h_parent, h_object, 0)
+
+
+def decode_free(payload: bytes) -> int:
+    """The status of a FREE reply."""
+    return int(FREE.unpack_from(payload)[3])
+
+
+def encode_unloading(in_pm_transition: bool = False, gc6_entering: bool = False,
+                     new_level: int = 0) -> bytes:
+    """The payload of UNLOADING_GUEST_DRIVER (a plain unload: no power transition)."""
+    return UNLOADING.pack(in_pm_transition, gc6_entering, new_level)
+
+
+@dataclass(frozen=True)
+class RcTriggered:
+    """RC_TRIGGERED: a channel the GSP's robust-channel handling stopped."""
+
+    engine_type: int
+    chid: int
+    gfid: int
+    except_level: int
+    except_type: int  # the Xid, e.g. 31 ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
+    scope: int
+    partition_attribution_id: int
+    mmu_fault_address: int
+    mmu_fault_type: int
+    callback_needed: bool
+    journal: bytes
+
+
+def decode_rc_triggered(payload: bytes) -> RcTriggered:
+    (engine, chid, gfid, level, xtype, scope, part, lo, hi, ftype, callback,
+     size) = RC_TRIGGERED.unpack_from(payload)
+    journal = payload[RC_TRIGGERED.size:RC_TRIGGERED.size + size]
+    return RcTriggered(engine, chid, gfid, level, xtype, scope, part, hi << 32 | lo, ftype,
+                       callback, journal)
+
+
+@dataclass(frozen=True)
+class OsErrorLog:
+    """OS_ERROR_LOG: an Xid the GSP reports, with its text."""
+
+    except_type: int
+    runlist_id: int
+    chid: int
+    text: str
+    preemptive_removal_previous_xid: int
+
+
+def decode_os_error_log(payload: bytes) -> OsErrorLog:
+    xtype, runlist, chid, text, previous = OS_ERROR_LOG.unpack_from(payload)
+    return OsErrorLog(xtype, runlist, chid, text.split(b"\0", 1)[0].decode(errors="replace"),
+                      previous)
+
+
+def decode_libos_print(payload: bytes) -> tuple[int, bytes]:
+    """UCODE_LIBOS_PRINT: the ucode's engine descriptor and its print buffer."""
+    engine, size = LIBOS_PRINT.unpack_from(payload)
+    return engine, payload[LIBOS_PRINT.size:LIBOS_PRINT.size + size]
+
+
+def root_params(h_client: int) -> bytearray:
+    """NV0000_ALLOC_PARAMETERS for a client: processID ~0, as nouveau gives it."""
+    return bytearray(ROOT_PARAMS.pack(h_client, 0xFFFFFFFF, b"rig", 0))
+
+
+# -- the RPC engine ---------------------------------------------------------------------------
+
+
+class RpcTimeout(RigError):
+    """The GSP did not answer within the time allowed."""
+
+
+class Rpc:
+    """Requests and replies over a :class:`QueuePair`, one request at a time.
+
+    ``on_event`` receives every message that is not the awaited reply, in order; an exception
+    it raises is raised once the reply has been read, so the queues stay in step. ``sleep``
+    is called with the seconds left while nothing has arrived (a short nap by default).
+    Calling :meth:`call` from inside ``on_event`` is misuse (as in _kgspRpcRecvPoll).
+    """
+
+    def __init__(self, queues: QueuePair, *, on_event: Callable[[Incoming], None] | None = None,
+                 sleep: Callable[[float], None] | None = None, timeout_s: float = 10.0) -> None:
+        self.queues = queues
+        self.name = queues.name
+        self.on_event = on_event
+        self.timeout_s = timeout_s
+        self._sleep = sleep or (lambda left: time.sleep(min(left, 50e-6)))
+        self._sequence = 0
+        self._backlog: deque[Message] = deque()
+        self._lock = threading.RLock()
+        self._in_event = False
+        self._deferred: BaseException | None = None
+
+    def post(self, function: int, payload: bytes | bytearray = b"") -> int:
+        """Send a request without waiting for an answer (rpc.c _issueRpcAsyncLarge); returns
+        how many messages it took."""
+        with self._lock:
+            self._refuse_reentry(function)
+            return self._send(function, bytes(payload), time.monotonic() + self.timeout_s)
+
+    def call(self, function: int, payload: bytes | bytearray = b"", *,
+             reply_size: int | None = None, check: bool = True,
+             timeout_s: float | None = None) -> Incoming:
+        """Send a request and wait for the reply of the same function.
+
+        A request sent in several messages is answered in as many bytes (bidirectional
+        _issueRpcLarge); ``reply_size`` (header included) asks for another total. With
+        ``check``, a non-zero rpc_result raises :class:`rig_nv.rm.RMError`.
+        """
+        with self._lock:
+            self._refuse_reentry(function)
+            deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+            records = self._send(function, bytes(payload), deadline)
+            if reply_size is None and records > 1:
+                reply_size = HEADER.size + len(payload)
+            reply = self._settled(lambda: self._await(function, deadline, reply_size))
+            if check and reply.result != 0:
+                raise RMError(f"{self.name}: RPC {reply.name} (rpc_result "
+                              f"{result_text(reply.result)})", result_status(reply.result))
+            return reply
+
+    def wait_for(self, function: int, timeout_s: float | None = None) -> Incoming:
+        """Wait for a message of ``function`` the CPU did not ask for (GSP_INIT_DONE),
+        handing others to ``on_event``."""
+        with self._lock:
+            self._refuse_reentry(function)
+            deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+            return self._settled(lambda: self._await(function, deadline, None))
+
+    def poll(self) -> int:
+        """Hand every message already in the status queue to ``on_event``; how many."""
+        with self._lock:
+            if self._in_event:
+                return 0
+            n = 0
+            while (message := self._next()) is not None:
+                n += 1
+                self._settled(partial(self._deliver, message))
+            return n
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _settled(self, work: Callable[[], T]) -> T:
+        """``work()``, then raise what an event callback raised meanwhile, if anything."""
+        try:
+            result = work()
+        finally:
+            deferred, self._deferred = self._deferred, None
+        if deferred is not None:
+            raise deferred
+        return result
+
+    def _refuse_reentry(self, function: int) -> None:
+        if self._in_event:
+            raise Misuse(f"{self.name}: RPC {function_name(function)} from inside a GSP "
+                         "event callback (an RPC is already waiting for its reply)")
+
+    def _send(self, function: int, payload: bytes, deadline: float) -> int:
+        def on_full(needed: int, free: int) -> bool:
+            # The GSP may be waiting for room in the status queue: read what it sent.
+            while (message := self.queues.receive()) is not None:
+                self._backlog.append(message)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            self._sleep(left)
+            return True
+
+        chunks = [payload[i:i + MAX_PAYLOAD] for i in range(0, len(payload), MAX_PAYLOAD)]
+        for i, chunk in enumerate(chunks or [b""]):
+            fn = function if i == 0 else Function.CONTINUATION_RECORD
+            rpc = header(fn, HEADER.size + len(chunk), self._sequence) + chunk
+            self.queues.send(rpc, on_full)
+            self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+        return max(1, len(chunks))
+
+    def _next(self) -> Message | None:
+        if self._backlog:
+            return self._backlog.popleft()
+        return self.queues.receive()
+
+    def _await(self, function: int, deadline: float, total: int | None) -> Incoming:
+        first = self._wait_message(function, deadline, function)
+        result, sequence = HEADER.unpack_from(first.rpc)[4], HEADER.unpack_from(first.rpc)[6]
+        parts = [first.rpc[HEADER.size:]]
+        got, last = len(first.rpc), len(first.rpc)
+        # Only a full message can be followed by more of the same reply.
+        while total is not None and got < total and last == RPC_SIZE_MAX:
+            more = self._wait_message(Function.CONTINUATION_RECORD, deadline, function)
+            parts.append(more.rpc[HEADER.size:])
+            got, last = got + len(more.rpc) - HEADER.size, len(more.rpc)
+        payload = b"".join(parts)
+        if total is not None:
+            payload = payload[:total - HEADER.size]
+        return Incoming(function, result, sequence, payload)
+
+    def _wait_message(self, function: int, deadline: float, awaited: int) -> Message:
+        while True:
+            message = self._next()
+            if message is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise RpcTimeout(f"{self.name}: the GSP sent no "
+                                     f"{function_name(function)} for "
+                                     f"{function_name(awaited)} in time")
+                self._sleep(left)
+            elif message.function == function:
+                return message
+            else:
+                self._deliver(message)
+
+    def _deliver(self, message: Message) -> None:
+        (_, _, _, function, result, _, sequence, _) = HEADER.unpack_from(message.rpc)
+        incoming = Incoming(function, result, sequence, message.rpc[HEADER.size:])
+        if self.on_event is None:
+            return
+        self._in_event = True
+        try:
+            self.on_event(incoming)
+        except BaseException as e:  # kept until the awaited reply has been read
+            if self._deferred is None:
+                self._deferred = e
+        finally:
+            self._in_event = False
+
+
+class RpcRM:
+    """The RM interface of :mod:`rig_nv.rm` over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE.
+
+    ``client`` is a client this object made on the GSP (:meth:`open`). A refusal raises
+    :class:`rig_nv.rm.RMError` naming NVIDIA's status: the reply's own status field where the
+    GSP set one, else its rpc_result (rpcRmApiAlloc_GSP / rpcRmApiControl_GSP).
+    """
+
+    def __init__(self, rpc: Rpc, client: int, *, release: str = "570.144",
+                 layouts: str = "570", first_handle: int = FIRST_HANDLE) -> None:
+        self.rpc = rpc
+        self.client, self.release, self.layouts = client, release, layouts
+        self._next = first_handle
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, rpc: Rpc, client: int = CLIENT_HANDLE, *, release: str = "570.144",
+             layouts: str = "570", first_handle: int = FIRST_HANDLE) -> RpcRM:
+        """Make client ``client`` (NV01_ROOT with NV0000_ALLOC_PARAMETERS, no parent) on the
+        GSP and return its RM."""
+        rm = cls(rpc, client, release=release, layouts=layouts, first_handle=first_handle)
+        rm._alloc(client, 0, client, NV01_ROOT, root_params(client))
+        return rm
+
+    def close(self) -> None:
+        """Free the client and everything under it."""
+        self.free(self.client)
+
+    def new_handle(self) -> int:
+        with self._lock:
+            self._next += 1
+            return self._next
+
+    def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        return self._alloc(self.client, parent, handle, cls, params)
+
+    def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
+        reply = self.rpc.call(Function.GSP_RM_CONTROL,
+                              encode_control(self.client, obj, cmd, params or b""), check=False)
+        answer = decode_control(reply.payload) if len(reply.payload) >= CONTROL.size else None
+        self._check(f"RM control 0x{cmd:x} of object 0x{obj:x}", reply, answer)
+        _copy_back(params, answer)
+
+    def free(self, obj: int) -> None:
+        reply = self.rpc.call(Function.FREE, encode_free(self.client, 0, obj), check=False)
+        status = decode_free(reply.payload) if len(reply.payload) >= FREE.size else None
+        self._check(f"freeing RM object 0x{obj:x}", reply, status)
+
+    def _alloc(self, client: int, parent: int, handle: int, cls: int,
+               params: bytearray | None) -> int:
+        reply = self.rpc.call(Function.GSP_RM_ALLOC,
+                              encode_alloc(client, parent, handle, cls, params or b""),
+                              check=False)
+        answer = decode_alloc(reply.payload) if len(reply.payload) >= ALLOC.size else None
+        self._check(f"making RM object 0x{handle:x} of class 0x{cls:x}", reply, answer)
+        _copy_back(params, answer)
+        return handle
+
+    def _check(self, what: str, reply: Incoming,
+               answer: AllocReply | ControlReply | int | None) -> None:
+        """Raise RMError for the reply's own status, else for its rpc_result, else for a
+        reply too short to hold its status."""
+        status = answer if isinstance(answer, int) else answer.status if answer else 0
+        what = f"{self.rpc.name}: {what}"
+        if status:
+            raise RMError(what, status)
+        if reply.result != 0:
+            raise RMError(f"{what} (rpc_result {result_text(reply.result)})",
+                          result_status(reply.result))
+        if answer is None:
+            raise RMError(f"{what} (a reply too short to hold its status)", NV_ERR_GENERIC)
+
+
+def _copy_back(params: bytearray | None, answer: AllocReply | ControlReply | None) -> None:
+    """The RM writes its answers back into the caller's params, in place."""
+    if params is not None and answer is not None:
+        n = min(len(params), len(answer.params))
+        params[:n] = answer.params[:n]
+
+
+def _speaks_rm(rm: RpcRM) -> RM:  # mypy --strict proves RpcRM implements rig_nv.rm.RM
+    return rm

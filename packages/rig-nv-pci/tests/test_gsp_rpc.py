@@ -1,0 +1,257 @@
+"""RPC framing and the RM over RPCs, against the GSP peer of the simulated GPU.
+
+Sizes and numbers asserted against open-gpu-kernel-modules 570.144: g_rpc-message-header.h
+(rpc_message_header_v03_00: 8 x u32), g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00 32 bytes
+before params[], rpc_gsp_rm_control_v03_00 24, rpc_free_v03_00 = NVOS00_PARAMETERS_v03_00 16,
+rpc_unloading_guest_driver_v1F_07 8, rpc_rc_triggered_v17_02 48 before rcJournalBuffer[],
+rpc_os_error_log_v17_00 272, rpc_ucode_libos_print_v1E_08 8), cl0000.h
+(NV0000_ALLOC_PARAMETERS 120), rpc_global_enums.h, rpc_headers.h.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from rig_edge import Misuse
+from rig_nv.rm import RMError
+from rig_nv_pci.gsp import queue as q
+from rig_nv_pci.gsp import rpc as r
+
+NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED, NV_ERR_INVALID_OBJECT_HANDLE = 0x51, 0x56, 0x33
+NV_ERR_INVALID_OBJECT_PARENT, NV_ERR_INSERT_DUPLICATE_NAME = 0x36, 0x19
+
+
+def peer_module() -> ModuleType:
+    """tests/gsp_peer.py, loaded once (tests run with --import-mode=importlib)."""
+    name = "rig_nv_pci_tests_gsp_peer"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("gsp_peer.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def connect(layout: q.Layout | None = None, *, events: list[r.Incoming] | None = None,
+            timeout_s: float = 5.0, **peer_kw: Any) -> tuple[r.Rpc, Any]:
+    layout = layout or q.Layout()
+    shared = memoryview(bytearray(layout.size))
+    peer = peer_module().Peer(shared, layout.command_offset, layout.status_offset,
+                              layout.status_size, **peer_kw)
+    queues = q.QueuePair(shared, layout, doorbell=peer.doorbell, name="GPU 0")
+    queues.create()
+    peer.boot()
+    rpc = r.Rpc(queues, on_event=None if events is None else events.append,
+                sleep=lambda _left: peer.service(), timeout_s=timeout_s)
+    return rpc, peer
+
+
+def test_struct_sizes_and_numbers_match_nvidia_headers() -> None:
+    assert r.HEADER.size == 32 and r.MAX_PAYLOAD == 65536 - 48 - 32
+    assert r.SIGNATURE.to_bytes(4, "little") == b"VRPC" and r.HEADER_VERSION == 0x03000000
+    assert r.RESULT_PENDING == 0xFFFFFFFF
+    assert (r.ALLOC.size, r.CONTROL.size, r.FREE.size, r.UNLOADING.size) == (32, 24, 16, 8)
+    assert (r.RC_TRIGGERED.size, r.OS_ERROR_LOG.size, r.LIBOS_PRINT.size) == (48, 272, 8)
+    assert r.ROOT_PARAMS.size == 120  # 4 + 4 + 100, aligned to 8, + NvP64 pOsPidInfo
+    f, e = r.Function, r.Event
+    assert (f.FREE, f.UNLOADING_GUEST_DRIVER, f.GET_GSP_STATIC_INFO) == (10, 47, 65)
+    assert (f.CONTINUATION_RECORD, f.GSP_SET_SYSTEM_INFO, f.SET_REGISTRY) == (71, 72, 73)
+    assert (f.GSP_RM_CONTROL, f.GSP_RM_ALLOC) == (76, 103)
+    assert (e.GSP_INIT_DONE, e.GSP_RUN_CPU_SEQUENCER, e.POST_EVENT) == (0x1001, 0x1002, 0x1003)
+    assert (e.RC_TRIGGERED, e.MMU_FAULT_QUEUED, e.OS_ERROR_LOG) == (0x1004, 0x1005, 0x1006)
+    assert (e.UCODE_LIBOS_PRINT, e.GSP_LOCKDOWN_NOTICE) == (0x100C, 0x101C)
+    assert (e.GSP_POST_NOCAT_RECORD, e.RECOVERY_ACTION) == (0x1020, 0x1022)
+    assert r.function_name(0x1011) == "DISPLAY_MODESET" and r.function_name(999) == "0x3e7"
+
+
+def test_request_header_as_rpc_write_common_header() -> None:
+    h = r.HEADER.unpack(r.header(r.Function.FREE, 48, 7))
+    assert h == (0x03000000, 0x43505256, 48, 10, 0xFFFFFFFF, 0xFFFFFFFF, 7, 0)
+
+
+def test_alloc_control_free_round_trip() -> None:
+    rpc, peer = connect(alloc_answer={0x80: lambda p: p[:4] + b"\x99" * (len(p) - 4)},
+                        control_answer={0x20800110: lambda p: bytes(reversed(p))})
+    rm = r.RpcRM.open(rpc)
+    assert (rm.client, rm.release, rm.layouts) == (0xC1D00001, "570.144", "570")
+    first = peer.requests[0]
+    assert first.function == 103
+    assert r.decode_alloc(first.payload).h_class == 0 and peer.objects == {0xC1D00001: 0}
+    dev = rm.new_handle()
+    assert rm.new_handle() == dev + 1
+    params = bytearray(range(16))
+    assert rm.alloc(rm.client, dev, 0x80, params) == dev
+    assert params == bytearray(range(4)) + b"\x99" * 12  # written back in place
+    sent = r.decode_alloc(peer.requests[-1].payload)
+    assert (sent.h_client, sent.h_parent, sent.h_object, sent.h_class) == (rm.client, rm.client,
+                                                                          dev, 0x80)
+    ctl = bytearray(b"abcdef")
+    rm.control(dev, 0x20800110, ctl)
+    assert ctl == bytearray(b"fedcba")
+    rm.control(dev, 0x20800111, None)
+    assert r.decode_control(peer.requests[-1].payload).params == b""
+    sub = rm.new_handle() + 10
+    rm.alloc(dev, sub, 0x2080)
+    rm.free(dev)  # and everything under it
+    assert peer.objects == {rm.client: 0}
+    freed = r.FREE.unpack(peer.requests[-1].payload)
+    assert freed == (rm.client, 0, dev, 0)
+    rm.close()
+    assert peer.objects == {}
+
+
+def test_statuses_become_rm_errors_with_nvidias_names() -> None:
+    rpc, peer = connect(alloc_status={0x90F1: NV_ERR_NO_MEMORY},
+                        control_status={0x801: NV_ERR_NOT_SUPPORTED})
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    with pytest.raises(RMError, match=r"GPU 0: making RM object 0x.* of class 0x90f1: the RM "
+                       r"answered NV_ERR_NO_MEMORY \(0x51\)") as e:
+        rm.alloc(dev, rm.new_handle(), 0x90F1, bytearray(8))
+    assert e.value.status == NV_ERR_NO_MEMORY
+    with pytest.raises(RMError, match=r"RM control 0x801 .* NV_ERR_NOT_SUPPORTED") as e:
+        rm.control(dev, 0x801, bytearray(4))
+    assert e.value.status == NV_ERR_NOT_SUPPORTED
+    with pytest.raises(RMError, match="NV_ERR_INVALID_OBJECT_PARENT"):
+        rm.alloc(0x1234, rm.new_handle(), 0x2080)
+    with pytest.raises(RMError, match="NV_ERR_INSERT_DUPLICATE_NAME"):
+        rm.alloc(rm.client, dev, 0x80)
+    with pytest.raises(RMError, match=r"freeing RM object 0x4321: .*NV_ERR_INVALID_OBJECT_HANDLE"):
+        rm.free(0x4321)
+    peer.status_in_header = False  # the status only in the reply's own field
+    with pytest.raises(RMError, match="NV_ERR_NO_MEMORY"):
+        rm.alloc(dev, rm.new_handle(), 0x90F1)
+    peer.free_status[dev] = NV_ERR_INVALID_OBJECT_HANDLE
+    with pytest.raises(RMError) as e:
+        rm.free(dev)
+    assert e.value.status == NV_ERR_INVALID_OBJECT_HANDLE
+
+
+def test_unknown_function_names_the_rpc_result() -> None:
+    rpc, _ = connect()
+    with pytest.raises(RMError, match=r"RPC 0x3e7 .*NV_VGPU_MSG_RESULT_RPC_UNKNOWN_FUNCTION") as e:
+        rpc.call(999, b"abcd")
+    assert e.value.status == 0xFFFF  # NV_ERR_GENERIC, as _issueRpcAndWait maps it
+    reply = rpc.call(999, b"abcd", check=False)
+    assert reply.result == 0xFF100001 and reply.payload == b"abcd"
+
+
+def test_large_control_goes_and_comes_back_in_continuation_records() -> None:
+    rpc, peer = connect(control_answer={0x2080AAAA: lambda p: bytes(b ^ 0xFF for b in p)})
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    data = os.urandom(150_000)  # 24 + 150000 bytes of payload: three messages each way
+    params = bytearray(data)
+    rm.control(dev, 0x2080AAAA, params)
+    assert params == bytes(b ^ 0xFF for b in data)
+    request = peer.requests[-1]
+    assert request.records == 3 and len(request.payload) == 24 + len(data)
+    assert len(request.seqnums) == 3 and request.seqnums == sorted(request.seqnums)
+
+
+def test_a_reply_of_another_size_is_reassembled() -> None:
+    big = os.urandom(100_000)
+    rpc, _ = connect(static_info=big)
+    reply = rpc.call(r.Function.GET_GSP_STATIC_INFO, bytes(4), reply_size=32 + len(big))
+    assert reply.payload == big and reply.function == 65
+
+
+def test_events_arriving_while_waiting_go_to_the_callback() -> None:
+    events: list[r.Incoming] = []
+    rpc, peer = connect(events=events)
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    p = peer_module().Peer
+    peer.event(0x1004, p.rc_triggered(chid=5, xid=31, fault_address=0x12_3456_7000), now=False)
+    peer.event(0x1005, now=False)
+    peer.event(0x1006, p.os_error_log(31, 5, "MMU Fault: ENGINE GRAPHICS"), now=False)
+    rm.alloc(rm.client, dev, 0x80)
+    assert [e.name for e in events] == ["RC_TRIGGERED", "MMU_FAULT_QUEUED", "OS_ERROR_LOG"]
+    rc = r.decode_rc_triggered(events[0].payload)
+    assert (rc.chid, rc.except_type, rc.mmu_fault_address, rc.callback_needed) == (
+        5, 31, 0x12_3456_7000, True)
+    log = r.decode_os_error_log(events[2].payload)
+    assert (log.except_type, log.chid, log.text) == (31, 5, "MMU Fault: ENGINE GRAPHICS")
+    assert dev in peer.objects
+    peer.event(0x100C, b"\x01\0\0\0\x05\0\0\0hello")  # arrives with nothing waiting
+    assert rpc.poll() == 1 and r.decode_libos_print(events[-1].payload) == (1, b"hello")
+
+
+def test_an_exception_from_the_callback_comes_after_the_reply() -> None:
+    def on_event(e: r.Incoming) -> None:
+        raise RuntimeError(f"fault {e.name}")
+
+    rpc, peer = connect()
+    rm = r.RpcRM.open(rpc)
+    rpc.on_event = on_event
+    peer.event(0x1005, now=False)
+    dev = rm.new_handle()
+    with pytest.raises(RuntimeError, match="fault MMU_FAULT_QUEUED"):
+        rm.alloc(rm.client, dev, 0x80)
+    assert dev in peer.objects  # the alloc itself was answered, and read
+    rpc.on_event = None
+    rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
+
+
+def test_an_rpc_from_inside_the_callback_is_misuse() -> None:
+    rpc, peer = connect()
+    rm = r.RpcRM.open(rpc)
+    rpc.on_event = lambda e: rm.control(rm.client, 1, None)
+    peer.event(0x1005, now=False)
+    with pytest.raises(Misuse, match="from inside a GSP event callback"):
+        rm.alloc(rm.client, rm.new_handle(), 0x80)
+
+
+def test_init_done_is_awaited_past_other_events() -> None:
+    events: list[r.Incoming] = []
+    rpc, peer = connect(events=events)
+    rpc.post(r.Function.GSP_SET_SYSTEM_INFO, bytes(64))
+    rpc.post(r.Function.SET_REGISTRY, bytes(32))
+    peer.event(0x101C, b"\x01")
+    peer.event(0x1001, bytes(4))
+    done = rpc.wait_for(r.Event.GSP_INIT_DONE)
+    assert done.name == "GSP_INIT_DONE" and [e.name for e in events] == ["GSP_LOCKDOWN_NOTICE"]
+    assert [x.function for x in peer.requests] == [72, 73]
+
+
+def test_unloading() -> None:
+    rpc, peer = connect()
+    sequence = rpc._sequence
+    reply = rpc.call(r.Function.UNLOADING_GUEST_DRIVER, r.encode_unloading())
+    assert peer.unloaded and reply.payload == bytes(8)
+    assert reply.sequence == sequence  # the peer echoes the request's header (see rpc.py)
+
+
+def test_no_reply_times_out() -> None:
+    layout = q.Layout(8 * 4096, 8 * 4096)
+    rpc, peer = connect(layout, timeout_s=0.05, auto=False)
+    rpc._sleep = lambda _left: None
+    with pytest.raises(r.RpcTimeout, match="GPU 0: the GSP sent no GSP_RM_ALLOC"):
+        rpc.call(r.Function.GSP_RM_ALLOC, r.encode_alloc(1, 0, 1, 0))
+    assert peer.requests == []
+
+
+def test_a_full_command_queue_waits_while_the_status_queue_drains() -> None:
+    events: list[r.Incoming] = []
+    layout = q.Layout(8 * 4096, 8 * 4096)
+    rpc, peer = connect(layout, events=events, auto=False)
+    for i in range(12):  # more than either queue holds; the GSP serves only when we sleep
+        peer.event(0x1006, peer_module().Peer.os_error_log(i, 0, f"log {i}"))
+    for _ in range(5):
+        rpc.post(r.Function.GSP_SET_SYSTEM_INFO, bytes(9000))  # three elements each
+    rpc.poll()
+    peer.service()
+    while rpc.poll():
+        peer.service()
+    assert [r.decode_os_error_log(e.payload).except_type for e in events] == list(range(12))
+    assert len(peer.requests) == 5
