@@ -1,20 +1,40 @@
 """rig-nv-pci: NVIDIA GPUs driven over PCI with no kernel driver.
 
 The process takes the GPU's PCI function, boots its GSP with NVIDIA's signed firmware and acts
-as the kernel half of the resource manager. This release lists GPUs; the boot is built against
-a simulated GPU (see the package README).
+as the kernel half of the resource manager (the ``Rig_nv_pci`` spec).
+
+What this release does: it lists GPUs (:func:`buses`, :func:`count`); detaches, attaches and
+resets them (:func:`detach`, :func:`attach`, :func:`reset`); and its opener (:func:`gpu`) runs
+every precondition of an open (the GPU is there, no kernel driver and no other open holds it,
+its function can be taken, the machine is this one, its chip is one this library boots, the
+firmware files are there with their pinned digests, WPR2 is down) and then refuses, saying
+that **the GSP boot is not built in this release**, having given back everything it took. It
+never boots a GPU, and nothing of this path has run on hardware.
 """
 
 from __future__ import annotations
 
-from rig_nv import is_gpu
-from rig_pci import Machine
+import os
+from collections.abc import Sequence
+from typing import NoReturn
+
+from rig_edge import Misuse, Opener, OpenRefused, RigError, opener_name
+from rig_nv import Device, is_gpu
+from rig_nv_pci import chips, lock
+from rig_pci import Function, FunctionInfo, Machine, Window, driver, firmware
+from rig_pci.function import held as function_held
 
 __version__ = "0.1.0"
 
+PATH = "NV-PCI"
+NOT_BUILT = "the GSP boot is not built in this release"
+VFIO_PCI = "vfio-pci"
+BAR0_PAGE = 0x1000
+
 
 def buses(machine: Machine | None = None) -> list[str]:
-    """The bus addresses of ``machine``'s NVIDIA GPUs (this machine by default), in bus order.
+    """The bus addresses of ``machine``'s NVIDIA GPUs (this machine by default), in bus order:
+    GPU i is the ith.
 
     ``[]`` where the machine lists no PCI functions. Raises :class:`rig_edge.RigError` if its
     functions cannot be listed. Changes nothing on the machine.
@@ -27,4 +47,342 @@ def count(machine: Machine | None = None) -> int:
     return len(buses(machine))
 
 
-__all__ = ["__version__", "buses", "count"]
+# ---- naming ------------------------------------------------------------------------------------
+
+
+def _name(i: int, machine: Machine, bus: str | None = None) -> str:
+    """The GPU, for messages: ``"GPU 0 (0000:01:00.0)"``, ``"GPU 1 of the machine at /x"``."""
+    where = "" if machine.name == "this machine" else f" of {machine.name}"
+    return f"GPU {i}{where}" + (f" ({bus})" if bus else "")
+
+
+def _reason(e: BaseException, bus: str) -> str:
+    """``e``'s message with the bus address it starts with put as "it", so that the GPU's
+    name before it does not say the address twice."""
+    text = str(e)
+    if text.startswith(bus + ": "):
+        return text[len(bus) + 2 :]
+    if text.startswith(bus + " "):
+        return "it " + text[len(bus) + 1 :]
+    return text
+
+
+def _index(i: int) -> None:
+    if not isinstance(i, int) or isinstance(i, bool):
+        raise Misuse(f"a GPU index is an int, not {i!r}")
+    if i < 0:
+        raise Misuse(f"GPU index {i} is negative")
+
+
+def _function(machine: Machine, i: int) -> FunctionInfo:
+    """GPU ``i`` of ``machine``; raises :class:`rig_edge.RigError` naming it when the machine
+    cannot be listed or has no GPU i."""
+    try:
+        gpus = [f for f in machine.functions() if is_gpu(f)]
+    except RigError as e:
+        why = str(e).removeprefix("the machine's PCI functions cannot be listed: ")
+        raise RigError(
+            f"{_name(i, machine)}: {machine.name}'s PCI functions cannot be listed: {why}"
+        ) from e
+    if i >= len(gpus):
+        raise RigError(f"{_name(i, machine)}: {machine.name} has no GPU {i} (it has {len(gpus)})")
+    return gpus[i]
+
+
+def _not_held(machine: Machine, bus: str, name: str) -> None:
+    if function_held(machine, bus) or lock.held(machine, bus):
+        raise RigError(f"{name}: this process holds it (an open of it, or its function taken)")
+
+
+def _lock(machine: Machine, bus: str, name: str) -> lock.BusLock:
+    try:
+        return lock.BusLock.take(machine, bus)
+    except RigError as e:
+        raise RigError(f"{name}: {e}") from e
+
+
+# ---- registers ---------------------------------------------------------------------------------
+
+
+def _read(f: Function, offset: int) -> int:
+    """The 32-bit register at BAR 0 ``offset``, through a one-page window."""
+    page = offset - offset % BAR0_PAGE
+    try:
+        w: Window = f.window(0, page, BAR0_PAGE)
+    except Misuse as e:
+        raise RigError(f"its BAR 0 does not reach register 0x{offset:x}: {e}") from e
+    try:
+        return w.read32(offset - page)
+    finally:
+        w.close()
+
+
+def _boot42(f: Function) -> int:
+    value = _read(f, chips.NV_PMC_BOOT_42)
+    if value == 0xFFFFFFFF:
+        status = f.info.runtime_status or "unknown"
+        raise RigError(
+            f"it does not answer: NV_PMC_BOOT_42 reads 0xffffffff (its runtime power state "
+            f"is {status})"
+        )
+    return value
+
+
+def _wpr2_up(f: Function) -> int | None:
+    """NV_PFB_PRI_MMU_WPR2_ADDR_HI when it says WPR2 is up, else ``None``. Read on Turing and
+    later chips (BOOT_42's architecture 0x16 up), which have the register; earlier ones have
+    no WPR2 this library could have left up."""
+    if chips.field(_boot42(f), chips.NV_PMC_BOOT_42_ARCHITECTURE) < 0x16:
+        return None
+    value = _read(f, chips.NV_PFB_PRI_MMU_WPR2_ADDR_HI)
+    return value if chips.wpr2_up(value) else None
+
+
+def _wpr2_down_after_reset(f: Function) -> None:
+    """Raise :class:`rig_edge.RigError` if WPR2 is still up after a reset (the spec: a reset
+    that leaves WPR2 up fails)."""
+    value = _wpr2_up(f)
+    if value is not None:
+        raise RigError(
+            f"its protected memory (WPR2) is still up after its reset "
+            f"(NV_PFB_PRI_MMU_WPR2_ADDR_HI reads 0x{value:08x})"
+        )
+
+
+# ---- the opener --------------------------------------------------------------------------------
+
+
+def _firmware(
+    chip: chips.Chip, dirs: Sequence[str | os.PathLike[str]]
+) -> dict[str, os.PathLike[str]]:
+    """Each file the chip's family boots with, found with its pinned digest; raises
+    :class:`rig_edge.RigError` naming every file missing, the directories searched and the
+    files found with another digest."""
+    found: dict[str, os.PathLike[str]] = {}
+    missing = []
+    for name in chip.family.firmware:
+        try:
+            found[name] = firmware.find(dirs, name, firmware.NVIDIA_GSP_570_144[name])
+        except RigError as e:
+            missing.append(str(e))
+    if missing:
+        raise RigError(
+            f"{len(missing)} of the {len(chip.family.firmware)} firmware files a {chip.name} "
+            f"boots with {'is' if len(missing) == 1 else 'are'} missing (`rig firmware nv` "
+            f"downloads them): " + "; ".join(missing)
+        )
+    return found
+
+
+def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> NoReturn:
+    info = _function(machine, i)
+    bus = info.address
+    name = _name(i, machine, bus)
+    if info.driver not in (None, VFIO_PCI):
+        raise RigError(
+            f"{name}: the kernel driver {info.driver} holds it: detach it first "
+            f"(rig_nv_pci.detach({i}), or `rig detach {i}` as root)"
+        )
+    _not_held(machine, bus, name)
+    held = _lock(machine, bus, name)
+    try:
+        try:
+            f = Function.take(machine, bus)
+        except RigError as e:
+            why = e.__cause__ if isinstance(e.__cause__, RigError) else _reason(e, bus)
+            raise RigError(f"{name}: its function cannot be taken: {why}") from e
+        with f:
+            if not machine.is_this:
+                raise RigError(
+                    f"{name}: {machine.name}'s memory is not this process's, so the windows "
+                    "an open maps are not the GPU's to reach (a machine reached through a "
+                    "transport cannot be opened)"
+                )
+            try:
+                chip = chips.identify(_boot42(f))
+                _firmware(chip, dirs)
+                if _wpr2_up(f) is not None:
+                    # An earlier boot's WPR2: reset first, and the GPU stays reset.
+                    try:
+                        f.reset()
+                    except RigError as e:
+                        raise RigError(
+                            "its protected memory (WPR2) is up from an earlier boot, and "
+                            + _reason(e, bus)
+                        ) from e
+                    _wpr2_down_after_reset(f)
+            except RigError as e:
+                raise RigError(f"{name}: {_reason(e, bus)}") from e
+            raise OpenRefused(
+                f"{name}: {NOT_BUILT} (its {chip.name} passed every check before the boot: "
+                "its function, chip, firmware files and WPR2; it was given back)"
+            )
+    finally:
+        held.release()
+
+
+def _make(i: int, machine: Machine | None, dirs: Sequence[str | os.PathLike[str]]) -> Device:
+    with lock.serial(f"{opener_name(PATH, i)}'s make"):
+        try:
+            _open(i, machine or Machine.this(), dirs)
+        except OpenRefused:
+            raise
+        except RigError as e:
+            raise OpenRefused(str(e)) from e
+
+
+def gpu(
+    i: int,
+    machine: Machine | None = None,
+    firmware: Sequence[str | os.PathLike[str]] | None = None,
+) -> Opener[Device]:
+    """The opener of GPU ``i`` of ``machine`` (this machine by default), named "NV-PCI" for 0
+    and "NV-PCI:i" otherwise.
+
+    Its ``make`` is meant to boot the GPU that is ith when it runs, reading each firmware file
+    from the first of the directories ``firmware`` (``[]`` by default), then
+    :func:`rig_pci.firmware.directory`, then /lib/firmware that holds it with its pinned
+    digest. **The boot is not built in this release**: ``make`` runs the open's preconditions
+    and then raises :class:`rig_edge.OpenRefused` saying "the GSP boot is not built in this
+    release", having given back the function and the GPU's lock. It never returns a device.
+
+    Before that it raises :class:`rig_edge.OpenRefused`, naming the GPU, then the reason,
+    having given back what it took, if: the machine's PCI functions cannot be listed; the
+    machine has no GPU i (saying how many it has); a kernel driver holds GPU i (detach it), this
+    process holds it already, or another process's open or change holds it; its function cannot
+    be taken (:meth:`rig_pci.Function.take`'s reason: its IOMMU group, VFIO, lockdown,
+    permissions); the machine is reached through a transport, whose memory is not this
+    process's; its chip (NV_PMC_BOOT_42) is not one this library boots, naming it; a firmware
+    file is missing, naming the directories searched and the files found with another digest;
+    or its protected memory (WPR2) is up and still up after the reset the open then runs (a GPU
+    so reset stays reset). Not checked yet: the VBIOS's FWSEC.
+
+    Opens and changes of GPUs run one at a time in the process; ``make`` called from inside
+    another open or change raises :class:`rig_edge.Misuse`. Raises :class:`rig_edge.Misuse` (a
+    ValueError) here if ``i`` < 0 or ``firmware`` is a string rather than a list of them.
+    """
+    _index(i)
+    if isinstance(firmware, str | bytes):
+        raise Misuse("firmware is a list of directories, not one string")
+    dirs = list(firmware or [])
+    return Opener(opener_name(PATH, i), lambda: _make(i, machine, dirs))
+
+
+# ---- changes to the machine --------------------------------------------------------------------
+
+
+def _device_files(machine: Machine, bus: str) -> list[str]:
+    """The /dev/nvidiaN through which NVIDIA's kernel driver lends the GPU (N its minor, from
+    /proc/driver/nvidia/gpus/BUS/information), so that detach refuses while a process holds
+    it; ``[]`` where the driver reports none."""
+    try:
+        text = machine.sysfs.path(f"/proc/driver/nvidia/gpus/{bus}/information").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "Device Minor" and value.strip().isdigit():
+            return [f"/dev/nvidia{int(value)}"]
+    return []
+
+
+def _detach(machine: Machine, i: int) -> driver.Progress:
+    _index(i)
+    with lock.serial("detach"):
+        bus = _function(machine, i).address
+        name = _name(i, machine, bus)
+        _not_held(machine, bus, name)
+        try:
+            return driver.detach(machine, bus, device_files=_device_files(machine, bus))
+        except RigError as e:
+            raise RigError(f"{name}: {_reason(e, bus)}") from e
+
+
+def detach(i: int) -> driver.Progress:
+    """Detach GPU ``i`` of this machine from its kernel driver so that its opener can take it
+    (to vfio-pci behind an IOMMU, else to no driver), unless it is detached already.
+
+    Its users, a display among them, lose the GPU until :func:`attach` or a reboot. Raises
+    :class:`rig_edge.RigError` naming the GPU, having written nothing, if the machine's PCI
+    functions cannot be listed, there is no GPU i, this process holds it over PCI, a process
+    holds its /dev/nvidiaN, its DRM nodes or its sysfs files open or mapped (naming the
+    process), or as :func:`rig_pci.driver.detach` (debugfs, vfio-pci not loaded, files not
+    writable). After its first write it returns :class:`rig_pci.driver.Detached` or
+    :class:`rig_pci.driver.PartWay` saying where it stopped. Needs CAP_SYS_ADMIN and write
+    access to /sys/bus/pci (root). Raises :class:`rig_edge.Misuse` if ``i`` < 0.
+    """
+    return _detach(Machine.this(), i)
+
+
+def _attach(machine: Machine, i: int) -> None:
+    _index(i)
+    with lock.serial("attach"):
+        bus = _function(machine, i).address
+        name = _name(i, machine, bus)
+        _not_held(machine, bus, name)
+        held = _lock(machine, bus, name)
+        try:
+            driver.attach(machine, bus, after_reset=_wpr2_down_after_reset)
+        except RigError as e:
+            raise RigError(f"{name}: {_reason(e, bus)}") from e
+        finally:
+            held.release()
+
+
+def attach(i: int) -> None:
+    """Give GPU ``i`` of this machine back to its kernel driver, resetting it first as
+    :func:`reset` does if no kernel driver has it (:func:`rig_pci.driver.attach`).
+
+    Raises :class:`rig_edge.RigError` naming the GPU if the machine's PCI functions cannot be
+    listed, there is no GPU i, this process or another's open holds it, its reset fails or
+    leaves its protected memory (WPR2) up, or as :func:`rig_pci.driver.attach` (files not
+    writable, no kernel driver binds it). Raises :class:`rig_edge.Misuse` if ``i`` < 0.
+    """
+    _attach(Machine.this(), i)
+
+
+def reset(i: int, machine: Machine | None = None) -> None:
+    """Reset GPU ``i`` of ``machine`` (this machine by default), which ends what an earlier
+    boot left running: take its function, turn its bus mastering off, reset the function
+    (:meth:`rig_pci.Function.reset`) and check that WPR2 is down.
+
+    Raises :class:`rig_edge.RigError` naming the GPU if the machine's PCI functions cannot be
+    listed, there is no GPU i, this process or another's open holds it, its function cannot be
+    taken (a kernel driver holds it, say), Linux has no reset for it or it does not respond
+    after one, or its protected memory (WPR2) is still up after it. Raises
+    :class:`rig_edge.Misuse` if ``i`` < 0.
+    """
+    _index(i)
+    m = machine or Machine.this()
+    with lock.serial("reset"):
+        bus = _function(m, i).address
+        name = _name(i, m, bus)
+        _not_held(m, bus, name)
+        held = _lock(m, bus, name)
+        try:
+            try:
+                f = Function.take(m, bus)
+            except RigError as e:
+                why = e.__cause__ if isinstance(e.__cause__, RigError) else _reason(e, bus)
+                raise RigError(f"{name}: its function cannot be taken: {why}") from e
+            with f:
+                try:
+                    f.reset()
+                    _wpr2_down_after_reset(f)
+                except RigError as e:
+                    raise RigError(f"{name}: {_reason(e, bus)}") from e
+        finally:
+            held.release()
+
+
+__all__ = [
+    "NOT_BUILT",
+    "PATH",
+    "__version__",
+    "attach",
+    "buses",
+    "count",
+    "detach",
+    "gpu",
+    "reset",
+]
