@@ -227,3 +227,28 @@ def test_step_arguments_update_between_submissions(device: Device) -> None:
 def test_cubin_of_another_architecture_is_refused(device: Device) -> None:
     with pytest.raises(CubinError, match=r"sm_120.*sm_90"):
         device.load(cubin("sm_120"))
+
+
+def test_profile_times_launches_copies_and_steps(device: Device, tmp_path: Path) -> None:
+    """GPU timestamps around a launch, a copy and a step, and a Chrome trace of them."""
+    import json
+
+    img = device.load(cubin())
+    a, b = rng.random(N, dtype=np.float32), rng.random(N, dtype=np.float32)
+    ra, rb = put(device, a), put(device, b)
+    rc = device.alloc(4 * N, Memory.DEVICE)
+    assert rc
+    step = device.step()
+    step.launch(img["vadd"], (N // 256,), (256,), (ra, rb, rc, N))
+    with device.profile() as prof:
+        device.launch(img["vadd"], (N // 256,), (256,), (ra, rb, rc, N))
+        device.copy(rb, ra)
+        step.submit()
+    events = prof.events()
+    assert [e.name for e in events] == ["vadd", "copy", "step"]
+    assert all(0 < e.duration_ns < 1_000_000_000 for e in events)
+    assert events[0].end_ns <= events[1].start_ns <= events[1].end_ns <= events[2].start_ns
+    trace = prof.chrome_trace(tmp_path / "trace.json")
+    assert len(json.loads((tmp_path / "trace.json").read_text())["traceEvents"]) == 3
+    print("profile:", [(e.name, e.duration_ns) for e in events], trace["otherData"])
+    np.testing.assert_array_equal(get(device, rc, np.float32, N), a + b)

@@ -141,3 +141,35 @@ def test_step_chains_its_launches(dev: tuple[Any, Any]) -> None:
     # The step's commands end by adding one to the timeline (unsigned 64-bit IADD).
     release = [data for _, m, data in words if m == push.SEM_ADDR_LO][-1]
     assert release[2] == 1 and (release[4] >> 27) & 0xF == 5
+
+
+def test_profile_stamps_each_submission_and_writes_a_chrome_trace(
+        dev: tuple[Any, Any], tmp_path: Path) -> None:
+    import json
+
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    a = d.alloc(1 << 20, Memory.DEVICE)
+    b = d.alloc(1 << 20, Memory.PINNED)
+    with d.profile(capacity=8) as prof:
+        d.launch(img["vadd"], (1,), (32,), (a, a, a, 32))
+        d.copy(b, a, 4096)
+    words = methods(commands(d, d.compute)[-1])
+    stamps = [data for _, m, data in words
+              if m == push.SEM_ADDR_LO and data[4] & push.SEM_RELEASE_TIMESTAMP]
+    base = prof.memory.gpu
+    assert [s[0] | (s[1] << 32) for s in stamps] == [base, base + 16]
+    # Play the GPU: write times into the slots, then read the events back.
+    slots = _view(prof.memory.host, 64)
+    for i, ns in enumerate((1000, 4000, 5000, 9000)):
+        struct.pack_into("<Q", slots, 16 * i + 8, ns)
+    path.complete()
+    events = prof.events()
+    assert [(e.name, e.queue, e.duration_ns) for e in events] == [
+        ("vadd", "compute", 3000), ("copy", "copy", 4000)]
+    trace = prof.chrome_trace(tmp_path / "trace.json")
+    assert json.loads((tmp_path / "trace.json").read_text()) == trace
+    assert [(t["name"], t["ts"], t["dur"]) for t in trace["traceEvents"]] == [
+        ("vadd", 0.0, 3.0), ("copy", 4.0, 4.0)]
+    assert d._profile is None  # the profile stopped with its block

@@ -44,7 +44,8 @@ def staged_upload(d: Device, dst: Region, src: memoryview, offset: int) -> Point
             chunk = src[off : off + half]
             view(s.host + slot * half, len(chunk))[:] = chunk
             point = d._submit(d.copy_channel,
-                              Push().copy(dst.gpu + offset + off, s.gpu + slot * half, len(chunk)))
+                              Push().copy(dst.gpu + offset + off, s.gpu + slot * half, len(chunk)),
+                              "upload")
             d._staging_busy[slot] = point.value
         return point
 
@@ -62,7 +63,8 @@ def staged_download(d: Device, src: Region, n: int, offset: int, out: memoryview
             size = min(half, n - off)
             d._wait_value(d._staging_busy[slot])
             p = d._submit(d.copy_channel,
-                          Push().copy(s.gpu + slot * half, src.gpu + offset + off, size))
+                          Push().copy(s.gpu + slot * half, src.gpu + offset + off, size),
+                          "download")
             d._staging_busy[slot] = p.value
             pending.append((off, size, slot, p.value))
             if len(pending) == 2:

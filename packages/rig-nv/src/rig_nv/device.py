@@ -33,6 +33,7 @@ from rig_nv.faults import ENGINE, xid_name
 from rig_nv.hostmem import round_up, view
 from rig_nv.launch import Function, Image, Prepared, builtin_cubin
 from rig_nv.layouts import Params, rm_ffi
+from rig_nv.profile import Profile
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
@@ -183,6 +184,7 @@ class Device:
         self._cached_bytes = 0
         self._builtins: Image | None = None
         self._boosted = False
+        self._profile: Profile | None = None
         self.timeline: Allocation
         self._word: memoryview
         self.classes: cls.Classes
@@ -414,10 +416,16 @@ class Device:
             raise Misuse("that point is on another device's timeline")
         self._wait_value(point.value, timeout_s)
 
-    def _submit(self, channel: Channel, body: Push | None) -> Point:
-        return self._submit_words(channel, body.words if body is not None else ())
+    def _submit(self, channel: Channel, body: Push | None, name: str = "work") -> Point:
+        return self._submit_words(channel, body.words if body is not None else (), name)
 
-    def _submit_words(self, channel: Channel, body: Any) -> Point:
+    def profile(self, capacity: int = 4096) -> Profile:
+        """A profile of the submissions made while it is active (``with d.profile() as p``):
+        GPU timestamps before and after each, ``p.events()`` and ``p.chrome_trace(path)``."""
+        self._check()
+        return Profile(self, capacity)
+
+    def _submit_words(self, channel: Channel, body: Any, name: str = "work") -> Point:
         """Submit ``body`` (32-bit words) on ``channel`` as the next timeline value: after the
         previous value when that went to the other channel, releasing the new one at the end."""
         with self._lock:
@@ -428,7 +436,15 @@ class Device:
             words = array("I")
             if self._last is not channel and self._last is not None:
                 words.extend(Push().semaphore_acquire(self.timeline.gpu, value - 1).words)
-            words.extend(body)
+            profile = self._profile
+            if profile is not None:
+                start, end = profile.take(name, channel.name)
+                profile.value(value)
+                words.extend(Push().timestamp(start).words)
+                words.extend(body)
+                words.extend(Push().timestamp(end).words)
+            else:
+                words.extend(body)
             rel = self._release
             rel[3] = value & 0xFFFFFFFF
             rel[4] = value >> 32
@@ -445,11 +461,20 @@ class Device:
             value = self._next
             self._next += 1
             self.compute.retire(self.completed())
+            before = Push()
             if self._last is not None and self._last is not self.compute:
-                self.compute.submit(
-                    memoryview(Push().semaphore_acquire(self.timeline.gpu, value - 1).words),
-                    value)
+                before.semaphore_acquire(self.timeline.gpu, value - 1)
+            stamps = self._profile.take("step", "compute") if self._profile else None
+            if stamps is not None:
+                assert self._profile is not None
+                self._profile.value(value)
+                before.timestamp(stamps[0])
+            if len(before):
+                self.compute.submit(memoryview(before.words), value)
             self.compute.submit_at(address, ndwords, value)
+            if stamps is not None:
+                # The step's commands end with its release; the end stamp follows them.
+                self.compute.submit(memoryview(Push().timestamp(stamps[1]).words), value)
             self._last = self.compute
             return Point(self, value)
 
@@ -580,13 +605,13 @@ class Device:
         # prepared blob; the arguments and constant buffer 0's address go in, one copy out.
         prep = fn.prepared.get((grid, block, shared, self._slm)) if (
             type(grid) is tuple and type(block) is tuple) else None
-        if prep is None or fn.image.device is not self:
+        if prep is None or fn.image.device is not self or self._profile is not None:
             return launching.launch(self, fn, grid, block, args, shared)
         blob = bytearray(prep.blob)
         launching.fill_args(fn, blob, args, 512)
         return self._launch_blob(prep, blob)
 
-    def _launch_blob(self, prep: Prepared, blob: bytearray) -> Point:
+    def _launch_blob(self, prep: Prepared, blob: bytearray, name: str = "launch") -> Point:
         with self._lock:
             if self._lost is not None or self._stopped:
                 self._check()
@@ -600,14 +625,14 @@ class Device:
                              (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
             ring.view[at : at + n] = blob
             value = self._next
-            if self._last is not self.compute or self._images_loaded:
+            if self._last is not self.compute or self._images_loaded or self._profile:
                 body: tuple[int, ...] = (self._pcas_a, address >> 8, self._pcas2_b,
                                          PCAS_INVALIDATE_COPY_SCHEDULE)
                 if self._images_loaded:  # new code: the SMs' caches must not hold old bytes
                     body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
                             INVALIDATE_CODE_AND_DATA, *body)
                     self._images_loaded = False
-                point = self._submit_words(self.compute, body)
+                point = self._submit_words(self.compute, body, name)
             else:
                 self._next = value + 1
                 words = self._launch_words
@@ -655,7 +680,7 @@ class Device:
         if (n >= KERNEL_COPY_LEAST and dst.kind in VIDEO and src.kind in VIDEO
                 and self._copy_kernels() is not None):
             return copies.kernel_copy(self, d, s, n)
-        return self._submit(self.copy_channel, Push().copy(d, s, n))
+        return self._submit(self.copy_channel, Push().copy(d, s, n), "copy")
 
     def _copy_kernels(self) -> Image | None:
         """rig's copy kernels for this GPU (loaded once), or None where none ships."""

@@ -401,7 +401,7 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
         prep = prepare(device, fn, grid, block, shared)
     blob = bytearray(prep.blob)
     fill_args(fn, blob, args, 512)
-    return device._launch_blob(prep, blob)
+    return device._launch_blob(prep, blob, fn.name)
 
 
 def view_of(region: Region) -> memoryview:

@@ -144,6 +144,12 @@ class Push:
         self.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(address), *lo_hi(value), op)
         return self.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
 
+    def timestamp(self, address: int) -> Push:
+        """Once earlier work is idle, write the GPU's nanosecond clock at ``address + 8``."""
+        return self.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(address), 0, 0,
+                           SEM_OP_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
+                           | SEM_RELEASE_TIMESTAMP)
+
     def sysmembar(self) -> Push:
         """Make every earlier write visible to the system (MEM_OP_D = MEMBAR, SYS_MEMBAR)."""
         return self.method(SUBC_HOST, MEM_OP_A, 0, 0, MEMBAR_SYS, MEM_OP_MEMBAR << 27)
