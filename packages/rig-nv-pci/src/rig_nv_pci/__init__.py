@@ -56,6 +56,15 @@ def _name(i: int, machine: Machine, bus: str | None = None) -> str:
     return f"GPU {i}{where}" + (f" ({bus})" if bus else "")
 
 
+def _take(machine: Machine, bus: str, name: str) -> Function:
+    """Take GPU ``name``'s function, or say (naming the GPU) why it cannot be taken."""
+    try:
+        return Function.take(machine, bus)
+    except RigError as e:
+        why = e.__cause__ if isinstance(e.__cause__, RigError) else _reason(e, bus)
+        raise RigError(f"{name}: its function cannot be taken: {why}") from e
+
+
 def _reason(e: BaseException, bus: str) -> str:
     """``e``'s message with the bus address it starts with put as "it", so that the GPU's
     name before it does not say the address twice."""
@@ -186,12 +195,7 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> N
     _not_held(machine, bus, name)
     held = _lock(machine, bus, name)
     try:
-        try:
-            f = Function.take(machine, bus)
-        except RigError as e:
-            why = e.__cause__ if isinstance(e.__cause__, RigError) else _reason(e, bus)
-            raise RigError(f"{name}: its function cannot be taken: {why}") from e
-        with f:
+        with _take(machine, bus, name) as f:
             if not machine.is_this:
                 raise RigError(
                     f"{name}: {machine.name}'s memory is not this process's, so the windows "
@@ -360,12 +364,7 @@ def reset(i: int, machine: Machine | None = None) -> None:
         _not_held(m, bus, name)
         held = _lock(m, bus, name)
         try:
-            try:
-                f = Function.take(m, bus)
-            except RigError as e:
-                why = e.__cause__ if isinstance(e.__cause__, RigError) else _reason(e, bus)
-                raise RigError(f"{name}: its function cannot be taken: {why}") from e
-            with f:
+            with _take(m, bus, name) as f:
                 try:
                     f.reset()
                     _wpr2_down_after_reset(f)
