@@ -1,0 +1,214 @@
+"""The Ampere/Ada GSP boot up to a running GSP RISC-V core, through BAR 0 (kgspBootstrap_TU102
+and what precedes it in open-gpu-kernel-modules 570.144):
+
+1. WPR2 is down (NV_PFB_PRI_MMU_WPR2_ADDR_HI, kgspIsWpr2Up_TU102);
+2. the boot ROM finished (gpuWaitForGfwBootComplete: NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_0's
+   GFW_BOOT_PROGRESS reads COMPLETED 0xff once its PRIV_LEVEL_MASK lets level 0 read it);
+3. the VBIOS read through the PROM window (BAR 0 0x300000) and FWSEC found in it (vbios.py);
+4. FWSEC patched for FRTS and run heavy-secure on the GSP falcon (kgspExecuteFwsec_TU102),
+   then its error code (NV_PBUS_VBIOS_SCRATCH(0xE) 31:16) and WPR2 checked: up, starting at
+   the FRTS offset;
+5. the GSP reset into RISC-V, the LibOS arguments' address in its mailboxes
+   (kgspProgramLibosBootArgsAddr_TU102);
+6. booter_load run on SEC2 with its signature patched for SEC2's fuse version and the
+   GspFwWprMeta address in MAILBOX0 (low) and MAILBOX1 (high) (kgspExecuteBooterLoad_TU102);
+   MAILBOX0 0 is success; then the GSP's RISC-V core must be active.
+
+What follows (the status queue, INIT_DONE) is not here. Every failure raises
+:class:`BootError` saying which step failed and the registers that show it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rig_edge import RigError
+from rig_nv_pci import chips, fwimage, vbios
+from rig_nv_pci.falcon import GSP, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
+from rig_pci import Window
+
+# dev_fb.h (turing/tu102): WPR2's bounds, bits 31:4 holding the address >> 12 (ALIGNMENT 0xc)
+NV_PFB_PRI_MMU_WPR2_ADDR_LO = 0x001FA824
+WPR2_ALIGNMENT = 12
+# dev_gc6_island.h / dev_gc6_island_addendum.h (ampere/ga102)
+NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_PRIV_LEVEL_MASK = 0x00118128
+PLM_READ_PROTECTION_LEVEL0 = 1 << 0  # _ENABLE: level 0 may read
+NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_0_GFW_BOOT = 0x00118234
+GFW_BOOT_PROGRESS_COMPLETED = 0xFF  # _PROGRESS 7:0
+# dev_bus.h (turing/tu102) NV_PBUS_VBIOS_SCRATCH(i) = 0x1400 + 4i; kernel_gsp_frts_tu102.c:
+# index 0xE holds NV_VBIOS_FWSECLIC_FRTS_ERR_CODE in 31:16
+NV_PBUS_VBIOS_SCRATCH_0E = 0x1400 + 4 * 0xE
+# nouveau nvkm/subdev/bios/shadowrom.c, nova-core vbios.rs: the PROM window
+NV_PROM_DATA = 0x300000
+VBIOS_CHUNK = 0x10000
+
+GFW_TIMEOUT_S = 4.0
+
+
+class BootError(RigError):
+    """A step of the boot failed; the message names it and what the GPU showed."""
+
+
+Alloc = Callable[[int], DmaBuffer | None]
+
+
+def _wpr2(bar0: Window) -> tuple[int, int]:
+    return (bar0.read32(NV_PFB_PRI_MMU_WPR2_ADDR_LO),
+            bar0.read32(chips.NV_PFB_PRI_MMU_WPR2_ADDR_HI))
+
+
+def wpr2_range(bar0: Window) -> tuple[int, int] | None:
+    """WPR2's (start, end) in bytes of FB as its registers hold them (end is the start of its
+    last 4 KiB page), or ``None`` when it is down."""
+    lo, hi = _wpr2(bar0)
+    if not chips.wpr2_up(hi):
+        return None
+    return (lo >> 4) << WPR2_ALIGNMENT, (hi >> 4) << WPR2_ALIGNMENT
+
+
+def check_wpr2_down(bar0: Window) -> None:
+    lo, hi = _wpr2(bar0)
+    if chips.wpr2_up(hi):
+        raise BootError(f"its protected memory (WPR2) is already up (NV_PFB_PRI_MMU_WPR2_ADDR_LO "
+                        f"0x{lo:08x}, _HI 0x{hi:08x}): an earlier boot left it; reset the GPU")
+
+
+def wait_gfw_boot(bar0: Window, timeout_s: float = GFW_TIMEOUT_S) -> None:
+    """Wait for the boot ROM (GFW) to finish; raises :class:`BootError` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0
+    while True:
+        plm = bar0.read32(NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_PRIV_LEVEL_MASK)
+        progress = bar0.read32(NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_0_GFW_BOOT)
+        if plm & PLM_READ_PROTECTION_LEVEL0 and progress & 0xFF == GFW_BOOT_PROGRESS_COMPLETED:
+            return
+        if time.monotonic() >= deadline:
+            raise BootError(
+                f"its boot ROM did not complete within {timeout_s} s (GFW boot progress "
+                f"0x{progress & 0xFF:02x}, not 0xff; PRIV_LEVEL_MASK 0x{plm:08x})")
+        time.sleep(pause)
+        pause = min(pause * 2 or 1e-5, 1e-3)
+
+
+def read_vbios(bar0: Window) -> tuple[bytes, vbios.Vbios]:
+    """The VBIOS read through the PROM window in 64 KiB steps until it parses (at most
+    :data:`vbios.MAX_VBIOS`), and what :func:`vbios.parse` found in it."""
+    data = bytearray()
+    last: vbios.VbiosError | None = None
+    while len(data) < vbios.MAX_VBIOS:
+        at = len(data)
+        for off in range(at, at + VBIOS_CHUNK, 4):
+            data += bar0.read32(NV_PROM_DATA + off).to_bytes(4, "little")
+        try:
+            return bytes(data), vbios.parse(bytes(data))
+        except vbios.VbiosError as e:
+            last = e
+    raise BootError(f"its VBIOS (read through the PROM window) has no usable FWSEC: {last}")
+
+
+def _buffer(alloc: Alloc, image: bytes, what: str) -> DmaBuffer:
+    buf = alloc(len(image))
+    if buf is None:
+        raise BootError(f"no DMA memory for {what} (0x{len(image):x} bytes)")
+    buf.view()[:len(image)] = image
+    return buf
+
+
+def fwsec_ucode(fw: vbios.Fwsec) -> HsUcode:
+    """How FWSEC loads (kgspParseFwsecUcodeFromVbiosImg, descriptor v3): IMEM from 0 of the
+    image, DMEM from its IMEMLoadSize; the signature at PKCDataOffset."""
+    d = fw.desc
+    return HsUcode(code_offset=0, imem_size=d.imem_load_size, imem_pa=d.imem_phys_base,
+                   imem_va=d.imem_virt_base, data_offset=d.imem_load_size,
+                   dmem_size=d.dmem_load_size, dmem_pa=d.dmem_phys_base,
+                   sig_dmem_offset=d.pkc_data_offset, engine_id_mask=d.engine_id_mask,
+                   ucode_id=d.ucode_id)
+
+
+def booter_ucode(b: fwimage.Booter) -> HsUcode:
+    """How a booter loads (kernel_gsp_booter.c): its app code to IMEM 0 tagged from the app's
+    offset, its OS data to DMEM 0, the signature at the patch location less the data offset."""
+    return HsUcode(code_offset=b.load.app_code_offset, imem_size=b.load.app_code_size,
+                   imem_pa=0, imem_va=b.load.app_code_offset, data_offset=b.load.os_data_offset,
+                   dmem_size=b.load.os_data_size, dmem_pa=0,
+                   sig_dmem_offset=b.dmem_signature_offset, engine_id_mask=b.engine_id,
+                   ucode_id=b.ucode_id)
+
+
+def run_fwsec_frts(gsp: Falcon, bar0: Window, fw: vbios.Fwsec, frts_offset: int,
+                   alloc: Alloc) -> tuple[int, int]:
+    """FWSEC-FRTS on the GSP falcon; WPR2's range after it. Raises :class:`BootError` if it
+    does not halt, reports an FRTS error, or leaves WPR2 down or elsewhere."""
+    fuse = gsp.fuse_version(fw.desc.ucode_id)
+    image = fw.frts_image(frts_offset, fuse)
+    buf = _buffer(alloc, image, "FWSEC")
+    try:
+        gsp.reset()
+        gsp.run_hs(buf, fwsec_ucode(fw))
+    except FalconError as e:
+        raise BootError(f"FWSEC-FRTS failed: {e}") from e
+    scratch = bar0.read32(NV_PBUS_VBIOS_SCRATCH_0E)
+    if scratch >> 16:
+        raise BootError(f"FWSEC-FRTS failed: FRTS error code 0x{scratch >> 16:x} "
+                        f"(NV_PBUS_VBIOS_SCRATCH(0xE) 0x{scratch:08x}; {gsp.state()})")
+    lo, hi = _wpr2(bar0)
+    if not chips.wpr2_up(hi):
+        raise BootError(f"FWSEC-FRTS ran but WPR2 is not up (NV_PFB_PRI_MMU_WPR2_ADDR_LO "
+                        f"0x{lo:08x}, _HI 0x{hi:08x}; {gsp.state()})")
+    if lo >> 4 != frts_offset >> WPR2_ALIGNMENT:
+        raise BootError(f"FWSEC-FRTS put WPR2 at 0x{(lo >> 4) << 12:x}, not at the FRTS offset "
+                        f"0x{frts_offset:x} (NV_PFB_PRI_MMU_WPR2_ADDR_LO 0x{lo:08x})")
+    got = wpr2_range(bar0)
+    assert got is not None
+    return got
+
+
+def run_booter_load(sec2: Falcon, booter: bytes, wpr_meta_address: int, alloc: Alloc) -> None:
+    """booter_load on SEC2, the signature patched for SEC2's fuse version, GspFwWprMeta's bus
+    address in its mailboxes. Raises :class:`BootError` naming MAILBOX0 on failure."""
+    b = fwimage.parse_booter(booter)
+    image = b.patched(sec2.fuse_version(b.ucode_id))
+    buf = _buffer(alloc, image, "booter_load")
+    try:
+        sec2.reset()
+        m0, m1 = sec2.run_hs(buf, booter_ucode(b), wpr_meta_address & 0xFFFFFFFF,
+                             wpr_meta_address >> 32)
+    except FalconError as e:
+        raise BootError(f"booter_load failed: {e}") from e
+    if m0 != 0:
+        raise BootError(f"booter_load failed with error 0x{m0:08x} in SEC2's MAILBOX0 "
+                        f"(MAILBOX1 0x{m1:08x})")
+
+
+@dataclass(frozen=True)
+class Booted:
+    """What the boot saw: the VBIOS's FWSEC, WPR2 after FWSEC-FRTS and after booter_load."""
+
+    fwsec: vbios.Fwsec
+    wpr2_after_frts: tuple[int, int]
+    wpr2_after_booter: tuple[int, int] | None
+
+
+def boot(bar0: Window, *, booter_load: bytes, frts_offset: int, wpr_meta_address: int,
+         alloc: Alloc, libos_args: int = 0, timeout_s: float = GFW_TIMEOUT_S) -> Booted:
+    """Steps 1-6 of the module's docstring on the GPU behind ``bar0``, with DMA memory from
+    ``alloc``; GspFwWprMeta (with its FRTS offset ``frts_offset``) already lies at
+    ``wpr_meta_address``. Returns when the GSP's RISC-V core runs."""
+    check_wpr2_down(bar0)
+    wait_gfw_boot(bar0, timeout_s)
+    _, rom = read_vbios(bar0)
+    gsp, sec2 = Falcon(bar0, GSP, timeout_s), Falcon(bar0, SEC2, timeout_s)
+    after_frts = run_fwsec_frts(gsp, bar0, rom.fwsec, frts_offset, alloc)
+    try:
+        gsp.reset_into_riscv()
+    except FalconError as e:
+        raise BootError(f"the GSP could not be reset into RISC-V: {e}") from e
+    gsp.wr(0x040, libos_args & 0xFFFFFFFF)  # NV_PGSP_FALCON_MAILBOX0 (dev_gsp.h)
+    gsp.wr(0x044, libos_args >> 32)  # NV_PGSP_FALCON_MAILBOX1
+    run_booter_load(sec2, booter_load, wpr_meta_address, alloc)
+    if not gsp.riscv_active():
+        raise BootError(f"booter_load succeeded but the GSP's RISC-V core is not running "
+                        f"({gsp.state()})")
+    return Booted(rom.fwsec, after_frts, wpr2_range(bar0))

@@ -1,0 +1,18 @@
+"""A simulated Ampere/Ada GPU for the tests: BAR 0's registers, two falcons (GSP, SEC2), the
+PROM window, WPR2 and scripted firmware. Written from NVIDIA's interfaces, importing nothing of
+rig_nv_pci (see regs.py)."""
+
+from .falcon import BROM_FAILED, PRI_ERROR, SimFalcon
+from .gpu import (
+    AD102_BOOT42,
+    GA102_BOOT42,
+    HostMemory,
+    SimBar0,
+    SimDma,
+    SimGpu,
+    booter_program,
+    fwsec_program,
+)
+
+__all__ = ["AD102_BOOT42", "BROM_FAILED", "GA102_BOOT42", "PRI_ERROR", "HostMemory",
+           "SimBar0", "SimDma", "SimFalcon", "SimGpu", "booter_program", "fwsec_program"]

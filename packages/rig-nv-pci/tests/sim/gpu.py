@@ -1,0 +1,218 @@
+"""The simulated GPU: BAR 0 as a register file with the registers an Ampere/Ada boot touches,
+host memory the falcons reach by DMA, and scripted firmware behaviour (FWSEC-FRTS, booter_load).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rig_pci import Window
+
+from . import regs
+from .falcon import SimFalcon
+
+BAR0_SIZE = 0x1000000
+GA102_BOOT42 = 0x17 << 24 | 0x2 << 20 | 0xA1
+AD102_BOOT42 = 0x19 << 24 | 0x2 << 20 | 0xA1
+FWSEC_FAILED = 0x0ABC  # an FRTS error code the tests script
+
+
+class HostMemory:
+    """System memory the GPU reaches by bus address: buffers handed out at ``base`` upwards,
+    each with ``view()``, ``bus_address(offset)`` and ``free()`` as rig_pci.DmaMemory has."""
+
+    def __init__(self, base: int = 0x1_2340_0000) -> None:
+        self.next = base
+        self.buffers: list[SimDma] = []
+
+    def alloc_dma(self, n: int) -> SimDma:
+        n = -(-n // 4096) * 4096
+        buf = SimDma(self.next, bytearray(n))
+        self.next += n + 0x10000
+        self.buffers.append(buf)
+        return buf
+
+    def read(self, address: int, n: int) -> bytes:
+        for b in self.buffers:
+            if b.bus <= address and address + n <= b.bus + len(b.data) and not b.freed:
+                return bytes(b.data[address - b.bus:address - b.bus + n])
+        raise AssertionError(f"DMA read of 0x{n:x} bytes at 0x{address:x} outside host memory")
+
+
+@dataclass
+class SimDma:
+    bus: int
+    data: bytearray
+    freed: bool = False
+
+    @property
+    def length(self) -> int:
+        return len(self.data)
+
+    def view(self) -> memoryview:
+        return memoryview(self.data)
+
+    def bus_address(self, offset: int) -> int:
+        if not 0 <= offset < len(self.data):
+            raise ValueError(f"offset 0x{offset:x} is outside 0x{len(self.data):x} bytes")
+        return self.bus + offset
+
+    def free(self) -> None:
+        self.freed = True
+
+
+@dataclass
+class SimGpu:
+    boot42: int = GA102_BOOT42
+    vbios: bytes = b""
+    gfw_polls: int | None = 2  # reads of the GFW progress before it completes; None: never
+    fuses: dict[int, int] = field(default_factory=dict)  # register -> value
+    host: HostMemory = field(default_factory=HostMemory)
+    regs: dict[int, int] = field(default_factory=dict)
+    wpr2: tuple[int, int] = (0, 0)  # (lo, hi) register values
+    reads: list[int] = field(default_factory=list)
+    writes: list[tuple[int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
+                             self.host.read)
+        self.sec2 = SimFalcon("SEC2", regs.SEC_BASE, regs.SEC_RISCV, regs.SEC_FBIF, 1 << 0,
+                              self.host.read)
+
+    @property
+    def falcons(self) -> tuple[SimFalcon, SimFalcon]:
+        return self.gsp, self.sec2
+
+    def read(self, offset: int) -> int:
+        self.reads.append(offset)
+        for f in self.falcons:
+            if f.owns(offset):
+                return f.read(offset)
+        if offset == regs.PMC_BOOT_0:
+            return self.boot42 >> 20 << 20  # enough for a BOOT_0 that is not all-ones
+        if offset == regs.PMC_BOOT_42:
+            return self.boot42
+        if offset == regs.WPR2_ADDR_LO:
+            return self.wpr2[0]
+        if offset == regs.WPR2_ADDR_HI:
+            return self.wpr2[1]
+        if offset == regs.AON_SCRATCH_GROUP_05_PLM:
+            return 1 if self.gfw_polls is not None and self.gfw_polls <= 0 else 0
+        if offset == regs.AON_SCRATCH_GROUP_05_0:
+            if self.gfw_polls is None:
+                return 0x3
+            if self.gfw_polls > 0:
+                self.gfw_polls -= 1
+                return 0x3
+            return 0xFF
+        if regs.PROM <= offset < regs.PROM + regs.PROM_SIZE:
+            chunk = self.vbios[offset - regs.PROM:offset - regs.PROM + 4]
+            return int.from_bytes(chunk.ljust(4, b"\xff"), "little")
+        if offset in self.fuses:
+            return self.fuses[offset]
+        return self.regs.get(offset, 0)
+
+    def write(self, offset: int, value: int) -> None:
+        self.writes.append((offset, value))
+        for f in self.falcons:
+            if f.owns(offset):
+                f.write(offset, value)
+                return
+        if offset in (regs.WPR2_ADDR_LO, regs.WPR2_ADDR_HI, regs.PMC_BOOT_42):
+            return  # protected or read-only: dropped
+        self.regs[offset] = value
+
+    def bar0(self) -> SimBar0:
+        return SimBar0(self)
+
+    # ---- scripted firmware ------------------------------------------------------------------
+
+    def set_wpr2(self, lo: int, hi: int) -> None:
+        """WPR2 from byte ``lo`` to the 4 KiB page holding byte ``hi`` - 1, as the registers
+        hold it (address >> 12 in bits 31:4)."""
+        self.wpr2 = ((lo >> 12) << 4, ((hi - 1) >> 12) << 4)
+
+    def wpr2_bytes(self) -> tuple[int, int]:
+        lo, hi = self.wpr2
+        return (lo >> 4) << 12, ((hi >> 4) + 1) << 12
+
+
+def fwsec_program(gpu: SimGpu, mapper_offset: int, cmd_in_offset: int, *,
+                  error: int = 0, set_wpr2: bool = True) -> Callable[[SimFalcon], None]:
+    """FWSEC as the GSP falcon runs it: the DMEM mapper's init_cmd (offset 44 in
+    FALCON_APPLICATION_INTERFACE_DMEM_MAPPER_V3) 0x15 is FRTS, whose FWSECLIC_FRTS_CMD (a
+    24-byte READ_VBIOS_DESC, then version, size, offset and size in 4 KiB, media) lies at the
+    command-in buffer; FRTS puts WPR2 (stage one) over the FRTS region and the error code
+    (0 none) in VBIOS scratch 0xE bits 31:16."""
+
+    def run(f: SimFalcon) -> None:
+        (cmd,) = struct.unpack_from("<I", f.dmem, mapper_offset + 44)
+        f.log.append(f"fwsec cmd 0x{cmd:x}")
+        if cmd != 0x15:
+            gpu.regs[regs.VBIOS_SCRATCH_0E] = 0xFFFF << 16
+            return
+        _, _, off4k, size4k, media = struct.unpack_from("<5I", f.dmem, cmd_in_offset + 24)
+        gpu.regs[regs.VBIOS_SCRATCH_0E] = error << 16
+        if error == 0 and set_wpr2 and media == 2:
+            gpu.set_wpr2(off4k << 12, (off4k + size4k) << 12)
+        f.set_mailbox(0, 0)
+
+    return run
+
+
+def booter_program(gpu: SimGpu, *, error: int = 0, start_gsp: bool = True
+                   ) -> Callable[[SimFalcon], None]:
+    """booter_load on SEC2: reads GspFwWprMeta at MAILBOX1:MAILBOX0 in host memory, checks its
+    magic and that WPR2 (stage one, from FWSEC) covers its FRTS, widens WPR2 down to
+    gspFwWprStart (stage two), starts the GSP's RISC-V core and leaves 0 in MAILBOX0; or
+    leaves ``error`` there."""
+
+    def run(f: SimFalcon) -> None:
+        address = f.mailbox(1) << 32 | f.mailbox(0)
+        meta = gpu.host.read(address, 256)
+
+        def q(name: str) -> int:
+            return int(struct.unpack_from("<Q", meta, regs.META_OFFSETS[name])[0])
+
+        if error:
+            f.set_mailbox(0, error)
+            return
+        if q("magic") != regs.META_MAGIC or q("revision") != 1:
+            f.set_mailbox(0, 0xB0070001)
+            return
+        lo, hi = gpu.wpr2_bytes()
+        if gpu.wpr2[1] == 0 or lo != q("frtsOffset"):
+            f.set_mailbox(0, 0xB0070002)
+            return
+        gpu.set_wpr2(q("gspFwWprStart"), hi)
+        if start_gsp:
+            gpu.gsp.start_riscv()
+        f.set_mailbox(0, 0)
+
+    return run
+
+
+class SimBar0(Window):
+    """BAR 0 of the simulated GPU as a rig_pci Window (32-bit registers; the PROM read at any
+    width)."""
+
+    def __init__(self, gpu: SimGpu) -> None:
+        super().__init__(BAR0_SIZE, "simulated BAR 0")
+        self.gpu = gpu
+        self.closed = False
+
+    def _read(self, offset: int, width: int) -> int:
+        if width == 4:
+            return self.gpu.read(offset)
+        word = self.gpu.read(offset - offset % 4)
+        return word >> 8 * (offset % 4) & (1 << 8 * width) - 1
+
+    def _write(self, offset: int, width: int, value: int) -> None:
+        if width != 4:
+            raise AssertionError(f"{width}-byte write at 0x{offset:x}: registers are 32-bit")
+        self.gpu.write(offset, value)
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,157 @@
+"""rig_nv_pci.boot against the simulated GPU (tests/sim) and synthetic firmware."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import firmware_builders as fb
+import sim
+
+from rig_nv_pci import boot, chips, layout
+from rig_nv_pci.boot import BootError
+
+FB_SIZE = 8 << 30
+GSP_FUSE = sim.regs.FUSE_GSP_UCODE1_VERSION
+SEC_FUSE = sim.regs.FUSE_SEC2_UCODE1_VERSION
+
+
+class Rig:
+    """A simulated GA102 with a synthetic VBIOS, booter and WPR meta, scripted to boot."""
+
+    def __init__(self) -> None:
+        self.sv = fb.build_vbios()
+        self.sb = fb.build_booter()
+        self.gpu = sim.SimGpu(vbios=self.sv.data)
+        g = self.gpu
+        g.fuses[GSP_FUSE + 4 * (self.sv.ucode_id - 1)] = 0b10  # fuse version 2
+        g.gsp.signatures = {self.sv.signatures[1]}  # versions 0b0110: 2 is the second
+        g.gsp.ucode_id = self.sv.ucode_id
+        g.gsp.programs[self.sv.ucode_id] = sim.fwsec_program(
+            g, self.sv.mapper_offset, self.sv.cmd_in_buffer_offset)
+        g.fuses[SEC_FUSE + 4 * (self.sb.ucode_id - 1)] = 0b1  # fuse version 1
+        g.sec2.signatures = {self.sb.signatures[2 - 1 - 1]}
+        g.sec2.ucode_id = self.sb.ucode_id
+        g.sec2.programs[self.sb.ucode_id] = sim.booter_program(g)
+        self.plan = layout.fb_layout(chips.AMPERE, FB_SIZE, 0x800000, 0x10000)
+        sysmem = layout.Sysmem(radix3_root=0x1000, elf_size=0x800000, bootloader=0x2000,
+                               bootloader_size=0x10000, code_offset=0, data_offset=0x100,
+                               manifest_offset=0x200)
+        self.meta = g.host.alloc_dma(0x1000)
+        packed = layout.wpr_meta(self.plan, sysmem).pack()
+        self.meta.data[:len(packed)] = packed
+        self.bar0 = g.bar0()
+
+    def boot(self, timeout_s: float = 0.2) -> boot.Booted:
+        return boot.boot(self.bar0, booter_load=self.sb.data, frts_offset=self.plan.frts_offset,
+                         wpr_meta_address=self.meta.bus, alloc=self.gpu.host.alloc_dma,
+                         libos_args=0x1_2345_6000, timeout_s=timeout_s)
+
+
+def test_the_boot_reaches_a_running_gsp() -> None:
+    r = Rig()
+    done = r.boot()
+    g = r.gpu
+    # FWSEC ran heavy-secure on the GSP with the FRTS command and the right signature
+    assert g.gsp.log.count(f"hs run ucode {r.sv.ucode_id}") == 1
+    assert "fwsec cmd 0x15" in g.gsp.log
+    assert done.fwsec.desc.ucode_id == r.sv.ucode_id
+    # WPR2 stage one: FRTS; stage two: from the WPR start to FRTS's end
+    frts = r.plan.frts_offset
+    assert done.wpr2_after_frts == (frts, frts + r.plan.frts_size - 0x1000)
+    assert done.wpr2_after_booter == (r.plan.gsp_fw_wpr_start, frts + r.plan.frts_size - 0x1000)
+    # booter_load on SEC2: patched signature, the meta address in its mailboxes, success
+    assert g.sec2.log[-1] == f"hs run ucode {r.sb.ucode_id}"
+    assert g.sec2.dmem[0x10:0x10 + 384] == r.sb.signatures[0]
+    assert g.sec2.mailbox(0) == 0
+    assert g.sec2.imem[0:0x400] == r.sb.image[0x100:0x500]
+    # the GSP was reset into RISC-V with the LibOS args, and booter_load started it
+    assert g.gsp.state == "riscv-running"
+    assert (g.gsp.mailbox(0), g.gsp.mailbox(1)) == (0x2345_6000, 0x1)
+
+
+def test_the_vbios_is_read_through_the_prom_window() -> None:
+    r = Rig()
+    data, rom = boot.read_vbios(r.bar0)
+    assert data[:len(r.sv.data)] == r.sv.data
+    assert rom.fwsec.desc.offset == r.sv.desc_offset
+
+
+def test_wpr2_already_up_is_refused_before_anything_runs() -> None:
+    r = Rig()
+    r.gpu.set_wpr2(0x1000_0000, 0x1010_0000)
+    with pytest.raises(BootError, match=r"WPR2\) is already up .*_HI 0x00100ff0\)"):
+        r.boot()
+    assert r.gpu.gsp.starts == [] and r.gpu.sec2.starts == []
+
+
+def test_a_boot_rom_that_never_completes_times_out() -> None:
+    r = Rig()
+    r.gpu.gfw_polls = None
+    with pytest.raises(BootError, match=r"boot ROM did not complete within 0.05 s .*0x03"):
+        r.boot(timeout_s=0.05)
+    assert r.gpu.gsp.starts == []
+
+
+def test_a_vbios_without_fwsec_is_refused() -> None:
+    r = Rig()
+    r.gpu.vbios = r.sv.data[:0x1000]
+    with pytest.raises(BootError, match=r"VBIOS .* has no usable FWSEC"):
+        boot.read_vbios(r.bar0)
+
+
+def test_fwsec_reporting_an_frts_error_fails_the_boot() -> None:
+    r = Rig()
+    r.gpu.gsp.programs[r.sv.ucode_id] = sim.fwsec_program(
+        r.gpu, r.sv.mapper_offset, r.sv.cmd_in_buffer_offset, error=0xABC)
+    with pytest.raises(BootError, match=r"FWSEC-FRTS failed: FRTS error code 0xabc"):
+        r.boot()
+    assert r.gpu.sec2.starts == []
+
+
+def test_fwsec_that_leaves_wpr2_down_fails_the_boot() -> None:
+    r = Rig()
+    r.gpu.gsp.programs[r.sv.ucode_id] = sim.fwsec_program(
+        r.gpu, r.sv.mapper_offset, r.sv.cmd_in_buffer_offset, set_wpr2=False)
+    with pytest.raises(BootError, match=r"FWSEC-FRTS ran but WPR2 is not up"):
+        r.boot()
+
+
+def test_fwsec_rejected_by_the_boot_rom_fails_the_boot() -> None:
+    r = Rig()
+    r.gpu.gsp.signatures = {r.sv.signatures[0]}  # the GPU's fuses want another signature
+    with pytest.raises(BootError, match=r"FWSEC-FRTS failed: FRTS error code|WPR2 is not up"):
+        r.boot()
+    assert "not accepted" in r.gpu.gsp.log[-1]
+
+
+def test_fwsec_that_never_halts_fails_naming_the_gsp() -> None:
+    r = Rig()
+    r.gpu.gsp.run_polls = 10**9
+    with pytest.raises(BootError, match=r"FWSEC-FRTS failed: the GSP falcon did not halt"):
+        r.boot(timeout_s=0.05)
+
+
+def test_booter_error_mailbox_fails_the_boot() -> None:
+    r = Rig()
+    r.gpu.sec2.programs[r.sb.ucode_id] = sim.booter_program(r.gpu, error=0x1F)
+    with pytest.raises(BootError, match=r"booter_load failed with error 0x0000001f in SEC2's"):
+        r.boot()
+    assert r.gpu.gsp.state != "riscv-running"
+
+
+def test_booter_that_does_not_start_the_gsp_fails_the_boot() -> None:
+    r = Rig()
+    r.gpu.sec2.programs[r.sb.ucode_id] = sim.booter_program(r.gpu, start_gsp=False)
+    with pytest.raises(BootError, match=r"GSP's RISC-V core is not running \(CPUCTL"):
+        r.boot()
+
+
+def test_booter_given_a_bad_meta_address_reports_its_error() -> None:
+    r = Rig()
+    r.meta.data[0:8] = bytes(8)  # no magic
+    with pytest.raises(BootError, match=r"booter_load failed with error 0xb0070001"):
+        r.boot()
