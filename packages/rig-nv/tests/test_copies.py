@@ -49,7 +49,7 @@ class FakeDevice:
     def _wait_value(self, value: int) -> None:
         self.waited.append(value)
 
-    def _submit(self, channel: object, body: Push) -> Point:
+    def _submit(self, channel: object, body: Push, name: str = "work") -> Point:
         words, i, regs = list(body.words), 0, {}
         while i < len(words):
             head = words[i]

@@ -18,6 +18,7 @@ from cffi import FFI
 
 from rig_edge import OpenRefused, RigError
 from rig_nv import classes as cls
+from rig_nv import inject
 from rig_nv.device import WINDOWS
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
@@ -118,6 +119,7 @@ def nv_ioctl(fd: int, nr: int, ffi: FFI, cdata: Any) -> None:
     """
     buf = ffi.buffer(cdata)
     try:
+        inject.check("ioctl")
         fcntl.ioctl(fd, lay.nv_request(nr, len(buf)), buf, True)
     except OSError as e:
         raise RigError(f"the NVIDIA driver refused escape {nr} ({e.strerror})") from e
@@ -126,6 +128,7 @@ def nv_ioctl(fd: int, nr: int, ffi: FFI, cdata: Any) -> None:
 def uvm_ioctl(fd: int, cmd: int, ffi: FFI, cdata: Any, what: str) -> int:
     """UVM command ``cmd`` with the struct ``cdata``; returns its rmStatus (0 is success)."""
     try:
+        inject.check("ioctl")
         fcntl.ioctl(fd, cmd, ffi.buffer(cdata), True)
     except OSError as e:
         raise RigError(f"the NVIDIA UVM driver refused {what} ({e.strerror})") from e
@@ -141,6 +144,7 @@ def uvm_check(fd: int, cmd: int, ffi: FFI, cdata: Any, what: str) -> None:
 def open_file(path: str) -> int:
     """Open a driver file read-write; :class:`rig_edge.RigError` says why not."""
     try:
+        inject.check("open")
         return os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except OSError as e:
         raise RigError(f"{path} cannot be opened: {e.strerror}") from e

@@ -166,6 +166,7 @@ class Device:
         self._own: list[Allocation] = []  # the device's own memory: rings, pushbuffers, timeline
         self._handles: list[int] = []  # RM objects the device made, freed in reverse
         self._channels: list[Channel] = []
+        self._attached: list[int] = []  # channels the path was told of
         self._notifiers: list[memoryview] = []
         self._lost: Lost | None = None
         self._stopped = False
@@ -289,6 +290,9 @@ class Device:
                  engine_class: int) -> Channel:
         path, rm, ffi = self.path, self.path.rm, self.ffi
         assert area.host is not None and self._doorbell is not None
+        # Everything fallible that stop() could not find comes first: memory is in _own.
+        pb = self._own_memory(PUSHBUFFER, PUSHBUFFER_KIND)
+        assert pb.host is not None
         notifier = path.alloc_notifier()
         self._own.append(notifier)
         assert notifier.host is not None
@@ -312,8 +316,7 @@ class Device:
                        workSubmitToken=0xFFFFFFFF)
         rm.control(handle, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, token.buf)
         path.attach_channel(handle)
-        pb = self._own_memory(PUSHBUFFER, PUSHBUFFER_KIND)
-        assert pb.host is not None
+        self._attached.append(handle)
         ch = Channel(
             name, handle,
             ring=view(area.host + offset, GPFIFO_ENTRIES * 8),
@@ -539,16 +542,37 @@ class Device:
                 self._cache.setdefault(a.length, []).append((self._next - 1, a))
                 self._cached_bytes += a.length
                 return
-        self.path.free_memory(a)
+        try:
+            self.path.free_memory(a)
+        except BaseException:
+            with self._lock:  # still the device's: stop() gives it back
+                self._allocs[region] = a
+            raise
+
+    def _give_back(self, region: Region) -> None:
+        """Free ``region`` to the RM at once (no keeping for reuse): for what a failed
+        operation took."""
+        with self._lock:
+            a = self._allocs.pop(region, None)
+        if a is not None:
+            self.path.free_memory(a)
 
     def trim(self) -> None:
         """Give the RM back the Device memory :meth:`free` kept for reuse."""
         with self._lock:
-            kept = [a for entries in self._cache.values() for _, a in entries]
+            kept = [(length, entry) for length, entries in self._cache.items()
+                    for entry in entries]
             self._cache.clear()
             self._cached_bytes = 0
-        for a in kept:
-            self.path.free_memory(a)
+        for i, (_, (_, a)) in enumerate(kept):
+            try:
+                self.path.free_memory(a)
+            except BaseException:
+                with self._lock:  # what was not given back stays kept, for stop()
+                    for length, entry in kept[i:]:
+                        self._cache.setdefault(length, []).append(entry)
+                        self._cached_bytes += length
+                raise
 
     def map_host(self, buffer: Any) -> Region | Refusal:
         """Map the caller's memory (any buffer of whole pages or not) for the GPU.
@@ -753,9 +777,9 @@ class Device:
                 self._boost(PERF_BOOST_CLEAR, 0)
             self._boosted = False
         channels_freed = True
-        for ch in self._channels:
+        for h in self._attached:
             try:
-                path.detach_channel(ch.handle)
+                path.detach_channel(h)
             except RigError:
                 channels_freed = False
         for h in reversed(self._handles):
@@ -765,16 +789,25 @@ class Device:
                 # Freeing a parent frees its children: an already-gone handle is not a failure.
                 if e.status not in GONE:
                     channels_freed = False
-        if self._doorbell is not None:
-            path.unmap_object(self._doorbell)
-        if channels_freed:
-            kept = [a for entries in self._cache.values() for _, a in entries]
-            self._cache.clear()
-            for a in [*self._allocs.values(), *self._own, *kept]:
-                path.free_memory(a)
-            self._allocs.clear()
-            self._own.clear()
-        path.closed()
+        try:
+            if self._doorbell is not None:
+                path.unmap_object(self._doorbell)
+            if channels_freed:
+                kept = [a for entries in self._cache.values() for _, a in entries]
+                self._cache.clear()
+                memory = [*self._allocs.values(), *self._own, *kept]
+                self._allocs.clear()
+                self._own.clear()
+                failed: BaseException | None = None
+                for a in memory:  # give back all it can, then say what failed
+                    try:
+                        path.free_memory(a)
+                    except Exception as e:
+                        failed = failed or e
+                if failed is not None:
+                    raise failed
+        finally:
+            path.closed()
 
 
 def _bounds(region: Region, offset: int, n: int) -> None:

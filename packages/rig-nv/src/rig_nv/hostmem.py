@@ -11,6 +11,8 @@ from typing import Any
 
 from cffi import FFI
 
+from rig_nv import inject
+
 ffi = FFI()
 ffi.cdef(
     """
@@ -46,6 +48,7 @@ def fence() -> None:
 
 def mmap(addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
     """``mmap(2)``; returns the address or raises :class:`OSError` with errno."""
+    inject.check("mmap")
     p = libc.mmap(ffi.cast("void *", addr), length, prot, flags, fd, offset)
     got = int(ffi.cast("uintptr_t", p))
     if got == MAP_FAILED:

@@ -10,6 +10,7 @@ kernel loads its stack pointer and window bases from c[0x0][...]); see the proje
 
 from __future__ import annotations
 
+import contextlib
 import math
 import struct
 from collections.abc import Sequence
@@ -178,14 +179,20 @@ def load(device: Device, data: bytes) -> Image:
     if code is None:
         raise RigError(f"{device.facts.name}: no memory for a {len(image)}-byte image")
     globals_ = None
-    if cubin.globals_size:
-        globals_ = device.alloc(cubin.globals_size, Memory.DEVICE)
-        if globals_ is None:
-            device.free(code)
-            raise RigError(f"{device.facts.name}: no memory for the image's globals")
-        device.upload(globals_, bytes(cubin.globals_size))
-    relocate(cubin, image, code.gpu, globals_.gpu if globals_ else None)
-    device.upload(code, image).wait()
+    try:
+        if cubin.globals_size:
+            globals_ = device.alloc(cubin.globals_size, Memory.DEVICE)
+            if globals_ is None:
+                raise RigError(f"{device.facts.name}: no memory for the image's globals")
+            device.upload(globals_, bytes(cubin.globals_size))
+        relocate(cubin, image, code.gpu, globals_.gpu if globals_ else None)
+        device.upload(code, image).wait()
+    except BaseException:
+        for region in (code, globals_):  # nothing of a failed load stays
+            if region is not None:
+                with contextlib.suppress(Exception):
+                    device._give_back(region)
+        raise
     device._images_loaded = True  # the next launch invalidates the instruction cache
     return Image(device, cubin, code, globals_)
 
