@@ -29,6 +29,25 @@ from rig_nv import copies
 from rig_nv import launch as launching
 from rig_nv import qmd as qmd_mod
 from rig_nv.channel import Arena, Channel, Ring
+from rig_nv.controls import (
+    FB_HEAP_SIZE,
+    GR_LITTER_NUM_GPCS,
+    GR_LITTER_NUM_SM_PER_TPC,
+    GR_LITTER_NUM_TPC_PER_GPC,
+    GR_MAX_WARPS_PER_SM,
+    GR_SHADER_PIPE_SUB_COUNT,
+    GR_SM_VERSION,
+    NV2080_CTRL_CMD_FB_GET_INFO,
+    NV2080_CTRL_CMD_GR_GET_INFO,
+    NV2080_CTRL_CMD_PERF_BOOST,
+    NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+    NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+    PERF_BOOST_CLEAR,
+    PERF_BOOST_CUDA,
+    PERF_BOOST_INFINITE,
+    class_list,
+    info_list,
+)
 from rig_nv.faults import ENGINE, xid_name
 from rig_nv.hostmem import round_up, view
 from rig_nv.launch import Function, Image, Prepared, builtin_cubin
@@ -51,32 +70,9 @@ from rig_nv.push import (
 from rig_nv.rm import Allocation, Path, RMError, page_rounded
 from rig_nv.step import Step
 
-# Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06fgpfifo.h).
-NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
-NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
-NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
-NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
-NVA06C_CTRL_CMD_GPFIFO_SCHEDULE = 0xA06C0101
-NV2080_CTRL_CMD_PERF_BOOST = 0x2080200A
-# NV2080_CTRL_PERF_BOOST_FLAGS (ctrl2080perf.h): CMD 1:0 BOOST_TO_MAX (2), CUDA 4:4 YES,
-# CUDA_PRIORITY 6:6 HIGH; CLEAR (0) drops the request. DURATION_INFINITE lasts until cleared or
-# until the client goes (the RM tracks boosts per client).
-PERF_BOOST_CUDA = 2 | (1 << 4) | (1 << 6)
-PERF_BOOST_CLEAR = 0
-PERF_BOOST_INFINITE = 0xFFFFFFFF
 # Whether make() asks for that boost. Measured on the H200 (docs/results): copies inside the
 # GPU 655 -> 1474 GB/s from idle clocks, but launch+wait 21.5 -> 46 us in the benchmark run.
 BOOST = True
-# NV2080_CTRL_GR_INFO_INDEX_* and NV2080_CTRL_FB_INFO_INDEX_* (ctrl2080gr.h, ctrl2080fb.h).
-GR_SHADER_PIPE_SUB_COUNT = 0x9  # enabled TPCs
-GR_SM_VERSION = 0xC
-GR_MAX_WARPS_PER_SM = 0xD
-GR_LITTER_NUM_SM_PER_TPC = 0x20
-GR_LITTER_NUM_GPCS = 0x14
-GR_LITTER_NUM_TPC_PER_GPC = 0x17
-FB_HEAP_SIZE = 0x9  # KiB usable for allocations
-FB_HEAP_FREE = 0x16  # KiB free now
-FB_RAM_SIZE = 0x7  # KiB of memory on the board
 # NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the channel group runs on the GR runlist.
 ENGINE_GRAPHICS = 1
 NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC = 1
@@ -122,33 +118,6 @@ class Point:
     def wait(self, timeout_s: float | None = None) -> None:
         """Wait until signaled; raises :class:`rig_edge.Lost` if the device faulted."""
         self.device.wait(self, timeout_s)
-
-
-def info_list(path: Path, cmd: int, indices: list[int], obj: int) -> list[int]:
-    """Values of ``indices`` from an RM ``{index, data}`` list control (FB/GR info)."""
-    ffi = rm_ffi(path.rm.layouts)
-    entries = ffi.new("NV2080_CTRL_INFO[]", len(indices))
-    for i, index in enumerate(indices):
-        entries[i].index = index
-    if cmd == NV2080_CTRL_CMD_GR_GET_INFO:
-        p = Params(ffi, "NV2080_CTRL_GR_GET_INFO_PARAMS", grInfoListSize=len(indices))
-        p.p.grInfoList = int(ffi.cast("uintptr_t", entries))
-    else:
-        p = Params(ffi, "NV2080_CTRL_INFO_LIST_PARAMS", listSize=len(indices))
-        p.p.list = int(ffi.cast("uintptr_t", entries))
-    path.rm.control(obj, cmd, p.buf)
-    return [entries[i].data for i in range(len(indices))]
-
-
-def class_list(path: Path) -> set[int]:
-    """The classes the GPU offers (NV0080_CTRL_CMD_GPU_GET_CLASSLIST, asked twice: count, list)."""
-    ffi = rm_ffi(path.rm.layouts)
-    p = Params(ffi, "NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS")
-    path.rm.control(path.h_device, NV0080_CTRL_CMD_GPU_GET_CLASSLIST, p.buf)
-    listed = ffi.new("uint32_t[]", p.p.numClasses)
-    p.p.classList = int(ffi.cast("uintptr_t", listed))
-    path.rm.control(path.h_device, NV0080_CTRL_CMD_GPU_GET_CLASSLIST, p.buf)
-    return {listed[i] for i in range(p.p.numClasses)}
 
 
 class Device:
