@@ -1,6 +1,7 @@
 """`rig list` in its formats (table, --json, nvidia-smi's CSV), on fixture sysfs trees, and the
 device-id table it names chips from."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,7 @@ def test_json_has_every_column(machine: Path) -> None:
     assert rows[0] == {
         "index": 0, "bus": "0000:00:06.0", "device_id": "0x2335", "name": "H200",
         "chip": "GH100", "arch": "sm_90", "driver": "nvidia", "runtime_status": "active",
-        "paths": ["NV"], "bar1_bytes": 256 << 30,
+        "paths": ["NV"], "driver_release": None, "bar1_bytes": 256 << 30,
     }
 
 
@@ -124,3 +125,23 @@ def test_is_gpu_agrees_with_rig_nv() -> None:
         for class_code in (0x030000, 0x030200, 0x030100, 0x040300, 0x0C0330, 0x068000):
             function = type("F", (), {"vendor": vendor, "class_code": class_code})()
             assert chips.is_gpu(vendor, class_code) == rig_nv.is_gpu(function)
+
+
+def test_an_unsupported_driver_release_offers_no_nv_opener(tmp_path: Path) -> None:
+    """rig list: "which path can open it (kernel driver present and release supported)"."""
+    add_function(tmp_path, "0000:00:06.0", vendor=0x10DE, device=0x2335, class_code=0x030200,
+                 driver="nvidia")
+    version = tmp_path / "sys/module/nvidia/version"
+    version.parent.mkdir(parents=True)
+    for release, opens in (("580.159.04", ["NV"]), ("570.144", ["NV"]), ("595.45.04", [])):
+        version.write_text(release + "\n")
+        out = rig("list", "--json", "--machine", str(tmp_path))
+        (row,) = json.loads(out.stdout)
+        assert (row["paths"], row["driver_release"]) == (opens, release)
+
+
+def test_the_cli_knows_the_releases_rig_nv_speaks() -> None:
+    from rig_cli.listing import SUPPORTED_RELEASES
+    from rig_nv.layouts import SUPPORTED
+
+    assert SUPPORTED_RELEASES == SUPPORTED

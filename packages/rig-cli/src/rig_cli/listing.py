@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 
 from rig_cli.chips import chip, is_gpu
+from rig_edge import RigError
 from rig_pci import FunctionInfo, Machine
 
 # The kernel drivers that leave a GPU to the NV-PCI path: none, or VFIO's.
@@ -18,18 +19,33 @@ DETACHED = (None, "vfio-pci")
 # Every column `rig list` knows, in the order a full listing prints them.
 COLUMNS = (
     "index", "bus", "device_id", "name", "chip", "arch", "driver", "runtime_status", "paths",
-    "bar1_bytes",
+    "driver_release", "bar1_bytes",
 )
-# What --format csv prints when --query names no columns (bar1_bytes is in --json and --query).
-CSV_DEFAULT = COLUMNS[:-1]
+# What --format csv prints when --query names no columns (the last two are in --json and --query).
+CSV_DEFAULT = COLUMNS[:-2]
 NOT_AVAILABLE = "[N/A]"  # nvidia-smi's word for a value that is not there
 
 
-def paths(function: FunctionInfo, index: int) -> list[str]:
-    """The openers' names that can open this GPU now."""
+# The driver releases rig_nv has struct layouts for (rig_nv.layouts.SUPPORTED; a test keeps the
+# two equal: `rig list` must not import rig_nv, which brings cffi).
+SUPPORTED_RELEASES = ("570", "580")
+
+
+def driver_release(machine: Machine) -> str | None:
+    """The loaded NVIDIA kernel driver's release (/sys/module/nvidia/version), or None."""
+    try:
+        return machine.sysfs.path("/sys/module/nvidia/version").read_text().strip() or None
+    except (OSError, RigError):
+        return None
+
+
+def paths(function: FunctionInfo, index: int, release: str | None = None) -> list[str]:
+    """The openers' names that can open this GPU now: "NV" where NVIDIA's kernel driver holds
+    it in a release rig speaks (unknown counts as speakable), "NV-PCI" where it is detached."""
     names = []
     suffix = "" if index == 0 else f":{index}"
-    if function.driver == "nvidia":
+    if function.driver == "nvidia" and (
+            release is None or release.split(".")[0] in SUPPORTED_RELEASES):
         names.append("NV" + suffix)
     if function.driver in DETACHED:
         names.append("NV-PCI" + suffix)
@@ -49,6 +65,7 @@ def bar1(function: FunctionInfo) -> int | None:
 def rows(machine: Machine) -> list[dict[str, object]]:
     """One row per NVIDIA GPU, in bus order (GPU i of both paths is the ith)."""
     gpus = [f for f in machine.functions() if is_gpu(f.vendor, f.class_code)]
+    release = driver_release(machine) if any(f.driver == "nvidia" for f in gpus) else None
     found: list[dict[str, object]] = []
     for i, f in enumerate(gpus):
         known = chip(f.device)
@@ -61,7 +78,8 @@ def rows(machine: Machine) -> list[dict[str, object]]:
             "arch": known.arch,
             "driver": f.driver,
             "runtime_status": f.runtime_status,
-            "paths": paths(f, i),
+            "paths": paths(f, i, release),
+            "driver_release": release if f.driver == "nvidia" else None,
             "bar1_bytes": bar1(f),
         })
     return found

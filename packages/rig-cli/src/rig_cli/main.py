@@ -101,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     lister.add_argument(
         "--query", "--query-gpu", action=_Query, metavar="COLUMNS",
         help="the columns to print, comma-separated: index, bus, device_id, name, chip, arch, "
-        "driver, runtime_status, paths, bar1_bytes",
+        "driver, runtime_status, paths, driver_release, bar1_bytes",
     )
     lister.add_argument(
         "--machine", metavar="ROOT",
