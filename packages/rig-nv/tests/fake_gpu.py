@@ -8,6 +8,7 @@ path, without a GPU. It is not a simulator of the hardware: nothing is executed.
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any
 
 from cffi import FFI
@@ -40,13 +41,15 @@ class FakeRM:
 
     def __init__(self) -> None:
         self.handle = 0x100
+        self.lock = threading.Lock()
         self.objects: dict[int, int] = {}  # handle -> class
         self.controls: list[int] = []
         self.ffi = FFI()
 
     def new_handle(self) -> int:
-        self.handle += 1
-        return self.handle
+        with self.lock:
+            self.handle += 1
+            return self.handle
 
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
         self.objects[handle] = cls
@@ -96,6 +99,7 @@ class FakePath:
     def __init__(self) -> None:
         self._rm = FakeRM()
         self.next = BASE
+        self.lock = threading.Lock()  # the kernel path's reservation and handles are locked too
         self.mapped: list[tuple[int, int]] = []
         self.device: Any = None
 
@@ -104,8 +108,9 @@ class FakePath:
         return self._rm
 
     def _memory(self, n: int) -> int:
-        at = self.next
-        self.next += (n + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        with self.lock:
+            at = self.next
+            self.next += (n + (2 << 20) - 1) // (2 << 20) * (2 << 20)
         mmap(at, n, PROT_READ | PROT_WRITE,
              MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE)
         self.mapped.append((at, n))
