@@ -11,8 +11,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders as fb
 import sim
 
-from rig_nv_pci import boot, chips, layout
+from rig_nv_pci import boot, chips, gspmem, layout
 from rig_nv_pci.boot import BootError
+from rig_nv_pci.gsp import rpc
 
 FB_SIZE = 8 << 30
 GSP_FUSE = sim.regs.FUSE_GSP_UCODE1_VERSION
@@ -155,3 +156,82 @@ def test_booter_given_a_bad_meta_address_reports_its_error() -> None:
     r.meta.data[0:8] = bytes(8)  # no magic
     with pytest.raises(BootError, match=r"booter_load failed with error 0xb0070001"):
         r.boot()
+
+
+# ---- the GSP's host memory, its queues and INIT_DONE (boot_gsp) ---------------------------------
+
+GSP_IMAGE = b"\x7f" * 0x5000
+BOOTLOADER = b"\xb0" * 0x2000
+
+
+def gsp_rig(**fw: object) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory]:
+    r = Rig()
+    firmware = sim.GspFirmware(r.gpu, **fw).install()  # type: ignore[arg-type]
+    plan = layout.fb_layout(chips.AMPERE, FB_SIZE, len(GSP_IMAGE), len(BOOTLOADER))
+    memory = gspmem.build(r.gpu.host.alloc_dma, image=GSP_IMAGE, bootloader=BOOTLOADER,
+                          code_offset=0, data_offset=0x1000, manifest_offset=0x1800,
+                          signature=b"\x5e" * 0x1000, plan=plan,
+                          doorbell=boot.doorbell(r.bar0), name="GPU 0")
+    return r, firmware, memory
+
+
+def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
+    r, firmware, memory = gsp_rig()
+    events: list[rpc.Incoming] = []
+    done = boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
+                         alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=1.0,
+                         on_event=events.append)
+    assert firmware.failure is None, firmware.log
+    # the GSP found its arguments through the mailboxes, LibOS regions and RMARGS
+    assert (r.gpu.gsp.mailbox(1) << 32 | r.gpu.gsp.mailbox(0)) == memory.libos_args
+    assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
+    assert firmware.queue_init == (memory.shared, 129, 0x1000, 0x41000)
+    assert done.init_done.function == rpc.Event.GSP_INIT_DONE and events == []
+    # SET_REGISTRY (an empty table) went first, then the root client
+    peer = firmware.peer
+    assert [q.function for q in peer.requests] == [rpc.Function.SET_REGISTRY,
+                                                    rpc.Function.GSP_RM_ALLOC]
+    assert peer.requests[0].payload == bytes([8, 0, 0, 0, 0, 0, 0, 0])
+    assert peer.objects == {rpc.CLIENT_HANDLE: 0} and done.rm.client == rpc.CLIENT_HANDLE
+    # the doorbell rang through NV_PGSP_QUEUE_HEAD(0): for SET_REGISTRY before anything else
+    # (the GSP served it when it started), then for the alloc, which the running GSP heard
+    rings = [i for i, w in enumerate(r.gpu.writes) if w == (sim.regs.GSP_QUEUE_HEAD0, 0)]
+    assert rings[0] == 0 and len(rings) == 2 and peer.rings == 1
+    # and the channel goes on serving the RM
+    handle = done.rm.new_handle()
+    assert done.rm.alloc(rpc.CLIENT_HANDLE, handle, 0x80) == handle  # NV01_DEVICE_0
+    assert peer.objects[handle] == rpc.CLIENT_HANDLE
+
+
+def test_init_done_never_coming_is_a_timeout_naming_the_gpu() -> None:
+    r, firmware, memory = gsp_rig(init_done=False)
+    with pytest.raises(BootError, match=r"GPU 0: the GSP did not report GSP_INIT_DONE within "
+                                        r"0.05 s after booter_load started it \(status queue "
+                                        r"created by the GSP"):
+        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
+                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.05)
+    assert firmware.failure is None and firmware.peer.booted
+
+
+def test_a_gsp_that_cannot_use_its_arguments_never_reports_init_done() -> None:
+    r, firmware, memory = gsp_rig()
+    r.gpu.host.view(memory.libos_args, 0x1000)[32 * 3:32 * 4] = bytes(32)  # RMARGS gone
+    with pytest.raises(BootError, match=r"GPU 0: .*GSP_INIT_DONE .*status queue never created"):
+        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
+                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.05)
+    assert firmware.failure is not None and "no RMARGS" in firmware.failure
+
+
+def test_a_failing_boot_step_names_the_gpu() -> None:
+    r, _, memory = gsp_rig()
+    r.gpu.sec2.programs[r.sb.ucode_id] = sim.booter_program(r.gpu, error=0x1F)
+    with pytest.raises(BootError, match=r"^GPU 0: booter_load failed with error 0x0000001f"):
+        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
+                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.05)
+
+
+def test_a_refused_root_client_fails_the_boot() -> None:
+    r, _, memory = gsp_rig(alloc_status={0x0: 0x1F})
+    with pytest.raises(BootError, match=r"GPU 0: the GSP booted but refused the root client"):
+        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
+                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.5)

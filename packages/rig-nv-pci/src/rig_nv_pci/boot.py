@@ -14,19 +14,30 @@ and what precedes it in open-gpu-kernel-modules 570.144):
    GspFwWprMeta address in MAILBOX0 (low) and MAILBOX1 (high) (kgspExecuteBooterLoad_TU102);
    MAILBOX0 0 is success; then the GSP's RISC-V core must be active.
 
-What follows (the status queue, INIT_DONE) is not here. Every failure raises
-:class:`BootError` saying which step failed and the registers that show it.
+Every failure raises :class:`BootError` saying which step failed and the registers that
+show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.gspmem` and goes
+on as kgspInitRm does:
+
+7. SET_REGISTRY posted (an empty PACKED_REGISTRY_TABLE, g_os_nvoc.h) before the boot, as
+   kgspInitRm posts it before kgspBootstrap (SET_SYSTEM_INFO is not sent yet);
+8. after booter_load, GSP_INIT_DONE awaited on the status queue (kgspWaitForRmInitDone), events
+   before it handed to ``on_event``; then the root client made through :class:`RpcRM`.
 """
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rig_edge import RigError
+from rig_nv.rm import RMError
 from rig_nv_pci import chips, fwimage, vbios
 from rig_nv_pci.falcon import GSP, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
+from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
+from rig_nv_pci.gspmem import GspMemory
 from rig_pci import Window
 
 # dev_fb.h (turing/tu102): WPR2's bounds, bits 31:4 holding the address >> 12 (ALIGNMENT 0xc)
@@ -212,3 +223,65 @@ def boot(bar0: Window, *, booter_load: bytes, frts_offset: int, wpr_meta_address
         raise BootError(f"booter_load succeeded but the GSP's RISC-V core is not running "
                         f"({gsp.state()})")
     return Booted(rom.fwsec, after_frts, wpr2_range(bar0))
+
+
+INIT_DONE_TIMEOUT_S = 10.0
+
+
+def doorbell(bar0: Window) -> Callable[[], None]:
+    """The command queue's doorbell: 0 written to NV_PGSP_QUEUE_HEAD(0)
+    (kgspSetCmdQueueHead_TU102), for :func:`rig_nv_pci.gspmem.build`."""
+    return lambda: bar0.write32(QUEUE_HEAD, 0)
+
+
+def empty_registry() -> bytes:
+    """A PACKED_REGISTRY_TABLE with no entries: {NvU32 size; NvU32 numEntries}."""
+    return struct.pack("<II", 8, 0)
+
+
+@dataclass(frozen=True)
+class GspBooted:
+    """A booted GSP: what :func:`boot` saw, the host memory, the RPC channel, the INIT_DONE
+    message (``channel`` the RPCs) and the RM of the root client made on the GSP."""
+
+    booted: Booted
+    memory: GspMemory
+    channel: rpc.Rpc
+    init_done: rpc.Incoming
+    rm: rpc.RpcRM
+
+
+def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, alloc: Alloc,
+             timeout_s: float = GFW_TIMEOUT_S, init_timeout_s: float = INIT_DONE_TIMEOUT_S,
+             on_event: Callable[[rpc.Incoming], None] | None = None) -> GspBooted:
+    """Steps 1-8 of the module's docstring on the GPU ``name`` behind ``bar0``: ``memory``
+    (:func:`rig_nv_pci.gspmem.build`, its doorbell :func:`doorbell`) holds the GSP's host
+    memory and queues. Returns once GSP-RM reported GSP_INIT_DONE and made the root client;
+    raises :class:`BootError` naming ``name`` otherwise."""
+    channel = rpc.Rpc(memory.queues, on_event=on_event, timeout_s=init_timeout_s)
+    try:
+        channel.post(rpc.Function.SET_REGISTRY, empty_registry())
+    except QueueError as e:
+        raise BootError(f"{name}: SET_REGISTRY could not be queued: {e}") from e
+    try:
+        booted = boot(bar0, booter_load=booter_load, frts_offset=memory.meta.frts_offset,
+                      wpr_meta_address=memory.wpr_meta, alloc=alloc,
+                      libos_args=memory.libos_args, timeout_s=timeout_s)
+    except BootError as e:
+        raise BootError(f"{name}: {e}") from e
+    try:
+        done = channel.wait_for(rpc.Event.GSP_INIT_DONE, init_timeout_s)
+    except rpc.RpcTimeout:
+        mailbox = bar0.read32(GSP.base + 0x040)
+        raise BootError(
+            f"{name}: the GSP did not report GSP_INIT_DONE within {init_timeout_s} s after "
+            f"booter_load started it (status queue "
+            f"{'created' if memory.queues.linked else 'never created'} by the GSP; "
+            f"NV_PGSP_FALCON_MAILBOX0 0x{mailbox:08x})") from None
+    except RigError as e:
+        raise BootError(f"{name}: waiting for GSP_INIT_DONE failed: {e}") from e
+    try:
+        rm = rpc.RpcRM.open(channel)
+    except (RMError, QueueError, rpc.RpcTimeout) as e:
+        raise BootError(f"{name}: the GSP booted but refused the root client: {e}") from e
+    return GspBooted(booted, memory, channel, done, rm)

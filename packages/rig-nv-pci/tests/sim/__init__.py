@@ -13,6 +13,8 @@ from .gpu import (
     booter_program,
     fwsec_program,
 )
+from .gsp_fw import GspFirmware
 
-__all__ = ["AD102_BOOT42", "BROM_FAILED", "GA102_BOOT42", "PRI_ERROR", "HostMemory",
-           "SimBar0", "SimDma", "SimFalcon", "SimGpu", "booter_program", "fwsec_program"]
+__all__ = ["AD102_BOOT42", "BROM_FAILED", "GA102_BOOT42", "PRI_ERROR", "GspFirmware",
+           "HostMemory", "SimBar0", "SimDma", "SimFalcon", "SimGpu", "booter_program",
+           "fwsec_program"]

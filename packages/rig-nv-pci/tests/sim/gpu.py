@@ -40,6 +40,13 @@ class HostMemory:
                 return bytes(b.data[address - b.bus:address - b.bus + n])
         raise AssertionError(f"DMA read of 0x{n:x} bytes at 0x{address:x} outside host memory")
 
+    def view(self, address: int, n: int) -> memoryview | None:
+        """The ``n`` bytes at bus ``address`` as a writable view, if one buffer holds them."""
+        for b in self.buffers:
+            if b.bus <= address and address + n <= b.bus + len(b.data) and not b.freed:
+                return memoryview(b.data)[address - b.bus:address - b.bus + n]
+        return None
+
 
 @dataclass
 class SimDma:
@@ -74,6 +81,10 @@ class SimGpu:
     wpr2: tuple[int, int] = (0, 0)  # (lo, hi) register values
     reads: list[int] = field(default_factory=list)
     writes: list[tuple[int, int]] = field(default_factory=list)
+    # what the GSP's RISC-V core runs once booter_load starts it (gsp_fw.GspFirmware.start)
+    on_gsp_start: Callable[[], None] | None = None
+    # the GSP's end of the command queue doorbell (NV_PGSP_QUEUE_HEAD(0))
+    on_doorbell: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -116,6 +127,10 @@ class SimGpu:
 
     def write(self, offset: int, value: int) -> None:
         self.writes.append((offset, value))
+        if offset == regs.GSP_QUEUE_HEAD0:
+            if self.on_doorbell is not None:
+                self.on_doorbell()
+            return
         for f in self.falcons:
             if f.owns(offset):
                 f.write(offset, value)
@@ -187,9 +202,11 @@ def booter_program(gpu: SimGpu, *, error: int = 0, start_gsp: bool = True
             f.set_mailbox(0, 0xB0070002)
             return
         gpu.set_wpr2(q("gspFwWprStart"), hi)
+        f.set_mailbox(0, 0)
         if start_gsp:
             gpu.gsp.start_riscv()
-        f.set_mailbox(0, 0)
+            if gpu.on_gsp_start is not None:
+                gpu.on_gsp_start()
 
     return run
 

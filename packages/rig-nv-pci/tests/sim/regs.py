@@ -71,3 +71,7 @@ FBIF_CTL = 0x024  # ALLOW_PHYS_NO_CTX 7:7
 META_MAGIC = 0xDC3AAE21371A60B3
 META_OFFSETS = {"magic": 0, "revision": 8, "gspFwWprStart": 112, "frtsOffset": 152,
                 "frtsSize": 160, "gspFwWprEnd": 168}
+
+# ga102/dev_gsp.h: NV_PGSP_QUEUE_HEAD(i) = 0x110C00 + 8i; the CPU writes 0 to (0) as the doorbell
+# of the GSP's command queue (kgspSetCmdQueueHead_TU102)
+GSP_QUEUE_HEAD0 = 0x110C00

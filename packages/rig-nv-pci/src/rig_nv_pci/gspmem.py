@@ -1,0 +1,246 @@
+"""The host memory a GSP boot hands the firmware, built in DMA memory the GPU reaches.
+
+For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`build` lays out:
+
+- the GSP-RM image (the ELF's ``.fwimage``) in 4 KiB pages and its radix-3 table
+  (:func:`rig_nv_pci.layout.radix3`, kgspCreateRadix3_IMPL in kernel_gsp.c);
+- the bootloader image and the image's signature (``sysmemAddrOfBootloader``,
+  ``sysmemAddrOfSignature`` of GspFwWprMeta: gsp/gsp_fw_wpr_meta.h);
+- three LibOS log buffers, LOGINIT, LOGINTR and LOGRM, 64 KiB each as a release build gives
+  them (kgspInitLogging's logInitValues in kernel_gsp.c): each buffer's first 8 bytes are its
+  put pointer, then the bus address of each of its pages (_setupLogBufferBaremetal's
+  ``memdescGetPhysAddrs(..., &pTaskLogBuffer[1])``);
+- the RM arguments, GSP_ARGUMENTS_CACHED with its MESSAGE_QUEUE_INIT_ARGUMENTS and
+  GSP_SR_INIT_ARGUMENTS (src/nvidia/inc/kernel/gpu/gsp/gsp_init_args.h; filled as
+  kgspPopulateGspRmInitArgs_IMPL fills them for a plain boot);
+- the LibOS arguments, a 4 KiB array of LibosMemoryRegionInitArgument
+  (src/common/uproc/os/common/include/libos_init_args.h) naming the logs then RMARGS, each a
+  contiguous system-memory region (kgspSetupLibosInitArgs_IMPL); its bus address goes in the
+  GSP's MAILBOX0/1 (kgspProgramLibosBootArgsAddr_TU102);
+- the message queues (:class:`rig_nv_pci.gsp.queue.Layout`), their page table written and the
+  command queue created (GspMsgQueuesInit runs before kgspBootstrap, so the GSP finds it);
+- GspFwWprMeta (:func:`rig_nv_pci.layout.wpr_meta`) with every bus address, whose own bus
+  address goes to booter_load.
+
+(570.144 also gives the GSP LOGMNOC and a per-family kernel log, and a crash-report queue;
+this boot leaves them out.) Every part that the GSP reads at one address must be contiguous
+in bus addresses; a part that is not raises :class:`GspMemoryError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rig_edge import RigError
+from rig_nv_pci import layout
+from rig_nv_pci.falcon import DmaBuffer
+from rig_nv_pci.gsp.queue import Layout, QueuePair, write_page_table
+
+PAGE = 0x1000
+Alloc = Callable[[int], DmaBuffer | None]
+
+# libos_init_args.h: LibosMemoryRegionInitArgument {LibosAddress id8, pa, size; NvU8 kind, loc},
+# 8-aligned: 32 bytes; LibosMemoryRegionKind / LibosMemoryRegionLoc.
+LIBOS_REGION = struct.Struct("<QQQBB6x")
+LIBOS_MEMORY_REGION_CONTIGUOUS = 1
+LIBOS_MEMORY_REGION_RADIX3 = 2
+LIBOS_MEMORY_REGION_LOC_SYSMEM = 1
+LIBOS_INIT_ARGUMENTS_SIZE = 0x1000  # g_kernel_gsp_nvoc.h
+
+# gsp_init_args.h, 64-bit: MESSAGE_QUEUE_INIT_ARGUMENTS {NvU64 sharedMemPhysAddr; NvU32
+# pageTableEntryCount; NvLength cmdQueueOffset, statQueueOffset} (32 bytes, 4 of padding after
+# the count); GSP_SR_INIT_ARGUMENTS {NvU32 oldLevel, flags; NvBool bInPMTransition} (12);
+# then NvU32 gpuInstance, NvBool bDmemStack, profilerArgs {NvU64 pa, size} 8-aligned: 72 bytes.
+GSP_ARGUMENTS_CACHED = struct.Struct("<QI4xQQ" "IIB3x" "I" "B7x" "QQ")
+RM_ARGS_SIZE = PAGE  # kgspAllocBootArgs: NV_ASSERT(sizeof(GSP_ARGUMENTS_CACHED) <= 0x1000)
+
+LOG_SIZE = 0x10000  # release build: LOGINIT, LOGINTR and LOGRM 64 KiB each
+LOGS = ("LOGINIT", "LOGINTR", "LOGRM")
+
+
+class GspMemoryError(RigError):
+    """The DMA memory for the GSP could not be had or is not laid out as the GSP needs."""
+
+
+def init_arg_id(name: str) -> int:
+    """_kgspGenerateInitArgId: up to 8 characters, the first in the highest byte used."""
+    out = 0
+    for c in name.encode()[:8]:
+        out = out << 8 | c
+    return out
+
+
+@dataclass(frozen=True)
+class LibosRegion:
+    """One LibosMemoryRegionInitArgument."""
+
+    id8: int
+    pa: int
+    size: int
+    kind: int = LIBOS_MEMORY_REGION_CONTIGUOUS
+    loc: int = LIBOS_MEMORY_REGION_LOC_SYSMEM
+
+    def pack(self) -> bytes:
+        return LIBOS_REGION.pack(self.id8, self.pa, self.size, self.kind, self.loc)
+
+
+def unpack_libos_args(data: bytes | memoryview) -> list[LibosRegion]:
+    """The regions of a LibOS argument array, up to the first with id8 0."""
+    out = []
+    for at in range(0, len(data) - LIBOS_REGION.size + 1, LIBOS_REGION.size):
+        region = LibosRegion(*LIBOS_REGION.unpack_from(data, at))
+        if region.id8 == 0:
+            break
+        out.append(region)
+    return out
+
+
+@dataclass(frozen=True)
+class RmArgs:
+    """GSP_ARGUMENTS_CACHED as a plain boot fills it (no power transition, DMEM stack)."""
+
+    shared_mem_phys_addr: int
+    page_table_entry_count: int
+    cmd_queue_offset: int
+    stat_queue_offset: int
+    old_level: int = 0
+    flags: int = 0
+    in_pm_transition: bool = False
+    gpu_instance: int = 0
+    dmem_stack: bool = True
+    profiler_pa: int = 0
+    profiler_size: int = 0
+
+    def pack(self) -> bytes:
+        return GSP_ARGUMENTS_CACHED.pack(
+            self.shared_mem_phys_addr, self.page_table_entry_count, self.cmd_queue_offset,
+            self.stat_queue_offset, self.old_level, self.flags, self.in_pm_transition,
+            self.gpu_instance, self.dmem_stack, self.profiler_pa, self.profiler_size)
+
+    @classmethod
+    def unpack(cls, data: bytes | memoryview) -> RmArgs:
+        (shared, count, cmd, stat, old, flags, pm, instance, dmem, ppa,
+         psize) = GSP_ARGUMENTS_CACHED.unpack_from(data)
+        return cls(shared, count, cmd, stat, old, flags, bool(pm), instance, bool(dmem), ppa,
+                   psize)
+
+
+@dataclass(frozen=True)
+class GspMemory:
+    """What :func:`build` laid out: ``libos_args`` for the GSP's mailboxes, ``wpr_meta`` for
+    booter_load, the queues (created), and every other bus address, for tests and logs.
+    ``buffers`` holds the DMA memory, which must stay the GPU's while the GSP runs."""
+
+    libos_args: int
+    wpr_meta: int
+    meta: layout.WprMeta
+    queues: QueuePair
+    queue_layout: Layout
+    shared: int
+    rm_args: int
+    logs: dict[str, int]
+    radix3: layout.Radix3
+    image_pages: tuple[int, ...]
+    table_pages: tuple[int, ...]
+    buffers: tuple[DmaBuffer, ...]
+
+
+def pages_of(buf: DmaBuffer, n: int) -> list[int]:
+    """The bus address of each of the first ``n`` 4 KiB pages of ``buf``."""
+    return [buf.bus_address(i * PAGE) for i in range(n)]
+
+
+class _Builder:
+    def __init__(self, alloc: Alloc, name: str) -> None:
+        self.alloc, self.name = alloc, name
+        self.buffers: list[DmaBuffer] = []
+
+    def get(self, size: int, what: str, *, contiguous: bool = True) -> DmaBuffer:
+        size = layout.align_up(max(size, 1), PAGE)
+        buf = self.alloc(size)
+        if buf is None:
+            raise GspMemoryError(f"{self.name}: no DMA memory for the GSP's {what} "
+                                 f"(0x{size:x} bytes)")
+        self.buffers.append(buf)
+        if buf.length < size:
+            raise GspMemoryError(f"{self.name}: DMA memory of 0x{buf.length:x} bytes for the "
+                                 f"GSP's {what}, not 0x{size:x}")
+        if buf.bus_address(0) % PAGE:
+            raise GspMemoryError(f"{self.name}: the GSP's {what} at bus address "
+                                 f"0x{buf.bus_address(0):x} is not 4 KiB-aligned")
+        if contiguous and buf.bus_address(size - 1) - buf.bus_address(0) != size - 1:
+            raise GspMemoryError(f"{self.name}: the GSP's {what} (0x{size:x} bytes) is not "
+                                 f"contiguous in bus addresses")
+        buf.view()[:size] = bytes(size)
+        return buf
+
+    def put(self, data: bytes | memoryview, what: str) -> DmaBuffer:
+        buf = self.get(len(data), what)
+        buf.view()[:len(data)] = data
+        return buf
+
+
+def build(alloc: Alloc, *, image: bytes | memoryview, bootloader: bytes | memoryview,
+          code_offset: int, data_offset: int, manifest_offset: int,
+          signature: bytes | memoryview, plan: layout.FbLayout,
+          doorbell: Callable[[], None], name: str = "GSP",
+          queue_layout: Layout | None = None) -> GspMemory:
+    """Lay out everything of the module's docstring in memory from ``alloc``.
+
+    ``image`` is the GSP-RM ELF's ``.fwimage``; ``bootloader`` the bootloader's image with its
+    RM_RISCV_UCODE_DESC's monitorCodeOffset, monitorDataOffset and manifestOffset; ``signature``
+    the image's ``.fwsignature_<family>``; ``plan`` the FB layout computed for these sizes;
+    ``doorbell`` rings NV_PGSP_QUEUE_HEAD(0). Raises :class:`GspMemoryError` (naming ``name``)
+    when memory is missing or not laid out as needed, :class:`rig_edge.Misuse` if ``plan`` was
+    computed for other sizes.
+    """
+    b = _Builder(alloc, name)
+    # the image and its radix-3 table (pages anywhere: the table maps them)
+    shape = layout.radix3_shape(len(image))
+    data = b.get(len(image), "image", contiguous=False)
+    data.view()[:len(image)] = image
+    tables = b.get(shape.table_pages * PAGE, "radix-3 table", contiguous=False)
+    image_pages, table_pages = pages_of(data, shape.data), pages_of(tables, shape.table_pages)
+    r3 = layout.radix3(image_pages, table_pages)
+    tables.view()[:len(r3.tables)] = r3.tables
+    boot_buf = b.put(bootloader, "bootloader")
+    sig_buf = b.put(signature, "signature") if len(signature) else None
+
+    # the logs: put pointer, then each page's bus address
+    logs: dict[str, int] = {}
+    regions: list[LibosRegion] = []
+    for log in LOGS:
+        buf = b.get(LOG_SIZE, f"{log} log")
+        pages = pages_of(buf, LOG_SIZE // PAGE)
+        struct.pack_into(f"<{len(pages)}Q", buf.view(), 8, *pages)
+        logs[log] = pages[0]
+        regions.append(LibosRegion(init_arg_id(log), pages[0], LOG_SIZE))
+
+    # the queues: page table (the block's pages, the table's own first), command queue created
+    ql = queue_layout or Layout()
+    shared_buf = b.get(ql.size, "message queues", contiguous=False)
+    write_page_table(shared_buf.view(), ql, pages_of(shared_buf, ql.page_table_entries))
+    queues = QueuePair(shared_buf.view()[:ql.size], ql, doorbell=doorbell, name=name)
+    queues.create()
+    shared = shared_buf.bus_address(0)
+
+    rm = RmArgs(shared, ql.page_table_entries, ql.command_offset, ql.status_offset)
+    rm_buf = b.put(rm.pack().ljust(RM_ARGS_SIZE, b"\0"), "RM arguments")
+    regions.append(LibosRegion(init_arg_id("RMARGS"), rm_buf.bus_address(0), RM_ARGS_SIZE))
+    libos = b.put(b"".join(r.pack() for r in regions).ljust(LIBOS_INIT_ARGUMENTS_SIZE, b"\0"),
+                  "LibOS arguments")
+
+    sysmem = layout.Sysmem(
+        radix3_root=r3.root, elf_size=len(image), bootloader=boot_buf.bus_address(0),
+        bootloader_size=len(bootloader), code_offset=code_offset, data_offset=data_offset,
+        manifest_offset=manifest_offset,
+        signature=sig_buf.bus_address(0) if sig_buf else 0, signature_size=len(signature))
+    meta = layout.wpr_meta(plan, sysmem)
+    meta_buf = b.put(meta.pack(), "GspFwWprMeta")
+    return GspMemory(
+        libos_args=libos.bus_address(0), wpr_meta=meta_buf.bus_address(0), meta=meta,
+        queues=queues, queue_layout=ql, shared=shared, rm_args=rm_buf.bus_address(0),
+        logs=logs, radix3=r3, image_pages=tuple(image_pages), table_pages=tuple(table_pages),
+        buffers=tuple(b.buffers))
