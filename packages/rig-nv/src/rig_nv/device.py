@@ -382,10 +382,15 @@ class Device:
         Raises :class:`rig_edge.Lost` (a :class:`rig_edge.Fault` for a channel error) if the
         device faulted or its work stopped making progress for ``hang_ms``;
         :class:`TimeoutError` if ``timeout_s`` passed first; :class:`Misuse` for another
-        device's point.
+        device's point, or one past the last submitted.
         """
+        if not isinstance(point, Point):
+            raise Misuse(f"wait needs a Point, not {type(point).__name__}")
         if point.device is not self:
             raise Misuse("that point is on another device's timeline")
+        if point.value >= self._next:
+            raise Misuse(f"timeline value {point.value} was never submitted (the last is "
+                         f"{self._next - 1})")
         self._wait_value(point.value, timeout_s)
 
     def _submit(self, channel: Channel, body: Push | None, name: str = "work") -> Point:
@@ -393,7 +398,8 @@ class Device:
 
     def profile(self, capacity: int = 4096) -> Profile:
         """A profile of the submissions made while it is active (``with d.profile() as p``):
-        GPU timestamps before and after each, ``p.events()`` and ``p.chrome_trace(path)``."""
+        GPU timestamps before and after each, ``p.events()`` and ``p.chrome_trace(path)``.
+        Raises :class:`Misuse` unless ``capacity`` is a positive whole number."""
         self._check()
         return Profile(self, capacity)
 
@@ -465,8 +471,12 @@ class Device:
         """``n`` bytes of ``kind`` memory, or ``None`` when the RM is out of it.
 
         Pinned and Mapped regions lie at the same address for host and GPU. Raises
-        :class:`rig_edge.Misuse` if ``n`` is not positive.
+        :class:`rig_edge.Misuse` if ``n`` is not a positive whole number or ``kind`` no
+        :class:`rig_edge.Memory`.
         """
+        n = copies.whole("an allocation's size", n)
+        if not isinstance(kind, Memory):
+            raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
         if n <= 0:
             raise Misuse(f"an allocation's size must be positive, not {n}")
         self._check()
@@ -502,10 +512,12 @@ class Device:
         its size, once the work submitted before the free is done, as CUDA's and PyTorch's
         caching allocators do; :meth:`trim` gives it back to the RM.
         """
+        copies.region_of("free's region", region)
         with self._lock:
             a = self._allocs.pop(region, None)
             if a is None:
-                raise Misuse(f"{region} is not a live region of {self._facts.name}")
+                raise Misuse(f"{region} is not a live region of {self._facts.name} (freed, "
+                             "or another device's)")
             if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST
                     and self._cached_bytes + a.length <= CACHE_BYTES and not self._stopped):
                 self._cache.setdefault(a.length, []).append((self._next - 1, a))
@@ -548,12 +560,16 @@ class Device:
 
         Returns a PINNED-kind region whose ``host`` is the buffer's address and whose ``gpu``
         is an address of its own, or :class:`rig_edge.Refusal` ``NEVER`` (these pages cannot
-        be pinned) / ``NO_ROOM`` (the driver lacks memory, GPU addresses or files).
+        be pinned) / ``NO_ROOM`` (the driver lacks memory, GPU addresses or files). Raises
+        :class:`Misuse` for an object that is no buffer, or an empty one.
         """
         self._check()
         ffi = self.ffi
-        address = int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
-        length = memoryview(buffer).nbytes
+        try:
+            address = int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
+            length = memoryview(buffer).nbytes
+        except TypeError as e:
+            raise Misuse(f"map_host needs a buffer, not {type(buffer).__name__} ({e})") from None
         if length <= 0:
             raise Misuse("map_host needs a buffer of at least one byte")
         base = address & ~0xFFF
@@ -566,12 +582,16 @@ class Device:
         return region
 
     def dma(self, region: Region) -> Dmabuf:
-        """Export the RM object ``region`` lies in as a new dma-buf, at the region's offset."""
+        """Export the RM object ``region`` lies in as a new dma-buf, at the region's offset.
+
+        Raises :class:`Misuse` for a region that is not a live one of this device."""
+        copies.region_of("dma's region", region)
         self._check()
         with self._lock:
             a = self._allocs.get(region)
         if a is None:
-            raise Misuse(f"{region} is not a live region of {self._facts.name}")
+            raise Misuse(f"{region} is not a live region of {self._facts.name} (freed, or "
+                         "another device's)")
         return self.path.export(a, region.gpu - a.gpu, region.length)
 
     # ---- kernels --------------------------------------------------------------------------
@@ -580,7 +600,8 @@ class Device:
         """Load a cubin (as nvcc, ptxas, NVRTC or Triton emit it) into this device.
 
         Raises :class:`rig_nv.cubin.CubinError` for a malformed cubin or one built for another
-        architecture (naming both), :class:`rig_edge.RigError` when memory runs out.
+        architecture (naming both), :class:`rig_edge.RigError` when memory runs out,
+        :class:`Misuse` for ``cubin`` that is no buffer.
         """
         self._check()
         return launching.load(self, cubin)
@@ -597,7 +618,7 @@ class Device:
         # The common case: a configuration launched before. Its QMD and bank lie in one
         # prepared blob; the arguments and constant buffer 0's address go in, one copy out.
         prep = fn.prepared.get((grid, block, shared, self._slm)) if (
-            type(grid) is tuple and type(block) is tuple) else None
+            type(grid) is tuple and type(block) is tuple and type(fn) is Function) else None
         if prep is None or fn.image.device is not self or self._profile is not None:
             return launching.launch(self, fn, grid, block, args, shared)
         blob = bytearray(prep.blob)
@@ -664,11 +685,15 @@ class Device:
     def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
              src_offset: int = 0) -> Point:
         """Copy ``n`` bytes (default: all of ``src`` from ``src_offset``) on the copy engine,
-        any kinds, any offsets. Returns the copy's point."""
+        any kinds, any offsets. Returns the copy's point.
+
+        Raises :class:`Misuse` for a length or offset outside either region, or a region that
+        is not a live one of this device (freed, or another device's).
+        """
         if n is None:
-            n = src.length - src_offset
-        _bounds(dst, dst_offset, n)
-        _bounds(src, src_offset, n)
+            n = copies.region_of("source", src).length - copies.whole("src_offset", src_offset)
+        dst, dst_offset, n = copies.span(self, "destination", dst, dst_offset, n)
+        src, src_offset, n = copies.span(self, "source", src, src_offset, n)
         d, s = dst.gpu + dst_offset, src.gpu + src_offset
         if (n >= KERNEL_COPY_LEAST and dst.kind in VIDEO and src.kind in VIDEO
                 and self._copy_kernels() is not None):
@@ -689,11 +714,11 @@ class Device:
 
         Host-visible regions are written directly; Device memory through pinned staging,
         pipelined. ``data`` may be reused when this returns; the returned point is done once
-        the bytes are in ``dst``.
+        the bytes are in ``dst``. Raises :class:`Misuse` for ``data`` that is no buffer, bytes
+        outside ``dst``, or a ``dst`` that is not a live region of this device.
         """
-        src = memoryview(data).cast("B")
-        n = len(src)
-        _bounds(dst, offset, n)
+        src = copies.buffer("upload's data", data)
+        dst, offset, n = copies.span(self, "destination", dst, offset, len(src))
         self._check()
         if dst.host is not None:
             view(dst.host + offset, n)[:] = src
@@ -704,11 +729,13 @@ class Device:
                  out: Any = None) -> memoryview:
         """Copy ``n`` bytes of ``src`` from ``offset`` to the host and return them (in ``out``
         when given). Waits for earlier work, so the bytes are those the timeline's last point
-        left."""
+        left. Raises :class:`Misuse` for bytes outside ``src``, a ``src`` that is not a live
+        region of this device, or an ``out`` that is no writable buffer of ``n`` bytes.
+        """
         if n is None:
-            n = src.length - offset
-        _bounds(src, offset, n)
-        result = memoryview(out if out is not None else bytearray(n)).cast("B")
+            n = copies.region_of("source", src).length - copies.whole("offset", offset)
+        src, offset, n = copies.span(self, "source", src, offset, n)
+        result = copies.buffer("out", out if out is not None else bytearray(n), writable=True)
         if len(result) < n:
             raise Misuse(f"out holds {len(result)} bytes, fewer than {n}")
         self._check()
@@ -722,7 +749,9 @@ class Device:
     # ---- stopping ------------------------------------------------------------------------
 
     def sleep(self, timeout_s: float) -> None:
-        """Sleep through the path until the GPU may have progressed; raises its faults."""
+        """Sleep through the path until the GPU may have progressed; raises its faults, and
+        :class:`Misuse` for a timeout that is not a number of seconds >= 0."""
+        copies.seconds("a sleep's timeout", timeout_s)
         self._check()
         fault = self._faulted()
         if fault is not None:
@@ -777,13 +806,6 @@ class Device:
                     raise failed
         finally:
             path.closed()
-
-
-def _bounds(region: Region, offset: int, n: int) -> None:
-    if n <= 0:
-        raise Misuse(f"a copy's length must be positive, not {n}")
-    if offset < 0 or offset + n > region.length:
-        raise Misuse(f"bytes [{offset}, {offset + n}) lie outside the {region.length}-byte region")
 
 
 def make(path: Path) -> Device:

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import qmd
+from rig_nv import copies, qmd
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
 
@@ -163,12 +164,14 @@ def relocate(cubin: Cubin, image: bytearray, base: int, globals_base: int | None
             raise CubinError(f"relocation type 0x{rtype:x} at 0x{offset:x} is not one rig applies")
 
 
-def load(device: Device, data: bytes) -> Image:
+def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
     """Parse ``data`` (a cubin) and copy it into ``device``'s memory.
 
     Raises :class:`rig_nv.cubin.CubinError` for a malformed cubin or one built for another
-    architecture than the GPU's (naming both).
+    architecture than the GPU's (naming both), :class:`Misuse` for ``data`` that is no buffer.
     """
+    if not isinstance(data, bytes):
+        data = bytes(copies.buffer("a cubin", data))
     cubin = parse(data)
     want = device.arch
     if cubin.arch.rstrip("af") != want:
@@ -232,6 +235,8 @@ def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
 
 def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
         tuple[int, int, int], tuple[int, int, int]]:
+    if len(grid) > 3 or len(block) > 3:
+        raise Misuse(f"{name}: grid {grid} and block {block} have at most three dimensions")
     g = (*grid, 1, 1, 1)[:3]
     b = (*block, 1, 1, 1)[:3]
     if any(not isinstance(v, int) or v < 1 for v in (*g, *b)):
@@ -246,7 +251,13 @@ def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
 def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
             shared: int) -> Prepared:
     """The QMD and bank-0 templates of a launch configuration (cached on ``fn``)."""
-    key = (tuple(grid), tuple(block), shared, device._slm)
+    check_function(device, fn)
+    try:
+        shared = operator.index(shared)
+        key = (tuple(grid), tuple(block), shared, device._slm)
+    except TypeError:
+        raise Misuse(f"{fn.name}: grid and block must be sequences of whole numbers and shared "
+                     f"a whole number, not {grid!r}, {block!r} and {shared!r}") from None
     got = fn.prepared.get(key)
     if got is not None:
         return got
@@ -386,7 +397,11 @@ def _bytes_of(name: str, i: int, size: int) -> Any:
 def fill_args(fn: Function, bank: bytearray, args: Sequence[Any], base: int = 0) -> None:
     """Write ``args`` into a bank-0 copy (lying at ``base`` in ``bank``) at the kernel's
     parameter offsets."""
-    kinds = tuple(map(type, args))
+    try:
+        kinds = tuple(map(type, args))
+    except TypeError:
+        raise Misuse(f"{fn.name}'s arguments must be a sequence, not "
+                     f"{type(args).__name__}") from None
     packer = fn.packers.get(kinds)
     if packer is None:
         if len(args) != len(fn.kernel.params):
@@ -397,17 +412,27 @@ def fill_args(fn: Function, bank: bytearray, args: Sequence[Any], base: int = 0)
                  *[conv(args[j]) for conv, j in zip(convs, order, strict=True)])
 
 
-def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-           args: Sequence[Any], shared: int = 0) -> Point:
-    """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point."""
+def check_function(device: Device, fn: Any) -> None:
+    """:class:`Misuse` unless ``fn`` is a kernel of an image loaded on ``device``."""
+    if not isinstance(fn, Function):
+        raise Misuse(f"a launch needs a kernel (image[name]), not {type(fn).__name__}")
     if fn.image.device is not device:
         raise Misuse(f"{fn.name} is loaded on another device")
+
+
+def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
+           args: Sequence[Any], shared: int = 0) -> Point:
+    """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point.
+
+    Everything is checked (:class:`Misuse`) before the compute engine's local memory grows."""
     prep = prepare(device, fn, grid, block, shared)
+    blob = bytearray(prep.blob)
+    fill_args(fn, blob, args, 512)
     if prep.local > device._slm:
         device._ensure_local(prep.local)
         prep = prepare(device, fn, grid, block, shared)
-    blob = bytearray(prep.blob)
-    fill_args(fn, blob, args, 512)
+        blob = bytearray(prep.blob)
+        fill_args(fn, blob, args, 512)
     return device._launch_blob(prep, blob, fn.name)
 
 

@@ -16,7 +16,7 @@ import struct
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rig_edge import Memory, RigError
+from rig_edge import Memory, Misuse, RigError
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
@@ -44,8 +44,8 @@ class Profile:
     """Timestamps of a device's submissions while active (``with device.profile() as p``)."""
 
     def __init__(self, device: Device, capacity: int = 4096) -> None:
-        if capacity <= 0:
-            raise ValueError(f"a profile holds a positive number of events, not {capacity}")
+        if not isinstance(capacity, int) or capacity <= 0:
+            raise Misuse(f"a profile holds a positive number of events, not {capacity!r}")
         self.device = device
         self.capacity = capacity
         region = device.alloc(2 * SLOT * capacity, Memory.PINNED)

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
+from rig_nv import copies, qmd
 from rig_nv import launch as launching
-from rig_nv import qmd
 from rig_nv.hostmem import view
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
@@ -74,25 +74,29 @@ class Step:
 
     def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
                args: Sequence[Any] = (), shared: int = 0) -> int:
-        """Record a launch; returns its index (for :meth:`set_args`)."""
+        """Record a launch; returns its index (for :meth:`set_args`). Raises :class:`Misuse`
+        as :meth:`rig_nv.Device.launch` does."""
         self._unsealed()
         prep = launching.prepare(self.device, fn, grid, block, shared)
+        bank = bytearray(prep.bank)
+        launching.fill_args(fn, bank, args)  # checked before local memory grows
         if prep.local > self.device._slm:
             self.device._ensure_local(prep.local)
             prep = launching.prepare(self.device, fn, grid, block, shared)
-        bank = bytearray(prep.bank)
-        launching.fill_args(fn, bank, args)
+            bank = bytearray(prep.bank)
+            launching.fill_args(fn, bank, args)
         self._items.append(_Launch(fn, prep, bank))
         return len(self._items) - 1
 
     def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
              src_offset: int = 0) -> None:
-        """Record a copy on the copy engine of the compute channel."""
+        """Record a copy on the copy engine of the compute channel. Raises :class:`Misuse` as
+        :meth:`rig_nv.Device.copy` does."""
         self._unsealed()
         if n is None:
-            n = src.length - src_offset
-        if n <= 0 or dst_offset + n > dst.length or src_offset + n > src.length:
-            raise Misuse(f"a step copy of {n} bytes lies outside its regions")
+            n = copies.region_of("source", src).length - copies.whole("src_offset", src_offset)
+        dst, dst_offset, n = copies.span(self.device, "destination", dst, dst_offset, n)
+        src, src_offset, n = copies.span(self.device, "source", src, src_offset, n)
         self._items.append(_Copy(dst.gpu + dst_offset, src.gpu + src_offset, n))
 
     def _unsealed(self) -> None:
@@ -165,7 +169,9 @@ class Step:
         """Give launch ``index`` new arguments for the next submissions.
 
         Waits until the step's earlier submissions are done, since they read the same bank.
+        Raises :class:`Misuse` for an index that is no launch, or arguments out of range.
         """
+        index = copies.whole("a step item's index", index)
         item = self._items[index] if 0 <= index < len(self._items) else None
         if not isinstance(item, _Launch):
             raise Misuse(f"step item {index} is not a launch")
