@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -10,10 +12,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders as fb
 import sim
+from sim import gsp_fw
 
 from rig_nv_pci import boot, chips, gspmem, layout
 from rig_nv_pci.boot import BootError
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import rpc, sysinfo
 
 FB_SIZE = 8 << 30
 GSP_FUSE = sim.regs.FUSE_GSP_UCODE1_VERSION
@@ -175,28 +178,52 @@ def gsp_rig(**fw: object) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory]:
     return r, firmware, memory
 
 
+def system_of(r: Rig) -> sysinfo.SystemInfo:
+    g = r.gpu
+    return sysinfo.SystemInfo(g.bar0_address, g.bar1_address, g.bar3_address, domain=0, bus=0x41,
+                              devfn=0, vendor=0x10DE, device=0x2204, subsystem_vendor=0x10DE,
+                              subsystem_device=0x1454, revision=0xA1)
+
+
+def run_boot(r: Rig, memory: gspmem.GspMemory, init_timeout_s: float = 1.0, *,
+             system: sysinfo.SystemInfo | None = None,
+             on_event: Callable[[rpc.Incoming], None] | None = None) -> boot.GspBooted:
+    return boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
+                         alloc=r.gpu.host.alloc_dma, system=system or system_of(r),
+                         timeout_s=0.2, init_timeout_s=init_timeout_s, on_event=on_event)
+
+
 def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
     r, firmware, memory = gsp_rig()
     events: list[rpc.Incoming] = []
-    done = boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
-                         alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=1.0,
-                         on_event=events.append)
+    done = run_boot(r, memory, on_event=events.append)
     assert firmware.failure is None, firmware.log
     # the GSP found its arguments through the mailboxes, LibOS regions and RMARGS
     assert (r.gpu.gsp.mailbox(1) << 32 | r.gpu.gsp.mailbox(0)) == memory.libos_args
     assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
     assert firmware.queue_init == (memory.shared, 129, 0x1000, 0x41000)
     assert done.init_done.function == rpc.Event.GSP_INIT_DONE and events == []
-    # SET_REGISTRY (an empty table) went first, then the root client
+    # SET_SYSTEM_INFO and SET_REGISTRY (an empty table) went first, then the root client
     peer = firmware.peer
-    assert [q.function for q in peer.requests] == [rpc.Function.SET_REGISTRY,
+    assert [q.function for q in peer.requests] == [rpc.Function.GSP_SET_SYSTEM_INFO,
+                                                    rpc.Function.SET_REGISTRY,
                                                     rpc.Function.GSP_RM_ALLOC]
-    assert peer.requests[0].payload == bytes([8, 0, 0, 0, 0, 0, 0, 0])
+    assert peer.requests[0].payload == system_of(r).encode()
+    assert peer.requests[1].payload == bytes([8, 0, 0, 0, 0, 0, 0, 0])
+    # the GSP's sequencer ran against BAR 0 before INIT_DONE, and was not handed to on_event
+    g = r.gpu
+    assert g.regs[gsp_fw.SEQ_REG_A] == gsp_fw.SEQ_VALUE_A
+    assert g.regs[gsp_fw.SEQ_REG_B] == gsp_fw.SEQ_VALUE_B
+    assert firmware.log.index("sequencer ran") < firmware.log.index("GSP_INIT_DONE sent")
+    a, b, flag = gsp_fw.SEQ_REG_A, gsp_fw.SEQ_REG_B, gsp_fw.SEQ_DONE
+    assert [w for w in g.writes if w[0] in (a, b, flag)] == [
+        (a, gsp_fw.SEQ_VALUE_A), (b, gsp_fw.SEQ_VALUE_B), (flag, 1)]
     assert peer.objects == {rpc.CLIENT_HANDLE: 0} and done.rm.client == rpc.CLIENT_HANDLE
-    # the doorbell rang through NV_PGSP_QUEUE_HEAD(0): for SET_REGISTRY before anything else
-    # (the GSP served it when it started), then for the alloc, which the running GSP heard
+    # the doorbell rang through NV_PGSP_QUEUE_HEAD(0): for SET_SYSTEM_INFO and SET_REGISTRY
+    # before anything else (the GSP served them when it started), then for the alloc, which
+    # the running GSP heard
     rings = [i for i, w in enumerate(r.gpu.writes) if w == (sim.regs.GSP_QUEUE_HEAD0, 0)]
-    assert rings[0] == 0 and len(rings) == 2 and peer.rings == 1
+    assert rings[:2] == [0, 1] and len(rings) == 3 and peer.rings == 1
     # and the channel goes on serving the RM
     handle = done.rm.new_handle()
     assert done.rm.alloc(rpc.CLIENT_HANDLE, handle, 0x80) == handle  # NV01_DEVICE_0
@@ -208,8 +235,7 @@ def test_init_done_never_coming_is_a_timeout_naming_the_gpu() -> None:
     with pytest.raises(BootError, match=r"GPU 0: the GSP did not report GSP_INIT_DONE within "
                                         r"0.05 s after booter_load started it \(status queue "
                                         r"created by the GSP"):
-        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
-                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.05)
+        run_boot(r, memory, init_timeout_s=0.05)
     assert firmware.failure is None and firmware.peer.booted
 
 
@@ -217,8 +243,7 @@ def test_a_gsp_that_cannot_use_its_arguments_never_reports_init_done() -> None:
     r, firmware, memory = gsp_rig()
     r.gpu.host.view(memory.libos_args, 0x1000)[32 * 3:32 * 4] = bytes(32)  # RMARGS gone
     with pytest.raises(BootError, match=r"GPU 0: .*GSP_INIT_DONE .*status queue never created"):
-        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
-                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.05)
+        run_boot(r, memory, init_timeout_s=0.05)
     assert firmware.failure is not None and "no RMARGS" in firmware.failure
 
 
@@ -226,12 +251,54 @@ def test_a_failing_boot_step_names_the_gpu() -> None:
     r, _, memory = gsp_rig()
     r.gpu.sec2.programs[r.sb.ucode_id] = sim.booter_program(r.gpu, error=0x1F)
     with pytest.raises(BootError, match=r"^GPU 0: booter_load failed with error 0x0000001f"):
-        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
-                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.05)
+        run_boot(r, memory, init_timeout_s=0.05)
 
 
 def test_a_refused_root_client_fails_the_boot() -> None:
     r, _, memory = gsp_rig(alloc_status={0x0: 0x1F})
     with pytest.raises(BootError, match=r"GPU 0: the GSP booted but refused the root client"):
-        boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
-                      alloc=r.gpu.host.alloc_dma, timeout_s=0.2, init_timeout_s=0.5)
+        run_boot(r, memory, init_timeout_s=0.5)
+
+
+def test_set_system_info_carries_the_bars_and_pci_ids() -> None:
+    r, firmware, memory = gsp_rig()
+    run_boot(r, memory)
+    assert firmware.system_info is not None
+    info = sysinfo.decode(firmware.system_info)
+    g = r.gpu
+    assert (info["gpuPhysAddr"], info["gpuPhysFbAddr"], info["gpuPhysInstAddr"]) == (
+        g.bar0_address, g.bar1_address, g.bar3_address)
+    assert info["nvDomainBusDeviceFunc"] == 0x4100
+    assert info["PCIDeviceID"] == 0x2204_10DE and info["PCISubDeviceID"] == 0x1454_10DE
+    assert info["PCIRevisionID"] == 0xA1 and info["simAccessBufPhysAddr"] == 0
+    assert (info["pciConfigMirrorBase"], info["pciConfigMirrorSize"]) == (0x88000, 0x1000)
+    assert info["maxUserVa"] == (1 << 47) - 0x1000 and info["hostPageSize"] == 0x1000
+
+
+def test_system_info_with_another_bar0_stops_the_gsp() -> None:
+    r, firmware, memory = gsp_rig()
+    wrong = dataclasses.replace(system_of(r), bar0=0xDEAD_0000)
+    with pytest.raises(BootError, match=r"GPU 0: the GSP did not report GSP_INIT_DONE"):
+        run_boot(r, memory, init_timeout_s=0.05, system=wrong)
+    assert firmware.failure is not None and "gpuPhysAddr 0xdead0000" in firmware.failure
+
+
+def test_a_sequencer_poll_that_never_matches_fails_the_boot_at_once() -> None:
+    payload = gsp_fw.sequencer_payload([
+        (0, gsp_fw.SEQ_REG_A, 1),  # REG_WRITE
+        (2, gsp_fw.SEQ_REG_A, 0xFF, 2, 2000, 3),  # REG_POLL for 2 ms, error code 3
+    ])
+    r, firmware, memory = gsp_rig(sequencer=payload)
+    with pytest.raises(BootError, match=r"GPU 0: a sequencer the GSP sent before GSP_INIT_DONE "
+                                        r"failed: .*REG_POLL at payload offset 0x34 timed out "
+                                        r"after 2000 us: register 0x0014c0 read 0x00000001"
+                                        r".*\(GSP error code 3\)"):
+        run_boot(r, memory, init_timeout_s=5.0)
+    assert not firmware.sequencer_done and "GSP_INIT_DONE sent" not in firmware.log
+
+
+def test_a_malformed_sequencer_fails_the_boot_naming_the_opcode() -> None:
+    payload = gsp_fw.sequencer_payload([(3, 1), (9,)])  # DELAY_US 1, then no opcode 9
+    r, _, memory = gsp_rig(sequencer=payload)
+    with pytest.raises(BootError, match=r"unknown opcode 9 at payload offset 0x30"):
+        run_boot(r, memory, init_timeout_s=5.0)

@@ -18,10 +18,13 @@ Every failure raises :class:`BootError` saying which step failed and the registe
 show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.gspmem` and goes
 on as kgspInitRm does:
 
-7. SET_REGISTRY posted (an empty PACKED_REGISTRY_TABLE, g_os_nvoc.h) before the boot, as
-   kgspInitRm posts it before kgspBootstrap (SET_SYSTEM_INFO is not sent yet);
-8. after booter_load, GSP_INIT_DONE awaited on the status queue (kgspWaitForRmInitDone), events
-   before it handed to ``on_event``; then the root client made through :class:`RpcRM`.
+7. GSP_SET_SYSTEM_INFO (GspSystemInfo, :mod:`rig_nv_pci.gsp.sysinfo`: the BARs' bus addresses,
+   the PCI IDs) then SET_REGISTRY (an empty PACKED_REGISTRY_TABLE, g_os_nvoc.h) posted before
+   the boot, as kgspInitRm posts them before kgspBootstrap;
+8. after booter_load, GSP_INIT_DONE awaited on the status queue (kgspWaitForRmInitDone); every
+   GSP_RUN_CPU_SEQUENCER before it (and after) run against BAR 0 by
+   :class:`rig_nv_pci.gsp.sequencer.Sequencer` (_kgspRpcRunCpuSequencer), other events handed
+   to ``on_event``; then the root client made through :class:`RpcRM`.
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ from rig_edge import RigError
 from rig_nv.rm import RMError
 from rig_nv_pci import chips, fwimage, vbios
 from rig_nv_pci.falcon import GSP, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
+from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError
 from rig_nv_pci.gspmem import GspMemory
 from rig_pci import Window
 
@@ -252,36 +256,75 @@ class GspBooted:
 
 
 def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, alloc: Alloc,
+             system: sysinfo.SystemInfo, app_version: int = 0,
              timeout_s: float = GFW_TIMEOUT_S, init_timeout_s: float = INIT_DONE_TIMEOUT_S,
              on_event: Callable[[rpc.Incoming], None] | None = None) -> GspBooted:
     """Steps 1-8 of the module's docstring on the GPU ``name`` behind ``bar0``: ``memory``
     (:func:`rig_nv_pci.gspmem.build`, its doorbell :func:`doorbell`) holds the GSP's host
-    memory and queues. Returns once GSP-RM reported GSP_INIT_DONE and made the root client;
-    raises :class:`BootError` naming ``name`` otherwise."""
-    channel = rpc.Rpc(memory.queues, on_event=on_event, timeout_s=init_timeout_s)
-    try:
-        channel.post(rpc.Function.SET_REGISTRY, empty_registry())
-    except QueueError as e:
-        raise BootError(f"{name}: SET_REGISTRY could not be queued: {e}") from e
+    memory and queues, ``system`` the GPU's place on the bus for GSP_SET_SYSTEM_INFO,
+    ``app_version`` the bootloader's appVersion (for a sequencer's CORE_RESUME). Returns once
+    GSP-RM reported GSP_INIT_DONE and made the root client; raises :class:`BootError` naming
+    ``name`` otherwise (a sequencer the GSP sent that failed or was malformed included)."""
+    sequencer = Sequencer(bar0, gsp=Falcon(bar0, GSP, timeout_s),
+                          sec2=Falcon(bar0, SEC2, timeout_s), libos_args=memory.libos_args,
+                          app_version=app_version)
+    failed: list[SequencerError] = []
+
+    def events(incoming: rpc.Incoming) -> None:
+        if incoming.function != rpc.Event.GSP_RUN_CPU_SEQUENCER:
+            if on_event is not None:
+                on_event(incoming)
+            return
+        try:
+            sequencer.run(incoming.payload)
+        except SequencerError as e:
+            failed.append(e)
+            raise
+
+    channel = rpc.Rpc(memory.queues, on_event=events, timeout_s=init_timeout_s)
+    for function, payload in ((rpc.Function.GSP_SET_SYSTEM_INFO, system.encode()),
+                              (rpc.Function.SET_REGISTRY, empty_registry())):
+        try:
+            channel.post(function, payload)
+        except QueueError as e:
+            raise BootError(f"{name}: {function.name} could not be queued: {e}") from e
     try:
         booted = boot(bar0, booter_load=booter_load, frts_offset=memory.meta.frts_offset,
                       wpr_meta_address=memory.wpr_meta, alloc=alloc,
                       libos_args=memory.libos_args, timeout_s=timeout_s)
     except BootError as e:
         raise BootError(f"{name}: {e}") from e
-    try:
-        done = channel.wait_for(rpc.Event.GSP_INIT_DONE, init_timeout_s)
-    except rpc.RpcTimeout:
-        mailbox = bar0.read32(GSP.base + 0x040)
-        raise BootError(
-            f"{name}: the GSP did not report GSP_INIT_DONE within {init_timeout_s} s after "
-            f"booter_load started it (status queue "
-            f"{'created' if memory.queues.linked else 'never created'} by the GSP; "
-            f"NV_PGSP_FALCON_MAILBOX0 0x{mailbox:08x})") from None
-    except RigError as e:
-        raise BootError(f"{name}: waiting for GSP_INIT_DONE failed: {e}") from e
+    done = _wait_init_done(bar0, name, channel, memory, init_timeout_s, failed)
     try:
         rm = rpc.RpcRM.open(channel)
     except (RMError, QueueError, rpc.RpcTimeout) as e:
         raise BootError(f"{name}: the GSP booted but refused the root client: {e}") from e
     return GspBooted(booted, memory, channel, done, rm)
+
+
+def _wait_init_done(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory,
+                    timeout_s: float, failed: list[SequencerError]) -> rpc.Incoming:
+    """GSP_INIT_DONE, waited for in slices so that a failed sequencer ends the wait at once
+    (the GSP waits for the CPU to finish it and would never report INIT_DONE)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return channel.wait_for(rpc.Event.GSP_INIT_DONE,
+                                    max(0.0, min(0.05, deadline - time.monotonic())))
+        except rpc.RpcTimeout:
+            pass
+        except SequencerError:
+            pass  # recorded in ``failed``
+        except RigError as e:
+            raise BootError(f"{name}: waiting for GSP_INIT_DONE failed: {e}") from e
+        if failed:
+            raise BootError(f"{name}: a sequencer the GSP sent before GSP_INIT_DONE failed: "
+                            f"{failed[0]}") from failed[0]
+        if time.monotonic() >= deadline:
+            break
+    mailbox = bar0.read32(GSP.base + 0x040)
+    raise BootError(
+        f"{name}: the GSP did not report GSP_INIT_DONE within {timeout_s} s after "
+        f"booter_load started it (status queue "
+        f"{'created' if memory.queues.linked else 'never created'} by the GSP; "
+        f"NV_PGSP_FALCON_MAILBOX0 0x{mailbox:08x})")

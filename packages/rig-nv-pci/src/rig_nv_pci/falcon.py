@@ -256,13 +256,19 @@ class Falcon:
 
     # ---- DMA -----------------------------------------------------------------------------------
 
-    def _dma_setup(self) -> None:
-        """Physical DMA from coherent system memory with no context (kflcnDisableCtxReq_TU102
-        and the TRANSCFG(0) programming of kgspExecuteHsFalcon_GA102)."""
+    def disable_ctx_req(self) -> None:
+        """Let the engine DMA physically with no context: FBIF_CTL.ALLOW_PHYS_NO_CTX set and
+        DMACTL (REQUIRE_CTX) 0 (kflcnDisableCtxReq_TU102)."""
         fbif = self.engine.fbif
         ctl = self.bar0.read32(fbif + FBIF_CTL)
         self.bar0.write32(fbif + FBIF_CTL, ctl | FBIF_CTL_ALLOW_PHYS_NO_CTX)
         self.wr(DMACTL, 0)
+
+    def _dma_setup(self) -> None:
+        """Physical DMA from coherent system memory with no context (kflcnDisableCtxReq_TU102
+        and the TRANSCFG(0) programming of kgspExecuteHsFalcon_GA102)."""
+        fbif = self.engine.fbif
+        self.disable_ctx_req()
         cfg = self.bar0.read32(fbif + FBIF_TRANSCFG0) & ~0x7
         self.bar0.write32(fbif + FBIF_TRANSCFG0,
                           cfg | FBIF_TRANSCFG_COHERENT_SYSMEM | FBIF_TRANSCFG_PHYSICAL)
@@ -333,6 +339,11 @@ class Falcon:
             self.wr(MAILBOX0, mailbox0)
         if mailbox1 is not None:
             self.wr(MAILBOX1, mailbox1)
+        self.start_cpu()
+
+    def start_cpu(self) -> None:
+        """Start the CPU where it stands (kflcnStartCpu_TU102): STARTCPU through CPUCTL_ALIAS
+        when CPUCTL.ALIAS_EN is set, else through CPUCTL."""
         if self.rd(CPUCTL) & CPUCTL_ALIAS_EN:
             self.wr(CPUCTL_ALIAS, CPUCTL_STARTCPU)
         else:

@@ -85,6 +85,12 @@ class SimGpu:
     on_gsp_start: Callable[[], None] | None = None
     # the GSP's end of the command queue doorbell (NV_PGSP_QUEUE_HEAD(0))
     on_doorbell: Callable[[], None] | None = None
+    # what happens when the CPU writes a register: register -> callback(value)
+    on_write: dict[int, Callable[[int], None]] = field(default_factory=dict)
+    # the bus addresses of BARs 0, 1 and 3 (what GSP_SET_SYSTEM_INFO must carry)
+    bar0_address: int = 0xF200_0000
+    bar1_address: int = 0x38_0000_0000
+    bar3_address: int = 0x38_1000_0000
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -138,6 +144,8 @@ class SimGpu:
         if offset in (regs.WPR2_ADDR_LO, regs.WPR2_ADDR_HI, regs.PMC_BOOT_42):
             return  # protected or read-only: dropped
         self.regs[offset] = value
+        if offset in self.on_write:
+            self.on_write[offset](value)
 
     def bar0(self) -> SimBar0:
         return SimBar0(self)

@@ -14,7 +14,14 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig
   and statQueueOffset (u64 at 24);
 - it walks the shared memory's page table (pageTableEntryCount u64 bus addresses at its start,
   message_queue_cpu.c GspMsgQueuesInit), creates the status queue and serves the command
-  queue (tests/gsp_peer.py), then sends GSP_INIT_DONE (0x1001, rpc_global_enums.h).
+  queue (tests/gsp_peer.py);
+- it needs GSP_SET_SYSTEM_INFO (72) among what the CPU posted before the boot: a GspSystemInfo
+  (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address;
+- it hands the CPU a sequencer, GSP_RUN_CPU_SEQUENCER (0x1002) with an
+  rpc_run_cpu_sequencer_v17_00 (g_rpc-structures.h: bufferSizeDWord, cmdIndex,
+  regSaveArea[8], then the commands of rmgspseq.h: REG_WRITE 0, REG_POLL 2, DELAY_US 3), and
+  waits for the CPU to run it: the last command writes a scratch register, and only then does
+  it send GSP_INIT_DONE (0x1001, rpc_global_enums.h).
 
 What it found, and why it stopped if it did, is in :attr:`GspFirmware.log` and
 :attr:`GspFirmware.failure`: a GSP that cannot use its arguments sends nothing, as on hardware.
@@ -29,6 +36,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from . import regs
+
 if TYPE_CHECKING:
     from .gpu import SimGpu
 
@@ -38,6 +47,31 @@ QUEUE_INIT = struct.Struct("<QI4xQQ")
 PAGE = 0x1000
 EV_GSP_INIT_DONE = 0x1001
 EV_GSP_RUN_CPU_SEQUENCER = 0x1002
+FN_GSP_SET_SYSTEM_INFO = 72
+SYSTEM_INFO_SIZE = 928  # sizeof(GspSystemInfo), worked from the header in test_sysinfo.py
+SEQ_REG_WRITE, SEQ_REG_POLL, SEQ_DELAY_US = 0, 2, 3  # GSP_SEQ_BUF_OPCODE
+# the sequencer the simulated GSP sends: registers it writes and the flag it waits for
+SEQ_REG_A = regs.SW_SCRATCH + 4 * 0x30
+SEQ_REG_B = regs.SW_SCRATCH + 4 * 0x31
+SEQ_DONE = regs.SW_SCRATCH + 4 * 0x32
+SEQ_VALUE_A, SEQ_VALUE_B = 0x5EC0_0A0A, 0x5EC0_0B0B
+
+
+def sequencer_payload(commands: list[tuple[int, ...]], size_dwords: int = 64) -> bytes:
+    """rpc_run_cpu_sequencer_v17_00 holding ``commands`` (each an opcode and its arguments)."""
+    words = [w for c in commands for w in c]
+    return struct.pack(f"<10I{len(words)}I", size_dwords, len(words), *[0] * 8, *words)
+
+
+def default_sequencer() -> bytes:
+    """Two writes, a poll of the first, a delay, then the flag the GSP waits for."""
+    return sequencer_payload([
+        (SEQ_REG_WRITE, SEQ_REG_A, SEQ_VALUE_A),
+        (SEQ_REG_POLL, SEQ_REG_A, 0xFFFF_FFFF, SEQ_VALUE_A, 100_000, 1),
+        (SEQ_DELAY_US, 5),
+        (SEQ_REG_WRITE, SEQ_REG_B, SEQ_VALUE_B),
+        (SEQ_REG_WRITE, SEQ_DONE, 1),
+    ])
 
 
 def name_id(name: str) -> int:
@@ -62,11 +96,18 @@ def peer_module() -> ModuleType:
 
 class GspFirmware:
     """Install with :meth:`install`; runs when the GSP's RISC-V core starts. ``init_done``:
-    whether GSP-RM reports GSP_INIT_DONE; ``peer_kw`` configure the queue peer."""
+    whether GSP-RM reports GSP_INIT_DONE; ``sequencer``: the RUN_CPU_SEQUENCER payload it sends
+    first (:func:`default_sequencer` unless given; to be answered its last command writes 1 to
+    :data:`SEQ_DONE`), none with ``no_sequencer``; ``peer_kw`` configure the queue peer."""
 
-    def __init__(self, gpu: SimGpu, *, init_done: bool = True, **peer_kw: Any) -> None:
+    def __init__(self, gpu: SimGpu, *, init_done: bool = True,
+                 sequencer: bytes | None = None, no_sequencer: bool = False,
+                 **peer_kw: Any) -> None:
         self.gpu = gpu
         self.init_done = init_done
+        self.sequencer = None if no_sequencer else sequencer or default_sequencer()
+        self.system_info: bytes | None = None
+        self.sequencer_done = False
         self.peer_kw = peer_kw
         self.peer: Any = None
         self.regions: dict[str, tuple[int, int, int, int]] = {}  # name -> pa, size, kind, loc
@@ -77,7 +118,37 @@ class GspFirmware:
     def install(self) -> GspFirmware:
         self.gpu.on_gsp_start = self.start
         self.gpu.on_doorbell = self.doorbell
+        self.gpu.on_write[SEQ_DONE] = self._sequencer_ran
         return self
+
+    def _sequencer_ran(self, value: int) -> None:
+        if value != 1 or self.sequencer_done or self.peer is None:
+            return
+        self.sequencer_done = True
+        self.log.append("sequencer ran")
+        self._init_done()
+
+    def _init_done(self) -> None:
+        if self.init_done:
+            self.peer.event(EV_GSP_INIT_DONE)
+            self.log.append("GSP_INIT_DONE sent")
+
+    def _check_system_info(self) -> bool:
+        info = [q for q in self.peer.requests if q.function == FN_GSP_SET_SYSTEM_INFO]
+        if not info:
+            self._fail("no GSP_SET_SYSTEM_INFO before the boot")
+            return False
+        self.system_info = payload = bytes(info[0].payload)
+        if len(payload) != SYSTEM_INFO_SIZE:
+            self._fail(f"GSP_SET_SYSTEM_INFO of {len(payload)} bytes, not {SYSTEM_INFO_SIZE}")
+            return False
+        (bar0,) = struct.unpack_from("<Q", payload, 0)
+        if bar0 != self.gpu.bar0_address:
+            self._fail(f"GSP_SET_SYSTEM_INFO gpuPhysAddr 0x{bar0:x} is not BAR 0's bus address "
+                       f"0x{self.gpu.bar0_address:x}")
+            return False
+        self.log.append(f"system info: BAR 0 at 0x{bar0:x}")
+        return True
 
     def doorbell(self) -> None:
         if self.peer is not None:
@@ -130,7 +201,11 @@ class GspFirmware:
         except AssertionError as e:
             self._fail(f"the command queue is unusable: {e}")
             return
-        self.peer.service()  # what the CPU posted before the boot (SET_REGISTRY, ...)
-        if self.init_done:
-            self.peer.event(EV_GSP_INIT_DONE)
-            self.log.append("GSP_INIT_DONE sent")
+        self.peer.service()  # what the CPU posted before the boot (SET_SYSTEM_INFO, ...)
+        if not self._check_system_info():
+            return
+        if self.sequencer is None:
+            self._init_done()
+            return
+        self.peer.event(EV_GSP_RUN_CPU_SEQUENCER, self.sequencer)
+        self.log.append("RUN_CPU_SEQUENCER sent")

@@ -75,3 +75,9 @@ META_OFFSETS = {"magic": 0, "revision": 8, "gspFwWprStart": 112, "frtsOffset": 1
 # ga102/dev_gsp.h: NV_PGSP_QUEUE_HEAD(i) = 0x110C00 + 8i; the CPU writes 0 to (0) as the doorbell
 # of the GSP's command queue (kgspSetCmdQueueHead_TU102)
 GSP_QUEUE_HEAD0 = 0x110C00
+
+# ampere/ga100/dev_bus.h: NV_PBUS_SW_SCRATCH(i) = 0x1400 + 4i, 64 of them (0xE is the VBIOS's)
+SW_SCRATCH = 0x1400
+# ampere/ga102/dev_gc6_island.h / _addendum.h: BOOT_STAGE_3_HANDOFF 26:26, VALUE_DONE 1 (SEC2
+# reports GSP-RM reloaded)
+BSI_SECURE_SCRATCH_14 = 0x1180F8
