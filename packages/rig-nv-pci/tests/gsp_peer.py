@@ -17,9 +17,9 @@ import: a mistake both shared would pass):
 
 The GSP end creates the status queue, reads requests from the command queue (checking each
 message's checksum, element count, sequence number and RPC header), answers GSP_RM_ALLOC,
-GSP_RM_CONTROL and FREE with configurable statuses, answers a request that came in several
-messages with a reply in as many (continuation records), and can be told to send events and
-to corrupt a message's checksum.
+GSP_RM_CONTROL and FREE with configurable statuses and UNLOADING_GUEST_DRIVER (or, told so,
+not), answers a request that came in several messages with a reply in as many (continuation
+records), and can be told to send events and to corrupt a message's checksum.
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ class Peer:
     alloc_answer: dict[int, Callable[[bytes], bytes]] = field(default_factory=dict)
     status_in_header: bool = True  # also put a refusal's status in rpc_result
     static_info: bytes = b""
+    unload_reply: bool = True  # answer UNLOADING_GUEST_DRIVER (a hung GSP-RM does not)
 
     def __post_init__(self) -> None:
         self.mem = self.shared.cast("B") if self.shared.format != "B" else self.shared
@@ -267,7 +268,8 @@ class Peer:
             self._reply(r, p[:0xC] + struct.pack("<I", status), status)
         elif r.function == FN_UNLOADING_GUEST_DRIVER:
             self.unloaded = True
-            self._reply(r, p, 0)
+            if self.unload_reply:
+                self._reply(r, p, 0)
         elif r.function == FN_GET_GSP_STATIC_INFO:
             self._reply(r, self.static_info or bytes(len(p)), 0)
         elif r.function in (FN_GSP_SET_SYSTEM_INFO, FN_SET_REGISTRY):

@@ -302,3 +302,17 @@ def test_a_malformed_sequencer_fails_the_boot_naming_the_opcode() -> None:
     r, _, memory = gsp_rig(sequencer=payload)
     with pytest.raises(BootError, match=r"unknown opcode 9 at payload offset 0x30"):
         run_boot(r, memory, init_timeout_s=5.0)
+
+
+def test_the_boot_writes_the_app_version_to_falcon_os_after_booter_load() -> None:
+    r = Rig()
+    boot.boot(r.bar0, booter_load=r.sb.data, frts_offset=r.plan.frts_offset,
+              wpr_meta_address=r.meta.bus, alloc=r.gpu.host.alloc_dma, app_version=0x0A57_0144,
+              timeout_s=0.2)
+    g = r.gpu
+    os_reg = sim.regs.GSP_BASE + sim.regs.OS
+    assert g.gsp.reg(sim.regs.OS) == 0x0A57_0144
+    # written once booter_load (SEC2's start) ran, as kgspBootstrap_TU102 programs FALCON_OS
+    sec2_start = max(i for i, (reg, v) in enumerate(g.writes)
+                     if reg == sim.regs.SEC_BASE + sim.regs.CPUCTL and v & 2)
+    assert [i for i, (reg, _) in enumerate(g.writes) if reg == os_reg] > [sec2_start]

@@ -12,7 +12,9 @@ and what precedes it in open-gpu-kernel-modules 570.144):
    (kgspProgramLibosBootArgsAddr_TU102);
 6. booter_load run on SEC2 with its signature patched for SEC2's fuse version and the
    GspFwWprMeta address in MAILBOX0 (low) and MAILBOX1 (high) (kgspExecuteBooterLoad_TU102);
-   MAILBOX0 0 is success; then the GSP's RISC-V core must be active.
+   MAILBOX0 0 is success; NV_PGSP_FALCON_OS set to the bootloader's appVersion (as
+   kgspBootstrap_TU102 programs FALCON_OS after booter_load, nouveau r535_gsp_booter_load); then
+   the GSP's RISC-V core must be active.
 
 Every failure raises :class:`BootError` saying which step failed and the registers that
 show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.gspmem` and goes
@@ -37,7 +39,7 @@ from dataclasses import dataclass
 from rig_edge import RigError
 from rig_nv.rm import RMError
 from rig_nv_pci import chips, fwimage, vbios
-from rig_nv_pci.falcon import GSP, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
+from rig_nv_pci.falcon import GSP, OS, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
 from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError
@@ -207,10 +209,12 @@ class Booted:
 
 
 def boot(bar0: Window, *, booter_load: bytes, frts_offset: int, wpr_meta_address: int,
-         alloc: Alloc, libos_args: int = 0, timeout_s: float = GFW_TIMEOUT_S) -> Booted:
+         alloc: Alloc, libos_args: int = 0, app_version: int = 0,
+         timeout_s: float = GFW_TIMEOUT_S) -> Booted:
     """Steps 1-6 of the module's docstring on the GPU behind ``bar0``, with DMA memory from
     ``alloc``; GspFwWprMeta (with its FRTS offset ``frts_offset``) already lies at
-    ``wpr_meta_address``. Returns when the GSP's RISC-V core runs."""
+    ``wpr_meta_address``; ``app_version`` is the GSP bootloader's RM_RISCV_UCODE_DESC
+    appVersion. Returns when the GSP's RISC-V core runs."""
     check_wpr2_down(bar0)
     wait_gfw_boot(bar0, timeout_s)
     _, rom = read_vbios(bar0)
@@ -223,6 +227,7 @@ def boot(bar0: Window, *, booter_load: bytes, frts_offset: int, wpr_meta_address
     gsp.wr(0x040, libos_args & 0xFFFFFFFF)  # NV_PGSP_FALCON_MAILBOX0 (dev_gsp.h)
     gsp.wr(0x044, libos_args >> 32)  # NV_PGSP_FALCON_MAILBOX1
     run_booter_load(sec2, booter_load, wpr_meta_address, alloc)
+    gsp.wr(OS, app_version)  # NV_PFALCON_FALCON_OS (kgspBootstrap_TU102 "Program FALCON_OS")
     if not gsp.riscv_active():
         raise BootError(f"booter_load succeeded but the GSP's RISC-V core is not running "
                         f"({gsp.state()})")
@@ -262,7 +267,8 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
     """Steps 1-8 of the module's docstring on the GPU ``name`` behind ``bar0``: ``memory``
     (:func:`rig_nv_pci.gspmem.build`, its doorbell :func:`doorbell`) holds the GSP's host
     memory and queues, ``system`` the GPU's place on the bus for GSP_SET_SYSTEM_INFO,
-    ``app_version`` the bootloader's appVersion (for a sequencer's CORE_RESUME). Returns once
+    ``app_version`` the bootloader's appVersion (NV_PGSP_FALCON_OS after booter_load, and a
+    sequencer's CORE_RESUME). Returns once
     GSP-RM reported GSP_INIT_DONE and made the root client; raises :class:`BootError` naming
     ``name`` otherwise (a sequencer the GSP sent that failed or was malformed included)."""
     sequencer = Sequencer(bar0, gsp=Falcon(bar0, GSP, timeout_s),
@@ -291,7 +297,8 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
     try:
         booted = boot(bar0, booter_load=booter_load, frts_offset=memory.meta.frts_offset,
                       wpr_meta_address=memory.wpr_meta, alloc=alloc,
-                      libos_args=memory.libos_args, timeout_s=timeout_s)
+                      libos_args=memory.libos_args, app_version=app_version,
+                      timeout_s=timeout_s)
     except BootError as e:
         raise BootError(f"{name}: {e}") from e
     done = _wait_init_done(bar0, name, channel, memory, init_timeout_s, failed)

@@ -11,10 +11,11 @@ from .gpu import (
     SimDma,
     SimGpu,
     booter_program,
+    booter_unload_program,
     fwsec_program,
 )
 from .gsp_fw import GspFirmware
 
 __all__ = ["AD102_BOOT42", "BROM_FAILED", "GA102_BOOT42", "PRI_ERROR", "GspFirmware",
            "HostMemory", "SimBar0", "SimDma", "SimFalcon", "SimGpu", "booter_program",
-           "fwsec_program"]
+           "booter_unload_program", "fwsec_program"]

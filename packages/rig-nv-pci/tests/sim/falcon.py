@@ -285,6 +285,12 @@ class SimFalcon:
     def set_mailbox(self, i: int, value: int) -> None:
         self.regs[self.base + (regs.MAILBOX0, regs.MAILBOX1)[i]] = value
 
+    def halt_riscv(self) -> None:
+        """GSP-RM's LibOS suspending after UNLOADING_GUEST_DRIVER: the RISC-V core halts
+        (RISCV_CPUCTL reads HALTED, no longer ACTIVE_STAT)."""
+        self.state = "halted"
+        self.log.append("riscv halted")
+
     def start_riscv(self) -> None:
         """What booter_load does to the GSP on real hardware: its RISC-V core runs."""
         self.riscv_core = True

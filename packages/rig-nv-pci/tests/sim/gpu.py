@@ -1,5 +1,6 @@
 """The simulated GPU: BAR 0 as a register file with the registers an Ampere/Ada boot touches,
-host memory the falcons reach by DMA, and scripted firmware behaviour (FWSEC-FRTS, booter_load).
+host memory the falcons reach by DMA, and scripted firmware behaviour (FWSEC-FRTS, booter_load,
+booter_unload).
 """
 
 from __future__ import annotations
@@ -215,6 +216,31 @@ def booter_program(gpu: SimGpu, *, error: int = 0, start_gsp: bool = True
             gpu.gsp.start_riscv()
             if gpu.on_gsp_start is not None:
                 gpu.on_gsp_start()
+
+    return run
+
+
+BOOTER_UNLOAD_BAD_ARGS = 0xB0070003  # an error code the simulated booter_unload reports
+
+
+def booter_unload_program(gpu: SimGpu, *, error: int = 0) -> Callable[[SimFalcon], None]:
+    """booter_unload on SEC2, the mirror of :func:`booter_program`: for a normal unload it is
+    started with 0xff in MAILBOX0 and MAILBOX1 (kgspExecuteBooterUnloadIfNeeded_TU102), takes
+    WPR2 down (both bounds registers read 0, so WPR2_ADDR_HI's VAL is 0: kgspIsWpr2Up_TU102
+    false) and leaves 0 in MAILBOX0; or leaves ``error`` there and WPR2 up. Other mailbox
+    values (a suspend's SR meta address, GC6's 0xdeaddead) are not modelled: it reports
+    :data:`BOOTER_UNLOAD_BAD_ARGS`."""
+
+    def run(f: SimFalcon) -> None:
+        f.log.append(f"booter_unload mailboxes 0x{f.mailbox(0):x} 0x{f.mailbox(1):x}")
+        if error:
+            f.set_mailbox(0, error)
+            return
+        if (f.mailbox(0), f.mailbox(1)) != (0xFF, 0xFF):
+            f.set_mailbox(0, BOOTER_UNLOAD_BAD_ARGS)
+            return
+        gpu.wpr2 = (0, 0)
+        f.set_mailbox(0, 0)
 
     return run
 

@@ -21,7 +21,11 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig
   rpc_run_cpu_sequencer_v17_00 (g_rpc-structures.h: bufferSizeDWord, cmdIndex,
   regSaveArea[8], then the commands of rmgspseq.h: REG_WRITE 0, REG_POLL 2, DELAY_US 3), and
   waits for the CPU to run it: the last command writes a scratch register, and only then does
-  it send GSP_INIT_DONE (0x1001, rpc_global_enums.h).
+  it send GSP_INIT_DONE (0x1001, rpc_global_enums.h);
+- at UNLOADING_GUEST_DRIVER (47) it replies (unless ``peer_kw`` says ``unload_reply=False``),
+  then LibOS suspends: MAILBOX0 reads LIBOS_INTERRUPT_PROCESSOR_SUSPENDED 0x80000000 (what
+  _kgspIsProcessorSuspended in kernel_gsp_tu102.c waits for) and the RISC-V core halts; it
+  serves nothing after that. Started again by a later booter_load, it boots afresh.
 
 What it found, and why it stopped if it did, is in :attr:`GspFirmware.log` and
 :attr:`GspFirmware.failure`: a GSP that cannot use its arguments sends nothing, as on hardware.
@@ -47,6 +51,7 @@ QUEUE_INIT = struct.Struct("<QI4xQQ")
 PAGE = 0x1000
 EV_GSP_INIT_DONE = 0x1001
 EV_GSP_RUN_CPU_SEQUENCER = 0x1002
+PROCESSOR_SUSPENDED = 0x80000000  # LIBOS_INTERRUPT_PROCESSOR_SUSPENDED, in MAILBOX0
 FN_GSP_SET_SYSTEM_INFO = 72
 SYSTEM_INFO_SIZE = 928  # sizeof(GspSystemInfo), worked from the header in test_sysinfo.py
 SEQ_REG_WRITE, SEQ_REG_POLL, SEQ_DELAY_US = 0, 2, 3  # GSP_SEQ_BUF_OPCODE
@@ -98,13 +103,17 @@ class GspFirmware:
     """Install with :meth:`install`; runs when the GSP's RISC-V core starts. ``init_done``:
     whether GSP-RM reports GSP_INIT_DONE; ``sequencer``: the RUN_CPU_SEQUENCER payload it sends
     first (:func:`default_sequencer` unless given; to be answered its last command writes 1 to
-    :data:`SEQ_DONE`), none with ``no_sequencer``; ``peer_kw`` configure the queue peer."""
+    :data:`SEQ_DONE`), none with ``no_sequencer``; ``suspend_on_unload``: whether it suspends
+    after UNLOADING_GUEST_DRIVER; ``peer_kw`` configure the queue peer."""
 
     def __init__(self, gpu: SimGpu, *, init_done: bool = True,
                  sequencer: bytes | None = None, no_sequencer: bool = False,
-                 **peer_kw: Any) -> None:
+                 suspend_on_unload: bool = True, **peer_kw: Any) -> None:
         self.gpu = gpu
         self.init_done = init_done
+        self.suspend_on_unload = suspend_on_unload
+        self.suspended = False
+        self.boots = 0
         self.sequencer = None if no_sequencer else sequencer or default_sequencer()
         self.system_info: bytes | None = None
         self.sequencer_done = False
@@ -151,8 +160,14 @@ class GspFirmware:
         return True
 
     def doorbell(self) -> None:
-        if self.peer is not None:
-            self.peer.doorbell()
+        if self.peer is None or self.suspended:
+            return
+        self.peer.doorbell()
+        if self.peer.unloaded and self.suspend_on_unload:
+            self.suspended = True
+            self.gpu.gsp.set_mailbox(0, PROCESSOR_SUSPENDED)
+            self.gpu.gsp.halt_riscv()
+            self.log.append("suspended")
 
     def _fail(self, why: str) -> None:
         self.failure = why
@@ -160,6 +175,9 @@ class GspFirmware:
 
     def start(self) -> None:
         gsp = self.gpu.gsp
+        self.boots += 1
+        self.peer, self.suspended, self.sequencer_done = None, False, False
+        self.regions, self.queue_init, self.system_info = {}, None, None
         args = gsp.mailbox(1) << 32 | gsp.mailbox(0)
         self.log.append(f"libos args at 0x{args:x}")
         raw = self.gpu.host.view(args, PAGE)

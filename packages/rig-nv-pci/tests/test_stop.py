@@ -1,0 +1,131 @@
+"""rig_nv_pci.stop against the simulated GPU: GSP-RM unloaded, booter_unload taking WPR2 down.
+
+The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
+takes down the protected memory (WPR2) the boot set up, which NVIDIA's driver refuses to boot
+a GPU with." and "A GPU whose stop could not unload its GSP's firmware or take its boot down
+[...] is lost, and its next open resets it first." A stopped GPU can therefore be booted again.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import firmware_builders as fb
+import sim
+from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, SEC_FUSE, Rig, gsp_rig, run_boot
+
+from rig_nv_pci import boot, chips, gspmem, layout
+from rig_nv_pci.gsp import rpc
+from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
+
+UNLOAD_UCODE_ID = 4
+
+
+def stop_rig(**fw: object) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory, fb.SyntheticBooter]:
+    """:func:`test_boot.gsp_rig` with a booter_unload (ucode id 4) SEC2 accepts."""
+    r, firmware, memory = gsp_rig(**fw)
+    unload = fb.build_booter(meta=(1, 1, UNLOAD_UCODE_ID))
+    g = r.gpu
+    g.sec2.ucode_id = None  # SEC2 runs both booters, each under its own ucode id
+    g.fuses[SEC_FUSE + 4 * (UNLOAD_UCODE_ID - 1)] = 0b1
+    g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g)
+    return r, firmware, memory, unload
+
+
+def stop(r: Rig, booted: boot.GspBooted, unload: fb.SyntheticBooter) -> None:
+    stop_gsp(r.bar0, booted, name="GPU 0", booter_unload=unload.data,
+             alloc=r.gpu.host.alloc_dma, timeout_s=0.2, unload_timeout_s=0.1,
+             suspend_timeout_s=0.05)
+
+
+def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:
+    r, firmware, memory, unload = stop_rig()
+    booted = run_boot(r, memory)
+    assert boot.wpr2_range(r.bar0) is not None
+    stop(r, booted, unload)
+    g, peer = r.gpu, firmware.peer
+    # the root client freed, then UNLOADING_GUEST_DRIVER: a plain unload, all fields 0
+    assert [q.function for q in peer.requests[-2:]] == [rpc.Function.FREE,
+                                                        rpc.Function.UNLOADING_GUEST_DRIVER]
+    assert peer.requests[-1].payload == bytes(8) and peer.objects == {}
+    # the GSP suspended (MAILBOX0 0x80000000, RISC-V halted), then was reset, and stays so
+    assert firmware.suspended and "riscv halted" in g.gsp.log
+    assert g.gsp.log.index("riscv halted") < len(g.gsp.log) - 1 and g.gsp.log[-1] == "reset"
+    assert g.gsp.state != "riscv-running"
+    # booter_unload ran on SEC2 with 0xff in both mailboxes and took WPR2 down
+    assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
+    assert "booter_unload mailboxes 0xff 0xff" in g.sec2.log
+    assert g.sec2.mailbox(0) == 0
+    assert boot.wpr2_range(r.bar0) is None and g.wpr2 == (0, 0)
+
+
+def test_a_stopped_gpu_boots_again() -> None:
+    r, firmware, memory, unload = stop_rig()
+    stop(r, run_boot(r, memory), unload)
+    plan = layout.fb_layout(chips.AMPERE, FB_SIZE, len(GSP_IMAGE), len(BOOTLOADER))
+    again = gspmem.build(r.gpu.host.alloc_dma, image=GSP_IMAGE, bootloader=BOOTLOADER,
+                         code_offset=0, data_offset=0x1000, manifest_offset=0x1800,
+                         signature=b"\x5e" * 0x1000, plan=plan,
+                         doorbell=boot.doorbell(r.bar0), name="GPU 0")
+    booted = run_boot(r, again)
+    assert firmware.boots == 2 and firmware.failure is None, firmware.log
+    assert booted.init_done.function == rpc.Event.GSP_INIT_DONE
+    assert r.gpu.gsp.state == "riscv-running" and boot.wpr2_range(r.bar0) is not None
+    assert firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
+    # and it stops again
+    stop(r, booted, unload)
+    assert boot.wpr2_range(r.bar0) is None
+
+
+def test_a_gsp_that_never_answers_the_unload_times_out_and_booter_unload_still_runs() -> None:
+    r, firmware, memory, unload = stop_rig(unload_reply=False, suspend_on_unload=False)
+    booted = run_boot(r, memory)
+    with pytest.raises(StopError, match=r"^GPU 0: stopping the GSP failed: "
+                                        r"UNLOADING_GUEST_DRIVER: .*in time; waiting for the "
+                                        r"GSP to suspend: the GSP did not suspend within "
+                                        r"0.05 s") as e:
+        stop(r, booted, unload)
+    assert len(e.value.steps) == 2 and e.value.lost
+    assert firmware.peer.unloaded and not firmware.suspended
+    assert r.gpu.gsp.mailbox(0) != PROCESSOR_SUSPENDED
+    # the teardown still ran: GSP reset, booter_unload on SEC2, WPR2 down
+    assert r.gpu.gsp.log[-1] == "reset"
+    assert f"hs run ucode {UNLOAD_UCODE_ID}" in r.gpu.sec2.log
+    assert boot.wpr2_range(r.bar0) is None
+
+
+def test_booter_unload_failing_names_its_mailbox_and_wpr2_still_up() -> None:
+    r, firmware, memory, unload = stop_rig()
+    r.gpu.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(r.gpu, error=0x2A)
+    booted = run_boot(r, memory)
+    with pytest.raises(StopError, match=r"^GPU 0: stopping the GSP failed: booter_unload: "
+                                        r"booter_unload failed with error 0x0000002a in "
+                                        r"SEC2's MAILBOX0 .*; WPR2 is still up after "
+                                        r"booter_unload") as e:
+        stop(r, booted, unload)
+    assert e.value.lost and len(e.value.steps) == 2
+    assert firmware.suspended  # the GSP-RM part went well
+    assert boot.wpr2_range(r.bar0) is not None
+
+
+def test_a_refused_free_still_unloads_and_takes_wpr2_down() -> None:
+    r, firmware, memory, unload = stop_rig(free_status={rpc.CLIENT_HANDLE: 0x1F})
+    booted = run_boot(r, memory)
+    with pytest.raises(StopError, match=r"^GPU 0: stopping the GSP failed: freeing the root "
+                                        r"client: ") as e:
+        stop(r, booted, unload)
+    assert e.value.steps[0].startswith("freeing the root client") and len(e.value.steps) == 1
+    assert not e.value.lost
+    assert firmware.suspended and boot.wpr2_range(r.bar0) is None
+
+
+def test_a_stop_with_wpr2_already_down_skips_booter_unload() -> None:
+    r, _, memory, unload = stop_rig()
+    booted = run_boot(r, memory)
+    r.gpu.wpr2 = (0, 0)
+    stop(r, booted, unload)
+    assert f"hs run ucode {UNLOAD_UCODE_ID}" not in r.gpu.sec2.log
