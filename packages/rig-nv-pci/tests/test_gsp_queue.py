@@ -8,32 +8,20 @@ msgqRxHeader 1 x u32), message_queue_cpu.c (two 256 KiB queues, page table), dev
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import struct
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+sys.path.insert(0, str(Path(__file__).parent))
+from sim import peer_module
+
 from rig_edge import Misuse, RigError
 from rig_nv_pci.gsp import queue as q
 from rig_nv_pci.gsp.rpc import header
-
-
-def peer_module() -> ModuleType:
-    """tests/gsp_peer.py, loaded once (tests run with --import-mode=importlib)."""
-    name = "rig_nv_pci_tests_gsp_peer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("gsp_peer.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
 
 SMALL = q.Layout(8 * 4096, 8 * 4096)  # 7 elements a queue: wraps quickly
 

@@ -10,14 +10,15 @@ rpc_os_error_log_v17_00 272, rpc_ucode_libos_print_v1E_08 8), cl0000.h
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim import peer_module
 
 from rig_edge import Misuse
 from rig_nv.rm import RMError
@@ -26,18 +27,6 @@ from rig_nv_pci.gsp import rpc as r
 
 NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED, NV_ERR_INVALID_OBJECT_HANDLE = 0x51, 0x56, 0x33
 NV_ERR_INVALID_OBJECT_PARENT, NV_ERR_INSERT_DUPLICATE_NAME = 0x36, 0x19
-
-
-def peer_module() -> ModuleType:
-    """tests/gsp_peer.py, loaded once (tests run with --import-mode=importlib)."""
-    name = "rig_nv_pci_tests_gsp_peer"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("gsp_peer.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 def connect(layout: q.Layout | None = None, *, events: list[r.Incoming] | None = None,

@@ -14,8 +14,8 @@ from .gpu import (
     booter_unload_program,
     fwsec_program,
 )
-from .gsp_fw import GspFirmware
+from .gsp_fw import GspFirmware, peer_module
 
 __all__ = ["AD102_BOOT42", "BROM_FAILED", "GA102_BOOT42", "PRI_ERROR", "GspFirmware",
            "HostMemory", "SimBar0", "SimDma", "SimFalcon", "SimGpu", "booter_program",
-           "booter_unload_program", "fwsec_program"]
+           "booter_unload_program", "fwsec_program", "peer_module"]
