@@ -24,8 +24,8 @@ from cffi import FFI
 
 from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_edge.errors import Fault
+from rig_nv import checks, copies
 from rig_nv import classes as cls
-from rig_nv import copies
 from rig_nv import launch as launching
 from rig_nv import qmd as qmd_mod
 from rig_nv.channel import Arena, Channel, Ring
@@ -474,7 +474,7 @@ class Device:
         :class:`rig_edge.Misuse` if ``n`` is not a positive whole number or ``kind`` no
         :class:`rig_edge.Memory`.
         """
-        n = copies.whole("an allocation's size", n)
+        n = checks.whole("an allocation's size", n)
         if not isinstance(kind, Memory):
             raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
         if n <= 0:
@@ -512,7 +512,7 @@ class Device:
         its size, once the work submitted before the free is done, as CUDA's and PyTorch's
         caching allocators do; :meth:`trim` gives it back to the RM.
         """
-        copies.region_of("free's region", region)
+        checks.region_of("free's region", region)
         with self._lock:
             a = self._allocs.pop(region, None)
             if a is None:
@@ -585,7 +585,7 @@ class Device:
         """Export the RM object ``region`` lies in as a new dma-buf, at the region's offset.
 
         Raises :class:`Misuse` for a region that is not a live one of this device."""
-        copies.region_of("dma's region", region)
+        checks.region_of("dma's region", region)
         self._check()
         with self._lock:
             a = self._allocs.get(region)
@@ -691,9 +691,9 @@ class Device:
         is not a live one of this device (freed, or another device's).
         """
         if n is None:
-            n = copies.region_of("source", src).length - copies.whole("src_offset", src_offset)
-        dst, dst_offset, n = copies.span(self, "destination", dst, dst_offset, n)
-        src, src_offset, n = copies.span(self, "source", src, src_offset, n)
+            n = checks.region_of("source", src).length - checks.whole("src_offset", src_offset)
+        dst, dst_offset, n = checks.span(self, "destination", dst, dst_offset, n)
+        src, src_offset, n = checks.span(self, "source", src, src_offset, n)
         d, s = dst.gpu + dst_offset, src.gpu + src_offset
         if (n >= KERNEL_COPY_LEAST and dst.kind in VIDEO and src.kind in VIDEO
                 and self._copy_kernels() is not None):
@@ -717,8 +717,8 @@ class Device:
         the bytes are in ``dst``. Raises :class:`Misuse` for ``data`` that is no buffer, bytes
         outside ``dst``, or a ``dst`` that is not a live region of this device.
         """
-        src = copies.buffer("upload's data", data)
-        dst, offset, n = copies.span(self, "destination", dst, offset, len(src))
+        src = checks.buffer("upload's data", data)
+        dst, offset, n = checks.span(self, "destination", dst, offset, len(src))
         self._check()
         if dst.host is not None:
             view(dst.host + offset, n)[:] = src
@@ -733,9 +733,9 @@ class Device:
         region of this device, or an ``out`` that is no writable buffer of ``n`` bytes.
         """
         if n is None:
-            n = copies.region_of("source", src).length - copies.whole("offset", offset)
-        src, offset, n = copies.span(self, "source", src, offset, n)
-        result = copies.buffer("out", out if out is not None else bytearray(n), writable=True)
+            n = checks.region_of("source", src).length - checks.whole("offset", offset)
+        src, offset, n = checks.span(self, "source", src, offset, n)
+        result = checks.buffer("out", out if out is not None else bytearray(n), writable=True)
         if len(result) < n:
             raise Misuse(f"out holds {len(result)} bytes, fewer than {n}")
         self._check()
@@ -751,7 +751,7 @@ class Device:
     def sleep(self, timeout_s: float) -> None:
         """Sleep through the path until the GPU may have progressed; raises its faults, and
         :class:`Misuse` for a timeout that is not a number of seconds >= 0."""
-        copies.seconds("a sleep's timeout", timeout_s)
+        checks.seconds("a sleep's timeout", timeout_s)
         self._check()
         fault = self._faulted()
         if fault is not None:

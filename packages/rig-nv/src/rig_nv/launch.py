@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import copies, qmd
+from rig_nv import checks, qmd
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
 
@@ -171,7 +171,7 @@ def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
     architecture than the GPU's (naming both), :class:`Misuse` for ``data`` that is no buffer.
     """
     if not isinstance(data, bytes):
-        data = bytes(copies.buffer("a cubin", data))
+        data = bytes(checks.buffer("a cubin", data))
     cubin = parse(data)
     want = device.arch
     if cubin.arch.rstrip("af") != want:

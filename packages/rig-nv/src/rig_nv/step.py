@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import copies, qmd
+from rig_nv import checks, qmd
 from rig_nv import launch as launching
 from rig_nv.hostmem import view
 from rig_nv.push import (
@@ -94,9 +94,9 @@ class Step:
         :meth:`rig_nv.Device.copy` does."""
         self._unsealed()
         if n is None:
-            n = copies.region_of("source", src).length - copies.whole("src_offset", src_offset)
-        dst, dst_offset, n = copies.span(self.device, "destination", dst, dst_offset, n)
-        src, src_offset, n = copies.span(self.device, "source", src, src_offset, n)
+            n = checks.region_of("source", src).length - checks.whole("src_offset", src_offset)
+        dst, dst_offset, n = checks.span(self.device, "destination", dst, dst_offset, n)
+        src, src_offset, n = checks.span(self.device, "source", src, src_offset, n)
         self._items.append(_Copy(dst.gpu + dst_offset, src.gpu + src_offset, n))
 
     def _unsealed(self) -> None:
@@ -171,7 +171,7 @@ class Step:
         Waits until the step's earlier submissions are done, since they read the same bank.
         Raises :class:`Misuse` for an index that is no launch, or arguments out of range.
         """
-        index = copies.whole("a step item's index", index)
+        index = checks.whole("a step item's index", index)
         item = self._items[index] if 0 <= index < len(self._items) else None
         if not isinstance(item, _Launch):
             raise Misuse(f"step item {index} is not a launch")

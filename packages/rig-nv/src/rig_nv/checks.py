@@ -1,0 +1,85 @@
+"""The argument checks every public call of rig_nv makes before it touches the GPU: each
+raises :class:`rig_edge.Misuse` (a ValueError) naming the argument and the problem, having
+changed nothing (DESIGN.md's error policy)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+import operator
+from typing import TYPE_CHECKING, Any
+
+from rig_edge import Misuse, Region
+
+if TYPE_CHECKING:
+    from rig_nv.device import Device
+
+
+def whole(what: str, v: Any) -> int:
+    """``v`` as an int (any integer type), or :class:`Misuse` naming ``what``."""
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise Misuse(f"{what} must be a whole number, not {type(v).__name__}") from None
+
+
+def seconds(what: str, v: Any) -> float:
+    """``v`` as seconds >= 0, or :class:`Misuse` naming ``what``."""
+    t = float(v) if isinstance(v, numbers.Real) else math.nan
+    if not t >= 0:
+        raise Misuse(f"{what} must be a number of seconds >= 0, not {v!r}")
+    return t
+
+
+def buffer(what: str, data: Any, *, writable: bool = False) -> memoryview:
+    """``data``'s bytes as a memoryview, or :class:`Misuse` when it is no contiguous buffer
+    (or a read-only one where ``writable``)."""
+    try:
+        m = memoryview(data).cast("B")
+    except TypeError as e:
+        raise Misuse(f"{what} must be a contiguous buffer, not {type(data).__name__} "
+                     f"({e})") from None
+    if writable and m.readonly:
+        raise Misuse(f"{what} is a read-only buffer")
+    return m
+
+
+def region_of(what: str, region: Any) -> Region:
+    if not isinstance(region, Region):
+        raise Misuse(f"{what} must be a rig_edge.Region, not {type(region).__name__}")
+    return region
+
+
+def live(d: Device, region: Region, what: str) -> None:
+    """:class:`Misuse` unless ``region`` is, or lies inside, a live region of ``d`` (at the
+    same host address): not freed, not another device's."""
+    with d._lock:
+        if region in d._allocs:
+            return
+        for r in d._allocs:
+            if (r.kind is region.kind and r.gpu <= region.gpu
+                    and region.gpu + region.length <= r.gpu + r.length
+                    and region.host == (None if r.host is None
+                                        else r.host + region.gpu - r.gpu)):
+                return
+    raise Misuse(f"{what} {region} is not a live region of {d.facts.name} (freed, or "
+                 "another device's)")
+
+
+def span(d: Device, what: str, region: Any, offset: Any, n: Any) -> tuple[Region, int, int]:
+    """Check that ``n`` bytes at ``offset`` lie inside ``region``, a live region of ``d``;
+    returns them. Raises :class:`Misuse` naming the problem, before anything is submitted."""
+    if type(region) is not Region:
+        region = region_of(what, region)
+    if type(offset) is not int:
+        offset = whole(f"{what}'s offset", offset)
+    if type(n) is not int:
+        n = whole("a copy's length", n)
+    if n <= 0:
+        raise Misuse(f"a copy's length must be positive, not {n}")
+    if offset < 0 or offset + n > region.length:
+        raise Misuse(f"bytes [{offset}, {offset + n}) lie outside the {region.length}-byte "
+                     f"{what}")
+    if region not in d._allocs:  # the common case needs no lock: a dict's lookup is atomic
+        live(d, region, what)
+    return region, offset, n
