@@ -13,6 +13,7 @@ from rig_pci import Window
 
 from . import regs
 from .falcon import SimFalcon
+from .fsp import SimFsp
 
 BAR0_SIZE = 0x1000000
 GA102_BOOT42 = 0x17 << 24 | 0x2 << 20 | 0xA1
@@ -92,6 +93,8 @@ class SimGpu:
     bar0_address: int = 0xF200_0000
     bar1_address: int = 0x38_0000_0000
     bar3_address: int = 0x38_1000_0000
+    # a Hopper's FSP (its boot scratch, EMEM channel 0 and queues); None on Ampere/Ada
+    fsp: SimFsp | None = None
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -105,6 +108,8 @@ class SimGpu:
 
     def read(self, offset: int) -> int:
         self.reads.append(offset)
+        if self.fsp is not None and self.fsp.owns(offset):
+            return self.fsp.read(offset)
         for f in self.falcons:
             if f.owns(offset):
                 return f.read(offset)
@@ -134,6 +139,9 @@ class SimGpu:
 
     def write(self, offset: int, value: int) -> None:
         self.writes.append((offset, value))
+        if self.fsp is not None and self.fsp.owns(offset):
+            self.fsp.write(offset, value)
+            return
         if offset == regs.GSP_QUEUE_HEAD0:
             if self.on_doorbell is not None:
                 self.on_doorbell()

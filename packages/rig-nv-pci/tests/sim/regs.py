@@ -81,3 +81,12 @@ SW_SCRATCH = 0x1400
 # ampere/ga102/dev_gc6_island.h / _addendum.h: BOOT_STAGE_3_HANDOFF 26:26, VALUE_DONE 1 (SEC2
 # reports GSP-RM reloaded)
 BSI_SECURE_SCRATCH_14 = 0x1180F8
+
+# hopper/gh100/dev_therm.h NV_THERM_I2CS_SCRATCH; dev_therm_addendum.h: _FSP_BOOT_COMPLETE_STATUS
+# reads _SUCCESS 0xff once the FSP has booted
+THERM_I2CS_SCRATCH = 0x0200BC
+# hopper/gh100/dev_fsp_pri.h, channel i at + 8i: EMEMC (OFFS 7:2, BLK 15:8, AINCW 24, AINCR 25),
+# EMEMD, the host -> FSP queue and the FSP -> host message queue
+FSP_EMEMC, FSP_EMEMD = 0x8F2AC0, 0x8F2AC4
+FSP_QUEUE_HEAD, FSP_QUEUE_TAIL = 0x8F2C00, 0x8F2C04
+FSP_MSGQ_HEAD, FSP_MSGQ_TAIL = 0x8F2C80, 0x8F2C84
