@@ -38,13 +38,47 @@ def test_the_table_is_the_spec_list_with_nova_cores_numbers() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "family", "architecture"),
-    [("GA104", "ga102", "Ampere"), ("AD107", "ad102", "Ada"), ("GB206", "gb202", "Blackwell")],
+    ("name", "family", "architecture", "boot", "cot"),
+    [("GA104", "ga102", "Ampere", "booter", None), ("AD107", "ad102", "Ada", "booter", None),
+     ("GB206", "gb202", "Blackwell", "fsp", 2)],
 )
-def test_family(name: str, family: str, architecture: str) -> None:
+def test_family(name: str, family: str, architecture: str, boot: str, cot: int | None) -> None:
     chip = chips.identify(boot42(NOVA_CORE[name] >> 4, NOVA_CORE[name] & 0xF))
     assert chip.name == name
     assert (chip.family.name, chip.family.architecture) == (family, architecture)
+    assert (chip.family.boot, chip.family.cot_version) == (boot, cot)
+    assert chips.lookup(boot42(NOVA_CORE[name] >> 4, NOVA_CORE[name] & 0xF)) is chip
+
+
+def test_gh100_is_hopper_booted_through_the_fsp_with_cot_v1() -> None:
+    # nv_ref.h NV_PMC_BOOT_42_ARCHITECTURE_GH100 0x18, nv_arch.h GPU_IMPLEMENTATION_GH100 0x0;
+    # cotPayloadVersion 1 on GH100 (g_kern_fsp_nvoc.c).
+    chip = chips.lookup(boot42(0x18, 0x0))
+    assert chip is not None and (chip.name, chip.chip_id) == ("GH100", 0x180)
+    assert chip.family is chips.HOPPER
+    assert (chips.HOPPER.name, chips.HOPPER.architecture) == ("gh100", "Hopper")
+    assert (chips.HOPPER.boot, chips.HOPPER.cot_version) == ("fsp", 1)
+    assert chips.chip_name(boot42(0x18, 0x0, major=0xB)) == "GH100"
+    assert chips.lookup(boot42(0x18, 0x2)) is None and chips.lookup(boot42(0x16, 0x2)) is None
+
+
+def test_gh100_is_refused_as_outside_the_specs_chips() -> None:
+    """Spec (Requirements): "The chips whose boot this library lays out open: GA10x, AD10x,
+    GB20x"; an open refuses "its chip is outside the chips Requirements lists, naming it".
+    Hopper's family is known (its data serves the FSP boot Blackwell shares), not opened."""
+    with pytest.raises(chips.UnsupportedChip) as e:
+        chips.identify(boot42(0x18, 0x0))
+    assert str(e.value) == (
+        "chip GH100 (boot42 0x180a1000) is not one this library boots; it boots GA102, GA103, "
+        "GA104, GA106, GA107, AD102, AD103, AD104, AD106, AD107, GB202, GB203, GB205, GB206 "
+        "and GB207"
+    )
+
+
+def test_a_family_boots_by_booter_or_fsp_with_a_cot_version_only_for_fsp() -> None:
+    for bad in (("x", "X", "fmc", None), ("x", "X", "fsp", None), ("x", "X", "booter", 1)):
+        with pytest.raises(ValueError):
+            chips.Family(*bad)
 
 
 def test_families_firmware_is_the_spec_list_and_pinned() -> None:
@@ -66,16 +100,27 @@ def test_families_firmware_is_the_spec_list_and_pinned() -> None:
         "nvidia/gb202/gsp/bootloader-570.144.bin",
         "nvidia/gb202/gsp/fmc-570.144.bin",
     )
+    # Hopper: the GSP image shared with ga10x (nv-firmware.h maps GH100 to gsp_ga10x; gh100's
+    # gsp-570.144.bin is a link to ga102's), gh100's bootloader and FMC; no booter.
+    assert chips.HOPPER.firmware == (
+        gsp,
+        "nvidia/gh100/gsp/bootloader-570.144.bin",
+        "nvidia/gh100/gsp/fmc-570.144.bin",
+    )
     assert chips.BLACKWELL.booter_load is None and chips.AMPERE.fmc is None
+    assert chips.HOPPER.booter_load is None and chips.HOPPER.booter_unload is None
     for family in (chips.AMPERE, chips.ADA, chips.BLACKWELL):
         for name in family.firmware:
             assert name in firmware.NVIDIA_GSP_570_144
+    # Hopper's own files are not pinned (nor fetched) until its boot is built.
+    assert chips.HOPPER.fmc not in firmware.NVIDIA_GSP_570_144
 
 
 @pytest.mark.parametrize(
     ("value", "named"),
     [
-        (boot42(0x18, 0x0), "chip GH100 (boot42 0x180a1000)"),  # Hopper, an H100/H200
+        (boot42(0x18, 0x2), "an unknown chip (boot42 0x182a1000: architecture 0x18, "
+                            "implementation 0x2)"),  # no Hopper but GH100 in nv_arch.h
         (boot42(0x17, 0x0), "chip GA100 (boot42 0x170a1000)"),  # Ampere, but not GA10x
         (boot42(0x1A, 0x0), "chip GB100 (boot42 0x1a0a1000)"),
         (boot42(0x1B, 0x4), "chip GB204 (boot42 0x1b4a1000)"),  # in nv_arch.h, not the spec

@@ -81,7 +81,12 @@ def test_gsp_version_is_optional() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# fmc (Blackwell)
+# fmc (Hopper: COT v1; Blackwell: COT v2)
+
+# NVDM_PAYLOAD_COT's hash384[12], publicKey[96] and signature[96] hold 48, 384 and 384 bytes;
+# GH100 fills them whole (cotPayloadPublicKeySize/SignatureSize 384, g_kern_fsp_nvoc.c), GB20x
+# with a 97-byte P-384 point and a 96-byte signature.
+V1 = {"hash_": b"\x11" * 48, "signature": b"\x22" * 384, "public_key": b"\x33" * 384}
 
 
 def test_fmc_sections() -> None:
@@ -90,9 +95,43 @@ def test_fmc_sections() -> None:
     m = fwimage.parse_fmc(data)
     assert bytes(m.image.data) == image
     assert (m.hash.size, m.signature.size, m.public_key.size) == (48, 96, 97)
+    assert m.cot_version == 2
     assert bytes(m.public_key.data)[:1] == b"\x04"
     assert data[m.hash.offset:m.hash.offset + 48] == b"\x11" * 48
     assert fwimage.parse_fmc(fb.build_fmc(image, crc=False)).image.info == 0
+    assert fwimage.parse_fmc(data, cot_version=2).cot_version == 2
+
+
+def test_gh100_fmc_sections_are_cot_v1() -> None:
+    image = bytes(range(256)) * 7
+    data = fb.build_fmc(image, **V1)
+    m = fwimage.parse_fmc(data, "nvidia/gh100/gsp/fmc-570.144.bin")
+    assert m.cot_version == 1
+    assert (m.hash.size, m.signature.size, m.public_key.size) == (48, 384, 384)
+    assert bytes(m.image.data) == image
+    assert data[m.signature.offset:m.signature.offset + 384] == b"\x22" * 384
+    assert bytes(m.public_key.data) == b"\x33" * 384
+    assert fwimage.parse_fmc(data, cot_version=1) == m
+
+
+def test_fmc_of_the_other_cot_version_is_refused_when_one_is_wanted() -> None:
+    v1 = fb.build_fmc(b"img", **V1)
+    with pytest.raises(FirmwareFormatError, match=r"fmc-570.144.bin: sections hash, signature, "
+                       r"publickey of 48, 384, 384 bytes are COT version 1's, not the version 2 "
+                       r"this FSP takes at offset 0x"):
+        fwimage.parse_fmc(v1, cot_version=2)
+    with pytest.raises(FirmwareFormatError, match="are COT version 2's, not the version 1"):
+        fwimage.parse_fmc(fb.build_fmc(b"img"), cot_version=1)
+
+
+@pytest.mark.parametrize("sizes", [(47, 96, 97), (48, 384, 97), (48, 96, 384), (48, 384, 383)])
+def test_fmc_of_mixed_sizes_fits_no_cot_version(sizes: tuple[int, int, int]) -> None:
+    h, sig, key = sizes
+    data = fb.build_fmc(b"img", hash_=b"h" * h, signature=b"s" * sig, public_key=b"k" * key)
+    with pytest.raises(FirmwareFormatError, match=(
+            f"sections hash, signature, publickey of {h}, {sig}, {key} bytes fit no COT payload "
+            r"\(version 1 48, 384, 384; version 2 48, 96, 97\)")):
+        fwimage.parse_fmc(data)
 
 
 def test_fmc_malformed() -> None:
@@ -101,7 +140,8 @@ def test_fmc_malformed() -> None:
     with pytest.raises(FirmwareFormatError, match=r"fmc-570.144.bin: section 'image' has CRC32 "
                        r"0x[0-9a-f]{8}, not the 0x[0-9a-f]{8} its header records at offset"):
         fwimage.parse_fmc(_edit(data, m.image.offset, b"X"))
-    with pytest.raises(FirmwareFormatError, match="section 'hash' of 47 bytes, not 48"):
+    with pytest.raises(FirmwareFormatError, match="hash, signature, publickey of 47, 96, 97 "
+                       "bytes fit no COT payload"):
         fwimage.parse_fmc(fb.build_fmc(b"img", hash_=b"h" * 47))
     # section 2 (hash) flags at 0x34 + 2 * 40 + 8
     with pytest.raises(FirmwareFormatError, match="section 'hash' has type 1 flags 0x2, not 1 "
@@ -219,6 +259,18 @@ def test_fuse_version() -> None:
 # NVIDIA's own files
 
 
+# Hopper's files are not in rig_pci's pinned set (its boot is not built, so `rig firmware nv`
+# does not fetch them); their BLAKE2b-256 digests here were computed from Debian's
+# firmware-nvidia-graphics (linux-firmware 20260916, ../shared/tools/firmware-from-debian).
+HOPPER_570_144 = {
+    "nvidia/gh100/gsp/bootloader-570.144.bin":
+        "f4713d4418da92b4d2079528ca94e64cc2b0fd5f12b3d4259625ba25ad003de7",
+    "nvidia/gh100/gsp/fmc-570.144.bin":
+        "1a1aaae6e75bbb7327d565ab7566f72839243f9f838f02945bc4380ef01ca23c",
+}
+PINNED = {**NVIDIA_GSP_570_144, **HOPPER_570_144}
+
+
 def _firmware_dir() -> Path:
     return Path(os.environ.get("RIG_NV_FIRMWARE") or "/tmp/rig-nv-firmware")
 
@@ -232,8 +284,7 @@ def _real(name: str) -> bytes:
                     f" and name it in RIG_NV_FIRMWARE, or use /tmp/rig-nv-firmware")
     data = path.read_bytes()
     got = hashlib.blake2b(data, digest_size=32).hexdigest()
-    assert got == NVIDIA_GSP_570_144[name], (
-        f"{path} has BLAKE2b-256 {got}, not the pinned {NVIDIA_GSP_570_144[name]}")
+    assert got == PINNED[name], f"{path} has BLAKE2b-256 {got}, not the pinned {PINNED[name]}"
     return data
 
 
@@ -245,7 +296,7 @@ def test_real_gsp() -> None:
         assert g.signature(fwimage.FAMILIES[fam]).size == 0x1000
 
 
-@pytest.mark.parametrize("family", ["ga102", "ad102", "gb202"])
+@pytest.mark.parametrize("family", ["ga102", "ad102", "gh100", "gb202"])
 def test_real_bootloader(family: str) -> None:
     b = fwimage.parse_bootloader(_real(f"nvidia/{family}/gsp/bootloader-570.144.bin"))
     assert (b.header.header_offset, b.header.data_offset) == (0x18, 0x6C)
@@ -281,3 +332,14 @@ def test_real_fmc() -> None:
     assert bytes(m.public_key.data)[:1] == b"\x04"  # an uncompressed P-384 point
     assert m.image.size == 199240 and all(s.info for s in (m.image, m.hash, m.signature,
                                                            m.public_key))
+    assert m.cot_version == 2
+
+
+def test_real_gh100_fmc() -> None:
+    name = "nvidia/gh100/gsp/fmc-570.144.bin"
+    m = fwimage.parse_fmc(_real(name), name, cot_version=1)
+    assert m.cot_version == 1
+    assert (m.hash.size, m.signature.size, m.public_key.size) == (48, 384, 384)
+    # the size of the "ucode_image" of g_bindata_kgspGetBinArchiveGspRmFmcGfwProdSigned_GH100.c
+    assert m.image.size == 165448
+    assert all(s.info for s in (m.image, m.hash, m.signature, m.public_key))

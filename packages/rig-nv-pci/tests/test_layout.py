@@ -244,3 +244,60 @@ def test_wpr_meta_of_a_layout() -> None:
 
     with pytest.raises(Misuse):
         layout.wpr_meta(lay, layout.Sysmem(0, ELF + 1, 0, BOOT, 0, 0, 0))
+
+
+# ---- Hopper (GH100): kgspCalculateFbLayout_GH100 -----------------------------------------------
+
+# The offsets GspFwWprMeta leaves 0 on GH100: "The actual offsets get filled in by ACR ucode
+# when it sets up WPR2" (kernel_gsp_gh100.c).
+ACR_PLACED = ("gspFwRsvdStart", "nonWprHeapOffset", "gspFwWprStart", "gspFwHeapOffset",
+              "gspFwOffset", "bootBinOffset", "frtsOffset", "gspFwWprEnd", "fbSize",
+              "vgaWorkspaceOffset")
+
+
+@pytest.mark.parametrize(("fb_gib", "heap_mib"), [(80, 140), (96, 141), (141, 146)])
+def test_gh100_gives_its_fmc_sizes_only(fb_gib: int, heap_mib: int) -> None:
+    # Heap: 22 MiB OS carveout + 14 MiB base (GSP_FW_HEAP_PARAM_BASE_RM_SIZE_GH100, "Hopper+")
+    # + 96 KiB per GiB MiB-aligned (80 GiB: 7.5 -> 8; 96: 9; 141: 13.2 -> 14) + 96 MiB; no
+    # pre-scrubbed limit (kgspGetFwHeapSize(..., 0)). Non-WPR heap 2 MiB
+    # (kgspGetNonWprHeapSize_d505ea), FRTS 0x100 4 KiB pages, VGA workspace 128 KiB, PMU 0.
+    assert layout.fmc_sizes(chips.HOPPER, fb_gib * GiB) == layout.FmcSizes(
+        vga_workspace_size=128 * 1024,
+        pmu_reserved_size=0,
+        non_wpr_heap_size=2 * MiB,
+        gsp_fw_heap_size=heap_mib * MiB,
+        frts_size=MiB,
+    )
+    with pytest.raises(Misuse):
+        layout.fb_layout(chips.HOPPER, fb_gib * GiB, ELF, BOOT)
+
+
+def test_gh100_wpr_meta_has_sizes_and_sysmem_addresses_only() -> None:
+    sysmem = layout.Sysmem(radix3_root=0x1_2340_0000, elf_size=ELF, bootloader=0x1_2350_0000,
+                           bootloader_size=BOOT, code_offset=0x0, data_offset=0xA000,
+                           manifest_offset=0x14000, signature=0x1_2360_0000,
+                           signature_size=0x1000, crash_queue=0x1_2370_0000,
+                           crash_queue_size=0x1000)
+    raw = layout.wpr_meta(layout.fmc_sizes(chips.HOPPER, 80 * GiB), sysmem).pack()
+
+    def q(name: str) -> int:
+        return int(struct.unpack_from("<Q", raw, OFFSETS[name])[0])
+
+    def d(name: str) -> int:
+        return int(struct.unpack_from("<I", raw, OFFSETS[name])[0])
+
+    assert len(raw) == 256
+    assert q("magic") == 0xDC3AAE21371A60B3 and q("revision") == 1
+    assert (q("sysmemAddrOfRadix3Elf"), q("sizeOfRadix3Elf")) == (0x1_2340_0000, ELF)
+    assert (q("sysmemAddrOfBootloader"), q("sizeOfBootloader")) == (0x1_2350_0000, BOOT)
+    assert (q("bootloaderCodeOffset"), q("bootloaderDataOffset"),
+            q("bootloaderManifestOffset")) == (0, 0xA000, 0x14000)
+    assert (q("sysmemAddrOfSignature"), q("sizeOfSignature")) == (0x1_2360_0000, 0x1000)
+    assert (q("sysmemAddrOfCrashReportQueue"), d("sizeOfCrashReportQueue")) == (
+        0x1_2370_0000, 0x1000)
+    assert (q("vgaWorkspaceSize"), q("nonWprHeapSize"), q("gspFwHeapSize"), q("frtsSize")) == (
+        0x20000, 2 * MiB, 140 * MiB, MiB)
+    assert d("pmuReservedSize") == 0
+    assert {name: q(name) for name in ACR_PLACED} == dict.fromkeys(ACR_PLACED, 0)
+    assert raw[OFFSETS["flags"]] == 0 and raw[OFFSETS["gspFwHeapVfPartitionCount"]] == 0
+    assert q("bootCount") == 0 and q("verified") == 0

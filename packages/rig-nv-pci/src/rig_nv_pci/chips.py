@@ -8,12 +8,19 @@ GB100; 0x1B GB200) and the implementations nv_arch.h's ``GPU_IMPLEMENTATION_*``;
 ``Chipset`` table (drivers/gpu/nova-core/gpu.rs: GA102 = 0x172 ... GB207 = 0x1b7) has the same
 numbers.
 
-A chip boots as one of three families, named by the directory of linux-firmware's nvidia/ that
-holds its firmware (the spec's Firmware section): ``ga102`` (Ampere), ``ad102`` (Ada) and
-``gb202`` (Blackwell). Every family runs the same GSP image, ``nvidia/ga102/gsp/
-gsp-570.144.bin`` (ad102's and gb202's are links to it), with its own bootloader; Ampere and
-Ada start it with booter_load on SEC2 and take it down with booter_unload, Blackwell starts it
-through its FMC.
+A chip boots as one of four families, named by the directory of linux-firmware's nvidia/ that
+holds its firmware (the spec's Firmware section): ``ga102`` (Ampere), ``ad102`` (Ada),
+``gh100`` (Hopper) and ``gb202`` (Blackwell). Every family runs the same GSP image,
+``nvidia/ga102/gsp/gsp-570.144.bin`` (ad102's, gh100's and gb202's are links to it; 570.144's
+nv-firmware.h maps NV_FIRMWARE_CHIP_FAMILY_GH100 to gsp_ga10x too), with its own bootloader;
+Ampere and Ada start it with booter_load on SEC2 and take it down with booter_unload, Hopper
+and Blackwell send the FSP one chain-of-trust (COT) message naming the GSP's FMC
+(kfspSendBootCommands_GH100, kern_fsp_gh100.c), whose NVDM_PAYLOAD_COT is version 1 on GH100
+and 2 on GB10x/GB20x (cotPayloadVersion in the generated g_kern_fsp_nvoc.c).
+
+Hopper's family is known here, but Hopper is outside the spec's chips: :func:`identify` refuses
+GH100 (a :class:`Chip` of :data:`PENDING`) as any chip it does not boot, and :func:`lookup` finds
+it for code that needs its family (its FSP boot is the one Blackwell shares).
 """
 
 from __future__ import annotations
@@ -33,6 +40,7 @@ NV_PFB_PRI_MMU_WPR2_ADDR_HI = 0x001FA828
 NV_PFB_PRI_MMU_WPR2_ADDR_HI_VAL = (31, 4)
 
 GSP_RELEASE = "570.144"
+BOOTS = ("booter", "fsp")
 GSP_IMAGE = f"nvidia/ga102/gsp/gsp-{GSP_RELEASE}.bin"
 
 
@@ -46,11 +54,20 @@ def field(value: int, bits: tuple[int, int]) -> int:
 class Family:
     """How a chip boots: ``name`` is its firmware directory (``ga102``), ``architecture`` the
     marketing name (``Ampere``), ``boot`` either ``"booter"`` (FWSEC-FRTS, then booter_load on
-    SEC2; booter_unload at stop) or ``"fmc"`` (the GSP's FMC, through the FSP)."""
+    SEC2; booter_unload at stop) or ``"fsp"`` (one COT message to the FSP, which starts the
+    GSP's FMC); ``cot_version`` the NVDM_PAYLOAD_COT version an ``"fsp"`` boot sends (1 on
+    GH100, 2 on Blackwell; ``None`` for ``"booter"``)."""
 
     name: str
     architecture: str
     boot: str
+    cot_version: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.boot not in BOOTS:
+            raise ValueError(f"a family boots by one of {BOOTS}, not {self.boot!r}")
+        if (self.boot == "fsp") != (self.cot_version is not None):
+            raise ValueError("a COT version is given for, and only for, an FSP boot")
 
     def path(self, image: str) -> str:
         """The firmware file ``image`` (``bootloader``, ``booter_load``...) of this family."""
@@ -75,7 +92,7 @@ class Family:
 
     @property
     def fmc(self) -> str | None:
-        return self.path("fmc") if self.boot == "fmc" else None
+        return self.path("fmc") if self.boot == "fsp" else None
 
     @property
     def firmware(self) -> tuple[str, ...]:
@@ -87,7 +104,8 @@ class Family:
 
 AMPERE = Family("ga102", "Ampere", "booter")
 ADA = Family("ad102", "Ada", "booter")
-BLACKWELL = Family("gb202", "Blackwell", "fmc")
+HOPPER = Family("gh100", "Hopper", "fsp", cot_version=1)
+BLACKWELL = Family("gb202", "Blackwell", "fsp", cot_version=2)
 
 
 @dataclass(frozen=True)
@@ -121,6 +139,11 @@ CHIPS: tuple[Chip, ...] = (
 )
 _BY_ID = {c.chip_id: c for c in CHIPS}
 
+# Chips whose family is known here but which the spec does not list: identify() refuses them.
+# GH100 (nv_ref.h architecture 0x18, nv_arch.h GPU_IMPLEMENTATION_GH100 0x0) is H100/H200.
+PENDING: tuple[Chip, ...] = (Chip("GH100", 0x18, 0x0, HOPPER),)
+_PENDING_BY_ID = {c.chip_id: c for c in PENDING}
+
 # Names of the chips this library does not boot, so that a refusal names them: nv_arch.h's
 # GPU_IMPLEMENTATION_* by nv_ref.h's BOOT_42 architecture (Tegra parts left out).
 OTHER_CHIPS: dict[int, str] = {
@@ -131,7 +154,6 @@ OTHER_CHIPS: dict[int, str] = {
     0x140: "GV100",
     0x162: "TU102", 0x164: "TU104", 0x166: "TU106", 0x167: "TU117", 0x168: "TU116",
     0x170: "GA100", 0x17F: "GA102F",
-    0x180: "GH100",
     0x1A0: "GB100", 0x1A2: "GB102",
     0x1B4: "GB204",
 }
@@ -147,7 +169,7 @@ def chip_id(boot42: int) -> int:
 def chip_name(boot42: int) -> str | None:
     """The chip BOOT_42 names (``"GH100"``), or ``None`` where no table here has it."""
     cid = chip_id(boot42)
-    known = _BY_ID.get(cid)
+    known = _BY_ID.get(cid) or _PENDING_BY_ID.get(cid)
     return known.name if known is not None else OTHER_CHIPS.get(cid)
 
 
@@ -178,7 +200,8 @@ def identify(boot42: int) -> Chip:
     """The chip NV_PMC_BOOT_42 reading ``boot42`` names.
 
     Raises :class:`UnsupportedChip` naming the chip and its BOOT_42 value when it is not one of
-    :data:`CHIPS`.
+    :data:`CHIPS`, as the spec's Requirements list them (a chip of :data:`PENDING` too: Hopper
+    is outside that list, its family here only as data for the FSP boot Blackwell shares).
     """
     found = _BY_ID.get(chip_id(boot42))
     if found is None:
@@ -187,6 +210,14 @@ def identify(boot42: int) -> Chip:
             f"it boots {supported()}"
         )
     return found
+
+
+def lookup(boot42: int) -> Chip | None:
+    """The chip NV_PMC_BOOT_42 reading ``boot42`` names, of :data:`CHIPS` or :data:`PENDING`
+    (whose boot is not built), or ``None``: for code that needs a chip's family whether or not
+    :func:`identify` would boot it."""
+    cid = chip_id(boot42)
+    return _BY_ID.get(cid) or _PENDING_BY_ID.get(cid)
 
 
 def wpr2_up(addr_hi: int) -> bool:

@@ -13,9 +13,10 @@
   patch_loc, patch_sig and num_sig are offsets of the values, as nvkm_falcon_fw_ctor_hs_v2
   in nvkm/falcon/fw.c reads them); the signature for a fuse version is patched in as
   s_patchBooterUcodeSignature in src/nvidia/src/kernel/gpu/gsp/kernel_gsp_booter.c does;
-- ``fmc-570.144.bin`` (:func:`parse_fmc`, Blackwell): an ELF32 of four sections (image, hash,
-  signature, publickey), each CRC32-checked, as gh100_gsp_oneinit and elf_validate_sections in
-  nouveau's nvkm/subdev/gsp/gh100.c check it; the sizes are the FSP's COT v2 (nvkm/subdev/fsp).
+- ``fmc-570.144.bin`` (:func:`parse_fmc`, Hopper and Blackwell): an ELF32 of four sections
+  (image, hash, signature, publickey), each CRC32-checked, as gh100_gsp_oneinit and
+  elf_validate_sections in nouveau's nvkm/subdev/gsp/gh100.c check it; the sizes are those of
+  the FSP's COT payload, version 1 on GH100, 2 on Blackwell (:data:`FMC_COT_SIZES`).
 
 Every offset is from the start of the file unless its name says otherwise. Malformed input
 raises :class:`FirmwareFormatError` naming the file and the offset.
@@ -40,7 +41,17 @@ BIN_MAGIC = 0x10DE  # NVFW_BIN_MAGIC
 RISCV_DESC_SIZE = 84  # RM_RISCV_UCODE_DESC: 21 NvU32
 HS_LOAD_HEADER_V2_SIZE = 36  # one app: os code, os data, num_apps, app code, app data
 FMC_SECTION_FLAGS = 0xFFF00102  # SHF_MASKPROC | SHF_MASKOS | SHF_OS_NONCONFORMING | SHF_ALLOC
-FMC_SIZES = {"hash": 48, "signature": 96, "publickey": 97}  # nvkm gb202_fsp cot (SHA-384, P-384)
+# The hash, signature and public key the FSP takes in NVDM_PAYLOAD_COT, by its version
+# (open-gpu-kernel-modules 570.144, src/nvidia/inc/kernel/gpu/fsp/kern_fsp_cot_payload.h and the
+# per-chip cotPayloadSignatureSize/cotPayloadPublicKeySize of g_kern_fsp_nvoc.c): version 1 on
+# GH100, SHA-384 with RSA-3072 (the bindata archive's "ucode_hash" 48, "ucode_sig" 384,
+# "ucode_pkey" 384 bytes in g_bindata_kgspGetBinArchiveGspRmFmcGfwProdSigned_GH100.c); version
+# 2 on GB10x/GB20x, SHA-384 with ECDSA P-384 (a 96-byte signature, a 97-byte uncompressed point:
+# nouveau's nvkm/subdev/fsp gb202 COT).
+FMC_COT_SIZES: dict[int, dict[str, int]] = {
+    1: {"hash": 48, "signature": 384, "publickey": 384},
+    2: {"hash": 48, "signature": 96, "publickey": 97},
+}
 SHT_PROGBITS, SHT_STRTAB, SHT_NOBITS = 1, 3, 8
 SHF_STRINGS = 0x20
 
@@ -429,18 +440,23 @@ def parse_booter(data: Bytes, name: str = "booter_load-570.144.bin") -> Booter:
 
 @dataclass(frozen=True)
 class Fmc:
-    """The GSP's first-mutable-code image and what the FSP checks it with."""
+    """The GSP's first-mutable-code image and what the FSP checks it with; ``cot_version`` is
+    the NVDM_PAYLOAD_COT version whose sizes the hash, signature and public key fit
+    (:data:`FMC_COT_SIZES`: 1 for GH100's FMC, 2 for Blackwell's)."""
 
     image: ElfSection
     hash: ElfSection
     signature: ElfSection
     public_key: ElfSection
+    cot_version: int
 
 
-def parse_fmc(data: Bytes, name: str = "fmc-570.144.bin") -> Fmc:
+def parse_fmc(data: Bytes, name: str = "fmc-570.144.bin", cot_version: int | None = None
+              ) -> Fmc:
     """Parse the FMC ELF32: every section but the name table PROGBITS with the FMC flags,
     inside the file past the section headers, matching its CRC32 where sh_info holds one;
-    hash, signature and publickey of the sizes the FSP takes."""
+    hash, signature and publickey of the sizes of a COT payload version (of ``cot_version``
+    when given: a family's :attr:`rig_nv_pci.chips.Family.cot_version`)."""
     sections = elf_sections(data, name, 1)
     f = _File(data, name)
     (shoff,) = f.unpack("<I", 0x20, "e_shoff")
@@ -458,7 +474,16 @@ def parse_fmc(data: Bytes, name: str = "fmc-570.144.bin") -> Fmc:
             raise f.fail(f"section {s.name!r} has CRC32 0x{zlib.crc32(s.data):08x}, not the "
                          f"0x{s.info:08x} its header records", s.offset)
     parts = {n: _section(sections, n, name) for n in ("image", "hash", "signature", "publickey")}
-    for n, size in FMC_SIZES.items():
-        if parts[n].size != size:
-            raise f.fail(f"section {n!r} of {parts[n].size} bytes, not {size}", parts[n].offset)
-    return Fmc(parts["image"], parts["hash"], parts["signature"], parts["publickey"])
+    keys = ("hash", "signature", "publickey")
+    got = ", ".join(str(parts[n].size) for n in keys)
+    fits = [v for v, want in FMC_COT_SIZES.items() if all(parts[n].size == want[n] for n in keys)]
+    if not fits:
+        takes = "; ".join(f"version {v} {', '.join(str(w[n]) for n in keys)}"
+                          for v, w in FMC_COT_SIZES.items())
+        raise f.fail(f"sections hash, signature, publickey of {got} bytes fit no COT payload "
+                     f"({takes})", parts["hash"].offset)
+    if cot_version is not None and fits[0] != cot_version:
+        raise f.fail(f"sections hash, signature, publickey of {got} bytes are COT version "
+                     f"{fits[0]}'s, not the version {cot_version} this FSP takes",
+                     parts["hash"].offset)
+    return Fmc(parts["image"], parts["hash"], parts["signature"], parts["publickey"], fits[0])

@@ -9,10 +9,11 @@ boots:
 - GspFwWprMeta: src/nvidia/arch/nvalloc/common/inc/gsp/gsp_fw_wpr_meta.h;
 - the FB layout: ``kgspCalculateFbLayout_TU102`` (arch/turing/kernel_gsp_tu102.c, which NVIDIA
   runs for TU102 through AD107) for Ampere and Ada, ``kgspCalculateFbLayout_GH100``
-  (arch/hopper/kernel_gsp_gh100.c, Hopper and Blackwell) for Blackwell, whose FMC places the
-  regions itself from the sizes it is given; the WPR heap's size from ``_kgspCalculateFwHeapSize``
-  and ``kgspGetFwHeapSize_IMPL`` (kernel_gsp.c) with gsp_fw_heap.h's parameters and the
-  per-chip values of the generated g_kernel_gsp_nvoc.c/.h and g_kern_pmu_nvoc.c/.h.
+  (arch/hopper/kernel_gsp_gh100.c) for Hopper and Blackwell, whose FMC (its ACR) places the
+  regions itself from the sizes it is given; the WPR heap's size from
+  ``_kgspCalculateFwHeapSize`` and ``kgspGetFwHeapSize_IMPL`` (kernel_gsp.c) with
+  gsp_fw_heap.h's parameters and the per-chip values of the generated g_kernel_gsp_nvoc.c/.h
+  and g_kern_pmu_nvoc.c/.h.
 
 Pure functions: nothing here touches a GPU.
 """
@@ -262,13 +263,16 @@ class HeapParams:
       (GSP_FW_HEAP_PARAM_OS_SIZE_LIBOS3_BAREMETAL);
     - ``base_rm``: fwHeapParamBaseSize, 8 MiB Turing thru Ada, 14 MiB Hopper+;
     - ``min_heap``: kgspGetMinWprHeapSizeMB, 88 MiB (LIBOS3_BAREMETAL_MIN_MB);
-    - ``non_wpr_heap``: kgspGetNonWprHeapSize, 1 MiB TU102 thru AD107, 0x220000 GB20x;
+    - ``non_wpr_heap``: kgspGetNonWprHeapSize, 1 MiB TU102 thru AD107, 2 MiB GH100
+      (kgspGetNonWprHeapSize_d505ea in g_kernel_gsp_nvoc.h), 0x220000 GB20x;
     - ``prescrubbed``: kgspGetPrescrubbedTopFbSize where no scrubber ucode unlocks the rest of
       FB before GSP-RM boots (256 MiB on GA102-GA107), else ``None`` (Ada has the scrubber,
       bScrubberUcodeSupported; Blackwell's FMC scrubs);
     - ``frts``: kgspGetFrtsSize_TU102, NV_PGC6_AON_FRTS_INPUT_WPR_SIZE_..._1MB_IN_4K pages;
     - ``pmu_reserved``: kpmuReservedMemorySizeGet, 0 unless the PMU initializes itself
-      (GB20x): 8 MiB backing store + 16 MiB surfaces + 4 KiB, 128 KiB-aligned.
+      (GB20x): 8 MiB backing store + 16 MiB surfaces + 4 KiB, 128 KiB-aligned. GH100's is
+      taken as 0: that its PMU initializes itself is not confirmed by the sources
+      (docs/hopper-boot.md section 1.3).
     """
 
     os_carveout: int
@@ -283,6 +287,7 @@ class HeapParams:
 HEAP_PARAMS: dict[str, HeapParams] = {
     "ga102": HeapParams(22 * MiB, 8 * MiB, 88 * MiB, 1 * MiB, 256 * MiB, 0x100 * 0x1000, 0),
     "ad102": HeapParams(22 * MiB, 8 * MiB, 88 * MiB, 1 * MiB, None, 0x100 * 0x1000, 0),
+    "gh100": HeapParams(22 * MiB, 14 * MiB, 88 * MiB, 2 * MiB, None, 0x100 * 0x1000, 0),
     "gb202": HeapParams(
         22 * MiB, 14 * MiB, 88 * MiB, 0x220000, None, 0x100 * 0x1000,
         align_up(0x800000 + 0x1000000 + 4 * KiB, 128 * KiB),
@@ -401,7 +406,8 @@ def fb_layout(
     the ELF up above it) MiB-aligned below the ELF; WPR2 starts one MiB of metadata below the
     heap; the non-WPR heap lies under WPR2's start.
 
-    Raises :class:`rig_edge.Misuse` for Blackwell (its FMC lays WPR2 out: :func:`fmc_sizes`)
+    Raises :class:`rig_edge.Misuse` for Hopper and Blackwell (their FMC lays WPR2 out:
+    :func:`fmc_sizes`)
     or sizes that are not positive, :class:`rig_edge.RigError` if the regions do not fit.
     """
     if family.boot != "booter":
@@ -446,8 +452,10 @@ def fb_layout(
 
 @dataclass(frozen=True)
 class FmcSizes:
-    """What kgspCalculateFbLayout_GH100 tells Blackwell's FMC, which places the regions
-    itself: the sizes to reserve (GspFwWprMeta's fields of these names)."""
+    """What kgspCalculateFbLayout_GH100 tells Hopper's or Blackwell's FMC, which places the
+    regions itself: the sizes to reserve (GspFwWprMeta's fields of these names). Every offset
+    of GspFwWprMeta stays 0: "The actual offsets get filled in by ACR ucode when it sets up
+    WPR2"."""
 
     vga_workspace_size: int
     pmu_reserved_size: int
@@ -457,11 +465,12 @@ class FmcSizes:
 
 
 def fmc_sizes(family: Family, fb_size: int) -> FmcSizes:
-    """The sizes a Blackwell boot gives its FMC for a GPU of ``fb_size`` bytes of usable FB:
+    """The sizes a Hopper or Blackwell boot gives its FMC for a GPU of ``fb_size`` bytes of
+    usable FB (kgspCalculateFbLayout_GH100, kgspPopulateWprMeta_GH100 in 580):
     a 128 KiB VGA workspace, the PMU's reservation, the non-WPR heap (not MiB-aligned here),
     the WPR heap with no pre-scrubbed limit, and FRTS. Raises :class:`rig_edge.Misuse` for a
     family the host lays out (:func:`fb_layout`)."""
-    if family.boot != "fmc":
+    if family.boot != "fsp":
         raise Misuse(f"{family.architecture}'s WPR2 is laid out by the host: see fb_layout")
     p = _params(family)
     return FmcSizes(
@@ -493,7 +502,7 @@ class Sysmem:
 
 def wpr_meta(plan: FbLayout | FmcSizes, sysmem: Sysmem) -> WprMeta:
     """GspFwWprMeta for a first boot: the layout (Ampere, Ada) or the sizes for the FMC
-    (Blackwell), the images in system memory; the clock-boost flag on Ampere and Ada, as
+    (Hopper, Blackwell), the images in system memory; the clock-boost flag on Ampere and Ada, as
     bBootGspRmWithBoostClocks is there; boot count and verified 0."""
     m = WprMeta(
         sysmem_addr_of_radix3_elf=sysmem.radix3_root,
