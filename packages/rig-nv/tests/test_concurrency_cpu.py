@@ -9,12 +9,10 @@ from __future__ import annotations
 import os
 import random
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu import open_fake
 
 from rig_edge import Memory
 from rig_nv.hostmem import view
@@ -22,15 +20,6 @@ from rig_nv.hostmem import view
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 THREADS = 8
 ROUNDS = 400
-
-
-@pytest.fixture
-def dev() -> Iterator[tuple[Any, Any]]:
-    d, path = open_fake()
-    try:
-        yield d, path
-    finally:
-        d.stop()
 
 
 def test_eight_threads_share_one_device(dev: tuple[Any, Any]) -> None:

@@ -4,26 +4,13 @@ and the words, QMDs and constant banks a launch, a copy and a step write. Nothin
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
-from fake_gpu import open_fake
 
 from rig_edge import Memory
 from rig_nv import push, qmd
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
-
-
-@pytest.fixture
-def dev() -> Iterator[tuple[Any, Any]]:
-    d, path = open_fake()
-    try:
-        yield d, path
-    finally:
-        d.stop()
 
 
 def commands(d: Any, channel: Any) -> list[list[int]]:
