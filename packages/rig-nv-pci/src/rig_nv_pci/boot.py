@@ -35,6 +35,7 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rig_edge import RigError
 from rig_nv.rm import RMError
@@ -45,6 +46,9 @@ from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
 from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError
 from rig_nv_pci.gspmem import GspMemory
 from rig_pci import Window
+
+if TYPE_CHECKING:
+    from rig_nv_pci.boot_fsp import FmcBooted
 
 # dev_fb.h (turing/tu102): WPR2's bounds, bits 31:4 holding the address >> 12 (ALIGNMENT 0xc)
 NV_PFB_PRI_MMU_WPR2_ADDR_LO = 0x001FA824
@@ -250,10 +254,11 @@ def empty_registry() -> bytes:
 
 @dataclass(frozen=True)
 class GspBooted:
-    """A booted GSP: what :func:`boot` saw, the host memory, the RPC channel, the INIT_DONE
-    message (``channel`` the RPCs) and the RM of the root client made on the GSP."""
+    """A booted GSP: what :func:`boot` (or :func:`rig_nv_pci.boot_fsp.boot_fmc`) saw, the
+    host memory, the RPC channel, the INIT_DONE message (``channel`` the RPCs) and the RM of
+    the root client made on the GSP."""
 
-    booted: Booted
+    booted: Booted | FmcBooted
     memory: GspMemory
     channel: rpc.Rpc
     init_done: rpc.Incoming
@@ -271,6 +276,28 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
     sequencer's CORE_RESUME). Returns once
     GSP-RM reported GSP_INIT_DONE and made the root client; raises :class:`BootError` naming
     ``name`` otherwise (a sequencer the GSP sent that failed or was malformed included)."""
+    channel, failed = start_channel(bar0, name=name, memory=memory, system=system,
+                                    app_version=app_version, timeout_s=timeout_s,
+                                    init_timeout_s=init_timeout_s, on_event=on_event)
+    try:
+        booted = boot(bar0, booter_load=booter_load, frts_offset=memory.meta.frts_offset,
+                      wpr_meta_address=memory.wpr_meta, alloc=alloc,
+                      libos_args=memory.libos_args, app_version=app_version,
+                      timeout_s=timeout_s)
+    except BootError as e:
+        raise BootError(f"{name}: {e}") from e
+    done, rm = finish(bar0, name, channel, memory, init_timeout_s, failed)
+    return GspBooted(booted, memory, channel, done, rm)
+
+
+def start_channel(bar0: Window, *, name: str, memory: GspMemory, system: sysinfo.SystemInfo,
+                  app_version: int, timeout_s: float, init_timeout_s: float,
+                  on_event: Callable[[rpc.Incoming], None] | None
+                  ) -> tuple[rpc.Rpc, list[SequencerError]]:
+    """Step 7, shared by every boot (kgspInitRm posts these before kgspBootstrap): the RPC
+    channel over ``memory``'s queues, whose events run GSP_RUN_CPU_SEQUENCER against BAR 0
+    (failures recorded in the returned list) and hand the rest to ``on_event``, with
+    GSP_SET_SYSTEM_INFO and SET_REGISTRY posted."""
     sequencer = Sequencer(bar0, gsp=Falcon(bar0, GSP, timeout_s),
                           sec2=Falcon(bar0, SEC2, timeout_s), libos_args=memory.libos_args,
                           app_version=app_version)
@@ -294,23 +321,26 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
             channel.post(function, payload)
         except QueueError as e:
             raise BootError(f"{name}: {function.name} could not be queued: {e}") from e
-    try:
-        booted = boot(bar0, booter_load=booter_load, frts_offset=memory.meta.frts_offset,
-                      wpr_meta_address=memory.wpr_meta, alloc=alloc,
-                      libos_args=memory.libos_args, app_version=app_version,
-                      timeout_s=timeout_s)
-    except BootError as e:
-        raise BootError(f"{name}: {e}") from e
-    done = _wait_init_done(bar0, name, channel, memory, init_timeout_s, failed)
+    return channel, failed
+
+
+def finish(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory, timeout_s: float,
+           failed: list[SequencerError], started_by: str = "booter_load"
+           ) -> tuple[rpc.Incoming, rpc.RpcRM]:
+    """Step 8, shared by every boot once the GSP's RISC-V core runs: GSP_INIT_DONE
+    (kgspWaitForRmInitDone), then the root client; ``started_by`` names what started the GSP,
+    for the timeout's message."""
+    done = _wait_init_done(bar0, name, channel, memory, timeout_s, failed, started_by)
     try:
         rm = rpc.RpcRM.open(channel)
     except (RMError, QueueError, rpc.RpcTimeout) as e:
         raise BootError(f"{name}: the GSP booted but refused the root client: {e}") from e
-    return GspBooted(booted, memory, channel, done, rm)
+    return done, rm
 
 
 def _wait_init_done(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory,
-                    timeout_s: float, failed: list[SequencerError]) -> rpc.Incoming:
+                    timeout_s: float, failed: list[SequencerError],
+                    started_by: str = "booter_load") -> rpc.Incoming:
     """GSP_INIT_DONE, waited for in slices so that a failed sequencer ends the wait at once
     (the GSP waits for the CPU to finish it and would never report INIT_DONE)."""
     deadline = time.monotonic() + timeout_s
@@ -332,6 +362,6 @@ def _wait_init_done(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory
     mailbox = bar0.read32(GSP.base + 0x040)
     raise BootError(
         f"{name}: the GSP did not report GSP_INIT_DONE within {timeout_s} s after "
-        f"booter_load started it (status queue "
+        f"{started_by} started it (status queue "
         f"{'created' if memory.queues.linked else 'never created'} by the GSP; "
         f"NV_PGSP_FALCON_MAILBOX0 0x{mailbox:08x})")

@@ -355,6 +355,14 @@ class Falcon:
         self._wait(f"did not halt within {t} s", lambda: self.rd(CPUCTL),
                    lambda v: bool(v & CPUCTL_HALTED), t)
 
+    def wait_riscv_halt(self, timeout_s: float | None = None) -> None:
+        """Wait for RISCV_CPUCTL.HALTED (kflcnWaitForHaltRiscv_GA102); raises
+        :class:`FalconError` after ``timeout_s``."""
+        t = self.timeout_s if timeout_s is None else timeout_s
+        self._wait(f"did not halt its RISC-V core within {t} s",
+                   lambda: self.riscv_rd(RISCV_CPUCTL),
+                   lambda v: bool(v & RISCV_CPUCTL_HALTED), t)
+
     def mailboxes(self) -> tuple[int, int]:
         return self.rd(MAILBOX0), self.rd(MAILBOX1)
 

@@ -184,14 +184,17 @@ class _Builder:
 
 def build(alloc: Alloc, *, image: bytes | memoryview, bootloader: bytes | memoryview,
           code_offset: int, data_offset: int, manifest_offset: int,
-          signature: bytes | memoryview, plan: layout.FbLayout,
+          signature: bytes | memoryview, plan: layout.FbLayout | layout.FmcSizes,
           doorbell: Callable[[], None], name: str = "GSP",
           queue_layout: Layout | None = None) -> GspMemory:
     """Lay out everything of the module's docstring in memory from ``alloc``.
 
     ``image`` is the GSP-RM ELF's ``.fwimage``; ``bootloader`` the bootloader's image with its
     RM_RISCV_UCODE_DESC's monitorCodeOffset, monitorDataOffset and manifestOffset; ``signature``
-    the image's ``.fwsignature_<family>``; ``plan`` the FB layout computed for these sizes;
+    the image's ``.fwsignature_<family>``; ``plan`` the FB layout computed for these sizes
+    (Ampere, Ada), or for an FSP boot (Hopper, Blackwell) :func:`rig_nv_pci.layout.fmc_sizes`,
+    whose GspFwWprMeta holds sizes only and whose LibOS address travels in
+    GSP_FMC_BOOT_PARAMS, not the mailboxes (:mod:`rig_nv_pci.boot_fsp`);
     ``doorbell`` rings NV_PGSP_QUEUE_HEAD(0). Raises :class:`GspMemoryError` (naming ``name``)
     when memory is missing or not laid out as needed, :class:`rig_edge.Misuse` if ``plan`` was
     computed for other sizes.

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import time
 
-from rig_edge import RigError
+from rig_edge import Misuse, RigError
 from rig_nv_pci import boot, chips, fwimage
 from rig_nv_pci.falcon import GSP, MAILBOX0, SEC2, Falcon, FalconError
 from rig_nv_pci.gsp import rpc
@@ -106,8 +106,9 @@ def wait_processor_suspended(gsp: Falcon, timeout_s: float = SUSPEND_TIMEOUT_S) 
         pause = min(pause * 2 or 1e-5, 1e-3)
 
 
-def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str, booter_unload: bytes,
-             alloc: boot.Alloc, timeout_s: float = boot.GFW_TIMEOUT_S,
+def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
+             booter_unload: bytes | None = None, alloc: boot.Alloc | None = None,
+             family: chips.Family | None = None, timeout_s: float = boot.GFW_TIMEOUT_S,
              unload_timeout_s: float = UNLOAD_TIMEOUT_S,
              suspend_timeout_s: float = SUSPEND_TIMEOUT_S) -> None:
     """Stop the GSP that :func:`rig_nv_pci.boot.boot_gsp` booted on the GPU ``name`` behind
@@ -116,7 +117,16 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str, booter_unload: 
     reply (the FREE waits the channel's own timeout), ``suspend_timeout_s`` the wait for the
     GSP to suspend, ``timeout_s`` each falcon wait. Afterwards the GPU can be
     booted again (WPR2 is down). Raises :class:`StopError` naming ``name`` and every step that
-    failed, after attempting every step still safe to attempt (the module's docstring)."""
+    failed, after attempting every step still safe to attempt (the module's docstring).
+
+    For a ``family`` that boots through the FSP (Hopper, Blackwell: ``booter_unload`` and
+    ``alloc`` unused) steps 4-6 are kgspTeardown_GH100's instead: wait for the GSP's RISC-V
+    core to halt (kflcnWaitForHaltRiscv_GA102: NV_PRISCV_RISCV_CPUCTL.HALTED), "to allow ACR
+    and GSP FMC to finish shutdown"; no reset, no booter_unload (there is none), and WPR2 is
+    not checked (whether it is down after the halt is not confirmed by NVIDIA's sources)."""
+    fsp_boot = family is not None and family.boot == "fsp"
+    if not fsp_boot and (booter_unload is None or alloc is None):
+        raise Misuse(f"{name}: a booter stop needs booter_unload and alloc")
     failed: list[str] = []
     causes: list[BaseException] = []
     unloaded = True  # whether GSP-RM acknowledged the unload and suspended
@@ -150,6 +160,18 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str, booter_unload: 
     except boot.BootError as e:
         unloaded = False
         fail("waiting for the GSP to suspend", e)
+    if fsp_boot:
+        try:
+            gsp.wait_riscv_halt(timeout_s)
+        except FalconError as e:
+            unloaded = False
+            fail("waiting for the GSP's RISC-V core to halt", e)
+        if failed:
+            raise StopError(f"{name}: stopping the GSP failed: " + "; ".join(failed),
+                            tuple(failed), lost=not unloaded) from (
+                                causes[0] if causes else None)
+        return
+    assert booter_unload is not None and alloc is not None
     try:
         gsp.reset()
     except FalconError as e:

@@ -3,10 +3,12 @@ PROM window, WPR2 and scripted firmware. Written from NVIDIA's interfaces, impor
 rig_nv_pci (see regs.py)."""
 
 from .falcon import BROM_FAILED, PRI_ERROR, SimFalcon
+from .fmc import SimFmc, gb202
 from .fsp import SimFsp
 from .gpu import (
     AD102_BOOT42,
     GA102_BOOT42,
+    GB202_BOOT42,
     HostMemory,
     SimBar0,
     SimDma,
@@ -17,6 +19,23 @@ from .gpu import (
 )
 from .gsp_fw import GspFirmware, peer_module
 
-__all__ = ["AD102_BOOT42", "BROM_FAILED", "GA102_BOOT42", "PRI_ERROR", "GspFirmware",
-           "HostMemory", "SimBar0", "SimDma", "SimFalcon", "SimFsp", "SimGpu", "booter_program",
-           "booter_unload_program", "fwsec_program", "peer_module"]
+__all__ = [
+    "AD102_BOOT42",
+    "BROM_FAILED",
+    "GA102_BOOT42",
+    "GB202_BOOT42",
+    "PRI_ERROR",
+    "GspFirmware",
+    "HostMemory",
+    "SimBar0",
+    "SimDma",
+    "SimFalcon",
+    "SimFmc",
+    "SimFsp",
+    "SimGpu",
+    "booter_program",
+    "booter_unload_program",
+    "fwsec_program",
+    "gb202",
+    "peer_module",
+]

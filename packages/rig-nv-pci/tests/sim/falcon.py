@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from . import regs
 
 PRI_ERROR = 0xBADF1100
+TARGET_MASK_LOCKED = 0xBADF4100  # kern_fsp_gh100.c: what a GSP locked to the FSP reads
 BROM_FAILED = 0xB0B0DEAD
 BLOCK = 256
 
@@ -62,6 +63,11 @@ class SimFalcon:
     dma_fault: str | None = None
     imem_secure: set[int] = field(default_factory=set)
     resets: int = 0
+    # Hopper/Blackwell, before the FMC runs: BAR 0 reads of the engine return 0xBADF4100 while
+    # the FSP holds its PRIV target mask (_kfspIsGspTargetMaskReleased), and HWCFG2's
+    # RISCV_BR_PRIV_LOCKDOWN (13:13, dev_falcon_v4.h) reads LOCK while ``br_lockdown``
+    target_mask_locked: bool = False
+    br_lockdown: bool = False
     starts: list[str] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
 
@@ -78,6 +84,9 @@ class SimFalcon:
     def read(self, offset: int) -> int:
         if self.in_reset and offset - self.base != regs.ENGINE:
             return PRI_ERROR
+        if self.target_mask_locked and any(b <= offset < b + 0x1000
+                                           for b in (self.base, self.riscv)):
+            return TARGET_MASK_LOCKED
         if self.base <= offset < self.base + 0x1000:
             return self._falcon_read(offset - self.base)
         if self.riscv <= offset < self.riscv + 0x1000:
@@ -129,7 +138,7 @@ class SimFalcon:
 
     def _falcon_read(self, r: int) -> int:
         if r == regs.HWCFG2:
-            return 1 << 10 | self._scrub_bits() << 12
+            return 1 << 10 | self._scrub_bits() << 12 | (1 << 13 if self.br_lockdown else 0)
         if r == regs.DMACTL:
             bits = self._scrub_bits()
             return self.regs.get(self.base + r, 1) & 1 | bits << 1 | bits << 2

@@ -11,6 +11,7 @@ nvdm_payload_cmd_response.h) and importing nothing of rig_nv_pci.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from . import regs
@@ -57,6 +58,9 @@ class SimFsp:
     packets: list[bytes] = field(default_factory=list)  # every packet rung in, as sent
     received: list[tuple[int, bytes]] = field(default_factory=list)  # (NVDM type, payload)
     log: list[str] = field(default_factory=list)
+    # what the FSP does with a COT it accepts (sim/fmc.py: verify and start the GSP's FMC);
+    # returns the errorCode to answer with
+    on_cot: Callable[[bytes], int] | None = None
 
     def owns(self, offset: int) -> bool:
         return offset in (regs.THERM_I2CS_SCRATCH, regs.FSP_EMEMC, regs.FSP_EMEMD,
@@ -160,4 +164,6 @@ class SimFsp:
                 self.log.append(f"COT version {version!r} size {size!r}")
                 return nvdm_type, FSP_ERR_INVALID_DATA
         self.received.append((nvdm_type, payload))
+        if nvdm_type == COT and self.error_code == 0 and self.on_cot is not None:
+            return nvdm_type, self.on_cot(payload)
         return nvdm_type, self.error_code

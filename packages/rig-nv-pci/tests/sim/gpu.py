@@ -18,6 +18,7 @@ from .fsp import SimFsp
 BAR0_SIZE = 0x1000000
 GA102_BOOT42 = 0x17 << 24 | 0x2 << 20 | 0xA1
 AD102_BOOT42 = 0x19 << 24 | 0x2 << 20 | 0xA1
+GB202_BOOT42 = 0x1B << 24 | 0x2 << 20 | 0xA1  # nv_ref.h architecture 0x1B (GB200), impl 2
 FWSEC_FAILED = 0x0ABC  # an FRTS error code the tests script
 
 
@@ -85,6 +86,8 @@ class SimGpu:
     writes: list[tuple[int, int]] = field(default_factory=list)
     # what the GSP's RISC-V core runs once booter_load starts it (gsp_fw.GspFirmware.start)
     on_gsp_start: Callable[[], None] | None = None
+    # what it runs when an FMC starts it with the LibOS arguments' bus address (sim/fmc.py)
+    on_gsp_start_at: Callable[[int], None] | None = None
     # the GSP's end of the command queue doorbell (NV_PGSP_QUEUE_HEAD(0))
     on_doorbell: Callable[[], None] | None = None
     # what happens when the CPU writes a register: register -> callback(value)

@@ -126,6 +126,7 @@ class GspFirmware:
 
     def install(self) -> GspFirmware:
         self.gpu.on_gsp_start = self.start
+        self.gpu.on_gsp_start_at = self.start_at
         self.gpu.on_doorbell = self.doorbell
         self.gpu.on_write[SEQ_DONE] = self._sequencer_ran
         return self
@@ -174,11 +175,16 @@ class GspFirmware:
         self.log.append("stopped: " + why)
 
     def start(self) -> None:
+        """Started by booter_load: LibOS finds its arguments' address in MAILBOX1:MAILBOX0."""
         gsp = self.gpu.gsp
+        self.start_at(gsp.mailbox(1) << 32 | gsp.mailbox(0))
+
+    def start_at(self, args: int) -> None:
+        """Started by the FMC (Hopper, Blackwell), which hands LibOS its arguments' address
+        from GSP_FMC_BOOT_PARAMS.gspRmParams.bootArgsOffset."""
         self.boots += 1
         self.peer, self.suspended, self.sequencer_done = None, False, False
         self.regions, self.queue_init, self.system_info = {}, None, None
-        args = gsp.mailbox(1) << 32 | gsp.mailbox(0)
         self.log.append(f"libos args at 0x{args:x}")
         raw = self.gpu.host.view(args, PAGE)
         if raw is None:

@@ -1,0 +1,206 @@
+"""The Blackwell (GB20x) GSP boot through the FSP, up to GSP_INIT_DONE and the root client
+(docs/hopper-boot.md; open-gpu-kernel-modules 570.144 kgspBootstrap_GH100 and what precedes
+it in kernel_gsp_gh100.c, kfspPrepareBootCommands_GH100 / kfspSendBootCommands_GH100 in
+kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvoc.c):
+
+1. WPR2 is down (kgspIsWpr2Up_GH100 -> kgspIsWpr2Up_TU102, as :func:`boot.check_wpr2_down`);
+2. the FSP finished its own boot (kfspWaitForSecureBoot_GH100, :meth:`Fsp.wait_ready`);
+3. the FMC's ``image`` section copied into DMA memory rounded up to 4 KiB, zero-padded
+   (kfspSetupGspImages: the "ucode_image" copy whose address is gspFmcSysmemOffset);
+4. GSP_FMC_BOOT_PARAMS in its own DMA buffer (kgspAllocBootArgs_GH100: 4 KiB aligned),
+   naming GspFwWprMeta and the LibOS arguments (kgspSetupGspFmcArgs_GH100,
+   :func:`rig_nv_pci.hopper.fmc_boot_params`); nobody writes the GSP's mailboxes;
+5. NVDM_PAYLOAD_COT of the family's version with the FMC's hash, public key and signature, FRTS
+   asked for at :func:`frts_vidmem_offset` from the end of FB, 1 MiB, no sysmem copy (the
+   nouveau choice, docs/hopper-boot.md §2.5), sent to the FSP and its FSP_RESPONSE checked
+   (:meth:`Fsp.send_cot`);
+6. the completion polls of kgspBootstrap_GH100 (docs §4.1): the GSP's PRIV target mask
+   released (NV_PGSP + HWCFG2 nonzero and not 0xBADF41xx,
+   kfspWaitForGspTargetMaskReleased_GH100), then lockdown released or an FMC error
+   (_kgspLockdownReleasedOrFmcError: HWCFG2.RISCV_BR_PRIV_LOCKDOWN 0, or MAILBOX0 nonzero =
+   the FMC's error), NV_PGSP_FALCON_OS = the bootloader's appVersion, the RISC-V core active
+   (kflcnIsRiscvActive_GA102);
+7. then as :func:`rig_nv_pci.boot.boot_gsp` after booter_load: SET_SYSTEM_INFO and SET_REGISTRY
+   posted before the COT, sequencers run, GSP_INIT_DONE, the root client
+   (:func:`boot.start_channel`, :func:`boot.finish`).
+
+Every failure raises :class:`rig_nv_pci.boot.BootError` naming the GPU, the step and the
+registers that show it. Not done: CLOCK_BOOST (RM only, optional), SPDM (Confidential
+Computing), the sysmem FRTS copy (kfspFrtsSysmemLocationProgram_GH100; nouveau leaves it out).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rig_nv_pci import boot, chips, fsp, fwimage, hopper, layout
+from rig_nv_pci.boot import Alloc, BootError
+from rig_nv_pci.falcon import GSP, HWCFG2, MAILBOX0, MAILBOX1, OS, DmaBuffer, Falcon
+from rig_nv_pci.gsp import rpc, sysinfo
+from rig_nv_pci.gspmem import GspMemory
+from rig_pci import Window
+
+PAGE = 0x1000
+# kfspWaitForGspTargetMaskReleased_GH100 / _kfspIsGspTargetMaskReleased: while the GSP is
+# locked to the FSP, BAR 0 reads of it return 0xBADF41xx (or 0)
+TARGET_MASK_LOCKED = 0xBADF4100
+TARGET_MASK_LOCKED_MASK = 0xFFFFFF00
+# hopper/gh100/dev_falcon_v4.h NV_PFALCON_FALCON_HWCFG2_RISCV_BR_PRIV_LOCKDOWN 13:13 (1 LOCK)
+HWCFG2_RISCV_BR_PRIV_LOCKDOWN = 1 << 13
+# kfspPrepareBootCommands_GH100: the FRTS offset from the end of FB starts at
+# memmgrGetFBEndReserveSizeEstimate_GM107 (2 MiB); with a PMU reservation it grows by
+# kfspGetExtraReservedMemorySize_GH100 (4 KiB) and the PMU's size, aligned to 2 MiB
+FB_END_RESERVE_ESTIMATE = 0x200000
+FSP_EXTRA_RESERVED = 0x1000
+FRTS_ALIGN = 0x200000
+
+
+@dataclass(frozen=True)
+class FmcBooted:
+    """What :func:`boot_fmc` laid out and saw: the bus addresses of the FMC image and of
+    GSP_FMC_BOOT_PARAMS, the COT payload sent, the FSP's answer, and WPR2 afterwards (the FMC
+    raises it; ``None`` if it reads down)."""
+
+    fmc_address: int
+    boot_params_address: int
+    cot: bytes
+    response: fsp.FspResponse
+    wpr2: tuple[int, int] | None
+    buffers: tuple[DmaBuffer, ...]
+
+
+def frts_vidmem_offset(meta: layout.WprMeta) -> int:
+    """NVDM_PAYLOAD_COT.frtsVidmemOffset, counted from the end of FB, as
+    kfspPrepareBootCommands_GH100 computes it for a first boot (kgspGetWprEndMargin 0): 2 MiB,
+    plus 4 KiB and the PMU's reservation aligned up to 2 MiB when there is one. (GB20x's
+    kfspGetExtraReservedMemorySize is assumed to be GH100's: not confirmed.)"""
+    offset = FB_END_RESERVE_ESTIMATE
+    if meta.pmu_reserved_size:
+        offset = layout.align_up(offset + FSP_EXTRA_RESERVED + meta.pmu_reserved_size,
+                                 FRTS_ALIGN)
+    return offset
+
+
+def _dma(alloc: Alloc, data: bytes, what: str) -> DmaBuffer:
+    size = layout.align_up(max(len(data), 1), PAGE)
+    buf = alloc(size)
+    if buf is None:
+        raise BootError(f"no DMA memory for {what} (0x{size:x} bytes)")
+    if buf.length < size or buf.bus_address(0) % PAGE or \
+            buf.bus_address(size - 1) - buf.bus_address(0) != size - 1:
+        raise BootError(f"the DMA memory for {what} (0x{size:x} bytes at bus address "
+                        f"0x{buf.bus_address(0):x}) is not 4 KiB-aligned and contiguous")
+    view = buf.view()
+    view[:size] = data.ljust(size, b"\0")
+    return buf
+
+
+def _poll(read: Callable[[], int], done: Callable[[int], bool],
+          timeout_s: float) -> tuple[bool, int]:
+    deadline = time.monotonic() + timeout_s
+    pause = 0.0
+    while True:
+        value = read()
+        if done(value):
+            return True, value
+        if time.monotonic() >= deadline:
+            return False, value
+        time.sleep(pause)
+        pause = min(pause * 2 or 1e-5, 1e-3)
+
+
+def _target_mask_released(value: int) -> bool:
+    return value != 0 and value & TARGET_MASK_LOCKED_MASK != TARGET_MASK_LOCKED
+
+
+def wait_gsp_released(bar0: Window, boot_params_address: int, timeout_s: float) -> None:
+    """Step 6's polls up to RISC-V active, less the FALCON_OS write; raises
+    :class:`BootError` naming the register that did not change."""
+    gsp = Falcon(bar0, GSP, timeout_s)
+    ok, hwcfg2 = _poll(lambda: gsp.rd(HWCFG2), _target_mask_released, timeout_s)
+    if not ok:  # kfspWaitForGspTargetMaskReleased_GH100
+        raise BootError(f"the FSP did not release the GSP's PRIV target mask within "
+                        f"{timeout_s} s (NV_PGSP_FALCON_HWCFG2 0x{hwcfg2:08x})")
+
+    def released(_: int) -> bool:  # _kgspLockdownReleasedOrFmcError
+        m0 = gsp.rd(MAILBOX0)
+        if m0 and (gsp.rd(MAILBOX1) << 32 | m0) == boot_params_address:
+            return False  # the FMC has not yet taken its arguments' address
+        return m0 != 0 or not gsp.rd(HWCFG2) & HWCFG2_RISCV_BR_PRIV_LOCKDOWN
+
+    ok, _ = _poll(lambda: 0, released, timeout_s)
+    if not ok:
+        raise BootError(f"the GSP's FMC did not release its lockdown within {timeout_s} s "
+                        f"(HWCFG2.RISCV_BR_PRIV_LOCKDOWN still set; {gsp.state()})")
+    m0 = gsp.rd(MAILBOX0)
+    if m0:  # "GSP-FMC reported an error": the code is effectively 8-bit
+        raise BootError(f"the GSP's FMC reported error 0x{m0 & 0xFF:02x} (NV_PGSP_FALCON_"
+                        f"MAILBOX0 0x{m0:08x}; {gsp.state()})")
+
+
+def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
+             memory: GspMemory, alloc: Alloc, app_version: int = 0,
+             timeout_s: float = fsp.READY_TIMEOUT_S) -> FmcBooted:
+    """Steps 1-6 of the module's docstring on the GPU ``name`` behind ``bar0``; ``fmc`` is
+    the family's fmc-570.144.bin, ``memory`` built by :func:`rig_nv_pci.gspmem.build` with
+    :func:`rig_nv_pci.layout.fmc_sizes`. Returns once the GSP's RISC-V core runs."""
+    if family.boot != "fsp" or family.cot_version is None:
+        raise BootError(f"{name}: {family.architecture} does not boot through the FSP")
+    try:
+        parsed = fwimage.parse_fmc(fmc, cot_version=family.cot_version)
+    except fwimage.FirmwareFormatError as e:
+        raise BootError(f"{name}: the FMC firmware is unusable: {e}") from e
+    try:
+        boot.check_wpr2_down(bar0)
+        device = fsp.Fsp(bar0, name, timeout_s=timeout_s)
+        device.wait_ready(timeout_s)
+        image = _dma(alloc, bytes(parsed.image.data), "the FMC image")
+        params = hopper.fmc_boot_params(memory.wpr_meta, memory.libos_args).pack()
+        params_buf = _dma(alloc, params, "GSP_FMC_BOOT_PARAMS")
+    except BootError as e:
+        raise BootError(f"{name}: {e}") from e
+    except fsp.FspError as e:  # already names the GPU
+        raise BootError(str(e)) from e
+    fmc_address, params_address = image.bus_address(0), params_buf.bus_address(0)
+    # kfspSetupGspImages: the hash, key and signature go in zero-padded fields of fixed size
+    cot = fsp.cot_payload(
+        fmc_address=fmc_address, boot_params_address=params_address,
+        hash384=bytes(parsed.hash.data), public_key=bytes(parsed.public_key.data),
+        signature=bytes(parsed.signature.data), frts_vidmem_offset=frts_vidmem_offset(
+            memory.meta), version=family.cot_version)
+    try:
+        response = device.send_cot(cot, timeout_s)
+    except fsp.FspError as e:  # names the GPU, the COT command and the FSP's error code
+        raise BootError(str(e)) from e
+    try:
+        wait_gsp_released(bar0, params_address, timeout_s)
+    except BootError as e:
+        raise BootError(f"{name}: {e}") from e
+    gsp = Falcon(bar0, GSP, timeout_s)
+    gsp.wr(OS, app_version)  # kgspBootstrap_GH100: NV_PFALCON_FALCON_OS = appVersion
+    if not gsp.riscv_active():
+        raise BootError(f"{name}: the FMC released the GSP but its RISC-V core is not running "
+                        f"({gsp.state()})")
+    return FmcBooted(fmc_address, params_address, cot, response, boot.wpr2_range(bar0),
+                     (image, params_buf))
+
+
+def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memory: GspMemory,
+             alloc: Alloc, system: sysinfo.SystemInfo, app_version: int = 0,
+             timeout_s: float = fsp.READY_TIMEOUT_S,
+             init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S,
+             on_event: Callable[[rpc.Incoming], None] | None = None) -> boot.GspBooted:
+    """Steps 1-7 of the module's docstring: :func:`boot_fmc` between the posted
+    SET_SYSTEM_INFO/SET_REGISTRY and GSP_INIT_DONE, as :func:`rig_nv_pci.boot.boot_gsp` has
+    booter_load there. Returns once GSP-RM reported GSP_INIT_DONE and made the root client;
+    raises :class:`BootError` naming ``name`` otherwise."""
+    channel, failed = boot.start_channel(bar0, name=name, memory=memory, system=system,
+                                         app_version=app_version, timeout_s=timeout_s,
+                                         init_timeout_s=init_timeout_s, on_event=on_event)
+    booted = boot_fmc(bar0, name=name, family=family, fmc=fmc, memory=memory, alloc=alloc,
+                      app_version=app_version, timeout_s=timeout_s)
+    done, rm = boot.finish(bar0, name, channel, memory, init_timeout_s, failed,
+                           started_by="the FMC")
+    return boot.GspBooted(booted, memory, channel, done, rm)

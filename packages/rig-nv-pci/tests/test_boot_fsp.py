@@ -1,0 +1,219 @@
+"""rig_nv_pci.boot_fsp against a simulated GB202 (tests/sim: SimFsp, the FMC of sim/fmc.py,
+the scripted GSP-RM) and a synthetic FMC: the Blackwell boot through the FSP to GSP_INIT_DONE
+and the root client, and its stop (docs/hopper-boot.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import firmware_builders as fb
+import sim
+from sim import fmc as sim_fmc
+from sim import fsp as sim_fsp
+from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE
+
+from rig_nv_pci import boot, boot_fsp, chips, gspmem, hopper, layout
+from rig_nv_pci.boot import BootError
+from rig_nv_pci.gsp import rpc, sysinfo
+from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
+
+FMC_IMAGE = bytes(range(256)) * 0x15 + b"\xfe" * 0x123  # not a multiple of 4 KiB
+FMC_FILE = fb.build_fmc(FMC_IMAGE, hash_=hashlib.sha384(FMC_IMAGE).digest())
+APP_VERSION = 0x0B57_0144
+
+
+class Gb202:
+    """A simulated GB202 whose FSP and FMC boot a synthetic FMC, its GSP-RM scripted."""
+
+    def __init__(self, **fmc: object) -> None:
+        self.gpu = sim.gb202()
+        self.fmc = sim.SimFmc(self.gpu, FMC_IMAGE, **fmc).install()  # type: ignore[arg-type]
+        self.firmware = sim.GspFirmware(self.gpu).install()
+        self.bar0 = self.gpu.bar0()
+        sizes = layout.fmc_sizes(chips.BLACKWELL, FB_SIZE)
+        self.memory = gspmem.build(self.gpu.host.alloc_dma, image=GSP_IMAGE,
+                                   bootloader=BOOTLOADER, code_offset=0, data_offset=0x1000,
+                                   manifest_offset=0x1800, signature=b"\x5e" * 0x1000,
+                                   plan=sizes, doorbell=boot.doorbell(self.bar0),
+                                   name="GPU 3")
+
+    @property
+    def fsp(self) -> sim.SimFsp:
+        assert self.gpu.fsp is not None
+        return self.gpu.fsp
+
+    def system(self) -> sysinfo.SystemInfo:
+        g = self.gpu
+        return sysinfo.SystemInfo(g.bar0_address, g.bar1_address, g.bar3_address, domain=0,
+                                  bus=0x41, devfn=0, vendor=0x10DE, device=0x2B85,
+                                  subsystem_vendor=0x10DE, subsystem_device=0x2057,
+                                  revision=0xA1)
+
+    def boot(self, timeout_s: float = 0.2, fmc: bytes = FMC_FILE) -> boot.GspBooted:
+        return boot_fsp.boot_fsp(self.bar0, name="GPU 3", family=chips.BLACKWELL, fmc=fmc,
+                                 memory=self.memory, alloc=self.gpu.host.alloc_dma,
+                                 system=self.system(), app_version=APP_VERSION,
+                                 timeout_s=timeout_s, init_timeout_s=1.0)
+
+
+def test_a_gb202_boots_through_the_fsp_to_init_done_and_the_root_client() -> None:
+    r = Gb202()
+    assert chips.identify(sim.GB202_BOOT42).family is chips.BLACKWELL
+    done = r.boot()
+    g, firmware = r.gpu, r.firmware
+    assert firmware.failure is None, (firmware.log, r.fmc.log, r.fsp.log)
+    assert done.init_done.function == rpc.Event.GSP_INIT_DONE
+    # GSP-RM found its LibOS arguments through the FMC (not the mailboxes, never written)
+    assert firmware.log[0] == f"libos args at 0x{r.memory.libos_args:x}"
+    assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
+    mailboxes = (sim.regs.GSP_BASE + sim.regs.MAILBOX0, sim.regs.GSP_BASE + sim.regs.MAILBOX1)
+    assert not [w for w in g.writes if w[0] in mailboxes]
+    # SET_SYSTEM_INFO, SET_REGISTRY before the boot, the sequencer ran, then the root client
+    peer = firmware.peer
+    assert [q.function for q in peer.requests] == [rpc.Function.GSP_SET_SYSTEM_INFO,
+                                                    rpc.Function.SET_REGISTRY,
+                                                    rpc.Function.GSP_RM_ALLOC]
+    assert firmware.log.index("sequencer ran") < firmware.log.index("GSP_INIT_DONE sent")
+    assert peer.objects == {rpc.CLIENT_HANDLE: 0} and done.rm.client == rpc.CLIENT_HANDLE
+    handle = done.rm.new_handle()
+    assert done.rm.alloc(rpc.CLIENT_HANDLE, handle, 0x80) == handle  # NV01_DEVICE_0
+    assert peer.objects[handle] == rpc.CLIENT_HANDLE
+    # the FMC raised WPR2, released the GSP; FALCON_OS holds the app version, RISC-V runs
+    assert isinstance(done.booted, boot_fsp.FmcBooted) and done.booted.wpr2 is not None
+    assert "GSP-RM started" in r.fmc.log and g.gsp.state == "riscv-running"
+    assert g.gsp.reg(sim.regs.OS) == APP_VERSION
+
+
+def test_the_cot_is_version_2_with_the_addresses_the_cpu_laid_out() -> None:
+    r = Gb202()
+    done = r.boot()
+    assert isinstance(done.booted, boot_fsp.FmcBooted)
+    b = done.booted
+    [(nvdm, payload)] = r.fsp.received
+    assert nvdm == sim_fsp.COT and len(r.fsp.packets[0]) == 8 + 860
+    assert r.fsp.packets[0][:8] == struct.pack("<II", 0xC0000000, 0x1410DE7E)
+    assert payload == b.cot
+
+    def f(name: str) -> int | bytes:
+        return sim_fsp.cot_field(payload, name)
+
+    assert (f("version"), f("size")) == (2, 860)
+    assert f("gspFmcSysmemOffset") == b.fmc_address
+    assert f("gspBootArgsSysmemOffset") == b.boot_params_address
+    assert f("hash384") == hashlib.sha384(FMC_IMAGE).digest()
+    assert f("publicKey") == (b"\x04" + b"\x33" * 96).ljust(384, b"\0")
+    assert f("signature") == (b"\x22" * 96).ljust(384, b"\0")
+    # FRTS: 2 MiB, plus 4 KiB and GB202's PMU reservation, aligned to 2 MiB; 1 MiB; no sysmem
+    pmu = r.memory.meta.pmu_reserved_size
+    assert pmu and f("frtsVidmemOffset") == layout.align_up(0x200000 + 0x1000 + pmu, 0x200000)
+    assert (f("frtsVidmemSize"), f("frtsSysmemOffset"), f("frtsSysmemSize")) == (0x100000, 0, 0)
+    # the image in 4 KiB-rounded DMA memory, zero-padded; the boot params name meta and LibOS
+    host = r.gpu.host
+    size = layout.align_up(len(FMC_IMAGE), 0x1000)
+    assert host.read(b.fmc_address, size) == FMC_IMAGE.ljust(size, b"\0")
+    assert b.fmc_address % 0x1000 == 0 and b.boot_params_address % 0x1000 == 0
+    params = hopper.FmcBootParams.unpack(host.read(b.boot_params_address, 80))
+    assert (params.wpr_meta, params.libos_args) == (r.memory.wpr_meta, r.memory.libos_args)
+    assert r.fmc.boot_params["meta"] == r.memory.wpr_meta
+    assert r.fmc.boot_params["libos"] == r.memory.libos_args
+    # the WPR meta holds sizes for the FMC, no offsets
+    assert r.memory.meta.frts_size == 0x100000 and r.memory.meta.gsp_fw_wpr_start == 0
+
+
+def test_an_fsp_error_code_fails_the_boot_naming_it() -> None:
+    r = Gb202()
+    r.fsp.error_code = 0x9F
+    with pytest.raises(BootError, match=r"^GPU 3: the FSP refused the COT \(0x14\) command with "
+                                        r"error code 0x9f \(FSP_ERR_IFR_FILE_NOT_FOUND\)"):
+        r.boot()
+    assert r.firmware.boots == 0 and r.gpu.gsp.state != "riscv-running"
+
+
+def test_an_fmc_whose_hash_does_not_match_is_refused_by_the_fsp() -> None:
+    r = Gb202()
+    wrong = fb.build_fmc(FMC_IMAGE)  # hash section 0x11...: not the image's SHA-384
+    with pytest.raises(BootError, match=r"GPU 3: the FSP refused the COT .* error code 0xa1"):
+        r.boot(fmc=wrong)
+    assert r.fmc.log == ["hash384 is not the image's SHA-384"]
+
+
+def test_an_fmc_error_in_mailbox0_fails_the_boot_naming_it() -> None:
+    r = Gb202(error=0x3C)
+    with pytest.raises(BootError, match=r"^GPU 3: the GSP's FMC reported error 0x3c "
+                                        r"\(NV_PGSP_FALCON_MAILBOX0 0x0000003c"):
+        r.boot()
+    assert r.firmware.boots == 0
+
+
+def test_lockdown_never_released_times_out_naming_the_gpu() -> None:
+    r = Gb202(release_lockdown=False)
+    with pytest.raises(BootError, match=r"^GPU 3: the GSP's FMC did not release its lockdown "
+                                        r"within 0.05 s .*HWCFG2 0x00002400"):
+        r.boot(timeout_s=0.05)
+    assert r.firmware.boots == 0
+
+
+def test_a_target_mask_never_released_times_out_naming_the_register() -> None:
+    r = Gb202(release_target_mask=False)
+    with pytest.raises(BootError, match=r"^GPU 3: the FSP did not release the GSP's PRIV "
+                                        r"target mask within 0.05 s \(NV_PGSP_FALCON_HWCFG2 "
+                                        r"0xbadf4100\)"):
+        r.boot(timeout_s=0.05)
+
+
+def test_wpr2_already_up_is_refused_before_the_fsp_is_spoken_to() -> None:
+    r = Gb202()
+    r.gpu.set_wpr2(0x1000_0000, 0x1010_0000)
+    with pytest.raises(BootError, match=r"^GPU 3: its protected memory \(WPR2\) is already up"):
+        r.boot()
+    assert r.fsp.packets == []
+
+
+def test_an_fsp_that_never_boots_times_out_naming_the_gpu() -> None:
+    r = Gb202()
+    r.fsp.boot_polls = None
+    with pytest.raises(BootError, match=r"^GPU 3: the FSP did not finish its boot within "
+                                        r"0.05 s \(NV_THERM_I2CS_SCRATCH 0x00000000"):
+        r.boot(timeout_s=0.05)
+
+
+def test_a_stop_unloads_and_waits_for_the_risc_v_halt_without_booter_unload() -> None:
+    r = Gb202()
+    booted = r.boot()
+    stop_gsp(r.bar0, booted, name="GPU 3", family=chips.BLACKWELL, timeout_s=0.2,
+             unload_timeout_s=0.1, suspend_timeout_s=0.05)
+    g, peer = r.gpu, r.firmware.peer
+    assert [q.function for q in peer.requests[-2:]] == [rpc.Function.FREE,
+                                                        rpc.Function.UNLOADING_GUEST_DRIVER]
+    assert r.firmware.suspended and g.gsp.mailbox(0) == PROCESSOR_SUSPENDED
+    assert g.gsp.state == "halted" and g.gsp.resets == 0  # no falcon reset
+    assert g.sec2.starts == []  # no booter_unload: SEC2 never ran
+
+
+def test_a_stop_whose_gsp_never_halts_is_lost() -> None:
+    r = Gb202()
+    r.firmware.suspend_on_unload = False
+    booted = r.boot()
+    with pytest.raises(StopError, match=r"GPU 3: stopping the GSP failed: .*waiting for the "
+                                        r"GSP's RISC-V core to halt") as e:
+        stop_gsp(r.bar0, booted, name="GPU 3", family=chips.BLACKWELL, timeout_s=0.05,
+                 unload_timeout_s=0.1, suspend_timeout_s=0.05)
+    assert e.value.lost
+    assert r.gpu.sec2.starts == []
+
+
+def test_a_wpr_meta_the_fmc_cannot_use_fails_the_boot_with_its_error() -> None:
+    r = Gb202()
+    view = r.gpu.host.view(r.memory.wpr_meta, 8)
+    assert view is not None
+    view[:] = bytes(8)  # no GspFwWprMeta magic
+    with pytest.raises(BootError, match=rf"GPU 3: the GSP's FMC reported error "
+                                        rf"0x{sim_fmc.FMC_BAD_ARGS:02x}"):
+        r.boot()
+    assert "FMC error: GspFwWprMeta" in r.fmc.log[-1]
