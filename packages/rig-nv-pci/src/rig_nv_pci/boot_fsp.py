@@ -31,13 +31,21 @@ Computing), the sysmem FRTS copy (kfspFrtsSysmemLocationProgram_GH100; nouveau l
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rig_nv_pci import boot, chips, fsp, fwimage, hopper, layout
 from rig_nv_pci.boot import Alloc, BootError
-from rig_nv_pci.falcon import GSP, HWCFG2, MAILBOX0, MAILBOX1, OS, DmaBuffer, Falcon
+from rig_nv_pci.falcon import (
+    GSP,
+    HWCFG2,
+    MAILBOX0,
+    MAILBOX1,
+    OS,
+    DmaBuffer,
+    Falcon,
+    poll,
+)
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gspmem import GspMemory
 from rig_pci import Window
@@ -97,20 +105,6 @@ def _dma(alloc: Alloc, data: bytes, what: str) -> DmaBuffer:
     return buf
 
 
-def _poll(read: Callable[[], int], done: Callable[[int], bool],
-          timeout_s: float) -> tuple[bool, int]:
-    deadline = time.monotonic() + timeout_s
-    pause = 0.0
-    while True:
-        value = read()
-        if done(value):
-            return True, value
-        if time.monotonic() >= deadline:
-            return False, value
-        time.sleep(pause)
-        pause = min(pause * 2 or 1e-5, 1e-3)
-
-
 def _target_mask_released(value: int) -> bool:
     return value != 0 and value & TARGET_MASK_LOCKED_MASK != TARGET_MASK_LOCKED
 
@@ -119,7 +113,7 @@ def wait_gsp_released(bar0: Window, boot_params_address: int, timeout_s: float) 
     """Step 6's polls up to RISC-V active, less the FALCON_OS write; raises
     :class:`BootError` naming the register that did not change."""
     gsp = Falcon(bar0, GSP, timeout_s)
-    ok, hwcfg2 = _poll(lambda: gsp.rd(HWCFG2), _target_mask_released, timeout_s)
+    ok, hwcfg2 = poll(lambda: gsp.rd(HWCFG2), _target_mask_released, timeout_s)
     if not ok:  # kfspWaitForGspTargetMaskReleased_GH100
         raise BootError(f"the FSP did not release the GSP's PRIV target mask within "
                         f"{timeout_s} s (NV_PGSP_FALCON_HWCFG2 0x{hwcfg2:08x})")
@@ -130,7 +124,7 @@ def wait_gsp_released(bar0: Window, boot_params_address: int, timeout_s: float) 
             return False  # the FMC has not yet taken its arguments' address
         return m0 != 0 or not gsp.rd(HWCFG2) & HWCFG2_RISCV_BR_PRIV_LOCKDOWN
 
-    ok, _ = _poll(lambda: 0, released, timeout_s)
+    ok, _ = poll(lambda: 0, released, timeout_s)
     if not ok:
         raise BootError(f"the GSP's FMC did not release its lockdown within {timeout_s} s "
                         f"(HWCFG2.RISCV_BR_PRIV_LOCKDOWN still set; {gsp.state()})")

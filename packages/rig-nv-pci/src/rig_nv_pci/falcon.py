@@ -133,7 +133,7 @@ class HsUcode:
     ucode_id: int
 
 
-def _poll(
+def poll(
     read: Callable[[], int], done: Callable[[int], bool], timeout_s: float
 ) -> tuple[bool, int]:
     """Read until ``done``; (True, value) or (False, last value) after ``timeout_s``."""
@@ -190,7 +190,7 @@ class Falcon:
 
     def _wait(self, what: str, read: Callable[[], int], done: Callable[[int], bool],
               timeout_s: float | None = None) -> int:
-        ok, value = _poll(read, done, self.timeout_s if timeout_s is None else timeout_s)
+        ok, value = poll(read, done, self.timeout_s if timeout_s is None else timeout_s)
         if not ok:
             raise self.fail(what)
         return value

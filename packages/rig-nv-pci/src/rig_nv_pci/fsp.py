@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import struct
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from rig_edge import Misuse, RigError
+from rig_nv_pci.falcon import poll
 from rig_pci import Window
 
 # hw/dev_therm.h NV_THERM_I2CS_SCRATCH; dev_therm_addendum.h
@@ -162,20 +162,6 @@ class FspResponse:
     error_code: int
 
 
-def _poll(read: Callable[[], int], done: Callable[[int], bool],
-          timeout_s: float) -> tuple[bool, int]:
-    deadline = time.monotonic() + timeout_s
-    pause = 0.0
-    while True:
-        value = read()
-        if done(value):
-            return True, value
-        if time.monotonic() >= deadline:
-            return False, value
-        time.sleep(pause)
-        pause = min(pause * 2 or 1e-5, 1e-3)
-
-
 class Fsp:
     """The FSP of the GPU named ``gpu`` (for messages; the window's name by default) through
     ``bar0``, on EMEM channel ``channel``."""
@@ -213,7 +199,7 @@ class Fsp:
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
         """Wait for the FSP to finish its boot (NV_THERM_I2CS_SCRATCH_FSP_BOOT_COMPLETE reading
         _SUCCESS, kfspWaitForSecureBoot_GH100)."""
-        ok, value = _poll(lambda: self.bar0.read32(NV_THERM_I2CS_SCRATCH),
+        ok, value = poll(lambda: self.bar0.read32(NV_THERM_I2CS_SCRATCH),
                           lambda v: v == FSP_BOOT_COMPLETE_SUCCESS, timeout_s)
         if not ok:
             raise self._fail(f"the FSP did not finish its boot within {timeout_s} s "
@@ -295,7 +281,7 @@ class Fsp:
         """One packet from the message queue (kfspReadPacket_GH100), acknowledged by setting
         MSGQ_TAIL then MSGQ_HEAD to the head; waits ``timeout_s`` (the transport's default)."""
         wait = self.timeout_s if timeout_s is None else timeout_s
-        ok, size = _poll(self._message_size, bool, wait)
+        ok, size = poll(self._message_size, bool, wait)
         if not ok:
             raise self._fail(f"the FSP did not answer {what} within {wait} s")
         head = self._rd(NV_PFSP_MSGQ_HEAD)
