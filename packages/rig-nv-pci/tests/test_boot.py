@@ -16,7 +16,7 @@ from sim import gsp_fw
 
 from rig_nv_pci import boot, chips, gspmem, layout
 from rig_nv_pci.boot import BootError
-from rig_nv_pci.gsp import rpc, sysinfo
+from rig_nv_pci.gsp import rpc, static_info, sysinfo
 
 FB_SIZE = 8 << 30
 GSP_FUSE = sim.regs.FUSE_GSP_UCODE1_VERSION
@@ -203,10 +203,12 @@ def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
     assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
     assert firmware.queue_init == (memory.shared, 129, 0x1000, 0x41000)
     assert done.init_done.function == rpc.Event.GSP_INIT_DONE and events == []
-    # SET_SYSTEM_INFO and SET_REGISTRY (an empty table) went first, then the root client
+    # SET_SYSTEM_INFO and SET_REGISTRY (an empty table) went first, then (after INIT_DONE)
+    # GET_GSP_STATIC_INFO, then the root client
     peer = firmware.peer
     assert [q.function for q in peer.requests] == [rpc.Function.GSP_SET_SYSTEM_INFO,
                                                     rpc.Function.SET_REGISTRY,
+                                                    rpc.Function.GET_GSP_STATIC_INFO,
                                                     rpc.Function.GSP_RM_ALLOC]
     assert peer.requests[0].payload == system_of(r).encode()
     assert peer.requests[1].payload == bytes([8, 0, 0, 0, 0, 0, 0, 0])
@@ -220,14 +222,63 @@ def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
         (a, gsp_fw.SEQ_VALUE_A), (b, gsp_fw.SEQ_VALUE_B), (flag, 1)]
     assert peer.objects == {rpc.CLIENT_HANDLE: 0} and done.rm.client == rpc.CLIENT_HANDLE
     # the doorbell rang through NV_PGSP_QUEUE_HEAD(0): for SET_SYSTEM_INFO and SET_REGISTRY
-    # before anything else (the GSP served them when it started), then for the alloc, which
-    # the running GSP heard
+    # before anything else (the GSP served them when it started), then for the static info
+    # and the alloc, which the running GSP heard
     rings = [i for i, w in enumerate(r.gpu.writes) if w == (sim.regs.GSP_QUEUE_HEAD0, 0)]
-    assert rings[:2] == [0, 1] and len(rings) == 3 and peer.rings == 1
+    assert rings[:2] == [0, 1] and len(rings) == 4 and peer.rings == 2
     # and the channel goes on serving the RM
     handle = done.rm.new_handle()
     assert done.rm.alloc(rpc.CLIENT_HANDLE, handle, 0x80) == handle  # NV01_DEVICE_0
     assert peer.objects[handle] == rpc.CLIENT_HANDLE
+
+
+def test_the_boot_keeps_the_static_info_the_gsp_sent() -> None:
+    fields = {"hInternalClient": 0xC1E0_0042, "hInternalDevice": 0xDE1D_0042,
+              "hInternalSubdevice": 0x5B1D_0042, "bar1PdeBase": 0x3_FFA0_0000,
+              "bar2PdeBase": 0x3_FFB0_0000, "fb_length": 16 << 30, "l2_cache_size": 4 << 20,
+              "gpuNameString": b"NVIDIA RTX A4000", "fbRegionInfoParams.numFBRegions": 1,
+              "fbRegionInfoParams.fbRegion[0].base": 0x10_0000,
+              "fbRegionInfoParams.fbRegion[0].limit": 0x3_FDFF_FFFF,
+              "fbRegionInfoParams.fbRegion[0].reserved": 0x800_0000,
+              "fbRegionInfoParams.fbRegion[0].performance": 7,
+              "fbRegionInfoParams.fbRegion[0].supportISO": 1,
+              "fbRegionInfoParams.fbRegion[0].supportCompressed": 0}
+    r, firmware, memory = gsp_rig(static_fields=fields)
+    done = run_boot(r, memory)
+    assert done.static == static_info.StaticInfo(
+        0xC1E0_0042, 0xDE1D_0042, 0x5B1D_0042,
+        (static_info.FbRegion(0x10_0000, 0x3_FDFF_FFFF, 0x800_0000, 7, compressed=False,
+                              iso=True, protected=False),),
+        0x3_FFA0_0000, 0x3_FFB0_0000, 16 << 30, 4 << 20, "NVIDIA RTX A4000")
+    # asked as rpcGetGspStaticInfo_v14_00 asks: a GspStaticConfigInfo-sized request
+    (request,) = [q for q in firmware.peer.requests
+                  if q.function == rpc.Function.GET_GSP_STATIC_INFO]
+    assert len(request.payload) == 1656 and request.records == 1
+
+
+def test_a_short_static_info_fails_the_boot_naming_the_gpu() -> None:
+    r, firmware, memory = gsp_rig(static_info=bytes(100))
+    with pytest.raises(BootError, match=r"^GPU 0: the GSP booted but GET_GSP_STATIC_INFO "
+                                        r"failed: GPU 0: GET_GSP_STATIC_INFO replied 100 bytes, "
+                                        r"not the 1656 of 570.144's GspStaticConfigInfo"):
+        run_boot(r, memory, init_timeout_s=0.5)
+    # no client was made on a GSP whose static info rig could not read
+    assert rpc.Function.GSP_RM_ALLOC not in [q.function for q in firmware.peer.requests]
+
+
+def test_garbled_fb_regions_fail_the_boot_naming_the_gpu() -> None:
+    r, _, memory = gsp_rig(static_fields={"fbRegionInfoParams.numFBRegions": 17})
+    with pytest.raises(BootError, match=r"^GPU 0: .*GET_GSP_STATIC_INFO failed: GPU 0: "
+                                        r"GET_GSP_STATIC_INFO is garbled: 17 FB regions"):
+        run_boot(r, memory, init_timeout_s=0.5)
+
+
+def test_a_refused_static_info_fails_the_boot_naming_the_rpc_result() -> None:
+    r, _, memory = gsp_rig(static_status=0x56)  # NV_ERR_NOT_SUPPORTED
+    with pytest.raises(BootError, match=r"^GPU 0: the GSP booted but GET_GSP_STATIC_INFO "
+                                        r"failed: GPU 0: RPC GET_GSP_STATIC_INFO "
+                                        r"\(rpc_result NV_ERR_NOT_SUPPORTED"):
+        run_boot(r, memory, init_timeout_s=0.5)
 
 
 def test_init_done_never_coming_is_a_timeout_naming_the_gpu() -> None:

@@ -74,11 +74,14 @@ def test_a_gb202_boots_through_the_fsp_to_init_done_and_the_root_client() -> Non
     assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
     mailboxes = (sim.regs.GSP_BASE + sim.regs.MAILBOX0, sim.regs.GSP_BASE + sim.regs.MAILBOX1)
     assert not [w for w in g.writes if w[0] in mailboxes]
-    # SET_SYSTEM_INFO, SET_REGISTRY before the boot, the sequencer ran, then the root client
+    # SET_SYSTEM_INFO, SET_REGISTRY before the boot, the sequencer ran, then the static info
+    # and the root client
     peer = firmware.peer
     assert [q.function for q in peer.requests] == [rpc.Function.GSP_SET_SYSTEM_INFO,
                                                     rpc.Function.SET_REGISTRY,
+                                                    rpc.Function.GET_GSP_STATIC_INFO,
                                                     rpc.Function.GSP_RM_ALLOC]
+    assert done.static.internal_client == sim.peer_module().STATIC_DEFAULTS["hInternalClient"]
     assert firmware.log.index("sequencer ran") < firmware.log.index("GSP_INIT_DONE sent")
     assert peer.objects == {rpc.CLIENT_HANDLE: 0} and done.rm.client == rpc.CLIENT_HANDLE
     handle = done.rm.new_handle()

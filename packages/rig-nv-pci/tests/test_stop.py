@@ -1,4 +1,5 @@
-"""rig_nv_pci.stop against the simulated GPU: GSP-RM unloaded, booter_unload taking WPR2 down.
+"""rig_nv_pci.stop against the simulated GPU: GSP-RM unloaded, FWSEC-SB run, booter_unload
+taking WPR2 down.
 
 The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
 takes down the protected memory (WPR2) the boot set up, which NVIDIA's driver refuses to boot
@@ -8,10 +9,13 @@ a GPU with." and "A GPU whose stop could not unload its GSP's firmware or take i
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
 import pytest
+
+from rig_edge import Misuse
 
 sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders as fb
@@ -52,9 +56,12 @@ def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:
     assert [q.function for q in peer.requests[-2:]] == [rpc.Function.FREE,
                                                         rpc.Function.UNLOADING_GUEST_DRIVER]
     assert peer.requests[-1].payload == bytes(8) and peer.objects == {}
-    # the GSP suspended (MAILBOX0 0x80000000, RISC-V halted), then was reset, and stays so
+    # the GSP suspended (MAILBOX0 0x80000000, RISC-V halted), then was reset and ran FWSEC-SB
+    # heavy-secure, and stays off RISC-V
     assert firmware.suspended and "riscv halted" in g.gsp.log
-    assert g.gsp.log.index("riscv halted") < len(g.gsp.log) - 1 and g.gsp.log[-1] == "reset"
+    after = g.gsp.log[g.gsp.log.index("riscv halted") + 1:]
+    assert after[0] == "reset"
+    assert after[-3:] == ["reset", f"hs run ucode {r.sv.ucode_id}", "fwsec cmd 0x19"]
     assert g.gsp.state != "riscv-running"
     # booter_unload ran on SEC2 with 0xff in both mailboxes and took WPR2 down
     assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
@@ -92,8 +99,9 @@ def test_a_gsp_that_never_answers_the_unload_times_out_and_booter_unload_still_r
     assert len(e.value.steps) == 2 and e.value.lost
     assert firmware.peer.unloaded and not firmware.suspended
     assert r.gpu.gsp.mailbox(0) != PROCESSOR_SUSPENDED
-    # the teardown still ran: GSP reset, booter_unload on SEC2, WPR2 down
-    assert r.gpu.gsp.log[-1] == "reset"
+    # the teardown still ran: GSP reset, FWSEC-SB, booter_unload on SEC2, WPR2 down
+    assert r.gpu.gsp.log[-3:] == ["reset", f"hs run ucode {r.sv.ucode_id}", "fwsec cmd 0x19"]
+    assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
     assert f"hs run ucode {UNLOAD_UCODE_ID}" in r.gpu.sec2.log
     assert boot.wpr2_range(r.bar0) is None
 
@@ -129,3 +137,69 @@ def test_a_stop_with_wpr2_already_down_skips_booter_unload() -> None:
     r.gpu.wpr2 = (0, 0)
     stop(r, booted, unload)
     assert f"hs run ucode {UNLOAD_UCODE_ID}" not in r.gpu.sec2.log
+
+
+def sb_rig(**fwsec: int) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory, fb.SyntheticBooter]:
+    """:func:`stop_rig` whose FWSEC answers SB with ``fwsec``'s keywords (sim.fwsec_program)."""
+    r, firmware, memory, unload = stop_rig()
+    r.gpu.gsp.programs[r.sv.ucode_id] = sim.fwsec_program(
+        r.gpu, r.sv.mapper_offset, r.sv.cmd_in_buffer_offset, **fwsec)
+    return r, firmware, memory, unload
+
+
+def test_a_stop_runs_fwsec_sb_with_the_sb_command_before_booter_unload() -> None:
+    r, _, memory, unload = stop_rig()
+    booted = run_boot(r, memory)
+    assert r.gpu.runs == ["fwsec-frts"]
+    stop(r, booted, unload)
+    g = r.gpu
+    # FWSEC from the boot's VBIOS, patched with SB (0x19) and a bare READ_VBIOS_DESC
+    # (FWSEC_SB_BAD_DESC otherwise), run on the GSP after its reset, then booter_unload
+    assert g.runs == ["fwsec-frts", "fwsec-sb", "booter_unload"]
+    assert g.gsp.log.count(f"hs run ucode {r.sv.ucode_id}") == 2
+    assert g.gsp.log[-1] == "fwsec cmd 0x19"
+    assert g.read(sim.regs.VBIOS_SCRATCH_15) & 0xFFFF == 0
+    assert boot.wpr2_range(r.bar0) is None
+
+
+def test_fwsec_sb_failing_names_its_code_and_booter_unload_still_runs() -> None:
+    r, firmware, memory, unload = sb_rig(sb_error=0x1C)
+    r.gpu.regs[sim.regs.VBIOS_SCRATCH_15] = 0x5A5A_0000  # bits 31:16 are not the SB code
+    booted = run_boot(r, memory)
+    with pytest.raises(StopError, match=r"^GPU 0: stopping the GSP failed: FWSEC-SB: FWSEC-SB "
+                                        r"failed: SB error code 0x1c "
+                                        r"\(NV_PBUS_VBIOS_SCRATCH\(0x15\) 0x5a5a001c") as e:
+        stop(r, booted, unload)
+    assert len(e.value.steps) == 1 and e.value.steps[0].startswith("FWSEC-SB: ")
+    assert e.value.lost  # the pre-OS apps were not put back: the next open resets the GPU
+    assert firmware.suspended
+    # booter_unload still ran after it and took WPR2 down
+    assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
+    assert boot.wpr2_range(r.bar0) is None
+
+
+def test_fwsec_sb_only_checks_the_low_half_of_its_scratch() -> None:
+    r, _, memory, unload = stop_rig()
+    r.gpu.regs[sim.regs.VBIOS_SCRATCH_15] = 0xFFFF_0000
+    stop(r, run_boot(r, memory), unload)
+    assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
+
+
+def test_fwsec_sb_leaving_the_boot_rom_plm_raised_fails_the_step() -> None:
+    r, _, memory, unload = stop_rig()
+    booted = run_boot(r, memory)
+    r.gpu.gfw_polls = None  # the PLM no longer lets level 0 read, progress not COMPLETED
+    with pytest.raises(StopError, match=r"FWSEC-SB: FWSEC-SB failed: the boot ROM's PLM was "
+                                        r"not lowered .*0x00000000\)$"):
+        stop(r, booted, unload)
+    assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
+    assert boot.wpr2_range(r.bar0) is None
+
+
+def test_a_booter_stop_without_the_boots_fwsec_is_refused_before_any_step() -> None:
+    r, firmware, memory, unload = stop_rig()
+    booted = run_boot(r, memory)
+    fmc = dataclasses.replace(booted, booted=object())  # type: ignore[arg-type]
+    with pytest.raises(Misuse, match=r"^GPU 0: a booter stop needs the booter boot's FWSEC"):
+        stop(r, fmc, unload)
+    assert firmware.peer.objects != {} and r.gpu.runs == ["fwsec-frts"]

@@ -26,7 +26,9 @@ on as kgspInitRm does:
 8. after booter_load, GSP_INIT_DONE awaited on the status queue (kgspWaitForRmInitDone); every
    GSP_RUN_CPU_SEQUENCER before it (and after) run against BAR 0 by
    :class:`rig_nv_pci.gsp.sequencer.Sequencer` (_kgspRpcRunCpuSequencer), other events handed
-   to ``on_event``; then the root client made through :class:`RpcRM`.
+   to ``on_event``; then GET_GSP_STATIC_INFO asked for and decoded
+   (:mod:`rig_nv_pci.gsp.static_info`, as kgspInitRm asks right after the boot), then the
+   root client made through :class:`RpcRM`.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from rig_edge import RigError
 from rig_nv.rm import RMError
 from rig_nv_pci import chips, fwimage, vbios
 from rig_nv_pci.falcon import GSP, OS, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
-from rig_nv_pci.gsp import rpc, sysinfo
+from rig_nv_pci.gsp import rpc, static_info, sysinfo
 from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
 from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError
 from rig_nv_pci.gspmem import GspMemory
@@ -61,6 +63,9 @@ GFW_BOOT_PROGRESS_COMPLETED = 0xFF  # _PROGRESS 7:0
 # dev_bus.h (turing/tu102) NV_PBUS_VBIOS_SCRATCH(i) = 0x1400 + 4i; kernel_gsp_frts_tu102.c:
 # index 0xE holds NV_VBIOS_FWSECLIC_FRTS_ERR_CODE in 31:16
 NV_PBUS_VBIOS_SCRATCH_0E = 0x1400 + 4 * 0xE
+# kernel_gsp_frts_tu102.c: index 0x15 (NV_VBIOS_FWSECLIC_SCRATCH_INDEX_15) holds
+# NV_VBIOS_FWSECLIC_SB_ERR_CODE in 15:0 (nouveau nvkm_gsp_fwsec_sb reads the same 0x1454 & 0xffff)
+NV_PBUS_VBIOS_SCRATCH_15 = 0x1400 + 4 * 0x15
 # nouveau nvkm/subdev/bios/shadowrom.c, nova-core vbios.rs: the PROM window
 NV_PROM_DATA = 0x300000
 VBIOS_CHUNK = 0x10000
@@ -158,18 +163,27 @@ def booter_ucode(b: fwimage.Booter) -> HsUcode:
                    ucode_id=b.ucode_id)
 
 
-def run_fwsec_frts(gsp: Falcon, bar0: Window, fw: vbios.Fwsec, frts_offset: int,
-                   alloc: Alloc) -> tuple[int, int]:
-    """FWSEC-FRTS on the GSP falcon; WPR2's range after it. Raises :class:`BootError` if it
-    does not halt, reports an FRTS error, or leaves WPR2 down or elsewhere."""
-    fuse = gsp.fuse_version(fw.desc.ucode_id)
-    image = fw.frts_image(frts_offset, fuse)
-    buf = _buffer(alloc, image, "FWSEC")
+def _run_fwsec(gsp: Falcon, fw: vbios.Fwsec, command: int, argument: bytes, alloc: Alloc,
+               what: str) -> None:
+    """FWSEC with ``command`` in its DMEM mapper's init_cmd and ``argument`` in its command
+    buffer (s_vbiosPatchInterfaceData), the signature for the GSP's fuse version patched in,
+    run heavy-secure on the reset GSP falcon (kernel_gsp_frts_tu102.c: s_prepareForFwsec_TU102
+    and kgspExecuteFwsec_TU102 up to kgspExecuteHsFalcon, shared by FRTS and SB). Raises
+    :class:`BootError` naming ``what`` if it does not halt."""
+    image = fw.patched(command, argument, gsp.fuse_version(fw.desc.ucode_id))
+    buf = _buffer(alloc, image, what)
     try:
         gsp.reset()
         gsp.run_hs(buf, fwsec_ucode(fw))
     except FalconError as e:
-        raise BootError(f"FWSEC-FRTS failed: {e}") from e
+        raise BootError(f"{what} failed: {e}") from e
+
+
+def run_fwsec_frts(gsp: Falcon, bar0: Window, fw: vbios.Fwsec, frts_offset: int,
+                   alloc: Alloc) -> tuple[int, int]:
+    """FWSEC-FRTS on the GSP falcon; WPR2's range after it. Raises :class:`BootError` if it
+    does not halt, reports an FRTS error, or leaves WPR2 down or elsewhere."""
+    _run_fwsec(gsp, fw, vbios.CMD_FRTS, vbios.frts_command(frts_offset), alloc, "FWSEC-FRTS")
     scratch = bar0.read32(NV_PBUS_VBIOS_SCRATCH_0E)
     if scratch >> 16:
         raise BootError(f"FWSEC-FRTS failed: FRTS error code 0x{scratch >> 16:x} "
@@ -184,6 +198,31 @@ def run_fwsec_frts(gsp: Falcon, bar0: Window, fw: vbios.Fwsec, frts_offset: int,
     got = wpr2_range(bar0)
     assert got is not None
     return got
+
+
+def run_fwsec_sb(gsp: Falcon, bar0: Window, fw: vbios.Fwsec, alloc: Alloc) -> None:
+    """FWSEC-SB on the GSP falcon, which a stop runs after resetting the GSP and before
+    booter_unload "to put back PreOsApps" (kgspPrepareForFwsecSb_TU102 then
+    kgspExecuteFwsec_TU102, from kgspTeardown_TU102; nouveau nvkm_gsp_fwsec_sb). It differs
+    from FRTS as s_prepareForFwsec_TU102 and kgspExecuteFwsec_TU102 have it: the
+    command is FALCON_APPLICATION_INTERFACE_DMEM_MAPPER_V3_CMD_SB (0x19) and its argument a
+    bare FWSECLIC_READ_VBIOS_DESC (no FRTS region); afterwards the boot ROM's PLM must let
+    level 0 read (GFW PLM lowered) and its progress read COMPLETED, and the error code is
+    NV_PBUS_VBIOS_SCRATCH(0x15) bits 15:0 (not 0xE's 31:16); WPR2 is not checked. Raises
+    :class:`BootError` naming what failed."""
+    _run_fwsec(gsp, fw, vbios.CMD_SB, vbios.read_vbios_desc(), alloc, "FWSEC-SB")
+    plm = bar0.read32(NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_PRIV_LEVEL_MASK)
+    if not plm & PLM_READ_PROTECTION_LEVEL0:
+        raise BootError(f"FWSEC-SB failed: the boot ROM's PLM was not lowered "
+                        f"(NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_PRIV_LEVEL_MASK 0x{plm:08x})")
+    progress = bar0.read32(NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_0_GFW_BOOT)
+    if progress & 0xFF != GFW_BOOT_PROGRESS_COMPLETED:
+        raise BootError(f"FWSEC-SB failed: the boot ROM's progress is 0x{progress & 0xFF:02x}, "
+                        f"not COMPLETED 0xff")
+    scratch = bar0.read32(NV_PBUS_VBIOS_SCRATCH_15)
+    if scratch & 0xFFFF:
+        raise BootError(f"FWSEC-SB failed: SB error code 0x{scratch & 0xFFFF:x} "
+                        f"(NV_PBUS_VBIOS_SCRATCH(0x15) 0x{scratch:08x}; {gsp.state()})")
 
 
 def run_booter_load(sec2: Falcon, booter: bytes, wpr_meta_address: int, alloc: Alloc) -> None:
@@ -255,14 +294,15 @@ def empty_registry() -> bytes:
 @dataclass(frozen=True)
 class GspBooted:
     """A booted GSP: what :func:`boot` (or :func:`rig_nv_pci.boot_fsp.boot_fmc`) saw, the
-    host memory, the RPC channel, the INIT_DONE message (``channel`` the RPCs) and the RM of
-    the root client made on the GSP."""
+    host memory, the RPC channel, the INIT_DONE message (``channel`` the RPCs), the RM of
+    the root client made on the GSP and the static configuration GSP-RM reported."""
 
     booted: Booted | FmcBooted
     memory: GspMemory
     channel: rpc.Rpc
     init_done: rpc.Incoming
     rm: rpc.RpcRM
+    static: static_info.StaticInfo
 
 
 def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, alloc: Alloc,
@@ -286,8 +326,8 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
                       timeout_s=timeout_s)
     except BootError as e:
         raise BootError(f"{name}: {e}") from e
-    done, rm = finish(bar0, name, channel, memory, init_timeout_s, failed)
-    return GspBooted(booted, memory, channel, done, rm)
+    done, rm, static = finish(bar0, name, channel, memory, init_timeout_s, failed)
+    return GspBooted(booted, memory, channel, done, rm, static)
 
 
 def start_channel(bar0: Window, *, name: str, memory: GspMemory, system: sysinfo.SystemInfo,
@@ -326,16 +366,21 @@ def start_channel(bar0: Window, *, name: str, memory: GspMemory, system: sysinfo
 
 def finish(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory, timeout_s: float,
            failed: list[SequencerError], started_by: str = "booter_load"
-           ) -> tuple[rpc.Incoming, rpc.RpcRM]:
+           ) -> tuple[rpc.Incoming, rpc.RpcRM, static_info.StaticInfo]:
     """Step 8, shared by every boot once the GSP's RISC-V core runs: GSP_INIT_DONE
-    (kgspWaitForRmInitDone), then the root client; ``started_by`` names what started the GSP,
-    for the timeout's message."""
+    (kgspWaitForRmInitDone), GET_GSP_STATIC_INFO (kgspInitRm asks for it next, before any
+    client exists), then the root client; ``started_by`` names what started the GSP, for the
+    timeout's message."""
     done = _wait_init_done(bar0, name, channel, memory, timeout_s, failed, started_by)
+    try:
+        static = static_info.get_static_info(channel)
+    except (RMError, QueueError, rpc.RpcTimeout, static_info.StaticInfoError) as e:
+        raise BootError(f"{name}: the GSP booted but GET_GSP_STATIC_INFO failed: {e}") from e
     try:
         rm = rpc.RpcRM.open(channel)
     except (RMError, QueueError, rpc.RpcTimeout) as e:
         raise BootError(f"{name}: the GSP booted but refused the root client: {e}") from e
-    return done, rm
+    return done, rm, static
 
 
 def _wait_init_done(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory,

@@ -195,6 +195,6 @@ def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memor
                                          init_timeout_s=init_timeout_s, on_event=on_event)
     booted = boot_fmc(bar0, name=name, family=family, fmc=fmc, memory=memory, alloc=alloc,
                       app_version=app_version, timeout_s=timeout_s)
-    done, rm = boot.finish(bar0, name, channel, memory, init_timeout_s, failed,
-                           started_by="the FMC")
-    return boot.GspBooted(booted, memory, channel, done, rm)
+    done, rm, static = boot.finish(bar0, name, channel, memory, init_timeout_s, failed,
+                                   started_by="the FMC")
+    return boot.GspBooted(booted, memory, channel, done, rm, static)

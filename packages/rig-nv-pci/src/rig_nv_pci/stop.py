@@ -1,7 +1,8 @@
 """The Ampere/Ada GSP stop: GSP-RM unloaded and the boot's protected memory (WPR2) taken down,
 as NVIDIA's driver unloads (open-gpu-kernel-modules 570.144: kgspUnloadRm_IMPL in
 kernel_gsp.c, kgspTeardown_TU102 and kgspWaitForProcessorSuspend_TU102 in
-kernel_gsp_tu102.c, kgspExecuteBooterUnloadIfNeeded_TU102 in kernel_gsp_booter_tu102.c;
+kernel_gsp_tu102.c, kgspExecuteFwsec_TU102 in kernel_gsp_frts_tu102.c,
+kgspExecuteBooterUnloadIfNeeded_TU102 in kernel_gsp_booter_tu102.c;
 nouveau r535_gsp_fini):
 
 1. the root client freed over :class:`rig_nv_pci.gsp.rpc.RpcRM` (FREE of the client, which
@@ -14,22 +15,28 @@ nouveau r535_gsp_fini):
    LIBOS_INTERRUPT_PROCESSOR_SUSPENDED (_kgspIsProcessorSuspended; nouveau polls the same for
    2 s);
 4. the GSP falcon reset (kgspTeardown_TU102 resets it before FWSEC-SB, nouveau too);
-5. booter_unload on SEC2, only while WPR2 is up (kgspExecuteBooterUnloadIfNeeded_TU102):
+5. FWSEC-SB on the GSP falcon, "to put back PreOsApps during driver unload"
+   (kgspPrepareForFwsecSb_TU102 and kgspExecuteFwsec_TU102 in kernel_gsp_frts_tu102.c;
+   nouveau nvkm_gsp_fwsec_sb): the VBIOS's FWSEC patched with the SB command, run
+   heavy-secure, then the boot ROM's PLM and progress and the SB error code
+   (NV_PBUS_VBIOS_SCRATCH(0x15) 15:0) checked
+   (:func:`rig_nv_pci.boot.run_fwsec_sb`). The FWSEC is the one the boot read from the VBIOS
+   (:attr:`rig_nv_pci.boot.Booted.fwsec`), as RM runs pKernelGsp->pFwsecUcode, parsed once at
+   boot, rather than reading the VBIOS again;
+6. booter_unload on SEC2, only while WPR2 is up (kgspExecuteBooterUnloadIfNeeded_TU102):
    SEC2 reset, the image's signature patched for SEC2's fuse version, run heavy-secure with
    MAILBOX0 = MAILBOX1 = 0xff (a normal unload passes no suspend-resume data, so the mailboxes
    keep their 0xFF defaults); MAILBOX0 0 after it is success (s_executeBooterUcode_TU102);
-6. WPR2 down afterwards ("failed to execute Booter Unload: WPR2 is still up").
+7. WPR2 down afterwards ("failed to execute Booter Unload: WPR2 is still up").
 
 Every step is attempted whatever failed before it, as kgspUnloadRm_IMPL goes on to the teardown
 whatever the RPC and the suspend wait returned, with one exception: once an RPC timed out or
 the queues broke, the later RPC (UNLOADING_GUEST_DRIVER after a failed FREE) is not sent, so
 that a GSP that stopped answering costs one timeout, not two (kgspTeardown_TU102's "avoid
-cascading timeouts"). The falcon steps (4-6) always run: they are what takes the boot down.
-The failures are raised together as one :class:`StopError` naming the GPU and every failed
+cascading timeouts"). The falcon steps (4-7) always run: they are what takes the boot down; a
+failed FWSEC-SB does not stop booter_unload (kgspTeardown_TU102 only asserts on it and goes
+on). The failures are raised together as one :class:`StopError` naming the GPU and every failed
 step.
-
-Not done (yet): FWSEC-SB, which RM and nouveau run on the GSP falcon between steps 4 and 5 to
-put back the VBIOS's pre-OS applications.
 
 The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
 takes down the protected memory (WPR2) the boot set up, which NVIDIA's driver refuses to boot
@@ -63,7 +70,9 @@ UNLOAD_TIMEOUT_S = 10.0  # the RPC channel's default
 class StopError(RigError):
     """Steps of a stop failed; the message names the GPU and each failed step. ``steps``
     holds the failed steps' messages; ``lost`` is true when the GSP's firmware may still be
-    loaded or WPR2 is still up (the spec's lost GPU: its next open resets it first)."""
+    loaded, WPR2 is still up, or FWSEC-SB failed (the VBIOS's pre-OS applications were not put
+    back, which the boot ROM's run after a reset does), the spec's lost GPU: its next open
+    resets it first."""
 
     def __init__(self, message: str, steps: tuple[str, ...], lost: bool) -> None:
         super().__init__(message)
@@ -112,21 +121,27 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
              unload_timeout_s: float = UNLOAD_TIMEOUT_S,
              suspend_timeout_s: float = SUSPEND_TIMEOUT_S) -> None:
     """Stop the GSP that :func:`rig_nv_pci.boot.boot_gsp` booted on the GPU ``name`` behind
-    ``bar0``: steps 1-6 of the module's docstring, with DMA memory from ``alloc`` for the
+    ``bar0``: steps 1-7 of the module's docstring, with DMA memory from ``alloc`` for the
     ``booter_unload`` image. ``unload_timeout_s`` bounds the wait for UNLOADING_GUEST_DRIVER's
     reply (the FREE waits the channel's own timeout), ``suspend_timeout_s`` the wait for the
     GSP to suspend, ``timeout_s`` each falcon wait. Afterwards the GPU can be
-    booted again (WPR2 is down). Raises :class:`StopError` naming ``name`` and every step that
-    failed, after attempting every step still safe to attempt (the module's docstring).
+    booted again (WPR2 is down). ``booted.booted`` must be the :class:`rig_nv_pci.boot.Booted`
+    of a booter boot (its FWSEC runs FWSEC-SB). Raises :class:`StopError` naming ``name`` and
+    every step that failed, after attempting every step still safe to attempt (the module's
+    docstring).
 
     For a ``family`` that boots through the FSP (Hopper, Blackwell: ``booter_unload`` and
-    ``alloc`` unused) steps 4-6 are kgspTeardown_GH100's instead: wait for the GSP's RISC-V
+    ``alloc`` unused) steps 4-7 are kgspTeardown_GH100's instead: wait for the GSP's RISC-V
     core to halt (kflcnWaitForHaltRiscv_GA102: NV_PRISCV_RISCV_CPUCTL.HALTED), "to allow ACR
-    and GSP FMC to finish shutdown"; no reset, no booter_unload (there is none), and WPR2 is
-    not checked (whether it is down after the halt is not confirmed by NVIDIA's sources)."""
+    and GSP FMC to finish shutdown"; no reset, no FWSEC-SB, no booter_unload (there is none),
+    and WPR2 is not checked (whether it is down after the halt is not confirmed by NVIDIA's
+    sources)."""
     fsp_boot = family is not None and family.boot == "fsp"
     if not fsp_boot and (booter_unload is None or alloc is None):
         raise Misuse(f"{name}: a booter stop needs booter_unload and alloc")
+    if not fsp_boot and not isinstance(booted.booted, boot.Booted):
+        raise Misuse(f"{name}: a booter stop needs the booter boot's FWSEC (boot.Booted), not "
+                     f"{type(booted.booted).__name__}")
     failed: list[str] = []
     causes: list[BaseException] = []
     unloaded = True  # whether GSP-RM acknowledged the unload and suspended
@@ -172,10 +187,17 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
                                 causes[0] if causes else None)
         return
     assert booter_unload is not None and alloc is not None
+    assert isinstance(booted.booted, boot.Booted)
+    sb_failed = False
     try:
         gsp.reset()
     except FalconError as e:
         fail("resetting the GSP falcon", e)
+    try:  # kgspTeardown_TU102: FWSEC-SB after the reset, booter_unload whatever it returned
+        boot.run_fwsec_sb(gsp, bar0, booted.booted.fwsec, alloc)
+    except boot.BootError as e:
+        sb_failed = True
+        fail("FWSEC-SB", e)
     if boot.wpr2_range(bar0) is not None:  # kgspExecuteBooterUnloadIfNeeded_TU102's skip
         try:
             run_booter_unload(sec2, booter_unload, alloc)
@@ -189,5 +211,5 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
                       f"0x{lo:08x}, _HI 0x{hi:08x})")
     if failed:
         error = StopError(f"{name}: stopping the GSP failed: " + "; ".join(failed),
-                          tuple(failed), lost=wpr2_up or not unloaded)
+                          tuple(failed), lost=wpr2_up or not unloaded or sb_failed)
         raise error from (causes[0] if causes else None)

@@ -7,6 +7,7 @@ from .fmc import SimFmc, gb202
 from .fsp import SimFsp
 from .gpu import (
     AD102_BOOT42,
+    FWSEC_SB_BAD_DESC,
     GA102_BOOT42,
     GB202_BOOT42,
     HostMemory,
@@ -22,6 +23,7 @@ from .gsp_fw import GspFirmware, peer_module
 __all__ = [
     "AD102_BOOT42",
     "BROM_FAILED",
+    "FWSEC_SB_BAD_DESC",
     "GA102_BOOT42",
     "GB202_BOOT42",
     "PRI_ERROR",

@@ -1,6 +1,6 @@
 """The simulated GPU: BAR 0 as a register file with the registers an Ampere/Ada boot touches,
-host memory the falcons reach by DMA, and scripted firmware behaviour (FWSEC-FRTS, booter_load,
-booter_unload).
+host memory the falcons reach by DMA, and scripted firmware behaviour (FWSEC-FRTS, FWSEC-SB,
+booter_load, booter_unload).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ GA102_BOOT42 = 0x17 << 24 | 0x2 << 20 | 0xA1
 AD102_BOOT42 = 0x19 << 24 | 0x2 << 20 | 0xA1
 GB202_BOOT42 = 0x1B << 24 | 0x2 << 20 | 0xA1  # nv_ref.h architecture 0x1B (GB200), impl 2
 FWSEC_FAILED = 0x0ABC  # an FRTS error code the tests script
+FWSEC_SB_BAD_DESC = 0x0BAD  # the SB error code the simulated FWSEC reports for a bad argument
 
 
 class HostMemory:
@@ -98,6 +99,9 @@ class SimGpu:
     bar3_address: int = 0x38_1000_0000
     # a Hopper's FSP (its boot scratch, EMEM channel 0 and queues); None on Ampere/Ada
     fsp: SimFsp | None = None
+    # the scripted firmware run, in order across both falcons ("fwsec-frts", "fwsec-sb",
+    # "booter_unload")
+    runs: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -175,19 +179,33 @@ class SimGpu:
 
 
 def fwsec_program(gpu: SimGpu, mapper_offset: int, cmd_in_offset: int, *,
-                  error: int = 0, set_wpr2: bool = True) -> Callable[[SimFalcon], None]:
+                  error: int = 0, set_wpr2: bool = True, sb_error: int = 0
+                  ) -> Callable[[SimFalcon], None]:
     """FWSEC as the GSP falcon runs it: the DMEM mapper's init_cmd (offset 44 in
     FALCON_APPLICATION_INTERFACE_DMEM_MAPPER_V3) 0x15 is FRTS, whose FWSECLIC_FRTS_CMD (a
     24-byte READ_VBIOS_DESC, then version, size, offset and size in 4 KiB, media) lies at the
     command-in buffer; FRTS puts WPR2 (stage one) over the FRTS region and the error code
-    (0 none) in VBIOS scratch 0xE bits 31:16."""
+    (0 none) in VBIOS scratch 0xE bits 31:16. init_cmd 0x19 is SB (kernel_gsp_frts_tu102.c
+    FALCON_APPLICATION_INTERFACE_DMEM_MAPPER_V3_CMD_SB), whose argument is the READ_VBIOS_DESC
+    alone (version 1, size 24, flags 2, else :data:`FWSEC_SB_BAD_DESC`); it leaves WPR2 as it
+    is and ``sb_error`` (0 none) in VBIOS scratch 0x15 bits 15:0, keeping bits 31:16. Each run
+    is recorded in ``gpu.runs``; other commands report 0xffff in scratch 0xE."""
 
     def run(f: SimFalcon) -> None:
         (cmd,) = struct.unpack_from("<I", f.dmem, mapper_offset + 44)
         f.log.append(f"fwsec cmd 0x{cmd:x}")
+        if cmd == 0x19:
+            gpu.runs.append("fwsec-sb")
+            version, size, _, _, flags = struct.unpack_from("<IIQII", f.dmem, cmd_in_offset)
+            code = sb_error if (version, size, flags) == (1, 24, 2) else FWSEC_SB_BAD_DESC
+            old = gpu.regs.get(regs.VBIOS_SCRATCH_15, 0)
+            gpu.regs[regs.VBIOS_SCRATCH_15] = old & 0xFFFF0000 | code & 0xFFFF
+            f.set_mailbox(0, 0)
+            return
         if cmd != 0x15:
             gpu.regs[regs.VBIOS_SCRATCH_0E] = 0xFFFF << 16
             return
+        gpu.runs.append("fwsec-frts")
         _, _, off4k, size4k, media = struct.unpack_from("<5I", f.dmem, cmd_in_offset + 24)
         gpu.regs[regs.VBIOS_SCRATCH_0E] = error << 16
         if error == 0 and set_wpr2 and media == 2:
@@ -244,6 +262,7 @@ def booter_unload_program(gpu: SimGpu, *, error: int = 0) -> Callable[[SimFalcon
 
     def run(f: SimFalcon) -> None:
         f.log.append(f"booter_unload mailboxes 0x{f.mailbox(0):x} 0x{f.mailbox(1):x}")
+        gpu.runs.append("booter_unload")
         if error:
             f.set_mailbox(0, error)
             return

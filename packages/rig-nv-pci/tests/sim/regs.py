@@ -21,6 +21,9 @@ AON_SCRATCH_GROUP_05_0 = 0x118234
 # turing/tu102/dev_bus.h NV_PBUS_VBIOS_SCRATCH(i); kernel_gsp_frts_tu102.c: index 0xE holds the
 # FRTS error code in 31:16
 VBIOS_SCRATCH_0E = 0x1400 + 4 * 0xE
+# ... and NV_VBIOS_FWSECLIC_SCRATCH_INDEX_15 the SB error code (NV_VBIOS_FWSECLIC_SB_ERR_CODE) in
+# 15:0 (nouveau nvkm_gsp_fwsec_sb: 0x001400 + 0x15 * 4, & 0xffff)
+VBIOS_SCRATCH_15 = 0x1400 + 4 * 0x15
 
 # ampere/ga100/dev_fuse.h: ucode fuse versions, one register per ucode id from 1
 FUSE_SEC2_UCODE1_VERSION = 0x824140

@@ -1,0 +1,152 @@
+"""GET_GSP_STATIC_INFO: the static configuration GSP-RM reports once it is up.
+
+kgspInitRm (src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c) asks for it right after the boot
+(_kgspBootGspRm, whose kgspBootstrap ends in kgspWaitForRmInitDone, i.e. GSP_INIT_DONE) and
+SET_GUEST_SYSTEM_INFO (the RPC version handshake, which rig does not send), before it or anyone
+allocates an RM client; nouveau reads it in r535_gsp_rpc_get_gsp_static_info.
+rpcGetGspStaticInfo_v14_00 (src/kernel/vgpu/rpc.c) sends a request of
+``sizeof(GspStaticConfigInfo)`` payload bytes and copies as many back from the reply.
+
+The payload is ``GspStaticConfigInfo`` of open-gpu-kernel-modules 570.144,
+src/nvidia/inc/kernel/gpu/gsp/gsp_static_config.h ("Fetched from GSP-RM into CPU-RM"), laid out
+as a 64-bit build lays it out (natural alignment; the GSP's RISC-V core is LP64). Only the
+members rig reads are declared here, by offset; the tests check each offset and the size
+against a layout computed from the header's whole member list. The offsets follow from:
+
+- grCapsBits[NV0080_CTRL_GR_CAPS_TBL_SIZE 23] (ctrl0080gr.h) at 0;
+- gidInfo, NV2080_CTRL_GPU_GET_GID_INFO_PARAMS (ctrl2080gpu.h: 3 NvU32 and
+  data[NV2080_GPU_MAX_GID_LENGTH 0x100], 268 bytes) at 24;
+- SKUInfo, NV2080_CTRL_BIOS_GET_SKU_INFO_PARAMS (ctrl2080bios.h, 48 bytes) at 292;
+- fbRegionInfoParams, NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_PARAMS (ctrl2080fb.h: NvU32
+  numFBRegions, then fbRegion[_MAX_ENTRIES 16] of 48-byte, 8-aligned entries at +8) at 344;
+- sriovCaps (NV0080_CTRL_GPU_GET_SRIOV_CAPS_PARAMS, ctrl0080gpu.h, 80 bytes) at 1120,
+  sriovMaxGfid 1200, engineCaps[NVGPU_ENGINE_CAPS_MASK_ARRAY_MAX 3] (nvbitmask.h) 1204,
+  poisonFuseEnabled 1216;
+- fb_length 1224, fbio_mask 1232, fb_bus_width 1240, fb_ram_type 1244, fbp_mask 1248,
+  l2_cache_size 1256;
+- gpuNameString[NV2080_GPU_MAX_NAME_STRING_LENGTH 0x40] 1260, gpuShortNameString 1324,
+  gpuNameString_Unicode (NvU16) 1388, 14 NvBool 1516, RTD3GC6TotalBoardPower 1530,
+  RTD3GC6PerstDelay 1532;
+- bar1PdeBase 1536, bar2PdeBase 1544;
+- bVbiosValid 1552, vbiosSubVendor 1556, vbiosSubDevice 1560, 3 NvBool 1564,
+  displaylessMaxHeads (8 bytes, vgpu/rpc_headers.h) 1568, displaylessMaxResolution (12) 1576,
+  displaylessMaxPixels 1592;
+- hInternalClient 1600, hInternalDevice 1604, hInternalSubdevice 1608 (NvHandle: NvU32);
+- 4 NvBool 1612, ecidInfo[MAX_GROUP_COUNT 2] (12 bytes each; g_gpu_nvoc.h) 1616,
+  fwWprLayoutOffset (2 NvU64) 1640; sizeof 1656.
+
+570.144's GspStaticConfigInfo has no GPC/TPC information (r535's gpcInfo/tpcInfo members are
+gone), so none is decoded here.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+from rig_edge import RigError
+from rig_nv_pci.gsp.rpc import Function, Rpc
+
+SIZE = 1656  # sizeof(GspStaticConfigInfo), 570.144
+
+# Offsets in GspStaticConfigInfo (see the module's docstring for how each follows).
+FB_REGION_INFO = 344  # fbRegionInfoParams: NvU32 numFBRegions
+FB_REGION_FIRST = FB_REGION_INFO + 8  # fbRegionInfoParams.fbRegion[0] (8-aligned NvU64 base)
+FB_REGION_MAX = 16  # NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_MAX_ENTRIES (ctrl2080fb.h)
+# NV2080_CTRL_CMD_FB_GET_FB_REGION_FB_REGION_INFO (ctrl2080fb.h): NvU64 base, limit, reserved;
+# NvU32 performance; NvBool supportCompressed, supportISO, bProtected; then
+# blackList[NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_MEM_TYPES 17] (deprecated; skipped): 48 bytes
+FB_REGION = struct.Struct("<3QI3B17x")
+FB_LENGTH = 1224  # NvU64 fb_length
+L2_CACHE_SIZE = 1256  # NvU32 l2_cache_size
+GPU_NAME = 1260  # NvU8 gpuNameString[NV2080_GPU_MAX_NAME_STRING_LENGTH 0x40] (ctrl2080gpu.h)
+GPU_NAME_LENGTH = 0x40
+BAR_PDE_BASES = 1536  # NvU64 bar1PdeBase, bar2PdeBase
+INTERNAL_HANDLES = 1600  # NvHandle hInternalClient, hInternalDevice, hInternalSubdevice
+
+U32, U64, TWO_U64, THREE_U32 = (struct.Struct(f) for f in ("<I", "<Q", "<2Q", "<3I"))
+
+
+class StaticInfoError(RigError):
+    """GET_GSP_STATIC_INFO's reply cannot be 570.144's GspStaticConfigInfo."""
+
+
+@dataclass(frozen=True)
+class FbRegion:
+    """One NV2080_CTRL_CMD_FB_GET_FB_REGION_FB_REGION_INFO (ctrl2080fb.h): the FB addresses
+    [base..limit], what RM needs to keep of it (``reserved``), its relative ``performance``,
+    whether compressed kinds, ISO surfaces (display, cursor, video) are allowed in it, and
+    whether only protected allocations may use it."""
+
+    base: int
+    limit: int
+    reserved: int
+    performance: int
+    compressed: bool
+    iso: bool
+    protected: bool
+
+    @property
+    def size(self) -> int:
+        return self.limit - self.base + 1
+
+
+@dataclass(frozen=True)
+class StaticInfo:
+    """What rig reads of GspStaticConfigInfo: the handles of GSP-RM's internal client, device
+    and subdevice (for RM-internal controls), the FB regions, the BAR1/BAR2 page directory
+    bases, the FB size, the L2 cache size and the GPU's name."""
+
+    internal_client: int
+    internal_device: int
+    internal_subdevice: int
+    fb_regions: tuple[FbRegion, ...]
+    bar1_pde_base: int
+    bar2_pde_base: int
+    fb_length: int
+    l2_cache_size: int
+    gpu_name: str
+
+
+def decode(payload: bytes) -> StaticInfo:
+    """The :class:`StaticInfo` of a GET_GSP_STATIC_INFO reply's payload; raises
+    :class:`StaticInfoError` for a reply of another size, more FB regions than the struct
+    holds, a region ending before it starts, a flag that is no NvBool, or a null internal
+    client handle (GSP-RM always has one)."""
+    if len(payload) != SIZE:
+        raise StaticInfoError(f"GET_GSP_STATIC_INFO replied {len(payload)} bytes, not the "
+                              f"{SIZE} of 570.144's GspStaticConfigInfo")
+    (count,) = U32.unpack_from(payload, FB_REGION_INFO)
+    if count > FB_REGION_MAX:
+        raise StaticInfoError(f"GET_GSP_STATIC_INFO is garbled: {count} FB regions "
+                              f"(at most {FB_REGION_MAX})")
+    regions = []
+    for i in range(count):
+        base, limit, reserved, perf, *flags = FB_REGION.unpack_from(
+            payload, FB_REGION_FIRST + i * FB_REGION.size)
+        if limit < base or any(f > 1 for f in flags):
+            raise StaticInfoError(f"GET_GSP_STATIC_INFO is garbled: FB region {i} "
+                                  f"[0x{base:x}..0x{limit:x}], flags {flags}")
+        regions.append(FbRegion(base, limit, reserved, perf, *(bool(f) for f in flags)))
+    client, device, subdevice = THREE_U32.unpack_from(payload, INTERNAL_HANDLES)
+    if client == 0:
+        raise StaticInfoError("GET_GSP_STATIC_INFO is garbled: no internal client handle "
+                              "(hInternalClient 0)")
+    bar1, bar2 = TWO_U64.unpack_from(payload, BAR_PDE_BASES)
+    name = payload[GPU_NAME:GPU_NAME + GPU_NAME_LENGTH].split(b"\0", 1)[0]
+    return StaticInfo(client, device, subdevice, tuple(regions), bar1, bar2,
+                      U64.unpack_from(payload, FB_LENGTH)[0],
+                      U32.unpack_from(payload, L2_CACHE_SIZE)[0],
+                      name.decode(errors="replace"))
+
+
+def get_static_info(rpc: Rpc, timeout_s: float | None = None) -> StaticInfo:
+    """Send GET_GSP_STATIC_INFO (a zeroed GspStaticConfigInfo, as rpcGetGspStaticInfo_v14_00
+    sizes it) and decode the reply. A refusal raises :class:`rig_nv.rm.RMError`, silence
+    :class:`rig_nv_pci.gsp.rpc.RpcTimeout`, a reply that is no GspStaticConfigInfo
+    :class:`StaticInfoError`; each names the GPU."""
+    reply = rpc.call(Function.GET_GSP_STATIC_INFO, bytes(SIZE), timeout_s=timeout_s)
+    try:
+        return decode(reply.payload)
+    except StaticInfoError as e:
+        raise StaticInfoError(f"{rpc.name}: {e}") from e
