@@ -57,6 +57,7 @@ FN_SET_REGISTRY = 73
 FN_GSP_RM_CONTROL = 76
 FN_GSP_RM_ALLOC = 103
 EV_GSP_INIT_DONE = 0x1001
+EV_POST_EVENT = 0x1003
 EV_RC_TRIGGERED = 0x1004
 EV_MMU_FAULT_QUEUED = 0x1005
 EV_OS_ERROR_LOG = 0x1006
@@ -151,6 +152,25 @@ C_STRUCTS: dict[str, list[tuple[str, str, int]]] = {
         ("NvBool", "bIsGpuUefi", 1), ("NvBool", "bIsEfiInit", 1),
         ("EcidManufacturingInfo", "ecidInfo", 2),
         ("FW_WPR_LAYOUT_OFFSET", "fwWprLayoutOffset", 1)],
+    # g_rpc-structures.h: the event payloads. A last member of count 0 is C's flexible array.
+    "rpc_rc_triggered_v17_02": [
+        *[("NvU32", n, 1) for n in ("nv2080EngineType", "chid", "gfid", "exceptLevel",
+                                    "exceptType", "scope")],
+        ("NvU16", "partitionAttributionId", 1), ("NvU32", "mmuFaultAddrLo", 1),
+        ("NvU32", "mmuFaultAddrHi", 1), ("NvU32", "mmuFaultType", 1),
+        ("NvBool", "bCallbackNeeded", 1), ("NvU32", "rcJournalBufferSize", 1),
+        ("NvU8", "rcJournalBuffer", 0)],
+    "rpc_os_error_log_v17_00": [
+        ("NvU32", "exceptType", 1), ("NvU32", "runlistId", 1), ("NvU32", "chid", 1),
+        ("char", "errString", 0x100), ("NvU32", "preemptiveRemovalPreviousXid", 1)],
+    "rpc_ucode_libos_print_v1E_08": [("NvU32", "ucodeEngDesc", 1),
+                                     ("NvU32", "libosPrintBufSize", 1),
+                                     ("NvU8", "libosPrintBuf", 0)],
+    "rpc_gsp_lockdown_notice_v17_00": [("NvBool", "bLockdownEngaging", 1)],
+    "rpc_post_event_v17_00": [
+        ("NvHandle", "hClient", 1), ("NvHandle", "hEvent", 1), ("NvU32", "notifyIndex", 1),
+        ("NvU32", "data", 1), ("NvU16", "info16", 1), ("NvU32", "status", 1),
+        ("NvU32", "eventDataSize", 1), ("NvBool", "bNotifyList", 1), ("NvU8", "eventData", 0)],
 }
 
 # What this GSP reports unless told otherwise: a 24 GiB board whose RM-internal objects are
@@ -199,7 +219,13 @@ def c_layout(name: str) -> tuple[int, int, dict[str, tuple[int, int, int]]]:
 def static_config(fields: dict[str, int | bytes]) -> bytes:
     """A GspStaticConfigInfo holding ``fields`` (member path -> integer, or bytes for an
     array), zero elsewhere."""
-    size, _, leaves = c_layout("GspStaticConfigInfo")
+    return c_struct("GspStaticConfigInfo", fields)
+
+
+def c_struct(name: str, fields: dict[str, int | bytes], tail: bytes | None = None) -> bytes:
+    """Struct ``name`` holding ``fields``, zero elsewhere. With ``tail``, the struct ends at its
+    flexible array member (its last, of count 0) and ``tail`` follows there."""
+    size, _, leaves = c_layout(name)
     out = bytearray(size)
     for path, value in fields.items():
         at, elem, count = leaves[path]
@@ -209,7 +235,12 @@ def static_config(fields: dict[str, int | bytes]) -> bytes:
             out[at:at + len(value)] = value
         else:
             out[at:at + elem] = value.to_bytes(elem, "little")
-    return bytes(out)
+    if tail is None:
+        return bytes(out)
+    flexible = C_STRUCTS[name][-1][1]
+    if leaves[flexible][2] != 0:
+        raise ValueError(f"{name} has no flexible array member")
+    return bytes(out[:leaves[flexible][0]]) + tail
 
 
 class PeerError(AssertionError):
@@ -469,18 +500,46 @@ class Peer:
             self.before_reply.append(rpc)
 
     @staticmethod
-    def rc_triggered(chid: int, xid: int = 31, engine: int = 1, fault_address: int = 0) -> bytes:
-        """rpc_rc_triggered_v17_02: 6 u32, u16 partitionAttributionId (+2), 3 u32 (fault
-        address lo/hi, type), NvBool bCallbackNeeded (+3), u32 rcJournalBufferSize: 48 bytes."""
-        return (struct.pack("<6I", engine, chid, 0, 0, xid, 0) + struct.pack("<H2x", 0)
-                + struct.pack("<3I", fault_address & 0xFFFFFFFF, fault_address >> 32, 0)
-                + b"\x01\0\0\0" + struct.pack("<I", 0))
+    def rc_triggered(chid: int, xid: int = 31, engine: int = 1, fault_address: int = 0, *,
+                     gfid: int = 0, except_level: int = 0, scope: int = 0, partition: int = 0,
+                     fault_type: int = 0, callback: bool = True, journal: bytes = b"") -> bytes:
+        """rpc_rc_triggered_v17_02 (48 bytes) and its rcJournalBuffer."""
+        return c_struct("rpc_rc_triggered_v17_02", {
+            "nv2080EngineType": engine, "chid": chid, "gfid": gfid, "exceptLevel": except_level,
+            "exceptType": xid, "scope": scope, "partitionAttributionId": partition,
+            "mmuFaultAddrLo": fault_address & 0xFFFFFFFF, "mmuFaultAddrHi": fault_address >> 32,
+            "mmuFaultType": fault_type, "bCallbackNeeded": int(callback),
+            "rcJournalBufferSize": len(journal)}, journal)
 
     @staticmethod
-    def os_error_log(xid: int, chid: int, text: str) -> bytes:
-        """rpc_os_error_log_v17_00: exceptType, runlistId, chid, errString[0x100],
+    def os_error_log(xid: int, chid: int, text: str, runlist: int = 0,
+                     previous_xid: int = 0) -> bytes:
+        """rpc_os_error_log_v17_00: exceptType, runlistId, chid, errString[0x100] (NUL-ended),
         preemptiveRemovalPreviousXid: 272 bytes."""
-        return struct.pack("<3I", xid, 0, chid) + text.encode()[:255].ljust(256, b"\0") + bytes(4)
+        return c_struct("rpc_os_error_log_v17_00", {
+            "exceptType": xid, "runlistId": runlist, "chid": chid,
+            "errString": text.encode()[:255], "preemptiveRemovalPreviousXid": previous_xid})
+
+    @staticmethod
+    def libos_print(eng_desc: int, data: bytes) -> bytes:
+        """rpc_ucode_libos_print_v1E_08 and its libosPrintBuf."""
+        return c_struct("rpc_ucode_libos_print_v1E_08", {
+            "ucodeEngDesc": eng_desc, "libosPrintBufSize": len(data)}, data)
+
+    @staticmethod
+    def lockdown_notice(engaging: bool) -> bytes:
+        """rpc_gsp_lockdown_notice_v17_00: one NvBool."""
+        return c_struct("rpc_gsp_lockdown_notice_v17_00", {"bLockdownEngaging": int(engaging)})
+
+    @staticmethod
+    def post_event(h_client: int, h_event: int, notify_index: int, data: int = 0,
+                   info16: int = 0, status: int = 0, event_data: bytes = b"",
+                   notify_list: bool = False) -> bytes:
+        """rpc_post_event_v17_00 and its eventData (which starts at offset 29)."""
+        return c_struct("rpc_post_event_v17_00", {
+            "hClient": h_client, "hEvent": h_event, "notifyIndex": notify_index, "data": data,
+            "info16": info16, "status": status, "eventDataSize": len(event_data),
+            "bNotifyList": int(notify_list)}, event_data)
 
     # -- the status queue ----------------------------------------------------------------
 

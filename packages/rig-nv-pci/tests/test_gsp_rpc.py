@@ -3,8 +3,7 @@
 Sizes and numbers asserted against open-gpu-kernel-modules 570.144: g_rpc-message-header.h
 (rpc_message_header_v03_00: 8 x u32), g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00 32 bytes
 before params[], rpc_gsp_rm_control_v03_00 24, rpc_free_v03_00 = NVOS00_PARAMETERS_v03_00 16,
-rpc_unloading_guest_driver_v1F_07 8, rpc_rc_triggered_v17_02 48 before rcJournalBuffer[],
-rpc_os_error_log_v17_00 272, rpc_ucode_libos_print_v1E_08 8), cl0000.h
+rpc_unloading_guest_driver_v1F_07 8; the event structs in test_gsp_events.py), cl0000.h
 (NV0000_ALLOC_PARAMETERS 120), rpc_global_enums.h, rpc_headers.h.
 """
 
@@ -22,6 +21,7 @@ from sim import peer_module
 
 from rig_edge import Misuse
 from rig_nv.rm import RMError
+from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp import queue as q
 from rig_nv_pci.gsp import rpc as r
 
@@ -48,7 +48,6 @@ def test_struct_sizes_and_numbers_match_nvidia_headers() -> None:
     assert r.SIGNATURE.to_bytes(4, "little") == b"VRPC" and r.HEADER_VERSION == 0x03000000
     assert r.RESULT_PENDING == 0xFFFFFFFF
     assert (r.ALLOC.size, r.CONTROL.size, r.FREE.size, r.UNLOADING.size) == (32, 24, 16, 8)
-    assert (r.RC_TRIGGERED.size, r.OS_ERROR_LOG.size, r.LIBOS_PRINT.size) == (48, 272, 8)
     assert r.ROOT_PARAMS.size == 120  # 4 + 4 + 100, aligned to 8, + NvP64 pOsPidInfo
     f, e = r.Function, r.Event
     assert (f.FREE, f.UNLOADING_GUEST_DRIVER, f.GET_GSP_STATIC_INFO) == (10, 47, 65)
@@ -166,14 +165,15 @@ def test_events_arriving_while_waiting_go_to_the_callback() -> None:
     peer.event(0x1006, p.os_error_log(31, 5, "MMU Fault: ENGINE GRAPHICS"), now=False)
     rm.alloc(rm.client, dev, 0x80)
     assert [e.name for e in events] == ["RC_TRIGGERED", "MMU_FAULT_QUEUED", "OS_ERROR_LOG"]
-    rc = r.decode_rc_triggered(events[0].payload)
+    rc = ev.decode_rc_triggered(events[0].payload)
     assert (rc.chid, rc.except_type, rc.mmu_fault_address, rc.callback_needed) == (
         5, 31, 0x12_3456_7000, True)
-    log = r.decode_os_error_log(events[2].payload)
-    assert (log.except_type, log.chid, log.text) == (31, 5, "MMU Fault: ENGINE GRAPHICS")
+    log = ev.decode_os_error_log(events[2].payload)
+    assert (log.except_type, log.chid, log.err_string) == (31, 5, "MMU Fault: ENGINE GRAPHICS")
     assert dev in peer.objects
     peer.event(0x100C, b"\x01\0\0\0\x05\0\0\0hello")  # arrives with nothing waiting
-    assert rpc.poll() == 1 and r.decode_libos_print(events[-1].payload) == (1, b"hello")
+    assert rpc.poll() == 1
+    assert ev.decode_libos_print(events[-1].payload) == ev.LibosPrint(1, b"hello")
 
 
 def test_an_exception_from_the_callback_comes_after_the_reply() -> None:
@@ -242,5 +242,5 @@ def test_a_full_command_queue_waits_while_the_status_queue_drains() -> None:
     peer.service()
     while rpc.poll():
         peer.service()
-    assert [r.decode_os_error_log(e.payload).except_type for e in events] == list(range(12))
+    assert [ev.decode_os_error_log(e.payload).except_type for e in events] == list(range(12))
     assert len(peer.requests) == 5

@@ -3,12 +3,12 @@
 Each message holds an ``rpc_message_header_v`` and a payload. A request longer than one
 message (:data:`MAX_PAYLOAD`) goes as a first part under its function and CONTINUATION_RECORD
 messages after it, and its reply comes back alike (rpc.c ``_issueRpcLarge``). Events the GSP
-sends while the CPU waits go to a callback (kernel_gsp.c ``_kgspRpcRecvPoll``).
+sends while the CPU waits go to a callback (kernel_gsp.c ``_kgspRpcRecvPoll``); their payloads
+are decoded by :mod:`rig_nv_pci.gsp.events`.
 
 Sources, open-gpu-kernel-modules 570.144: generated/g_rpc-message-header.h,
 g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00, rpc_gsp_rm_control_v03_00, rpc_free_v03_00,
-rpc_unloading_guest_driver_v1F_07, rpc_rc_triggered_v17_02, rpc_os_error_log_v17_00,
-rpc_ucode_libos_print_v1E_08), g_sdk-structures.h (NVOS00_PARAMETERS_v03_00),
+rpc_unloading_guest_driver_v1F_07), g_sdk-structures.h (NVOS00_PARAMETERS_v03_00),
 kernel/vgpu/rpc_global_enums.h, rpc_headers.h, src/kernel/vgpu/rpc.c, rmapi/rpc_common.c
 (rpcWriteCommonHeader, rpcRmApiAlloc_GSP, rpcRmApiControl_GSP), rmapi/rmapi.h, class/cl0000.h.
 """
@@ -45,9 +45,6 @@ ALLOC = struct.Struct("<7I4s")  # rpc_gsp_rm_alloc_v03_00 without params[]: 32 b
 CONTROL = struct.Struct("<6I")  # rpc_gsp_rm_control_v03_00 without params[]: 24 bytes
 FREE = struct.Struct("<4I")  # rpc_free_v03_00 = NVOS00_PARAMETERS_v03_00: 16 bytes
 UNLOADING = struct.Struct("<??2xI")  # rpc_unloading_guest_driver_v1F_07: 8 bytes
-RC_TRIGGERED = struct.Struct("<6IH2x3I?3xI")  # rpc_rc_triggered_v17_02 without the journal: 48
-OS_ERROR_LOG = struct.Struct("<3I256sI")  # rpc_os_error_log_v17_00: 272 bytes
-LIBOS_PRINT = struct.Struct("<2I")  # rpc_ucode_libos_print_v1E_08 without the buffer: 8 bytes
 ROOT_PARAMS = struct.Struct("<II100s4xQ")  # NV0000_ALLOC_PARAMETERS: 120 bytes
 
 RMAPI_RPC_FLAGS_NONE = 0
@@ -209,54 +206,6 @@ def encode_unloading(in_pm_transition: bool = False, gc6_entering: bool = False,
                      new_level: int = 0) -> bytes:
     """The payload of UNLOADING_GUEST_DRIVER (a plain unload: no power transition)."""
     return UNLOADING.pack(in_pm_transition, gc6_entering, new_level)
-
-
-@dataclass(frozen=True)
-class RcTriggered:
-    """RC_TRIGGERED: a channel the GSP's robust-channel handling stopped."""
-
-    engine_type: int
-    chid: int
-    gfid: int
-    except_level: int
-    except_type: int  # the Xid, e.g. 31 ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
-    scope: int
-    partition_attribution_id: int
-    mmu_fault_address: int
-    mmu_fault_type: int
-    callback_needed: bool
-    journal: bytes
-
-
-def decode_rc_triggered(payload: bytes) -> RcTriggered:
-    (engine, chid, gfid, level, xtype, scope, part, lo, hi, ftype, callback,
-     size) = RC_TRIGGERED.unpack_from(payload)
-    journal = payload[RC_TRIGGERED.size:RC_TRIGGERED.size + size]
-    return RcTriggered(engine, chid, gfid, level, xtype, scope, part, hi << 32 | lo, ftype,
-                       callback, journal)
-
-
-@dataclass(frozen=True)
-class OsErrorLog:
-    """OS_ERROR_LOG: an Xid the GSP reports, with its text."""
-
-    except_type: int
-    runlist_id: int
-    chid: int
-    text: str
-    preemptive_removal_previous_xid: int
-
-
-def decode_os_error_log(payload: bytes) -> OsErrorLog:
-    xtype, runlist, chid, text, previous = OS_ERROR_LOG.unpack_from(payload)
-    return OsErrorLog(xtype, runlist, chid, text.split(b"\0", 1)[0].decode(errors="replace"),
-                      previous)
-
-
-def decode_libos_print(payload: bytes) -> tuple[int, bytes]:
-    """UCODE_LIBOS_PRINT: the ucode's engine descriptor and its print buffer."""
-    engine, size = LIBOS_PRINT.unpack_from(payload)
-    return engine, payload[LIBOS_PRINT.size:LIBOS_PRINT.size + size]
 
 
 def root_params(h_client: int) -> bytearray:
