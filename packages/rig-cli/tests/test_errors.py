@@ -2,7 +2,6 @@
 and the mapping from each kind of error to its code."""
 
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -85,15 +84,6 @@ def test_changes_before_the_pci_path_exists(command: str) -> None:
                         "(the PCI path is not built yet)")
     else:  # built since: GPU `count` does not exist, and nothing is asked or changed
         assert out.returncode == 3 and "has no GPU" in line
-
-
-def test_firmware_before_the_pci_path_exists(tmp_path: Path) -> None:
-    if find("firmware") is not None:
-        pytest.skip("rig_pci/rig_nv_pci has a firmware fetch now: its own tests cover it")
-    out = rig("firmware", "nv", str(tmp_path))
-    assert out.returncode == 4
-    assert one_sentence(out) == ("rig: rig firmware nv is not available in this release "
-                                 "(the PCI path is not built yet)")
 
 
 @pytest.mark.parametrize(("error", "code"), [
