@@ -9,7 +9,6 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -105,68 +104,6 @@ def test_detach_part_way_is_a_failure(monkeypatch: pytest.MonkeyPatch,
     assert main(["detach", "0", "--yes"]) == 1
     assert capsys.readouterr().err == (
         "rig: GPU 0 (0000:00:06.0): detach went only part way: unbind timed out.\n")
-
-
-def test_bus_address_functions_get_the_address(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str] = []
-    monkeypatch.setattr(changes, "find", lambda op: ("rig_pci.driver.detach", seen.append, "bus"))
-    monkeypatch.setattr(changes, "gpu", lambda i: H200)
-    assert main(["detach", "0", "--yes"]) == 0
-    assert seen == ["0000:00:06.0"]
-
-
-def test_rig_pci_driver_gets_the_machine_and_the_gpus_device_files(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    from rig_pci import Machine
-
-    seen: list[tuple[Any, ...]] = []
-
-    def detach(machine: Machine, bus: str, *, device_files: Any = (),
-               driver: str | None = None) -> object:
-        seen.append((machine.is_this, bus, list(device_files)))
-        return type("Detached", (), {})()
-
-    monkeypatch.setattr(changes, "find", lambda op: ("rig_pci.driver.detach", detach, "bus"))
-    monkeypatch.setattr(changes, "gpu", lambda i: H200)
-    monkeypatch.setattr(changes, "nvidia_files", lambda bus: ["/dev/nvidia0"])
-    assert main(["detach", "0", "--yes"]) == 0
-    assert seen == [(True, "0000:00:06.0", ["/dev/nvidia0"])]
-
-
-def test_reset_through_a_taken_function(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen: list[str] = []
-
-    class Function:
-        def __init__(self, bus: str) -> None:
-            self.bus = bus
-
-        @classmethod
-        def take(cls, machine: object, bus: str) -> Function:
-            seen.append(f"take {bus}")
-            return cls(bus)
-
-        def __enter__(self) -> Function:
-            return self
-
-        def __exit__(self, *exc: object) -> None:
-            seen.append("release")
-
-        def reset(self) -> None:
-            seen.append("reset")
-
-    monkeypatch.setattr(changes, "find", lambda op: ("rig_pci.Function", Function, "take"))
-    monkeypatch.setattr(changes, "gpu", lambda i: H200)
-    assert main(["reset", "0", "--yes"]) == 0
-    assert seen == ["take 0000:00:06.0", "reset", "release"]
-
-
-def test_nvidia_files_from_the_drivers_report(tmp_path: Path) -> None:
-    gpu = tmp_path / "0000:00:06.0"
-    gpu.mkdir()
-    (gpu / "information").write_text("Model: \t\t NVIDIA H200\nIRQ:   \t\t 35\n"
-                                     "Device Minor: \t 3\nBus Location: \t 0000:00:06.0\n")
-    assert changes.nvidia_files("0000:00:06.0", tmp_path) == ["/dev/nvidia3"]
-    assert changes.nvidia_files("0000:00:07.0", tmp_path) == []
 
 
 def test_firmware_passes_dir_and_mirror(calls: list[tuple[str, Any]],

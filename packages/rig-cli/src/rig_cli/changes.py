@@ -1,20 +1,17 @@
 """``rig detach|attach|reset i`` and ``rig firmware nv [DIR]``: changes to the machine.
 
-These call the PCI path's functions when the installed release has them: the spec's
-``Rig_nv_pci.detach/attach/reset``, which ``rig_nv_pci`` exports by GPU index, or else the
-generic ones by bus address (``rig_pci.driver.detach/attach``, ``rig_pci.Function.reset``).
-They are found by name at run time, so that this command works before and after they land;
-where none is there they exit 4 saying the PCI path is not built yet. Detach, attach and reset ask
-first (``--yes`` skips the question; with no terminal to ask on they refuse rather than guess).
+These call the spec's ``Rig_nv_pci.detach/attach/reset``, which ``rig_nv_pci`` exports by GPU
+index, and ``rig_pci.firmware.fetch``. They are found by name at run time, so that an install
+lacking them says so (exit 4, "not available in this release") rather than failing to import.
+Detach, attach and reset ask first (``--yes`` skips the question; with no terminal to ask on
+they refuse rather than guess).
 """
 
 from __future__ import annotations
 
 import importlib
-import inspect
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rig_cli.chips import chip, is_gpu
@@ -23,17 +20,13 @@ from rig_pci import FunctionInfo, Machine
 
 OK, FAILURE = 0, 1
 
-# Where each operation may live, in order of preference: (module, name, what it takes). The
-# spec's functions (rig_nv_pci) take the GPU's index; rig_pci.driver's take the machine and the
-# PCI function's address (detach(machine, bus, *, device_files=...) answers Detached or
-# PartWay(why)); "take" is rig_pci.Function, whose reset runs on the function it takes.
+# Where each operation lives: (module, name, what it takes). The spec's functions (rig_nv_pci)
+# take the GPU's index; rig_pci.firmware.fetch the directory (and a mirror).
 CANDIDATES: dict[str, tuple[tuple[str, str, str], ...]] = {
-    "detach": (("rig_nv_pci", "detach", "index"), ("rig_pci.driver", "detach", "bus")),
-    "attach": (("rig_nv_pci", "attach", "index"), ("rig_pci.driver", "attach", "bus")),
-    "reset": (("rig_nv_pci", "reset", "index"), ("rig_pci.driver", "reset", "bus"),
-              ("rig_pci", "Function", "take")),
-    "firmware": (("rig_nv_pci.firmware", "fetch", "dir"), ("rig_pci.firmware", "fetch", "dir"),
-                 ("rig_nv_pci", "fetch_firmware", "dir")),
+    "detach": (("rig_nv_pci", "detach", "index"),),
+    "attach": (("rig_nv_pci", "attach", "index"),),
+    "reset": (("rig_nv_pci", "reset", "index"),),
+    "firmware": (("rig_pci.firmware", "fetch", "dir"),),
 }
 
 
@@ -57,7 +50,7 @@ def find(operation: str) -> tuple[str, Callable[..., Any], str] | None:
                 continue
             raise
         fn = getattr(found, name, None)
-        if callable(fn) and (takes != "take" or callable(getattr(fn, "take", None))):
+        if callable(fn):
             return f"{module}.{name}", fn, takes
     return None
 
@@ -90,37 +83,6 @@ def confirm(question: str, yes: bool) -> bool:
     return answer in ("y", "yes")
 
 
-def nvidia_files(bus: str, proc: Path = Path("/proc/driver/nvidia/gpus")) -> list[str]:
-    """The device files through which NVIDIA's kernel driver lends this GPU (``/dev/nvidiaN``,
-    N its minor number as the driver reports it), so a detach can refuse while a process holds
-    them; ``[]`` where the driver does not report it."""
-    try:
-        text = (proc / bus / "information").read_text()
-    except OSError:
-        return []
-    for line in text.splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "Device Minor" and value.strip().isdigit():
-            return [f"/dev/nvidia{int(value)}"]
-    return []
-
-
-def _call(fn: Callable[..., Any], takes: str, index: int, function: FunctionInfo) -> Any:
-    if takes == "index":
-        return fn(index)
-    if takes == "take":
-        function_class: Any = fn  # rig_pci.Function
-        with function_class.take(Machine.this(), function.address) as taken:
-            return taken.reset()
-    parameters = inspect.signature(fn).parameters
-    kwargs: dict[str, Any] = {}
-    if "device_files" in parameters:
-        kwargs["device_files"] = nvidia_files(function.address)
-    if next(iter(parameters), None) == "machine":
-        return fn(Machine.this(), function.address, **kwargs)
-    return fn(function.address, **kwargs)
-
-
 QUESTIONS = {
     "detach": "Detach GPU {i} ({where}) from its kernel driver ({driver})? Whatever uses it, a "
               "display among them, loses it until `rig attach {i}` or a reboot.",
@@ -137,7 +99,7 @@ DONE = {
 
 def run_change(operation: str, index: int, *, yes: bool) -> int:
     """Detach, attach or reset GPU ``index`` after asking."""
-    _, fn, takes = _needed(operation, f"rig {operation}")
+    _, fn, _ = _needed(operation, f"rig {operation}")
     function = gpu(index)
     where = f"{function.address}, {chip(function.device).name}"
     text = {"i": index, "where": where, "driver": function.driver or "none",
@@ -145,7 +107,7 @@ def run_change(operation: str, index: int, *, yes: bool) -> int:
     if not confirm(QUESTIONS[operation].format(**text), yes):
         print("rig: not confirmed, so nothing was changed.", file=sys.stderr)
         return FAILURE
-    result = _call(fn, takes, index, function)
+    result = fn(index)
     # detach answers its progress: Detached, or part way with the reason (the spec's
     # Part_way why), which leaves the GPU neither with its driver nor ready to open.
     why = getattr(result, "why", None) or getattr(result, "reason", None)
