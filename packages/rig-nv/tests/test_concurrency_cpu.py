@@ -1,8 +1,9 @@
-"""Issue 6, "any thread may call any function at the same time" and "KeyboardInterrupt during a
-long wait loses no device and skips no timeline value", on the CPU over the stand-in RM path
-(fake_gpu.py): what the device's own bookkeeping promises under threads (distinct timeline
-values, disjoint live regions, every wait ending at a value the timeline really reached). The
-60-second 8-thread run with every result compared on the H200 is test_gpu_concurrency.py."""
+"""Issue 6 on the CPU over the stand-in RM path (fake_gpu.py): "any thread may call any function
+at the same time", "KeyboardInterrupt during a long wait loses no device and skips no timeline
+value", and hang_ms's give-up. What the device's own bookkeeping promises under threads
+(distinct timeline values, disjoint live regions, every wait ending at a value the timeline
+really reached). The 60-second 8-thread run with every result compared on the H200 is in
+packages/rig-nv-nvidia/tests/test_gpu_walks.py."""
 
 from __future__ import annotations
 
@@ -111,3 +112,28 @@ def test_keyboard_interrupt_in_a_wait_loses_nothing(dev: tuple[Any, Any]) -> Non
     assert after.value == point.value + 1
     after.wait()
     d.free(r)
+
+
+def test_work_without_progress_for_hang_ms_loses_the_device(dev: tuple[Any, Any]) -> None:
+    """Issue 6, hang_ms: "a kernel that spins forever ... is given up after 30 s without
+    progress, with a clear reason" (here 50 ms: the stand-in GPU never finishes)."""
+    import dataclasses
+    import time
+
+    from rig_edge import Lost
+
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    r = d.alloc(4096, Memory.DEVICE)
+    d._facts = dataclasses.replace(d._facts, hang_ms=50)
+    path.sleep = time.sleep  # the GPU makes no progress: the timeline never moves
+    point = d.launch(img["vadd"], (1,), (32,), (r, r, r, 1))
+    start = time.monotonic()
+    with pytest.raises(Lost, match=r"made no progress for 0\.05 s") as lost:
+        point.wait(timeout_s=10)
+    assert time.monotonic() - start < 5
+    assert f"waiting for {point.value}" in str(lost.value)
+    with pytest.raises(Lost):  # the device stays lost; its facts still answer
+        d.alloc(4096, Memory.DEVICE)
+    assert d.facts.arch == "sm_90"
