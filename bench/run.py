@@ -72,7 +72,8 @@ ROWS = (
     Row("7_open_stop_inproc", "7 open+stop again, same process", "ms", ("ms<=", 40.0)),
     Row("8_import", "8 import rig_nv_nvidia/torch/cupy", "ms"),
     *(Row(f"8_import_{m}", f"8 import {m}", "ms") for m in IMPORTS[:5]),
-    Row("8_rig_list", "8 rig list (process wall)", "ms"),
+    Row("8_rig_list", "8 rig list (process wall)", "ms", ("ms<=", 150.0)),
+    Row("8_rig_help", "8 rig --help (process wall)", "ms", ("ms<=", 150.0)),
     Row("8_python", "8 python -c pass (reference)", "ms"),
 )
 
@@ -356,8 +357,10 @@ def import_rows(peers: list[str], env: dict[str, str], reps: int
         if module == IMPORT_OF[peer]:
             rows[peer]["8_import"] = got
     if "rig" in peers:
-        log("rig list ...")
+        log("rig list, rig --help ...")
         rows["rig"]["8_rig_list"] = wall_rows([sys.executable, "-m", "rig_cli", "list"], env,
+                                              reps, inner=False)
+        rows["rig"]["8_rig_help"] = wall_rows([sys.executable, "-m", "rig_cli", "--help"], env,
                                               reps, inner=False)
         rows["rig"]["8_python"] = wall_rows([sys.executable, "-c", "pass"], env, reps,
                                             inner=False)
