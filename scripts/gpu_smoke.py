@@ -82,7 +82,15 @@ def main() -> int:
     anon = bytearray(os.urandom(3 * 4096 + 100))
     r = step("map_host anon", lambda: d.map_host(anon))
     step("usage", lambda: rig_nv_nvidia.usage(0, window=2.0))
-    step("second open refused", lambda: rig_nv_nvidia.gpu(0).open())
+    def second_open() -> str:
+        from rig_edge import OpenRefused
+        try:
+            rig_nv_nvidia.gpu(0).open()
+        except OpenRefused as e:
+            return f"refused: {str(e)[:60]}"
+        raise AssertionError("a second open of an open GPU succeeded")
+
+    step("second open refused", second_open)
     if dev is not None:
         step("dma export", lambda: d.dma(dev))
     step("stop", d.stop)

@@ -213,7 +213,11 @@ def _walk(what: str, cases: list[dict[str, Any]], base: list[Snapshot],
                 other = "" if inject.caused_by(e, shot.raised) else repr(e)
             except BaseException as e:  # anything else escaping is the finding
                 other = "".join(traceback.format_exception(e))
-        usable = cleanup(s)
+        try:
+            usable = cleanup(s)
+        except BaseException as e:  # the GPU no longer opens or works: this case's finding,
+            usable = False          # the walk goes on to the next
+            other += "cleanup: " + "".join(traceback.format_exception(e))
         stuck = any(g.device_open for g in PROCESS.gpus.values())
         for g in PROCESS.gpus.values():
             g.device_open = False  # a failed stop's known leak: unmark it to walk on

@@ -79,7 +79,8 @@ def _open(i: int, name: str) -> Device:
     except BaseException as e:
         with g.lock:
             g.device_open = False
-        if isinstance(e, RigError):
+        if isinstance(e, (RigError, OSError)):
+            # OSError: the host refused a file or address space (RLIMIT_NOFILE, RLIMIT_AS).
             raise OpenRefused(f"{where}: {e}", stays=_stays()) from e
         raise
 

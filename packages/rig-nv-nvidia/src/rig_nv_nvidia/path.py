@@ -173,8 +173,14 @@ class NvidiaPath:
             "hClient": self.rm.client, "hMemory": handle})
         ffi.memmove(m.perGpuAttributes[0].gpuUuid.uuid, self.gpu.uuid, 16)
         m.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
-        status = uvm_ioctl(uvm, lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
-                           "UVM_MAP_EXTERNAL_ALLOCATION")
+        try:
+            status = uvm_ioctl(uvm, lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
+                               "UVM_MAP_EXTERNAL_ALLOCATION")
+        except BaseException:
+            # The range exists now: left, it would refuse the next range at this address
+            # (NV_ERR_UVM_ADDRESS_IN_USE) once the caller gives the address back.
+            self._uvm_free(va, size)
+            raise
         if status:
             self._uvm_free(va, size)
             raise RMError(f"{self.name}: mapping memory for the GPU", status)
@@ -291,18 +297,41 @@ class NvidiaPath:
             munmap(undo.base, undo.size)
 
     def free_memory(self, a: Allocation) -> None:
+        """Give back ``a``: the host's view, UVM's range, the RM's memory, the addresses.
+
+        Each step is tried even when one before it fails; the first failure is raised after.
+        Where UVM's range may remain, its addresses stay taken (reused, the next range there
+        would be refused), so the failure leaks addresses, never a later allocation.
+        """
         undo: Undo = a.undo
+        failed: BaseException | None = None
         if undo.reserved:
             # Take the host's view away first, so nothing maps memory the RM has freed.
-            mmap(undo.base, undo.size, PROT_NONE,
-                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED)
+            try:
+                mmap(undo.base, undo.size, PROT_NONE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED)
+            except OSError as e:
+                failed = e
+        range_gone = True
         if a.gpu:
-            self._uvm_free(a.gpu, undo.size)
-        self.rm.free(a.handle)
-        if undo.reserved:
-            PROCESS.unreserve(undo.base, undo.size)
-        else:
-            munmap(undo.base, undo.size)
+            try:
+                self._uvm_free(a.gpu, undo.size)
+            except RigError as e:
+                failed, range_gone = failed or e, False
+        try:
+            self.rm.free(a.handle)
+        except RigError as e:
+            failed = failed or e
+        if range_gone:
+            try:
+                if undo.reserved:
+                    PROCESS.unreserve(undo.base, undo.size)
+                else:
+                    munmap(undo.base, undo.size)
+            except OSError as e:
+                failed = failed or e
+        if failed is not None:
+            raise failed
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         try:

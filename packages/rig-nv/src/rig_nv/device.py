@@ -706,7 +706,12 @@ class Device:
             data = builtin_cubin("copy", self.arch)
             if data is None:
                 return None
-            self._builtins = launching.load(self, data)
+            # rig's own loading is not the user's work: a profile open now leaves it out.
+            profile, self._profile = self._profile, None
+            try:
+                self._builtins = launching.load(self, data)
+            finally:
+                self._profile = profile
         return self._builtins
 
     def upload(self, dst: Region, data: Any, offset: int = 0) -> Point:

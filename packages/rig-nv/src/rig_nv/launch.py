@@ -421,8 +421,9 @@ def check_function(device: Device, fn: Any) -> None:
 
 
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-           args: Sequence[Any], shared: int = 0) -> Point:
+           args: Sequence[Any], shared: int = 0, name: str | None = None) -> Point:
     """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point.
+    A profile names it ``name`` (default: the kernel's name).
 
     Everything is checked (:class:`Misuse`) before the compute engine's local memory grows."""
     prep = prepare(device, fn, grid, block, shared)
@@ -433,7 +434,7 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
         prep = prepare(device, fn, grid, block, shared)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
-    return device._launch_blob(prep, blob, fn.name)
+    return device._launch_blob(prep, blob, name or fn.name)
 
 
 def view_of(region: Region) -> memoryview:
