@@ -251,4 +251,6 @@ def test_profile_times_launches_copies_and_steps(device: Device, tmp_path: Path)
     trace = prof.chrome_trace(tmp_path / "trace.json")
     assert len(json.loads((tmp_path / "trace.json").read_text())["traceEvents"]) == 3
     print("profile:", [(e.name, e.duration_ns) for e in events], trace["otherData"])
-    np.testing.assert_array_equal(get(device, rc, np.float32, N), a + b)
+    # In order: vadd made a + b, the copy put a into rb, the step's vadd made a + a.
+    np.testing.assert_array_equal(get(device, rb, np.float32, N), a)
+    np.testing.assert_array_equal(get(device, rc, np.float32, N), a + a)

@@ -13,9 +13,11 @@ Memory (flows per open-gpu-kernel-modules escape.c, nv-mmap.c and uvm_map_extern
 
 from __future__ import annotations
 
+import errno
 import os
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from rig_edge import Dmabuf, Memory, Refusal, RigError
 from rig_nv import classes as cls
@@ -87,6 +89,10 @@ class Undo:
     base: int  # start of the addresses taken
     size: int
     cpu_mapped: bool  # host pages were mapped there (Pinned, Mapped)
+    # The steps of free_memory done so far: a free that failed part-way is retried (by stop)
+    # from the first step not done, never repeating one (a second unreserve would hand the
+    # same addresses out twice).
+    done: set[str] = field(default_factory=set)
 
 
 def _private_range(size: int, align: int) -> tuple[int, int]:
@@ -222,6 +228,20 @@ class NvidiaPath:
         return handle
 
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
+        """``n`` bytes of ``kind``; None where the RM or the host has no room for them.
+
+        A host mapping refused for want of memory (ENOMEM) is no room; any other refusal is
+        a :class:`RigError` saying which. Nothing stays on failure.
+        """
+        try:
+            return self._alloc_memory(n, kind, contiguous)
+        except OSError as e:
+            if e.errno == errno.ENOMEM:
+                return None
+            raise RigError(f"{self.name}: the host refused a mapping for {kind.value} memory "
+                           f"({e.strerror})") from e
+
+    def _alloc_memory(self, n: int, kind: Memory, contiguous: bool) -> Allocation | None:
         size = page_rounded(n, kind)
         huge = size >= HUGE and kind is not Memory.PINNED
         page = HUGE if huge else SMALL
@@ -299,37 +319,40 @@ class NvidiaPath:
     def free_memory(self, a: Allocation) -> None:
         """Give back ``a``: the host's view, UVM's range, the RM's memory, the addresses.
 
-        Each step is tried even when one before it fails; the first failure is raised after.
-        Where UVM's range may remain, its addresses stay taken (reused, the next range there
-        would be refused), so the failure leaks addresses, never a later allocation.
+        Each step is tried even when one before it fails; the first failure is raised after
+        (an OSError as a :class:`RigError`). A step done is not done again when the free is
+        retried. Where UVM's range may remain, its addresses stay taken (reused, the next
+        range there would be refused), so a failure leaks addresses, never a later allocation.
         """
         undo: Undo = a.undo
         failed: BaseException | None = None
+
+        def step(name: str, fn: Callable[[], object]) -> bool:
+            nonlocal failed
+            if name in undo.done:
+                return True
+            try:
+                fn()
+            except (OSError, RigError) as e:
+                failed = failed or e
+                return False
+            undo.done.add(name)
+            return True
+
         if undo.reserved:
             # Take the host's view away first, so nothing maps memory the RM has freed.
-            try:
-                mmap(undo.base, undo.size, PROT_NONE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED)
-            except OSError as e:
-                failed = e
-        range_gone = True
-        if a.gpu:
-            try:
-                self._uvm_free(a.gpu, undo.size)
-            except RigError as e:
-                failed, range_gone = failed or e, False
-        try:
-            self.rm.free(a.handle)
-        except RigError as e:
-            failed = failed or e
+            step("view", lambda: mmap(undo.base, undo.size, PROT_NONE,
+                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED))
+        range_gone = not a.gpu or step("range", lambda: self._uvm_free(a.gpu, undo.size))
+        step("memory", lambda: self.rm.free(a.handle))
         if range_gone:
-            try:
-                if undo.reserved:
-                    PROCESS.unreserve(undo.base, undo.size)
-                else:
-                    munmap(undo.base, undo.size)
-            except OSError as e:
-                failed = failed or e
+            if undo.reserved:
+                step("addresses", lambda: PROCESS.unreserve(undo.base, undo.size))
+            else:
+                step("addresses", lambda: munmap(undo.base, undo.size))
+        if isinstance(failed, OSError):
+            raise RigError(f"{self.name}: the host refused to unmap freed memory "
+                           f"({failed.strerror})") from failed
         if failed is not None:
             raise failed
 

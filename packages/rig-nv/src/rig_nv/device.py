@@ -774,41 +774,48 @@ class Device:
                 return
             self._stopped = True
         rm, path = self.path.rm, self.path
-        if self._boosted:
-            # If the RM refuses, it still drops a client's boost when the client goes.
-            with contextlib.suppress(RigError):
-                self._boost(PERF_BOOST_CLEAR, 0)
-            self._boosted = False
-        channels_freed = True
-        for h in self._attached:
-            try:
-                path.detach_channel(h)
-            except RigError:
-                channels_freed = False
-        for h in reversed(self._handles):
-            try:
-                rm.free(h)
-            except RMError as e:
-                # Freeing a parent frees its children: an already-gone handle is not a failure.
-                if e.status not in GONE:
-                    channels_freed = False
+        # Whatever fails below, the GPU can be opened again (the spec): closed() runs last.
         try:
+            if self._boosted:
+                # If the RM refuses, it still drops a client's boost when the client goes.
+                with contextlib.suppress(RigError):
+                    self._boost(PERF_BOOST_CLEAR, 0)
+                self._boosted = False
+            channels_freed = True
+            for h in self._attached:
+                try:
+                    path.detach_channel(h)
+                except RigError:
+                    channels_freed = False
+            for h in reversed(self._handles):
+                try:
+                    rm.free(h)
+                except RMError as e:
+                    # Freeing a parent frees its children: an already-gone handle is not a
+                    # failure.
+                    if e.status not in GONE:
+                        channels_freed = False
+                except RigError:
+                    channels_freed = False
+            failed: BaseException | None = None
             if self._doorbell is not None:
-                path.unmap_object(self._doorbell)
+                try:
+                    path.unmap_object(self._doorbell)
+                except OSError as e:
+                    failed = e
             if channels_freed:
                 kept = [a for entries in self._cache.values() for _, a in entries]
                 self._cache.clear()
                 memory = [*self._allocs.values(), *self._own, *kept]
                 self._allocs.clear()
                 self._own.clear()
-                failed: BaseException | None = None
                 for a in memory:  # give back all it can, then say what failed
                     try:
                         path.free_memory(a)
                     except Exception as e:
                         failed = failed or e
-                if failed is not None:
-                    raise failed
+            if failed is not None:
+                raise failed
         finally:
             path.closed()
 
