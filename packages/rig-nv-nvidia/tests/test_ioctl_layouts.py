@@ -109,6 +109,10 @@ STRUCTS: dict[str, tuple[int, dict[str, int]]] = {
     }),
     # kernel-open/nvidia-uvm/uvm_ioctl.h @570.211.01, @580.142 (595.45.04 drops length: 16)
     "UVM_FREE_PARAMS": (24, {"base": 0, "length": 8, "rmStatus": 16}),
+    # kernel-open/nvidia-uvm/uvm_ioctl.h @570.211.01, @580.142 (UVM_IOCTL_BASE(29))
+    "UVM_ENABLE_PEER_ACCESS_PARAMS": (36, {"gpuUuidA": 0, "gpuUuidB": 16, "rmStatus": 32}),
+    # kernel-open/nvidia-uvm/uvm_ioctl.h @570.211.01, @580.142 (UVM_IOCTL_BASE(66))
+    "UVM_UNMAP_EXTERNAL_PARAMS": (40, {"base": 0, "length": 8, "gpuUuid": 16, "rmStatus": 32}),
 }
 
 CASES = [(key, name, size, fields) for key in RELEASES for name, (size, fields) in STRUCTS.items()]

@@ -56,6 +56,13 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
         "driverVersionBuffer": 0, "versionBuffer": 256, "driverBranch": 512, "titleBuffer": 768,
         "changelistNumber": 1024, "officialChangelistNumber": 1028,
     }),
+    # ctrl/ctrl0000/ctrl0000system.h @570.211.01, @580.142 (MAX_ATTACHED_GPUS 32, its square
+    # 1024, P2P_CAPS_INDEX_TABLE_SIZE 9)
+    "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS": (8348, {
+        "gpuIds": 0, "gpuCount": 128, "p2pCaps": 132, "p2pOptimalReadCEs": 136,
+        "p2pOptimalWriteCEs": 140, "p2pCapsStatus": 144, "busPeerIds": 156,
+        "busEgmPeerIds": 4252,
+    }),
     # ctrl/ctrl0000/ctrl0000gpu.h @570.211.01, @580.142
     "NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS": (32, {
         "gpuId": 0, "gpuFlags": 4, "deviceInstance": 8, "subDeviceInstance": 12, "sliStatus": 16,

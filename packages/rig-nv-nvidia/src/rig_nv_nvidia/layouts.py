@@ -32,10 +32,12 @@ UVM_REGISTER_GPU_VASPACE = 25
 UVM_UNREGISTER_GPU_VASPACE = 26
 UVM_REGISTER_CHANNEL = 27
 UVM_UNREGISTER_CHANNEL = 28
+UVM_ENABLE_PEER_ACCESS = 29
 UVM_MAP_EXTERNAL_ALLOCATION = 33
 UVM_FREE = 34
 UVM_REGISTER_GPU = 37
 UVM_UNREGISTER_GPU = 38
+UVM_UNMAP_EXTERNAL = 66
 UVM_CREATE_EXTERNAL_RANGE = 73
 UVM_MM_INITIALIZE = 75
 
@@ -92,6 +94,8 @@ typedef struct { uint64_t base; uint64_t length; uint64_t offset; UvmGpuMappingA
                  uint64_t gpuAttributesCount; int32_t rmCtrlFd; uint32_t hClient; uint32_t hMemory;
                  uint32_t rmStatus; } UVM_MAP_EXTERNAL_ALLOCATION_PARAMS;
 typedef struct { uint64_t base; uint64_t length; uint32_t rmStatus; } UVM_FREE_PARAMS;
+typedef struct { NvProcessorUuid gpuUuidA; NvProcessorUuid gpuUuidB; uint32_t rmStatus; } UVM_ENABLE_PEER_ACCESS_PARAMS;
+typedef struct { uint64_t base; uint64_t length; NvProcessorUuid gpuUuid; uint32_t rmStatus; } UVM_UNMAP_EXTERNAL_PARAMS;
 """
 
 

@@ -60,6 +60,11 @@ typedef struct {
     char titleBuffer[256]; uint32_t changelistNumber; uint32_t officialChangelistNumber;
 } NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_V2_PARAMS;
 typedef struct {
+    uint32_t gpuIds[32]; uint32_t gpuCount; uint32_t p2pCaps; uint32_t p2pOptimalReadCEs;
+    uint32_t p2pOptimalWriteCEs; uint8_t p2pCapsStatus[9]; uint32_t busPeerIds[1024];
+    uint32_t busEgmPeerIds[1024];
+} NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS;
+typedef struct {
     uint32_t gpuId; uint32_t gpuFlags; uint32_t deviceInstance; uint32_t subDeviceInstance;
     uint32_t sliStatus; uint32_t boardId; uint32_t gpuInstance; int32_t numaId;
 } NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
