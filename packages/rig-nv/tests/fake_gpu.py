@@ -102,6 +102,7 @@ class FakePath:
         self.lock = threading.Lock()  # the kernel path's reservation and handles are locked too
         self.mapped: list[tuple[int, int]] = []
         self.device: Any = None
+        self.peer_maps: list[int] = []  # owners' addresses mapped here (map_peer)
 
     @property
     def rm(self) -> FakeRM:
@@ -140,6 +141,14 @@ class FakePath:
 
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
         raise NotImplementedError
+
+    def map_peer(self, a: Allocation, owner: Any) -> Allocation:
+        """Host memory is one for every stand-in: a peer's memory is already reachable."""
+        self.peer_maps.append(a.gpu)
+        return Allocation(a.gpu, a.host, a.length, a.kind, a.handle)
+
+    def unmap_peer(self, p: Allocation) -> None:
+        self.peer_maps.remove(p.gpu)
 
     def attach_channel(self, h_channel: int) -> None:
         pass

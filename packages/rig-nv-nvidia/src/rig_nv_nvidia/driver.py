@@ -177,6 +177,9 @@ class Process:
         self.uvm: int | None = None
         self.uvm_mm: int | None = None
         self.gpus: dict[str, Gpu] = {}
+        # Pairs of GPUs (their UUIDs) whose peer access UVM was asked for: the answer stays
+        # for the process, as the UVM file does.
+        self.peers: dict[frozenset[bytes], int] = {}
         self.free_va: list[tuple[int, int]] = []  # free runs of the reservation, by address
 
     # -- the client ---------------------------------------------------------------------------
@@ -349,6 +352,24 @@ class Process:
                 rm.free(h_vaspace)
                 raise
             g.uuid, g.h_vaspace = uuid, h_vaspace
+
+    def enable_peers(self, a: Gpu, b: Gpu) -> int:
+        """Ask UVM once per process for peer access between ``a`` and ``b``; its status.
+
+        NVLink peers are enabled when a GPU's address space registers (uvm_va_space.c), so
+        UVM answers them NV_ERR_INVALID_DEVICE here, as it does GPUs with no PCIe peer path:
+        the status is kept for a mapping's error to name, not raised.
+        """
+        pair = frozenset((a.uuid, b.uuid))
+        with self.lock:
+            if pair not in self.peers:
+                rm = self.client()
+                p = cnew(rm.ffi, "UVM_ENABLE_PEER_ACCESS_PARAMS *")
+                rm.ffi.memmove(p.gpuUuidA.uuid, a.uuid, 16)
+                rm.ffi.memmove(p.gpuUuidB.uuid, b.uuid, 16)
+                self.peers[pair] = uvm_ioctl(self.unified_memory(), lay.UVM_ENABLE_PEER_ACCESS,
+                                             rm.ffi, p, "UVM_ENABLE_PEER_ACCESS")
+            return self.peers[pair]
 
 
 def find_card(rm: KernelRM, bus: str) -> tuple[int, int]:

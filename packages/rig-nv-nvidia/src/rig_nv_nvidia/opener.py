@@ -114,6 +114,33 @@ class Usage:
     busy: float | None
 
 
+# ctrl/ctrl0000/ctrl0000system.h @570.211.01, @580.142
+NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_V2 = 0x12B
+P2P_CAPS_INDEX_READ, P2P_CAPS_INDEX_WRITE, P2P_CAPS_INDEX_NVLINK = 0, 1, 2
+NV0000_P2P_CAPS_STATUS_OK = 0
+
+
+def reaches(a: int, b: int) -> bool:
+    """Whether GPUs ``a`` and ``b`` can map each other's memory: the RM's peer-to-peer
+    capabilities answer reads and writes both OK (over NVLink or PCIe).
+
+    Like :func:`usage`, it makes the process's client and each GPU's file, RM device and
+    subdevice, which stay for the process; opens no device. Raises :class:`rig_edge.RigError`
+    if the machine has no GPU ``a`` or ``b``, the kernel driver does not hold it or the RM
+    refuses; :class:`rig_edge.Misuse` if ``a`` or ``b`` < 0.
+    """
+    fa = _function(opener_name("NV", a), a)
+    fb = _function(opener_name("NV", b), b)
+    rm = PROCESS.client()
+    ga, gb = PROCESS.gpu(fa.address), PROCESS.gpu(fb.address)
+    p = Params(rm_ffi(rm.layouts), "NV0000_CTRL_SYSTEM_GET_P2P_CAPS_V2_PARAMS", gpuCount=2)
+    p.p.gpuIds[0], p.p.gpuIds[1] = ga.gpu_id, gb.gpu_id
+    rm.control(rm.client, NV0000_CTRL_CMD_SYSTEM_GET_P2P_CAPS_V2, p.buf)
+    status = p.p.p2pCapsStatus
+    return bool(status[P2P_CAPS_INDEX_READ] == NV0000_P2P_CAPS_STATUS_OK
+                and status[P2P_CAPS_INDEX_WRITE] == NV0000_P2P_CAPS_STATUS_OK)
+
+
 def usage(i: int, window: float = 1.0) -> Usage:
     """GPU ``i``'s usage, ``busy`` over the last ``window`` seconds (the RM keeps about 14 s).
 

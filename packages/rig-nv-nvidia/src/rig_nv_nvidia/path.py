@@ -398,6 +398,38 @@ class NvidiaPath:
             raise RMError(f"{self.name}: exporting a dma-buf", p.status)
         return Dmabuf(int(p.fd), offset, length)
 
+    # -- peers --------------------------------------------------------------------------------
+
+    def map_peer(self, a: Allocation, owner: object) -> Allocation:
+        """Map ``a``, memory of the GPU ``owner`` opened, into this GPU's address space at the
+        address it has on its own GPU (UVM's range is one for the process)."""
+        if not isinstance(owner, NvidiaPath):
+            raise RigError(f"{self.name}: a peer must be opened through the kernel driver too")
+        peers = PROCESS.enable_peers(self.gpu, owner.gpu)
+        undo: Undo = a.undo
+        ffi = self.rm.ffi
+        m = cnew(ffi, "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *", {
+            "base": a.gpu, "length": undo.size, "gpuAttributesCount": 1,
+            "rmCtrlFd": self.rm.ctl, "hClient": self.rm.client, "hMemory": a.handle})
+        ffi.memmove(m.perGpuAttributes[0].gpuUuid.uuid, self.gpu.uuid, 16)
+        m.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
+        status = uvm_ioctl(PROCESS.unified_memory(), lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
+                           "UVM_MAP_EXTERNAL_ALLOCATION")
+        if status:
+            why = f"mapping {owner.name}'s memory at 0x{a.gpu:x}"
+            if peers:
+                why += f" (UVM_ENABLE_PEER_ACCESS answered 0x{peers:x})"
+            raise RMError(f"{self.name}: {why}", status)
+        return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, Undo(False, a.gpu,
+                                                                         undo.size, False))
+
+    def unmap_peer(self, p: Allocation) -> None:
+        """Take a peer mapping ``map_peer`` made out of this GPU's address space."""
+        ffi = self.rm.ffi
+        u = cnew(ffi, "UVM_UNMAP_EXTERNAL_PARAMS *", {"base": p.gpu, "length": p.undo.size})
+        ffi.memmove(u.gpuUuid.uuid, self.gpu.uuid, 16)
+        uvm_check(PROCESS.unified_memory(), lay.UVM_UNMAP_EXTERNAL, ffi, u, "UVM_UNMAP_EXTERNAL")
+
     # -- channels -----------------------------------------------------------------------------
 
     def attach_channel(self, h_channel: int) -> None:

@@ -24,7 +24,7 @@ from cffi import FFI
 
 from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_edge.errors import Fault
-from rig_nv import checks, copies
+from rig_nv import checks, copies, peers
 from rig_nv import classes as cls
 from rig_nv import launch as launching
 from rig_nv import qmd as qmd_mod
@@ -132,6 +132,8 @@ class Device:
         self._lock = threading.RLock()
         self._staging_lock = threading.Lock()
         self._allocs: dict[Region, Allocation] = {}
+        self._peer_in: dict[Region, Device] = {}  # others' regions mapped here (peers.py)
+        self._peer_out: dict[Region, set[Device]] = {}  # regions of this device mapped there
         self._own: list[Allocation] = []  # the device's own memory: rings, pushbuffers, timeline
         self._handles: list[int] = []  # RM objects the device made, freed in reverse
         self._channels: list[Channel] = []
@@ -513,6 +515,11 @@ class Device:
         caching allocators do; :meth:`trim` gives it back to the RM.
         """
         checks.region_of("free's region", region)
+        if region in self._peer_in:
+            peers.unmap_peer(self, region)
+            return
+        if self._peer_out:
+            peers.refuse_free(self, region)
         with self._lock:
             a = self._allocs.pop(region, None)
             if a is None:
@@ -588,10 +595,10 @@ class Device:
         checks.region_of("dma's region", region)
         self._check()
         with self._lock:
-            a = self._allocs.get(region)
+            a = None if region in self._peer_in else self._allocs.get(region)
         if a is None:
-            raise Misuse(f"{region} is not a live region of {self._facts.name} (freed, or "
-                         "another device's)")
+            raise Misuse(f"{region} is not a live region of {self._facts.name} (freed, "
+                         "another device's, or a peer's mapped here: export it from its own)")
         return self.path.export(a, region.gpu - a.gpu, region.length)
 
     # ---- kernels --------------------------------------------------------------------------
@@ -683,22 +690,47 @@ class Device:
     # ---- copies --------------------------------------------------------------------------
 
     def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
-             src_offset: int = 0) -> Point:
-        """Copy ``n`` bytes (default: all of ``src`` from ``src_offset``) on the copy engine,
-        any kinds, any offsets. Returns the copy's point.
+             src_offset: int = 0, engine: str = "auto") -> Point:
+        """Copy ``n`` bytes (default: all of ``src`` from ``src_offset``), any kinds, any
+        offsets, a peer's mapped regions (:meth:`map_peer`) included. Returns the copy's point.
 
-        Raises :class:`Misuse` for a length or offset outside either region, or a region that
-        is not a live one of this device (freed, or another device's).
+        ``engine``: "copy" the copy engine, "sm" rig's copy kernels (GPU memory at both ends),
+        "auto" the kernels for 1 MiB or more of GPU memory, else the copy engine. Raises
+        :class:`Misuse` for a length or offset outside either region, a region that is not a
+        live one of this device (freed, or another device's), or another ``engine``.
         """
         if n is None:
             n = checks.region_of("source", src).length - checks.whole("src_offset", src_offset)
         dst, dst_offset, n = checks.span(self, "destination", dst, dst_offset, n)
         src, src_offset, n = checks.span(self, "source", src, src_offset, n)
         d, s = dst.gpu + dst_offset, src.gpu + src_offset
-        if (n >= KERNEL_COPY_LEAST and dst.kind in VIDEO and src.kind in VIDEO
-                and self._copy_kernels() is not None):
-            return copies.kernel_copy(self, d, s, n)
+        if engine != "copy":
+            if engine not in ("auto", "sm"):
+                raise Misuse(f"a copy's engine is 'auto', 'copy' or 'sm', not {engine!r}")
+            video = dst.kind in VIDEO and src.kind in VIDEO
+            if engine == "sm" and not video:
+                raise Misuse("engine='sm' copies GPU memory (Device or Mapped) only, not "
+                             f"{src.kind.value} to {dst.kind.value}")
+            if engine == "sm" or (video and n >= KERNEL_COPY_LEAST):
+                if self._copy_kernels() is not None:
+                    return copies.kernel_copy(self, d, s, n)
+                if engine == "sm":
+                    raise Misuse(f"rig ships no copy kernels for {self.arch}: use "
+                                 "engine='copy'")
         return self._submit(self.copy_channel, Push().copy(d, s, n), "copy")
+
+    def map_peer(self, owner: Device, region: Region) -> Region:
+        """Map ``region``, a whole region ``owner`` (another open device) allocated, into this
+        GPU's address space, at the address it has on ``owner``'s GPU; returns it as a region
+        of this device for its copies and kernels. Free it with this device's :meth:`free`
+        before ``owner`` frees ``region``; a stop of either device ends the mapping.
+
+        Raises :class:`Misuse` for an ``owner`` that is this device or no device, a region
+        that is not a live one ``owner`` allocated, or one mapped here already; an
+        :class:`rig_nv.rm.RMError` where the kernel driver cannot map it (the GPUs do not
+        reach each other: ``rig_nv_nvidia.reaches``).
+        """
+        return peers.map_peer(self, owner, region)
 
     def _copy_kernels(self) -> Image | None:
         """rig's copy kernels for this GPU (loaded once), or None where none ships."""
@@ -776,6 +808,7 @@ class Device:
         rm, path = self.path.rm, self.path
         # Whatever fails below, the GPU can be opened again (the spec): closed() runs last.
         try:
+            failed = peers.end_all(self) if self._peer_in or self._peer_out else None
             if self._boosted:
                 # If the RM refuses, it still drops a client's boost when the client goes.
                 with contextlib.suppress(RigError):
@@ -797,7 +830,6 @@ class Device:
                         channels_freed = False
                 except RigError:
                     channels_freed = False
-            failed: BaseException | None = None
             if self._doorbell is not None:
                 try:
                     path.unmap_object(self._doorbell)

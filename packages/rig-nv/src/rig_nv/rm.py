@@ -124,6 +124,15 @@ class Path(Protocol):
 
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf: ...
 
+    def map_peer(self, a: Allocation, owner: Any) -> Allocation:
+        """Map ``a``, memory of the GPU of path ``owner``, into this GPU's address space at
+        ``a.gpu``; raises :class:`rig_edge.RigError` where it cannot."""
+        ...
+
+    def unmap_peer(self, p: Allocation) -> None:
+        """End a mapping :meth:`map_peer` made."""
+        ...
+
     def attach_channel(self, h_channel: int) -> None:
         """Tell the path about a new channel (the kernel path registers it with UVM)."""
         ...
