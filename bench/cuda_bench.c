@@ -1,5 +1,6 @@
 /* The CUDA-from-C peer of rig's benchmark (bench/run.py builds and runs it): the driver API
- * only (cuda.h, -lcuda), on GPU 0, the rows of issue 7 with the same kernel from the same cubin.
+ * only (cuda.h, -lcuda), on GPU 0, the rows of issue 7 with the same kernel from the same cubin;
+ * and row 9 (issue 10), copies between GPUs 0 and 1 where the machine has two.
  *
  *   cuda_bench CUBIN [--scale F]   every row; one JSON object on stdout
  *   cuda_bench --ctx-once          cuInit + cuCtxCreate + cuCtxDestroy once (run in a fresh
@@ -418,6 +419,121 @@ static void row_ctx(void) {
     add_row("7_open_stop_inproc", s, n, 0);
 }
 
+/* 9: 256 MiB GPU 0 -> GPU 1 and GPU 1 -> GPU 0 (issue 10), between the two GPUs' primary
+ * contexts with peer access enabled both ways: cuMemcpyPeerAsync on a stream of the source's
+ * context, then cuStreamSynchronize. Runs after the benchmark's own context is gone; with
+ * fewer than two GPUs both rows are errors ("one GPU here"), shown as n/a. */
+static int gpu_count = -1, peer_access_01 = -1, peer_access_10 = -1, peer_ready;
+static CUdevice pdev[2];
+static CUcontext pctx[2];
+static int pctx_held[2];
+static CUstream pstream[2];
+static CUdeviceptr pbuf[2];
+static void *peer_src, *peer_dst;
+
+static void row_peer_setup(void) {
+    int i;
+    CUresult r;
+    CK(cuDeviceGetCount(&gpu_count));
+    if (gpu_count == 1) fail("one GPU here");
+    if (gpu_count < 2) fail("%d GPUs here, the peer rows need two", gpu_count);
+    CK(cuDeviceGet(&pdev[0], 0));
+    CK(cuDeviceGet(&pdev[1], 1));
+    CK(cuDeviceCanAccessPeer(&peer_access_01, pdev[0], pdev[1]));
+    CK(cuDeviceCanAccessPeer(&peer_access_10, pdev[1], pdev[0]));
+    if (!peer_access_01 || !peer_access_10)
+        fail("no peer access: cuDeviceCanAccessPeer says GPU 0 -> 1 %d, GPU 1 -> 0 %d",
+             peer_access_01, peer_access_10);
+    for (i = 0; i < 2; i++) {
+        CK(cuDevicePrimaryCtxRetain(&pctx[i], pdev[i]));
+        pctx_held[i] = 1;
+    }
+    for (i = 0; i < 2; i++) {
+        CK(cuCtxSetCurrent(pctx[i]));
+        r = cuCtxEnablePeerAccess(pctx[1 - i], 0);
+        if (r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+            check(r, "cuCtxEnablePeerAccess(pctx[1 - i], 0)", __LINE__);
+        CK(cuStreamCreate(&pstream[i], CU_STREAM_NON_BLOCKING));
+        CK(cuMemAlloc(&pbuf[i], COPY_BYTES));
+    }
+    peer_src = xmalloc(COPY_BYTES);
+    peer_dst = xmalloc(COPY_BYTES);
+    peer_ready = 1;
+}
+
+static void peer_copy(int from, int to) {
+    CK(cuMemcpyPeerAsync(pbuf[to], pctx[to], pbuf[from], pctx[from], COPY_BYTES, pstream[from]));
+    CK(cuStreamSynchronize(pstream[from]));
+}
+
+/* Zero GPU `to`'s buffer and wait (the legacy stream's memset; the copies' stream does not
+ * wait for it by itself). */
+static void peer_clear(int to) {
+    CK(cuCtxSetCurrent(pctx[to]));
+    CK(cuMemsetD8(pbuf[to], 0, COPY_BYTES));
+    CK(cuCtxSynchronize());
+}
+
+static void peer_fetch(int to) {
+    memset(peer_dst, 0, COPY_BYTES);
+    CK(cuCtxSetCurrent(pctx[to]));
+    CK(cuMemcpyDtoH(peer_dst, pbuf[to], COPY_BYTES));
+}
+
+static void peer_row(int from, int to, const char *key) {
+    int i, n = reps(30);
+    double *s = samples(n), t;
+    if (!peer_ready) fail("no peer buffers (the setup failed)");
+    fill_random(peer_src, COPY_BYTES);
+    CK(cuCtxSetCurrent(pctx[from]));
+    CK(cuMemcpyHtoD(pbuf[from], peer_src, COPY_BYTES));
+    CK(cuCtxSynchronize());
+    peer_clear(to);
+    CK(cuCtxSetCurrent(pctx[from]));
+    peer_copy(from, to);
+    peer_fetch(to);
+    check_bytes(peer_dst, peer_src, COPY_BYTES, key);
+    peer_clear(to);
+    CK(cuCtxSetCurrent(pctx[from]));
+    for (i = 0; i < 2; i++) peer_copy(from, to);
+    for (i = 0; i < n; i++) {
+        t = now();
+        peer_copy(from, to);
+        s[i] = now() - t;
+    }
+    peer_fetch(to);
+    check_bytes(peer_dst, peer_src, COPY_BYTES, key);
+    add_row(key, s, n, (double)COPY_BYTES);
+}
+
+static void row_peer_01(void) { peer_row(0, 1, "9_peer_01"); }
+static void row_peer_10(void) { peer_row(1, 0, "9_peer_10"); }
+
+/* Give back the peer rows' buffers, streams and primary contexts (released, so destroyed:
+ * row 7 then times contexts with none other alive), whatever the rows left. */
+static void peer_cleanup(void) {
+    int i;
+    free(peer_src);
+    free(peer_dst);
+    peer_src = peer_dst = NULL;
+    peer_ready = 0;
+    for (i = 0; i < 2; i++) {
+        if (!pctx_held[i]) continue;
+        CK(cuCtxSetCurrent(pctx[i]));
+        CK(cuCtxSynchronize());
+        if (pbuf[i]) CK(cuMemFree(pbuf[i]));
+        pbuf[i] = 0;
+        if (pstream[i]) CK(cuStreamDestroy(pstream[i]));
+        pstream[i] = NULL;
+    }
+    CK(cuCtxSetCurrent(NULL));
+    for (i = 0; i < 2; i++) {
+        if (!pctx_held[i]) continue;
+        pctx_held[i] = 0;
+        CK(cuDevicePrimaryCtxRelease(pdev[i]));
+    }
+}
+
 static int has_row(const char *key) {
     int i;
     for (i = 0; i < nrows; i++)
@@ -562,6 +678,12 @@ int main(int argc, char **argv) {
     run_row(cleanup, "cleanup", NULL);
     free(page_src);
     free(page_dst);
+    run_row(row_peer_setup, "9_peer_01", "9_peer_10");
+    if (peer_ready) {
+        run_row(row_peer_01, "9_peer_01", NULL);
+        run_row(row_peer_10, "9_peer_10", NULL);
+    }
+    run_row(peer_cleanup, "9_peer_cleanup", NULL);
     run_row(row_ctx, "7_open_stop_inproc", NULL);
 
     printf("{\"meta\": {\"device\": ");
@@ -570,8 +692,9 @@ int main(int argc, char **argv) {
            "\"%d.%d\", \"cubin\": ",
            driver, CUDA_VERSION, major, minor);
     json_string(cubin_path);
-    printf(", \"scale\": %g, \"first_init_s\": %.9g, \"first_ctx_create_s\": %.9g},\n", scale,
-           t_init, t_ctx);
+    printf(", \"scale\": %g, \"first_init_s\": %.9g, \"first_ctx_create_s\": %.9g, "
+           "\"gpu_count\": %d, \"peer_access\": [%d, %d]},\n",
+           scale, t_init, t_ctx, gpu_count, peer_access_01, peer_access_10);
     printf(" \"rows\": {");
     for (i = 0; i < nrows; i++) {
         struct row *r = &rows[i];

@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""rig against CUDA from C, PyTorch and CuPy on the same work, in one run on GPU 0 (issue 7).
+"""rig against CUDA from C, PyTorch and CuPy on the same work, in one run (issues 7 and 10).
 
     python3 bench/run.py [--scale F] [--peers rig,cuda,torch,cupy]
 
-Builds bench/cuda_bench.c (nvcc, else cc -lcuda), runs it, then each Python peer in a process of
-its own (``--worker NAME``), then the fresh-process rows (open+stop, import times, ``rig list``).
+Rows 1-8 run on GPU 0 (issue 7); row 9 copies between GPUs 0 and 1 (issue 10), n/a where the
+machine has one GPU. Builds bench/cuda_bench.c (nvcc, else cc -lcuda), runs it, then each Python
+peer in a process of its own (``--worker NAME``), then the fresh-process rows (open+stop, import
+times, ``rig list``).
 Every row is the median of many repetitions after warm-up, with min and max; every copy and
 kernel row checks its result against fresh random data before it counts. Writes every sample to
 $OUT/bench.json (./bench-out without OUT), the rig/CUDA ratios to $OUT/bench.png (with
@@ -75,6 +77,12 @@ ROWS = (
     Row("8_rig_list", "8 rig list (process wall)", "ms", ("ms<=", 150.0)),
     Row("8_rig_help", "8 rig --help (process wall)", "ms", ("ms<=", 150.0)),
     Row("8_python", "8 python -c pass (reference)", "ms"),
+    Row("9_peer_01", "9 peer copy GPU0->GPU1 256 MiB", "GB/s", (">=", 0.9)),
+    Row("9_peer_10", "9 peer copy GPU1->GPU0 256 MiB", "GB/s", (">=", 0.9)),
+    Row("9_peer_01_ce", "9' GPU0->GPU1, copy engine", "GB/s", None, "9_peer_01"),
+    Row("9_peer_01_sm", "9' GPU0->GPU1, SM kernels", "GB/s", None, "9_peer_01"),
+    Row("9_peer_10_ce", "9' GPU1->GPU0, copy engine", "GB/s", None, "9_peer_10"),
+    Row("9_peer_10_sm", "9' GPU1->GPU0, SM kernels", "GB/s", None, "9_peer_10"),
 )
 
 NOTES = {
@@ -85,6 +93,10 @@ NOTES = {
     "6_alloc_64k_raw": "cupy.cuda.memory.Memory: cudaMalloc+cudaFree",
     "4_h2d_map_host": "rig only: map the caller's pages, copy, unmap, every time",
     "3_launch_flight": "plain launches (not steps/graphs) submitted, then one wait",
+    "9_peer_01": "rig: GPU 1's d1.copy from d1.map_peer(d0, r0) (GPU1->GPU0: into it), the "
+    "better of engine='copy' and 'sm' (9'); CUDA: cuMemcpyPeerAsync on the source GPU's stream "
+    "+ cuStreamSynchronize, primary contexts with peer access both ways; torch: tensor.to() "
+    "the other GPU + synchronize both; n/a with fewer than two GPUs",
 }
 
 
@@ -521,6 +533,7 @@ def harness(args: argparse.Namespace) -> int:
         "gpu": parts[0] if parts and parts[0] else None,
         "driver": parts[1] if len(parts) > 1 else None,
         "memory": parts[2] if len(parts) > 2 else None,
+        "gpu_count": nvidia_smi("count"),
         "host": platform.node(),
         "python": sys.version.split()[0],
         "command": " ".join([Path(sys.executable).name, *sys.argv]),

@@ -19,6 +19,11 @@ from typing import Any
 
 COPY = 256 << 20
 FLIGHT = 10_000
+# Row 9 (issue 10): 256 MiB between GPU 0 and GPU 1, each way. rig times each engine as a row of
+# its own (9') and reports the better one as 9; CUDA and torch have the two unprimed rows.
+PEER_ROWS = ("9_peer_01", "9_peer_10")
+PEER_ENGINES = (("copy", "ce"), ("sm", "sm"))  # rig's engine=, and the key's suffix
+PEER_KEYS = (*PEER_ROWS, *(f"{k}_{tag}" for k in PEER_ROWS for _, tag in PEER_ENGINES))
 
 
 def log(*parts: object) -> None:
@@ -48,7 +53,7 @@ class Recorder:
         self.rows[key] = {"samples_s": samples, "bytes": nbytes, **extra}
         self.save()
         med, lo = statistics.median(samples), min(samples)
-        if key[0] in "45":  # the copy rows
+        if key[0] in "459":  # the copy rows
             log(f"  {key}: median {nbytes / med / 1e9:.2f} GB/s, best {nbytes / lo / 1e9:.2f} "
                 f"GB/s ({len(samples)} samples)")
         else:
@@ -67,6 +72,20 @@ class Recorder:
             for k in keys:
                 self.rows.setdefault(k, {"error": msg, "traceback": tb})
             self.save()
+
+    def skip(self, keys: tuple[str, ...], why: str) -> None:
+        """Rows that cannot run on this machine: n/a with the reason."""
+        for k in keys:
+            self.rows[k] = {"error": why, "skipped": True}
+        log(f"  {', '.join(keys)}: n/a: {why}")
+        self.save()
+
+
+def too_few_gpus(count: int) -> str | None:
+    """Why the peer rows cannot run with ``count`` GPUs, or None where they can."""
+    if count >= 2:
+        return None
+    return "one GPU here" if count == 1 else f"{count} GPUs here, the peer rows need two"
 
 
 def timed(fn: Callable[[], object], reps: int, warm: int) -> list[float]:
@@ -295,10 +314,96 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
                       rec.reps(count // 10))
             rec.add(key, s, size)
 
+    with rec.row(*PEER_KEYS):
+        peers_rig(rec, d, rng)
+
     with rec.row("7_open_stop_inproc"):
         d.stop()
         s = timed(lambda: rig_nv_nvidia.gpu(0).open().stop(), rec.reps(8), 1)
         rec.add("7_open_stop_inproc", s)
+
+
+def peers_rig(rec: Recorder, d0: Any, rng: Any) -> None:
+    """Row 9 for rig: GPU 1 opened beside ``d0`` (GPU 0), GPU 0's region mapped into GPU 1,
+    and GPU 1's copies pull from it (GPU0->GPU1) and push into it (GPU1->GPU0), on the copy
+    engine and on the SMs; each direction's better engine is its 9 row. GPU 1 is stopped
+    again before this returns (row 7 times GPU 0 alone)."""
+    import numpy as np
+
+    import rig_nv_nvidia
+    from rig_edge import Memory
+
+    why = too_few_gpus(rig_nv_nvidia.count())
+    if why is not None:
+        rec.skip(PEER_KEYS, why)
+        return
+    if not rig_nv_nvidia.reaches(0, 1):
+        raise RuntimeError("no peer access: rig_nv_nvidia.reaches(0, 1) is False (the RM says "
+                           "GPUs 0 and 1 cannot map each other)")
+    d1 = rig_nv_nvidia.gpu(1).open()
+    r0 = r1 = p = None
+    try:
+        rec.meta["gpu1"] = repr(d1)
+        r0, r1 = d0.alloc(COPY, Memory.DEVICE), d1.alloc(COPY, Memory.DEVICE)
+        if r0 is None or r1 is None:
+            raise RuntimeError("out of device memory for 256 MiB on each GPU")
+        p = d1.map_peer(d0, r0)  # GPU 1's view of r0, at r0's GPU address
+        zeros, dst = np.zeros(COPY, dtype=np.uint8), np.zeros(COPY, dtype=np.uint8)
+        # GPU 1 copies both ways: from p (r0) into r1, and from r1 into p. Per direction, the
+        # device and region the source bytes go up to, and those the arrived bytes come from.
+        ways = (("01", r1, p, (d0, r0), (d1, r1)), ("10", p, r1, (d1, r1), (d0, r0)))
+
+        def copy(to: Any, frm: Any, engine: str) -> None:
+            d1.copy(to, frm, engine=engine).wait()
+
+        for way, to, frm, (src_dev, src_region), (dst_dev, dst_region) in ways:
+            for engine, tag in PEER_ENGINES:
+                key = f"9_peer_{way}_{tag}"
+                with rec.row(key):
+                    go = functools.partial(copy, to, frm, engine)
+                    src = fresh_bytes(rng, COPY)
+                    src_dev.upload(src_region, src).wait()
+                    dst_dev.upload(dst_region, zeros).wait()
+                    go()
+                    dst_dev.download(dst_region, COPY, out=dst)
+                    same(dst, src, f"{key} (the first copy)")
+                    dst_dev.upload(dst_region, zeros).wait()
+                    s = timed(go, rec.reps(30), 2)
+                    dst[:] = 0
+                    dst_dev.download(dst_region, COPY, out=dst)
+                    same(dst, src, key)
+                    rec.add(key, s, COPY, engine=engine)
+            best_of_engines(rec, f"9_peer_{way}")
+    finally:
+        try:
+            if p is not None:
+                d1.free(p)  # before r0, whose mapping it is
+            if r0 is not None:
+                d0.free(r0)
+            if r1 is not None:
+                d1.free(r1)
+        except Exception as e:
+            rec.meta["peer_cleanup_error"] = f"{type(e).__name__}: {e}"
+            log(f"  peer cleanup: {rec.meta['peer_cleanup_error']}")
+        try:
+            d1.stop()
+        except Exception as e:
+            rec.meta["peer_stop_error"] = f"{type(e).__name__}: {e}"
+            log(f"  stopping GPU 1: {rec.meta['peer_stop_error']}")
+
+
+def best_of_engines(rec: Recorder, key: str) -> None:
+    """Row ``key``: the samples of whichever of its engine rows (``key``_ce, ``key``_sm) has
+    the better median; an error naming each where none has samples."""
+    with rec.row(key):
+        done = {engine: rec.rows[f"{key}_{tag}"] for engine, tag in PEER_ENGINES
+                if "samples_s" in rec.rows.get(f"{key}_{tag}", {})}
+        if not done:
+            raise RuntimeError("; ".join(
+                f"{engine}: {rec.rows.get(f'{key}_{tag}', {}).get('error', 'not run')}"
+                for engine, tag in PEER_ENGINES))
+        engine = min(done, key=lambda e: statistics.median(done[e]["samples_s"]))
+        rec.add(key, list(done[engine]["samples_s"]), COPY, engine=engine)
 
 
 # ---- the PyTorch worker ------------------------------------------------------------------------
@@ -434,6 +539,49 @@ def worker_torch(rec: Recorder, cubin: Path) -> None:
             s = timed(functools.partial(torch.empty, size, dtype=torch.uint8, device=dev),
                       rec.reps(count), rec.reps(count // 10))
             rec.add(key, s, size)
+
+    with rec.row(*PEER_ROWS):
+        peers_torch(rec, rng)
+
+
+def peers_torch(rec: Recorder, rng: Any) -> None:
+    """Row 9 for torch: a 256 MiB tensor on one GPU, ``tensor.to()`` the other, and both GPUs
+    synchronized; checked once after warm-up."""
+    import torch
+
+    why = too_few_gpus(torch.cuda.device_count())
+    if why is not None:
+        rec.skip(PEER_ROWS, why)
+        return
+    access = (torch.cuda.can_device_access_peer(0, 1), torch.cuda.can_device_access_peer(1, 0))
+    rec.meta["peer_access"] = list(access)
+    if not all(access):
+        raise RuntimeError(f"no peer access: torch.cuda.can_device_access_peer(0, 1), (1, 0) = "
+                           f"{access}")
+
+    def sync() -> None:
+        torch.cuda.synchronize(0)
+        torch.cuda.synchronize(1)
+
+    for key, frm, to in (("9_peer_01", 0, 1), ("9_peer_10", 1, 0)):
+        with rec.row(key):
+            src = fresh_bytes(rng, COPY)
+            a = torch.from_numpy(src).to(torch.device("cuda", frm))
+            target = torch.device("cuda", to)
+            sync()
+
+            def once(a: Any = a, target: Any = target) -> None:
+                a.to(target)
+                sync()
+
+            for _ in range(2):
+                once()
+            b = a.to(target)
+            sync()
+            same(b.cpu().numpy(), src, key)
+            del b
+            s = timed(once, rec.reps(30), 0)
+            rec.add(key, s, COPY)
 
 
 # ---- the CuPy worker ---------------------------------------------------------------------------
