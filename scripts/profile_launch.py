@@ -11,7 +11,7 @@ import statistics
 import time
 from pathlib import Path
 
-import rig_nv.device as device_module
+import rig_nv.setup as device_module
 import rig_nv_nvidia
 from rig_edge import Memory
 

@@ -279,7 +279,7 @@ def run(name: str, d: Any, path: WalkPath, s: Any) -> Any:
 
 def label(stack: traceback.StackSummary) -> str:
     """The calls from rig_nv (and the stand-in) down to the fallible one, e.g.
-    ``_build>_channel>_own_memory>alloc_memory>_rm_memory>alloc``."""
+    ``_build>build>channel>_own_memory>alloc_memory>alloc``."""
     names, inside = [], False
     for f in stack:
         rig = "/rig_nv/" in f.filename
@@ -449,5 +449,5 @@ def test_inject_is_one_hook_at_a_time() -> None:
 
 def test_label_names_the_sites() -> None:
     sites = [site for _, site in CALLS["make"]]
-    assert any(s.startswith("_build>_channel") for s in sites), sites
+    assert any(s.startswith("_build>build>channel") for s in sites), sites
     assert all(s for s in sites), sites

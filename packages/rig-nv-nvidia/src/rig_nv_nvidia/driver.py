@@ -19,7 +19,6 @@ from cffi import FFI
 from rig_edge import OpenRefused, RigError
 from rig_nv import classes as cls
 from rig_nv import inject
-from rig_nv.device import WINDOWS
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
     MAP_FIXED_NOREPLACE,
@@ -30,6 +29,7 @@ from rig_nv.hostmem import (
 )
 from rig_nv.layouts import Params, cnew, layout_key, rm_ffi
 from rig_nv.rm import RMError
+from rig_nv.setup import WINDOWS
 from rig_nv.status import NV_WARN_NOTHING_TO_DO
 from rig_nv_nvidia import layouts as lay
 

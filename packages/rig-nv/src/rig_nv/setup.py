@@ -1,0 +1,208 @@
+"""Building a device on an opened GPU: its channel group, channels, doorbell, timeline word
+and launch arena (what :func:`rig_nv.device.make` runs), and the clock boost it asks for.
+
+Everything made is recorded on the device before the next fallible call, so that its
+``stop`` gives back exactly what a failed build made.
+"""
+
+from __future__ import annotations
+
+from array import array
+from typing import TYPE_CHECKING
+
+from rig_edge import Facts, Memory
+from rig_nv import classes as cls
+from rig_nv import qmd as qmd_mod
+from rig_nv.channel import Arena, Channel, Ring
+from rig_nv.controls import (
+    FB_HEAP_SIZE,
+    GR_LITTER_NUM_GPCS,
+    GR_LITTER_NUM_SM_PER_TPC,
+    GR_LITTER_NUM_TPC_PER_GPC,
+    GR_MAX_WARPS_PER_SM,
+    GR_SHADER_PIPE_SUB_COUNT,
+    GR_SM_VERSION,
+    NV2080_CTRL_CMD_FB_GET_INFO,
+    NV2080_CTRL_CMD_GR_GET_INFO,
+    NV2080_CTRL_CMD_PERF_BOOST,
+    NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+    NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+    PERF_BOOST_CUDA,
+    PERF_BOOST_INFINITE,
+    class_list,
+    info_list,
+)
+from rig_nv.hostmem import view
+from rig_nv.layouts import Params
+from rig_nv.push import (
+    COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
+    COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
+    SUBC_COMPUTE,
+    SUBC_COPY,
+    Push,
+    hi_lo,
+)
+from rig_nv.rm import Allocation
+
+if TYPE_CHECKING:
+    from rig_nv.device import Device
+
+# Whether make() asks for that boost. Measured on the H200 (docs/results): copies inside the
+# GPU 655 -> 1474 GB/s from idle clocks, but launch+wait 21.5 -> 46 us in the benchmark run.
+BOOST = True
+# NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the channel group runs on the GR runlist.
+ENGINE_GRAPHICS = 1
+NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC = 1
+
+GPFIFO_ENTRIES = 0x4000  # a power of two (dev_pbdma GP_BASE_HI_LIMIT2 is log2 of it)
+CHANNEL_AREA = 0x40000  # per channel: the ring (0x20000 bytes), then USERD (512 bytes)
+PUSHBUFFER = 2 << 20
+SPIN_S = 100e-6  # a wait spins this long on the timeline word before it sleeps
+NAP_FIRST_S, NAP_LAST_S = 20e-6, 1e-3
+VIDEO = (Memory.DEVICE, Memory.MAPPED)
+LAUNCH_ARENA = 4 << 20
+# Where the GPU reads launches' QMDs and banks, and the channels' commands, from.
+ARENA_KIND = Memory.PINNED
+PUSHBUFFER_KIND = Memory.PINNED
+# The shared and local memory windows: GPU addresses where a kernel sees its block's shared
+# memory and its threads' local memory, never backed by allocations. Hopper wants the shared
+# window 4 GiB aligned (NVK nvk_cmd_dispatch.c). They take the top 8 GiB below 2^40.
+WINDOWS = (1 << 40) - (8 << 30)
+LOCAL_WINDOW, SHARED_WINDOW = WINDOWS, WINDOWS + (4 << 30)
+# SEND_SIGNALING_PCAS2_B PCAS_ACTION INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK launches.
+PCAS_INVALIDATE_COPY_SCHEDULE = 3
+# INVALIDATE_SHADER_CACHES_NO_WFI: INSTRUCTION | GLOBAL_DATA | CONSTANT (clcbc0.h).
+INVALIDATE_CODE_AND_DATA = 0x1011
+
+def build(d: Device) -> None:
+    """Make ``d``'s channels, doorbell, timeline and launch arena on the GPU its path opened:
+    what :func:`rig_nv.device.make` runs. Everything made is recorded on ``d`` first, for its
+    ``stop`` to give back."""
+    path, rm, ffi = d.path, d.path.rm, d.ffi
+    d.classes = cls.choose(class_list(path), path.name)
+    d._qmd_layout = qmd_mod.LAYOUTS[d.classes.qmd_version]
+    tpcs, sm_version, warps, sm_per_tpc, gpcs, tpc_per_gpc = info_list(
+        path,
+        NV2080_CTRL_CMD_GR_GET_INFO,
+        [GR_SHADER_PIPE_SUB_COUNT, GR_SM_VERSION, GR_MAX_WARPS_PER_SM,
+         GR_LITTER_NUM_SM_PER_TPC, GR_LITTER_NUM_GPCS, GR_LITTER_NUM_TPC_PER_GPC],
+        path.h_subdevice,
+    )
+    d.sm_per_tpc = sm_per_tpc
+    # Local memory is indexed by the TPC's physical number: size it for the chip's maxima.
+    d.tpc_slots = gpcs * tpc_per_gpc
+    (heap_kib,) = info_list(path, NV2080_CTRL_CMD_FB_GET_INFO, [FB_HEAP_SIZE], path.h_subdevice)
+    d.sm_count = tpcs * sm_per_tpc
+    d.max_warps_per_sm = warps
+    d._facts = Facts(
+        name=path.name,
+        arch=cls.arch_of(sm_version),
+        budget=heap_kib * 1024,
+        queues=("compute", "copy"),
+        hang_ms=path.hang_ms,
+        maps_host=path.maps_host,
+        bus=path.bus,
+        driver=rm.release,
+    )
+
+    # Raise the clocks for compute as CUDA does for each context: without it the H200's SMs
+    # stay at their 345 MHz idle clock under rig's work (measured: 256 MiB copies inside
+    # the GPU ran at 655 GB/s, and 1474 GB/s boosted). stop() clears the request.
+    if BOOST:
+        boost(d, PERF_BOOST_CUDA, PERF_BOOST_INFINITE)
+        d._boosted = True
+    usermode = d._handle()
+    rm.alloc(path.h_subdevice, usermode, d.classes.usermode)
+    d._doorbell = path.map_object(usermode, 0x10000)
+
+    d.timeline = d._own_memory(4096, Memory.PINNED)
+    assert d.timeline.host is not None
+    d._word = view(d.timeline.host, 16).cast("Q")
+    # The words that end every submission, with the value to patch in at [3] and [4].
+    d._release = Push().semaphore_release(d.timeline.gpu, 0).words
+    # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
+    # then the release (the value at [7] and [8]).
+    d._launch_words = array("I", (d._pcas_a, 0, d._pcas2_b,
+                                     PCAS_INVALIDATE_COPY_SCHEDULE, *d._release))
+
+    tsg = d._handle()
+    rm.alloc(
+        path.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
+        Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=ENGINE_GRAPHICS).buf,
+    )
+    d._tsg = tsg
+    ctxshare = d._handle()
+    rm.alloc(
+        tsg, ctxshare, cls.FERMI_CONTEXT_SHARE_A,
+        Params(ffi, "NV_CTXSHARE_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
+               flags=NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC).buf,
+    )
+    area = d._own_memory(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True)
+    assert area.host is not None
+    view(area.host, area.length)[:] = bytes(area.length)
+    d.compute = channel(d, "compute", 0, area, tsg, ctxshare, d.classes.compute)
+    d.copy_channel = channel(d, "copy", 1, area, tsg, ctxshare, d.classes.copy)
+    rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+               Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
+    arena = d._own_memory(LAUNCH_ARENA, ARENA_KIND)
+    assert arena.host is not None
+    d._arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),
+                        d._wait_value)
+    d._submit(d.compute, Push()
+                 .set_object(SUBC_COMPUTE, d.classes.compute)
+                 .set_object(SUBC_COPY, d.classes.copy)
+                 .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
+                         *hi_lo(LOCAL_WINDOW))
+                 .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
+                         *hi_lo(SHARED_WINDOW)))
+    point = d._submit(d.copy_channel, Push().set_object(SUBC_COPY, d.classes.copy))
+    d.wait(point, timeout_s=10.0)
+
+def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxshare: int,
+        engine_class: int) -> Channel:
+    """One GPFIFO channel of ``d``'s group, on ``index``'s part of ``area``."""
+    path, rm, ffi = d.path, d.path.rm, d.ffi
+    assert area.host is not None and d._doorbell is not None
+    # Everything fallible that stop() could not find comes first: memory is in _own.
+    pb = d._own_memory(PUSHBUFFER, PUSHBUFFER_KIND)
+    assert pb.host is not None
+    notifier = path.alloc_notifier()
+    d._own.append(notifier)
+    assert notifier.host is not None
+    d._notifiers.append(view(notifier.host, 64))
+    d._notifiers[-1][:] = bytes(64)
+    offset = index * CHANNEL_AREA
+    userd = offset + GPFIFO_ENTRIES * 8
+    p = Params(ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
+               hObjectBuffer=area.handle, gpFifoOffset=area.gpu + offset,
+               gpFifoEntries=GPFIFO_ENTRIES, hContextShare=ctxshare)
+    p.p.hUserdMemory[0] = area.handle
+    p.p.userdOffset[0] = userd
+    handle = d._handle()
+    rm.alloc(tsg, handle, d.classes.gpfifo, p.buf)
+    rm.alloc(handle, d._handle(), engine_class)
+    if engine_class == d.classes.compute:
+        # The compute channel also drives its group's copy engine (GRCE) on subchannel 4,
+        # so steps can copy between launches without leaving the channel.
+        rm.alloc(handle, d._handle(), d.classes.copy)
+    token = Params(ffi, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
+                   workSubmitToken=0xFFFFFFFF)
+    rm.control(handle, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, token.buf)
+    path.attach_channel(handle)
+    d._attached.append(handle)
+    ch = Channel(
+        name, handle,
+        ring=view(area.host + offset, GPFIFO_ENTRIES * 8),
+        gpput=view(area.host + userd + 0x8C, 4),
+        doorbell=d._doorbell,
+        token=token.p.workSubmitToken,
+        pushbuffer=Ring(pb.gpu, view(pb.host, pb.length), pb.length),
+        wait=d._wait_value,
+    )
+    d._channels.append(ch)
+    return ch
+
+def boost(d: Device, flags: int, duration: int) -> None:
+    """Ask the RM for (or clear) the compute clock boost CUDA asks for per context."""
+    p = Params(d.ffi, "NV2080_CTRL_PERF_BOOST_PARAMS", flags=flags, duration=duration)
+    d.path.rm.control(d.path.h_subdevice, NV2080_CTRL_CMD_PERF_BOOST, p.buf)
