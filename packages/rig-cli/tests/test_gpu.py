@@ -76,3 +76,14 @@ def test_check() -> None:
     steps = {s["step"].split()[0]: s for s in report["steps"]}
     assert steps["upload"]["nbytes"] == 256 << 20
     print(json.dumps(report, indent=1))
+
+
+def test_list_memory_reads_the_rm() -> None:
+    """`rig list --memory`: each kernel-driver GPU's memory, as `rig usage` reports its total."""
+    out = rig("list", "--memory", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    usage = json.loads(rig("usage", "--json").stdout)
+    assert rows[0]["memory_bytes"] == usage["memory_total"] > 16 << 30
+    table = rig("list", "--memory")
+    assert table.returncode == 0 and "GiB" in table.stdout.splitlines()[1]

@@ -145,3 +145,40 @@ def test_the_cli_knows_the_releases_rig_nv_speaks() -> None:
     from rig_nv.layouts import SUPPORTED
 
     assert SUPPORTED_RELEASES == SUPPORTED
+
+
+def test_memory_is_asked_for_only(machine: Path) -> None:
+    """memory_bytes comes from the RM, only with --memory or a query naming it; a machine
+    under --machine has no RM to ask, so it is [N/A] there."""
+    plain = json.loads(rig("list", "--json", "--machine", str(machine)).stdout)
+    assert all("memory_bytes" not in r for r in plain)
+    asked = json.loads(rig("list", "--json", "--memory", "--machine", str(machine)).stdout)
+    assert [r["memory_bytes"] for r in asked] == [None, None, None]
+    out = rig("list", "--format", "csv", "--query", "bus,memory_bytes", "--machine", str(machine))
+    assert out.stdout.splitlines()[:2] == ["bus, memory_bytes", "0000:00:06.0, [N/A]"]
+    table = rig("list", "--memory", "--machine", str(machine)).stdout.splitlines()
+    assert table[0].split()[7] == "memory" and table[1].split()[8] == "-"
+
+
+def test_memory_asks_only_the_kernel_drivers_active_gpus(machine: Path) -> None:
+    from rig_cli.listing import rows, with_memory
+    from rig_edge import RigError
+    from rig_pci import Machine
+
+    found = rows(Machine.at(str(machine)))
+    asked: list[int] = []
+    warnings: list[str] = []
+
+    def memory(i: int) -> int:
+        asked.append(i)
+        return 141 << 30
+
+    with_memory(found, memory, warnings.append)
+    assert asked == [0] and [r["memory_bytes"] for r in found] == [141 << 30, None, None]
+
+    def refuses(i: int) -> int:
+        raise RigError("the RM refused")
+
+    with_memory(found, refuses, warnings.append)
+    assert found[0]["memory_bytes"] is None
+    assert warnings == ["GPU 0's memory: the RM refused"]

@@ -7,7 +7,8 @@ so that listing stays as quick as ``rig --help``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Sequence
 
 from rig_cli.chips import chip, is_gpu
 from rig_edge import RigError
@@ -16,13 +17,14 @@ from rig_pci import FunctionInfo, Machine
 # The kernel drivers that leave a GPU to the NV-PCI path: none, or VFIO's.
 DETACHED = (None, "vfio-pci")
 
-# Every column `rig list` knows, in the order a full listing prints them.
+# Every column `rig list` knows, in the order a full listing prints them. memory_bytes is read
+# from the RM, only when asked for (--memory, or --query naming it): the RM is not sysfs.
 COLUMNS = (
     "index", "bus", "device_id", "name", "chip", "arch", "driver", "runtime_status", "paths",
-    "driver_release", "bar1_bytes",
+    "driver_release", "bar1_bytes", "memory_bytes",
 )
-# What --format csv prints when --query names no columns (the last two are in --json and --query).
-CSV_DEFAULT = COLUMNS[:-2]
+# What --format csv prints when --query names no columns (the rest are in --json and --query).
+CSV_DEFAULT = COLUMNS[:9]
 NOT_AVAILABLE = "[N/A]"  # nvidia-smi's word for a value that is not there
 
 
@@ -62,6 +64,35 @@ def bar1(function: FunctionInfo) -> int | None:
     return next((b.size for b in function.bars if b.index >= 1 and b.is_memory), None)
 
 
+def rm_memory(i: int) -> int | None:
+    """GPU ``i``'s memory in bytes as the RM of the kernel driver reports it (NV2080 FB_INFO
+    RAM_SIZE, through rig_nv_nvidia.usage: the process's client and the GPU's RM device,
+    no channel). Loads rig_nv_nvidia, cffi with it: only ``--memory`` pays for that."""
+    import rig_nv_nvidia
+
+    return rig_nv_nvidia.usage(i).memory_total
+
+
+def with_memory(found: list[dict[str, object]], memory: Callable[[int], int | None] | None,
+                warn: Callable[[str], None]) -> None:
+    """Fill each row's memory_bytes: from ``memory`` (None: not this machine, nothing to ask)
+    for a GPU that rig's kernel-driver path can open and whose function is active (asking
+    could wake a suspended GPU); None elsewhere. A refusal is None and one warning."""
+    for r in found:
+        r["memory_bytes"] = None
+        paths = r["paths"]
+        assert isinstance(paths, list)
+        nv = any(p == "NV" or p.startswith("NV:") for p in paths)
+        if memory is None or not nv or r["runtime_status"] != "active":
+            continue
+        index = r["index"]
+        assert isinstance(index, int)
+        try:
+            r["memory_bytes"] = memory(index)
+        except RigError as e:
+            warn(f"GPU {index}'s memory: {e}")
+
+
 def rows(machine: Machine) -> list[dict[str, object]]:
     """One row per NVIDIA GPU, in bus order (GPU i of both paths is the ith)."""
     gpus = [f for f in machine.functions() if is_gpu(f.vendor, f.class_code)]
@@ -81,6 +112,7 @@ def rows(machine: Machine) -> list[dict[str, object]]:
             "paths": paths(f, i, release),
             "driver_release": release if f.driver == "nvidia" else None,
             "bar1_bytes": bar1(f),
+            "memory_bytes": None,  # with_memory fills it, run_list drops it unless asked
         })
     return found
 
@@ -127,8 +159,18 @@ def run_list(
     machine: Machine | None = None,
     fmt: tuple[str, bool] | None = None,
     columns: Sequence[str] | None = None,
+    memory: bool = False,
 ) -> int:
+    """Print the listing; with ``memory`` (or a ``memory_bytes`` column asked for) each GPU's
+    memory from the RM as well, where the GPU is this machine's (``machine`` None)."""
     found = rows(machine or Machine.this())
+    memory = memory or "memory_bytes" in (columns or ())
+    if memory:
+        with_memory(found, rm_memory if machine is None else None,
+                    lambda text: print(f"rig: {text}", file=sys.stderr))
+    else:
+        for r in found:
+            del r["memory_bytes"]
     if as_json:
         shown = [{c: r[c] for c in columns} for r in found] if columns else found
         print(json.dumps(shown, indent=2))
@@ -140,12 +182,16 @@ def run_list(
     if not found:
         print("No NVIDIA GPU on this machine (none listed under /sys/bus/pci).")
         return 0
-    table = [("GPU", "bus", "device", "product", "arch", "driver", "power", "paths")]
+    head = ("GPU", "bus", "device", "product", "arch", "driver", "power")
+    table: list[tuple[str, ...]] = [(*head, "memory", "paths") if memory else (*head, "paths")]
     for r in found:
         product = "unknown" if r["name"] == "unknown" else f"{r['name']} ({r['chip']})"
-        table.append((str(r["index"]), str(r["bus"]), str(r["device_id"]), product,
-                      str(r["arch"]), str(r["driver"] or "-"), str(r["runtime_status"] or "-"),
-                      _cell(r["paths"])))
+        cells = [str(r["index"]), str(r["bus"]), str(r["device_id"]), product, str(r["arch"]),
+                 str(r["driver"] or "-"), str(r["runtime_status"] or "-")]
+        if memory:
+            size = r["memory_bytes"]
+            cells.append(f"{size / (1 << 30):.1f} GiB" if isinstance(size, int) else "-")
+        table.append((*cells, _cell(r["paths"])))
     widths = [max(len(row[c]) for row in table) for c in range(len(table[0]) - 1)]
     for row in table:
         print(" ".join(v.ljust(w) for v, w in zip(row, widths, strict=False)) + " " + row[-1])

@@ -101,7 +101,12 @@ def _parser() -> argparse.ArgumentParser:
     lister.add_argument(
         "--query", "--query-gpu", action=_Query, metavar="COLUMNS",
         help="the columns to print, comma-separated: index, bus, device_id, name, chip, arch, "
-        "driver, runtime_status, paths, driver_release, bar1_bytes",
+        "driver, runtime_status, paths, driver_release, bar1_bytes, memory_bytes",
+    )
+    lister.add_argument(
+        "--memory", action="store_true",
+        help="also each GPU's memory, read from the kernel driver's RM (loads rig_nv_nvidia: "
+        "slower than the sysfs listing)",
     )
     lister.add_argument(
         "--machine", metavar="ROOT",
@@ -202,8 +207,9 @@ def _run(args: argparse.Namespace) -> int:
         from rig_cli.listing import run_list
         from rig_pci import Machine
 
-        machine = Machine.at(args.machine) if args.machine else Machine.this()
-        return run_list(as_json=args.json, machine=machine, fmt=args.format, columns=args.query)
+        machine = Machine.at(args.machine) if args.machine else None
+        return run_list(as_json=args.json, machine=machine, fmt=args.format, columns=args.query,
+                        memory=args.memory)
     if args.command == "info":
         from rig_cli.info import run_info
 
