@@ -67,3 +67,55 @@ def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int) -> Non
     assert lines[1].startswith("LOST ")
     assert lines[2] == "FACTS sm_90"
     assert lines[3] == "REOPENED True"
+
+
+FAULTS = Path(__file__).resolve().parent / "cubins" / "faults.sm_90.cubin"
+
+KIND_CHILD = textwrap.dedent("""
+    import numpy as np, sys
+    import rig_nv_nvidia
+    from rig_edge import Fault, Lost, Memory
+    d = rig_nv_nvidia.gpu(0).open()
+    img = d.load(open(sys.argv[1], "rb").read())
+    out = d.alloc(4096, Memory.DEVICE)
+    try:
+        d.launch(img[sys.argv[2]], (2,), (64,), (out,)).wait(timeout_s=60)
+        print("NO FAULT")
+        sys.exit(1)
+    except Fault as e:
+        print("FAULT", e.channel_error, "|", e.engine)
+    try:
+        d.upload(out, bytes(16))
+        print("NOT LOST")
+        sys.exit(1)
+    except Lost as e:
+        print("LOST", e.reason)
+    d.stop()
+    d = rig_nv_nvidia.gpu(0).open()
+    kernels = d.load(open(sys.argv[3], "rb").read())
+    a = np.random.default_rng().random(1024, dtype=np.float32)
+    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
+    d.upload(r, a.tobytes())
+    d.launch(kernels["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
+    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
+    print("REOPENED", bool(np.array_equal(got, a + a)))
+    d.stop()
+""")
+
+
+@pytest.mark.parametrize("kernel", ["trap", "misaligned", "breakpoint"])
+def test_sm_exceptions_are_faults_and_the_gpu_opens_again(kernel: str) -> None:
+    """A kernel that traps, makes a misaligned access or hits a breakpoint (cubins/faults.cu):
+    wait raises Fault naming the RM's channel error, the device is lost, and after its stop
+    the GPU opens again in the same process and computes right."""
+    out = subprocess.run(
+        [sys.executable, "-c", KIND_CHILD, str(FAULTS), kernel, str(CUBIN)],
+        capture_output=True, text=True, timeout=180,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    print(out.stdout, out.stderr[-2000:])
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert lines[0].startswith("FAULT ROBUST_CHANNEL_") and "Xid" in lines[0]
+    assert lines[1].startswith("LOST ")
+    assert lines[2] == "REOPENED True"
