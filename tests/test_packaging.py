@@ -86,3 +86,27 @@ def test_kernel_driver_backend_does_not_bring_the_pci_backend(wheels: Path, tmp_
     assert rigs == {"rig-edge", "rig-pci", "rig-nv", "rig-nv-nvidia"}
     out = run(python, "-c", "import rig_nv_nvidia; print(rig_nv_nvidia.count())", check=False)
     assert out.returncode == 0, out.stderr
+    # The pre-built cffi modules (rig_nv.prebuilt) came with the wheels and are the ones used:
+    # opening parses no C declarations (no pycparser).
+    code = (
+        "import sys, cffi, rig_nv_nvidia\n"
+        "from rig_nv.layouts import SUPPORTED, rm_ffi\n"
+        "from rig_nv_nvidia.layouts import ioctl_ffi\n"
+        "for k in SUPPORTED:\n"
+        "    assert not isinstance(rm_ffi(k), cffi.FFI), k\n"
+        "    assert not isinstance(ioctl_ffi(k), cffi.FFI), k\n"
+        "print('pycparser' in sys.modules)\n"
+    )
+    out = run(python, "-c", code, check=False)
+    assert out.stdout.strip() == "False", out.stderr
+
+
+def test_wheels_carry_the_generated_cffi_modules(wheels: Path) -> None:
+    import zipfile
+
+    for package, leaves in (("rig_nv", ["_ffi_libc", "_ffi_rm_570", "_ffi_rm_580"]),
+                            ("rig_nv_nvidia", ["_ffi_ioctl_570", "_ffi_ioctl_580"])):
+        (whl,) = wheels.glob(f"{package}-*.whl")
+        names = set(zipfile.ZipFile(whl).namelist())
+        for leaf in leaves:
+            assert f"{package}/{leaf}.py" in names, (whl.name, leaf)

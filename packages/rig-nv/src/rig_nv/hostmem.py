@@ -9,13 +9,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from cffi import FFI
+from rig_nv import inject, prebuilt
 
-from rig_nv import inject
-
-ffi = FFI()
-ffi.cdef(
-    """
+_CDEF = """
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
     int munmap(void *addr, size_t length);
     int madvise(void *addr, size_t length, int advice);
@@ -24,7 +20,11 @@ ffi.cdef(
     int pthread_spin_lock(pthread_spinlock_t *lock);
     int pthread_spin_unlock(pthread_spinlock_t *lock);
     """
-)
+
+# Parsed once into a generated module (rig_nv.prebuilt; `python3 scripts/gen_ffi.py`), so that
+# importing rig_nv does not import pycparser.
+PREBUILT = {"rig_nv._ffi_libc": _CDEF}
+ffi = prebuilt.load("rig_nv._ffi_libc", _CDEF)
 libc: Any = ffi.dlopen(None)
 
 PROT_NONE, PROT_READ, PROT_WRITE = 0, 1, 2
