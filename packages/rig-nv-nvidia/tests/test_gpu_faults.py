@@ -52,12 +52,11 @@ CHILD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("address", [0xDEAD0000, 0x7F00_0000_0000], ids=["unmapped-low",
-                                                                           "unmapped-high"])
-def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int) -> None:
+def faulting_child(script: str, *args: str) -> list[str]:
+    """Run a child that faults; its lines, having checked the two every child prints first:
+    the Fault naming the RM's channel error, then Lost on the next use."""
     out = subprocess.run(
-        [sys.executable, "-c", CHILD.format(address=address), str(CUBIN)],
-        capture_output=True, text=True, timeout=180,
+        [sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=180,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
     )
     print(out.stdout, out.stderr[-2000:])
@@ -65,6 +64,13 @@ def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int) -> Non
     assert out.returncode == 0, out.stderr[-2000:]
     assert lines[0].startswith("FAULT ROBUST_CHANNEL_") and "Xid" in lines[0]
     assert lines[1].startswith("LOST ")
+    return lines
+
+
+@pytest.mark.parametrize("address", [0xDEAD0000, 0x7F00_0000_0000], ids=["unmapped-low",
+                                                                           "unmapped-high"])
+def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int) -> None:
+    lines = faulting_child(CHILD.format(address=address), str(CUBIN))
     assert lines[2] == "FACTS sm_90"
     assert lines[3] == "REOPENED True"
 
@@ -108,14 +114,5 @@ def test_sm_exceptions_are_faults_and_the_gpu_opens_again(kernel: str) -> None:
     """A kernel that traps, makes a misaligned access or hits a breakpoint (cubins/faults.cu):
     wait raises Fault naming the RM's channel error, the device is lost, and after its stop
     the GPU opens again in the same process and computes right."""
-    out = subprocess.run(
-        [sys.executable, "-c", KIND_CHILD, str(FAULTS), kernel, str(CUBIN)],
-        capture_output=True, text=True, timeout=180,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
-    )
-    print(out.stdout, out.stderr[-2000:])
-    lines = out.stdout.splitlines()
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert lines[0].startswith("FAULT ROBUST_CHANNEL_") and "Xid" in lines[0]
-    assert lines[1].startswith("LOST ")
+    lines = faulting_child(KIND_CHILD, str(FAULTS), kernel, str(CUBIN))
     assert lines[2] == "REOPENED True"
