@@ -116,3 +116,84 @@ def test_sm_exceptions_are_faults_and_the_gpu_opens_again(kernel: str) -> None:
     the GPU opens again in the same process and computes right."""
     lines = faulting_child(KIND_CHILD, str(FAULTS), kernel, str(CUBIN))
     assert lines[2] == "REOPENED True"
+
+
+def illegal_instruction_cubin() -> bytes:
+    """faults.sm_90.cubin with plain_store's first instruction overwritten by all-ones, an
+    encoding no SM decodes (its section found through rig's own ELF reader)."""
+    import struct as st
+
+    from rig_nv.cubin import _Reader, _sections
+
+    data = bytearray(FAULTS.read_bytes())
+    r = _Reader(bytes(data))
+    shoff, = st.unpack_from("<Q", data, 0x28)
+    entsize, count, strndx = st.unpack_from("<HHH", data, 0x3A)
+    (text,) = [s for s in _sections(r, shoff, entsize, count, strndx)
+               if s.name == ".text.plain_store"]
+    data[text.offset:text.offset + 16] = b"\xff" * 16
+    return bytes(data)
+
+
+def test_an_illegal_instruction_is_a_fault_and_the_gpu_opens_again(tmp_path: Path) -> None:
+    """plain_store, harmless as built, with an undecodable first instruction: a Fault, the
+    device lost, the GPU opening again. (Were the bytes some valid instruction, the kernel
+    would end without a fault and the child says NO FAULT: the test fails.)"""
+    patched = tmp_path / "illegal.cubin"
+    patched.write_bytes(illegal_instruction_cubin())
+    lines = faulting_child(KIND_CHILD, str(patched), "plain_store", str(CUBIN))
+    assert lines[2] == "REOPENED True"
+
+
+HANG_CHILD = textwrap.dedent("""
+    import ctypes, sys, time
+    import numpy as np
+    import rig_nv_nvidia
+    from rig_edge import Fault, Lost, Memory
+    d = rig_nv_nvidia.gpu(0).open()
+    print("HANG_MS", d.facts.hang_ms)
+    img = d.load(open(sys.argv[1], "rb").read())
+    flag = d.alloc(4096, Memory.PINNED)
+    word = ctypes.c_int.from_address(flag.host)
+    word.value = 0
+    start = time.monotonic()
+    try:
+        d.launch(img["spin"], (1,), (32,), (flag,)).wait(timeout_s=300)
+        print("NOT GIVEN UP")
+        sys.exit(1)
+    except Fault as e:
+        print("FAULT", e)
+        sys.exit(1)
+    except Lost as e:
+        print("LOST", round(time.monotonic() - start), "|", e.reason)
+    word.value = 1  # the spin kernel ends: the GPU recovers
+    d.stop()
+    d = rig_nv_nvidia.gpu(0).open()
+    kernels = d.load(open(sys.argv[2], "rb").read())
+    a = np.random.default_rng().random(1024, dtype=np.float32)
+    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
+    d.upload(r, a.tobytes())
+    d.launch(kernels["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
+    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
+    print("REOPENED", bool(np.array_equal(got, a + a)))
+    d.stop()
+""")
+
+
+def test_a_kernel_without_progress_is_given_up_after_hang_ms() -> None:
+    """Spec: on a GPU without a display hang_ms is 30 s; a kernel that spins is given up after
+    30 s without progress (Lost naming why), the spin can be ended, the GPU opens again."""
+    out = subprocess.run(
+        [sys.executable, "-c", HANG_CHILD, str(FAULTS), str(CUBIN)], capture_output=True,
+        text=True, timeout=400, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    print(out.stdout, out.stderr[-2000:])
+    lines = out.stdout.splitlines()
+    assert out.returncode == 0, out.stderr[-2000:]
+    if lines[0] == "HANG_MS None":
+        pytest.skip("this GPU drives a display: the RM's watchdog, not hang_ms, ends such work")
+    assert lines[0] == "HANG_MS 30000"
+    seconds = int(lines[1].split()[1])
+    assert lines[1].startswith("LOST ") and "no progress for 30 s" in lines[1]
+    assert 30 <= seconds <= 60, seconds
+    assert lines[2] == "REOPENED True"
