@@ -37,6 +37,24 @@ def test_error_policy_classes() -> None:
     assert str(refused) == "NV: no GPU 2 (the control file stays for the process)"
 
 
+@pytest.mark.parametrize("error", [
+    rig_edge.Lost("its work made no progress for 30 s"),
+    rig_edge.Fault("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31)", address=0xDEAD0000,
+                   access="write or atomic", engine="graphics/compute"),
+    rig_edge.Fault("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13)"),
+])
+def test_lost_and_fault_copy_and_pickle_whole(error: rig_edge.Lost) -> None:
+    """A device raises a copy of the Lost it keeps: the copy says the same, prefixed once."""
+    import copy
+    import pickle
+
+    for again in (copy.copy(error), pickle.loads(pickle.dumps(error))):
+        assert type(again) is type(error)
+        assert str(again) == str(error) and again.args == error.args
+        assert str(again).count("the device is lost") == 1
+        assert vars(again) == vars(error)
+
+
 def test_region_length_must_be_positive() -> None:
     Region(0x1000, None, 1, Memory.DEVICE)
     with pytest.raises(ValueError):

@@ -31,7 +31,7 @@ CHILD = textwrap.dedent("""
         print("NO FAULT")
         sys.exit(1)
     except Fault as e:
-        print("FAULT", e.channel_error)
+        print("FAULT", e.channel_error, "|", e.address, "|", e.access, "|", e.engine)
     try:
         d.alloc(4096, Memory.DEVICE)
         print("NOT LOST")
@@ -70,7 +70,15 @@ def faulting_child(script: str, *args: str) -> list[str]:
 @pytest.mark.parametrize("address", [0xDEAD0000, 0x7F00_0000_0000], ids=["unmapped-low",
                                                                            "unmapped-high"])
 def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int) -> None:
+    """vadd reading and writing 4 KiB at an address nothing is mapped at: a Fault naming the
+    channel error; where the RM reports the MMU fault's address (NV906F_CTRL_CMD_GET_MMU_FAULT_INFO
+    for an Xid 31, rig_nv.faults) it lies in the page of that address (the MMU reports whole
+    pages, every access lies in the first 4 KiB); the device lost; the GPU opening again."""
     lines = faulting_child(CHILD.format(address=address), str(CUBIN))
+    error, reported, _access, _engine = lines[0].removeprefix("FAULT ").rsplit(" | ", 3)
+    if reported != "None":
+        assert address <= int(reported) < address + 4096, (hex(int(reported)), hex(address))
+        assert "(Xid 31)" in error, error  # only an MMU fault asks the RM for an address
     assert lines[2] == "FACTS sm_90"
     assert lines[3] == "REOPENED True"
 

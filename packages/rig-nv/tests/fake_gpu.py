@@ -26,7 +26,7 @@ from rig_nv.hostmem import (
     munmap,
     view,
 )
-from rig_nv.rm import Allocation, page_rounded
+from rig_nv.rm import Allocation, RMError, page_rounded
 
 HOPPER = {0xC661, 0xC86F, 0xC56F, 0xCBC0, 0xC8B5, 0x80, 0x2080, 0x90F1, 0xA06C, 0x9067}
 BASE = 512 << 30  # where the stand-in puts its memory (inside the kernel path's reservation)
@@ -45,6 +45,10 @@ class FakeRM:
         self.objects: dict[int, int] = {}  # handle -> class
         self.controls: list[int] = []
         self.ffi = FFI()
+        # channel handle -> what NV906F_CTRL_CMD_GET_MMU_FAULT_INFO answers for it, once (the
+        # RM clears its record when read): (address, faultType, faultString), or an NV_STATUS
+        # the control fails with. A channel without one answers zeros, as the RM with no record.
+        self.mmu_faults: dict[int, tuple[int, int, str] | int] = {}
 
     def new_handle(self) -> int:
         with self.lock:
@@ -85,6 +89,14 @@ class FakeRM:
                         struct.pack_into("<I", entries, 8 * i + 4, 140 << 20)
         elif cmd == 0xC36F0108:  # work submit token
             struct.pack_into("<I", params, 0, 0x1234)
+        elif cmd == 0x906F0106:  # GET_MMU_FAULT_INFO: {addrHi, addrLo, faultType, faultString[32]}
+            answer = self.mmu_faults.pop(obj, None)
+            if isinstance(answer, int):
+                raise RMError(f"RM control 0x{cmd:x} of object 0x{obj:x}", answer)
+            if answer is not None:
+                address, fault_type, text = answer
+                struct.pack_into("<III32s", params, 0, address >> 32, address & 0xFFFF_FFFF,
+                                 fault_type, text.encode())
 
 
 class FakePath:
@@ -171,6 +183,14 @@ class FakePath:
             d._word[0] = d._next - 1
 
 
+def rc(d: Any, xid: int, engine: int = 1) -> None:
+    """The RM's robust-channel recovery as a device sees it: every channel of the group gets its
+    error notifier written (RC_NOTIFIER_SCOPE_TSG; NvNotification info32 = the Xid, info16 = the
+    NV2080 engine type, status 0xFFFF). What GET_MMU_FAULT_INFO answers is FakeRM.mmu_faults."""
+    for note in d._notifiers:
+        struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
+
+
 def open_fake() -> tuple[Any, FakePath]:
     """A rig_nv.Device on the stand-in path (the private anonymous mapping of MAP_PRIVATE is
     not used: memory is shared so that views of it alias)."""
@@ -183,4 +203,4 @@ def open_fake() -> tuple[Any, FakePath]:
     return d, path
 
 
-__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake"]
+__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "rc"]

@@ -108,6 +108,11 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     "NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS": (200, {"pciBarCount": 0, "pciBarInfo": 8}),
     # ctrl/ctrlc36f.h @570.211.01, @580.142
     "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS": (4, {"workSubmitToken": 0}),
+    # ctrl/ctrl906f.h @570.211.01, @580.142 (addrHi before addrLo; faultString[32];
+    # NV_DECLARE_ALIGNED shaderProgramVA[7] at 48 after 4 bytes of padding)
+    "NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS": (104, {
+        "addrHi": 0, "addrLo": 4, "faultType": 8, "faultString": 12, "shaderProgramVA": 48,
+    }),
     # ctrl/ctrl2080/ctrl2080tmr.h @570.211.01, @580.142
     "NV2080_CTRL_TIMER_GET_TIME_PARAMS": (8, {"time_nsec": 0}),
     # nvgputypes.h @570.211.01, @580.142 (timeStamp.nanoseconds[2] flattened)
@@ -178,6 +183,9 @@ def test_array_lengths_and_nested_offsets(key: str) -> None:
     assert ffi.offsetof("NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS", "pciBarInfo", 7) == 8 + 7 * 24
     assert ffi.offsetof("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS", "data", 255) == 267
     assert ffi.offsetof("NvNotification", "nanoseconds", 1) == 4
+    mmu = "NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS"
+    assert ffi.offsetof(mmu, "faultString", 31) == 43
+    assert ffi.offsetof(mmu, "shaderProgramVA", 6) == 96
 
 
 def test_release_differences() -> None:

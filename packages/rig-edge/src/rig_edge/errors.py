@@ -13,6 +13,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 
 class RigError(Exception):
     """Something the machine, its driver or its GPU refused; the message says what and why."""
@@ -39,6 +42,11 @@ class Lost(RigError):
     def __init__(self, reason: str) -> None:
         super().__init__(f"the device is lost: {reason}")
         self.reason = reason
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # copy.copy and pickle rebuild an exception as cls(*args): args is the whole message,
+        # which __init__ would prefix again. Rebuild from the reason instead.
+        return (type(self), (self.reason,), self.__dict__)
 
 
 class Fault(Lost):
@@ -68,6 +76,11 @@ class Fault(Lost):
         self.address = address
         self.access = access
         self.engine = engine
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        rebuild = functools.partial(type(self), address=self.address, access=self.access,
+                                    engine=self.engine)
+        return (rebuild, (self.channel_error,), self.__dict__)
 
 
 class OutOfMemory(RigError, MemoryError):

@@ -31,7 +31,7 @@ from rig_nv.channel import Arena, Channel
 from rig_nv.controls import (
     PERF_BOOST_CLEAR,
 )
-from rig_nv.faults import ENGINE, xid_name
+from rig_nv.faults import channel_fault, notified
 from rig_nv.hostmem import round_up, view
 from rig_nv.launch import Function, Image, Prepared, builtin_cubin
 from rig_nv.layouts import rm_ffi
@@ -104,6 +104,8 @@ class Device:
         self._attached: list[int] = []  # channels the path was told of
         self._notifiers: list[memoryview] = []
         self._lost: Lost | None = None
+        self._fault: Fault | None = None  # the channels' fault, read once (the RM's record clears)
+        self._fault_lock = threading.Lock()
         self._stopped = False
         self._next = 1
         self._last: Channel | None = None
@@ -183,13 +185,18 @@ class Device:
         return int(self._word[0])
 
     def _faulted(self) -> Lost | None:
-        for ch, note in zip(self._channels, self._notifiers, strict=True):
-            status = int.from_bytes(note[14:16], "little")
-            if status:
-                xid = int.from_bytes(note[8:12], "little")
-                engine = ENGINE.get(int.from_bytes(note[12:14], "little"))
-                return Fault(f"{xid_name(xid)} on the {ch.name} channel", engine=engine)
-        return None
+        """The Fault of a channel whose error notifier the RM wrote, else ``None`` (a test of
+        each notifier's status; the RM is asked about an MMU fault once, when first seen)."""
+        if self._fault is None:
+            if not any(notified(note) for note in self._notifiers):
+                return None
+            with self._fault_lock:
+                if self._fault is None:
+                    self._fault = channel_fault(self.path.rm, self.ffi, [
+                        (ch.name, ch.handle, note)
+                        for ch, note in zip(self._channels, self._notifiers, strict=True)
+                        if notified(note)])
+        return self._fault
 
     def _lose(self, why: Lost) -> Lost:
         with self._lock:

@@ -4,9 +4,32 @@ Numbers and names from open-gpu-kernel-modules src/common/sdk/nvidia/inc/nverror
 (ROBUST_CHANNEL_*). The RM writes the number into a channel's error notifier (NvNotification
 index 0 of the memory given as hObjectError: info32 = the number, info16 = the engine type,
 status = 0xFFFF), per nvgputypes.h and kernel_rc_notification.c.
+
+For an MMU fault (Xid 31) the RM also keeps, per channel, what the MMU reported
+(FIFO_MMU_EXCEPTION_DATA, kchannelFillMmuExceptionInfo in kernel_channel.c, filled where the
+fault is serviced: kgmmuServiceMmuFault_GV100), and a client reads it with the channel control
+NV906F_CTRL_CMD_GET_MMU_FAULT_INFO (ctrl906f.h, the same in 570.211.01 and 580.142): exported
+by every GPFIFO channel class, non-privileged, routed to the GSP, which keeps that record; the
+header says the record is cleared once read. Its answer holds the faulting address (the MMU's,
+at page granularity), the fault type (NV_PFAULT_FAULT_TYPE_*) and its name; it carries neither
+the access type nor the MMU client (the RM's record has them, the control's struct does not),
+so :func:`channel_fault` names an access only where the fault type implies it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rig_edge import RigError
+from rig_edge.errors import Fault
+from rig_nv.controls import NV906F_CTRL_CMD_GET_MMU_FAULT_INFO
+from rig_nv.layouts import Params
+
+if TYPE_CHECKING:
+    from cffi import FFI
+
+    from rig_nv.rm import RM
 
 XID: dict[int, str] = {
     13: "ROBUST_CHANNEL_GR_EXCEPTION",
@@ -44,3 +67,80 @@ ENGINE = {1: "graphics/compute", **{0x09 + i: f"copy engine {i}" for i in range(
 def xid_name(number: int) -> str:
     """NVIDIA's name of a channel error, and its number: "ROBUST_CHANNEL_GR_EXCEPTION (Xid 13)"."""
     return f"{XID.get(number, 'ROBUST_CHANNEL_ERROR')} (Xid {number})"
+
+
+MMU_FAULT = 31  # ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT
+
+# NV_PFAULT_FAULT_TYPE_* (src/common/inc/swref/published/pascal/gp100/dev_fault.h, alike in
+# 570.211.01 and 580.142) named as the RM names them for GH100 (kgmmuGetFaultTypeString_GP100).
+FAULT_TYPE = {
+    0x0: "FAULT_PDE", 0x1: "FAULT_PDE_SIZE", 0x2: "FAULT_PTE", 0x3: "FAULT_VA_LIMIT_VIOLATION",
+    0x4: "FAULT_UNBOUND_INST_BLOCK", 0x5: "FAULT_PRIV_VIOLATION", 0x6: "FAULT_RO_VIOLATION",
+    0x8: "FAULT_PITCH_MASK_VIOLATION", 0x9: "FAULT_WORK_CREATION",
+    0xA: "FAULT_UNSUPPORTED_APERTURE", 0xB: "FAULT_COMPRESSION_FAILURE",
+    0xC: "FAULT_INFO_TYPE_UNSUPPORTED_KIND", 0xD: "FAULT_INFO_TYPE_REGION_VIOLATION",
+    0xE: "FAULT_INFO_TYPE_POISONED", 0xF: "FAULT_INFO_TYPE_ATOMIC_VIOLATION",
+}
+# The access a fault type implies: only a write or an atomic breaks a read-only page (UVM
+# cancels those with UVM_FAULT_CANCEL_VA_MODE_WRITE_AND_ATOMIC), only an atomic is an atomic
+# violation. A PDE/PTE fault (nothing mapped) says nothing of the access.
+ACCESS_OF_TYPE = {0x6: "write or atomic", 0xF: "atomic"}
+
+
+@dataclass(frozen=True)
+class MmuFault:
+    """A channel's MMU fault as NV906F_CTRL_CMD_GET_MMU_FAULT_INFO answers it."""
+
+    address: int
+    kind: str  # the fault type's name, e.g. "FAULT_PDE"
+    access: str | None
+
+
+def decode_mmu_fault(ffi: FFI, p: Any) -> MmuFault | None:
+    """The fault an answer (NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS) holds; ``None`` for an
+    answer of zeros (no record: nothing faulted on that channel, or it was read already)."""
+    address = (int(p.addrHi) << 32) | int(p.addrLo)
+    raw = bytes(ffi.buffer(p.faultString)).split(b"\0", 1)[0]
+    text = "".join(chr(b) for b in raw if 0x20 <= b < 0x7F).strip()  # printable ASCII only
+    fault_type = int(p.faultType)
+    if not address and not fault_type and not text:
+        return None
+    kind = text or FAULT_TYPE.get(fault_type, f"MMU fault type {fault_type}")
+    return MmuFault(address, kind, ACCESS_OF_TYPE.get(fault_type))
+
+
+def read_mmu_fault(rm: RM, ffi: FFI, channel: int) -> MmuFault | None:
+    """Channel ``channel``'s last MMU fault from the RM; ``None`` where the RM refuses (any
+    :class:`rig_edge.RigError`) or has no record."""
+    p = Params(ffi, "NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS")
+    try:
+        rm.control(channel, NV906F_CTRL_CMD_GET_MMU_FAULT_INFO, p.buf)
+    except RigError:
+        return None
+    return decode_mmu_fault(ffi, p.p)
+
+
+def notified(note: memoryview) -> bool:
+    """Whether an error notifier (NvNotification) has been written: its status is not zero."""
+    return bool(note[14] or note[15])
+
+
+def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]]) -> Fault:
+    """The :class:`rig_edge.Fault` of channels whose error notifiers the RM wrote.
+
+    ``faulted``: (name, RM handle, notifier) of each such channel, the one to name first. Its
+    notifier gives the Xid and the engine. For an MMU fault the RM is asked for the fault's
+    address and type, channel by channel (the RM writes the notifiers of every channel of the
+    group, but keeps the MMU's record on the channel that faulted); the channel that answers is
+    the one named. Where none answers, the Fault is the notifier's alone.
+    """
+    name, _, note = faulted[0]
+    xid = int.from_bytes(note[8:12], "little")
+    engine = ENGINE.get(int.from_bytes(note[12:14], "little"))
+    if xid == MMU_FAULT:
+        for ch_name, handle, _ in faulted:
+            mmu = read_mmu_fault(rm, ffi, handle)
+            if mmu is not None:
+                return Fault(f"{xid_name(xid)} on the {ch_name} channel: {mmu.kind}",
+                             address=mmu.address, access=mmu.access, engine=engine)
+    return Fault(f"{xid_name(xid)} on the {name} channel", engine=engine)

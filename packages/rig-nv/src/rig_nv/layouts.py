@@ -7,7 +7,7 @@ open-gpu-kernel-modules headers under src/common/sdk/nvidia/inc at tags 570.211.
 nvos.h, alloc/alloc_channel.h, class/cl0080.h, class/cl2080.h, nvgputypes.h,
 ctrl/ctrl0000/ctrl0000system.h, ctrl0000gpu.h, ctrl/ctrl0080/ctrl0080gpu.h,
 ctrl/ctrl2080/ctrl2080gpu.h, ctrl2080fb.h, ctrl2080gr.h, ctrl2080perf.h, ctrl2080gpumon.h,
-ctrl2080bus.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h.
+ctrl2080bus.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h, ctrl/ctrl906f.h.
 NvP64 is declared as uint64_t, which has its 8-byte alignment on x86-64. The sizes are asserted
 by the tests against those headers, compiled with gcc.
 """
@@ -96,6 +96,12 @@ typedef struct {
 typedef struct { uint32_t flags; uint32_t barSize; uint64_t barSizeBytes; uint64_t barOffset; } NV2080_CTRL_BUS_PCI_BAR_INFO;
 typedef struct { uint32_t pciBarCount; NV2080_CTRL_BUS_PCI_BAR_INFO pciBarInfo[8]; } NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS;
 typedef struct { uint32_t workSubmitToken; } NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS;
+/* ctrl/ctrl906f.h @570.211.01 and @580.142 alike: addrHi first; faultString[NV906F_CTRL_MMU_FAULT_STRING_LEN 32],
+   shaderProgramVA[NV906F_CTRL_MMU_FAULT_SHADER_TYPES 7] 8-byte aligned at 48. */
+typedef struct {
+    uint32_t addrHi; uint32_t addrLo; uint32_t faultType; char faultString[32];
+    uint64_t shaderProgramVA[7];
+} NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS;
 typedef struct { uint64_t time_nsec; } NV2080_CTRL_TIMER_GET_TIME_PARAMS;
 typedef struct {
     uint32_t nanoseconds[2]; uint32_t info32; uint16_t info16; uint16_t status;
