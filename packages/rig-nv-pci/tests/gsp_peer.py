@@ -48,6 +48,7 @@ GSP_RX_HDR_OFF, GSP_ENTRY_OFF = 0x20, 0x1000  # what msgqTxCreate gives with ali
 VERSION_3_0 = 3 << 24
 VRPC = int.from_bytes(b"VRPC", "little")  # NV_VGPU_MSG_SIGNATURE_VALID 0x43505256
 
+FN_ALLOC_MEMORY = 4
 FN_FREE = 10
 FN_UNLOADING_GUEST_DRIVER = 47
 FN_GET_GSP_STATIC_INFO = 65
@@ -294,6 +295,14 @@ class Peer:
     static_fields: dict[str, int | bytes] = field(default_factory=dict)  # over STATIC_DEFAULTS
     static_status: int = 0  # NV_STATUS refusing GET_GSP_STATIC_INFO
     unload_reply: bool = True  # answer UNLOADING_GUEST_DRIVER (a hung GSP-RM does not)
+    # Further functions: number -> callback(payload) giving (reply payload, rpc_result).
+    functions: dict[int, Callable[[bytes], tuple[bytes, int]]] = field(default_factory=dict)
+    # An alloc that passed the handle checks: (parent, handle, class, params) -> (status,
+    # params); a control: (object, cmd, params) -> (status, params), or None as by default;
+    # every handle a FREE removes, children first.
+    on_alloc: Callable[[int, int, int, bytes], tuple[int, bytes]] | None = None
+    on_control: Callable[[int, int, bytes], tuple[int, bytes] | None] | None = None
+    on_free: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         self.mem = self.shared.cast("B") if self.shared.format != "B" else self.shared
@@ -399,9 +408,12 @@ class Peer:
                 raise PeerError(f"command seq {seq}: a new request before the last was complete")
             self._partial = Request(fn, _u32(rpc, R_SEQUENCE), payload, 1, [seq])
             fixed = {FN_GSP_RM_ALLOC: ALLOC_FIXED, FN_GSP_RM_CONTROL: CONTROL_FIXED}.get(fn)
-            # The size of an alloc or control is in its paramsSize field (at 0x14 / 0x10).
+            # The size of an alloc or control is in its paramsSize field (at 0x14 / 0x10);
+            # ALLOC_MEMORY's from its pageCount (at 40: 8 bytes a page after 56).
             self._partial_total = (fixed + _u32(payload, 0x14 if fn == FN_GSP_RM_ALLOC else 0x10)
-                                   if fixed is not None else len(payload))
+                                   if fixed is not None else
+                                   56 + 8 * _u32(payload, 40) if fn == FN_ALLOC_MEMORY else
+                                   len(payload))
         if len(self._partial.payload) >= self._partial_total:
             request, self._partial = self._partial, None
             self.requests.append(request)
@@ -415,6 +427,8 @@ class Peer:
             client, parent, handle, cls = struct.unpack_from("<4I", p)
             params = p[ALLOC_FIXED:ALLOC_FIXED + _u32(p, 0x14)]
             status = self.alloc_status.get(cls, 0) or self._alloc_check(client, parent, handle, cls)
+            if status == 0 and self.on_alloc is not None:
+                status, params = self.on_alloc(parent, handle, cls, params)
             if status == 0:
                 self.objects[handle] = 0 if cls in ROOT_CLASSES else parent
                 params = self.alloc_answer.get(cls, lambda b: b)(params)
@@ -427,6 +441,9 @@ class Peer:
             if status == 0 and obj not in self.objects:
                 status = NV_ERR_INVALID_OBJECT_HANDLE
             if status == 0:
+                answer = self.on_control(obj, cmd, params) if self.on_control else None
+                if answer is not None:
+                    status, params = answer
                 params = self.control_answer.get(cmd, lambda b: b)(params)
                 params = params[:size].ljust(size, b"\0")
             out = p[:0xC] + struct.pack("<I", status) + p[0x10:CONTROL_FIXED] + params
@@ -455,6 +472,9 @@ class Peer:
                 self._reply(r, config if len(p) == len(config) else bytes(len(p)), 0)
         elif r.function in (FN_GSP_SET_SYSTEM_INFO, FN_SET_REGISTRY):
             pass  # sent before boot without waiting (rpc.c _issueRpcAsync): no answer
+        elif r.function in self.functions:
+            payload, result = self.functions[r.function](p)
+            self._reply(r, payload, result, in_header=True)
         else:
             self._reply(r, p, RPC_UNKNOWN_FUNCTION, in_header=True)
 
@@ -471,6 +491,8 @@ class Peer:
         for child in [h for h, p in self.objects.items() if p == handle]:
             self._free_tree(child)
         del self.objects[handle]
+        if self.on_free is not None:
+            self.on_free(handle)
 
     def _reply(self, r: Request, payload: bytes, status: int, in_header: bool = False) -> None:
         self.outbox.extend(self.before_reply)

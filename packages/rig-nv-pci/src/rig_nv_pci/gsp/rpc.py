@@ -8,7 +8,9 @@ are decoded by :mod:`rig_nv_pci.gsp.events`.
 
 Sources, open-gpu-kernel-modules 570.144: generated/g_rpc-message-header.h,
 g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00, rpc_gsp_rm_control_v03_00, rpc_free_v03_00,
-rpc_unloading_guest_driver_v1F_07), g_sdk-structures.h (NVOS00_PARAMETERS_v03_00),
+rpc_unloading_guest_driver_v1F_07, rpc_alloc_memory_v13_01, rpc_map_memory_dma_v03_00,
+rpc_unmap_memory_dma_v03_00), g_sdk-structures.h (NVOS00_PARAMETERS_v03_00,
+NVOS46_PARAMETERS_v03_00, NVOS47_PARAMETERS_v03_00), vgpu/sdk-structures.h (struct pte_desc),
 kernel/vgpu/rpc_global_enums.h, rpc_headers.h, src/kernel/vgpu/rpc.c, rmapi/rpc_common.c
 (rpcWriteCommonHeader, rpcRmApiAlloc_GSP, rpcRmApiControl_GSP), rmapi/rmapi.h, class/cl0000.h.
 """
@@ -46,6 +48,17 @@ CONTROL = struct.Struct("<6I")  # rpc_gsp_rm_control_v03_00 without params[]: 24
 FREE = struct.Struct("<4I")  # rpc_free_v03_00 = NVOS00_PARAMETERS_v03_00: 16 bytes
 UNLOADING = struct.Struct("<??2xI")  # rpc_unloading_guest_driver_v1F_07: 8 bytes
 ROOT_PARAMS = struct.Struct("<II100s4xQ")  # NV0000_ALLOC_PARAMETERS: 120 bytes
+# rpc_alloc_memory_v13_01 up to pteDesc.pte_pde[]: hClient, hDevice, hMemory, hClass, flags
+# (NVOS02), pteAdjust, format, length (u64 at 32), pageCount, then struct pte_desc's first
+# u32 (idr 1:0, length 31:16) at 48; the page frame numbers (u64, address >> 12) from 56.
+ALLOC_MEMORY = struct.Struct("<7I4xQI4xI4x")
+# NVOS46_PARAMETERS_v03_00 (rpc_map_memory_dma_v03_00): hClient, hDevice, hDma, hMemory,
+# offset, length, flags, dmaOffset (u64 at 40), status: 56 bytes.
+MAP_DMA = struct.Struct("<4IQQI4xQI4x")
+# NVOS47_PARAMETERS_v03_00 (rpc_unmap_memory_dma_v03_00): hClient, hDevice, hDma, hMemory,
+# flags, dmaOffset (u64 at 24), status: 40 bytes.
+UNMAP_DMA = struct.Struct("<5I4xQI4x")
+RM_PAGE_SHIFT = 12  # _issuePteDescRpc: each pte_pde[] is a guest page's address >> 12
 
 RMAPI_RPC_FLAGS_NONE = 0
 NV01_ROOT = 0x0  # cl0000.h; what nouveau's r535/r570 client constructors allocate on the GSP
@@ -56,7 +69,10 @@ FIRST_HANDLE = 0x52000000  # object handles, as rig's kernel path numbers them
 class Function(IntEnum):
     """NV_VGPU_MSG_FUNCTION_* of 570.144 that this path sends (rpc_global_enums.h)."""
 
+    ALLOC_MEMORY = 4
     FREE = 10
+    MAP_MEMORY_DMA = 14
+    UNMAP_MEMORY_DMA = 15
     UNLOADING_GUEST_DRIVER = 47
     GET_GSP_STATIC_INFO = 65
     CONTINUATION_RECORD = 71
@@ -200,6 +216,39 @@ def encode_free(h_root: int, h_parent: int, h_object: int) -> bytes:
 def decode_free(payload: bytes) -> int:
     """The status of a FREE reply."""
     return int(FREE.unpack_from(payload)[3])
+
+
+def encode_alloc_memory(h_client: int, h_device: int, h_memory: int, h_class: int, flags: int,
+                        length: int, pages: list[int]) -> bytes:
+    """The payload of ALLOC_MEMORY (rpcAllocMemory_v13_01 as a GSP client sends it: the
+    memory's page addresses, one pte_desc entry each, IDR 0, pteAdjust 0, format 0)."""
+    return ALLOC_MEMORY.pack(h_client, h_device, h_memory, h_class, flags, 0, 0, length,
+                             len(pages), (len(pages) & 0xFFFF) << 16) + struct.pack(
+        f"<{len(pages)}Q", *(p >> RM_PAGE_SHIFT for p in pages))
+
+
+def encode_map_dma(h_client: int, h_device: int, h_dma: int, h_memory: int, offset: int,
+                   length: int, flags: int, dma_offset: int) -> bytes:
+    """The payload of MAP_MEMORY_DMA (rpcMapMemoryDma_v03_00)."""
+    return MAP_DMA.pack(h_client, h_device, h_dma, h_memory, offset, length, flags,
+                        dma_offset, 0)
+
+
+def decode_map_dma(payload: bytes) -> tuple[int, int]:
+    """The dmaOffset and status of a MAP_MEMORY_DMA reply."""
+    fields = MAP_DMA.unpack_from(payload)
+    return int(fields[7]), int(fields[8])
+
+
+def encode_unmap_dma(h_client: int, h_device: int, h_dma: int, h_memory: int, flags: int,
+                     dma_offset: int) -> bytes:
+    """The payload of UNMAP_MEMORY_DMA (rpcUnmapMemoryDma_v03_00)."""
+    return UNMAP_DMA.pack(h_client, h_device, h_dma, h_memory, flags, dma_offset, 0)
+
+
+def decode_unmap_dma(payload: bytes) -> int:
+    """The status of an UNMAP_MEMORY_DMA reply."""
+    return int(UNMAP_DMA.unpack_from(payload)[6])
 
 
 def encode_unloading(in_pm_transition: bool = False, gc6_entering: bool = False,

@@ -1,0 +1,464 @@
+"""One GPU over PCI with its GSP booted: the rig_nv path (:class:`rig_nv.rm.Path`).
+
+The RM runs on the GSP; this process is its kernel half, what CPU-RM is for a GSP client in
+open-gpu-kernel-modules 570.144, with no UVM:
+
+- RM objects go over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE (:class:`PciRM` over
+  :class:`rig_nv_pci.gsp.rpc.RpcRM`). Controls whose parameters carry a pointer to a list
+  (NV0080_CTRL_CMD_GPU_GET_CLASSLIST, NV2080_CTRL_CMD_GR_GET_INFO, NV2080_CTRL_CMD_FB_GET_INFO)
+  cannot reach the GSP as they are: each goes as its _V2 twin, whose list lies in the
+  parameters (ctrl0080gpu.h, ctrl0080gr.h / ctrl2080gr.h, ctrl2080fb.h), and the answer is
+  written back through the caller's pointer.
+- The GPU's address space: one NV50_MEMORY_VIRTUAL object (cl50a0.h) over [VA_BASE, VA_LIMIT)
+  of the path's FERMI_VASPACE_A, in which every mapping is made by the GSP at an address the
+  path chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED (virtual_mem.c
+  virtmemMapTo_IMPL sends NV_RM_RPC_MAP_MEMORY_DMA for memory the RM made by RPC), and
+  UNMAP_MEMORY_DMA to end it.
+- Device memory: NV01_MEMORY_LOCAL_USER made on the GSP (GSP_RM_ALLOC with
+  NV_MEMORY_ALLOCATION_PARAMS), then mapped.
+- Mapped memory: the same, contiguous; the host sees it through BAR 1 at the offset the RM
+  placed it in video memory (BAR 1 as the range of the GPU's memory the host addresses, the
+  Rig_nv_pci spec's model: this path assumes BAR 1 maps video memory one to one).
+- Pinned memory (and channels' error notifiers): system memory the process allocates for DMA,
+  described to the GSP as NV01_MEMORY_SYSTEM by ALLOC_MEMORY with one page address per page
+  (rpcAllocMemory_v13_01 as a GSP client sends it, system_mem.c), then mapped.
+- The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
+  (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
+
+GPU addresses come from the path's own range; a region's host and GPU addresses differ here
+(the spec's coinciding addresses need the process's reservation, not built yet).
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from rig_edge import Dmabuf, Memory, Refusal, RigError
+from rig_nv import classes as cls
+from rig_nv.hostmem import ffi as libc_ffi
+from rig_nv.hostmem import view
+from rig_nv.layouts import Params, rm_ffi
+from rig_nv.rm import RM, Allocation, RMError, page_rounded
+from rig_nv.status import NV_ERR_NO_MEMORY
+from rig_nv_pci.gsp import rpc
+
+# cl50a0.h NV50_MEMORY_VIRTUAL; cl0070... not used. nvos.h NVOS32 flags/attrs as the kernel path.
+NV50_MEMORY_VIRTUAL = 0x50A0
+# NVOS32_ALLOC_FLAGS (nvos.h): IGNORE_BANK_PLACEMENT 0x1, ALIGNMENT_FORCE 0x100,
+# MEMORY_HANDLE_PROVIDED 0x4000, MAP_NOT_REQUIRED 0x8000, PERSISTENT_VIDMEM 0x10000;
+# FIXED_ADDRESS_ALLOCATE 0x10 and VIRTUAL 0x80000 for the virtual range.
+ALLOC_FLAGS = 0x1 | 0x100 | 0x4000 | 0x8000 | 0x10000
+VIRTUAL_FLAGS = 0x80000 | 0x10 | 0x4000
+# NVOS32_ATTR: PAGE_SIZE 24:23 (4KB 1, HUGE 3), PHYSICALITY 28:27 (CONTIGUOUS 2,
+# ALLOW_NONCONTIGUOUS 3); LOCATION 26:25 VIDMEM 0.
+ATTR_4KB, ATTR_HUGE = 1 << 23, 3 << 23
+ATTR_CONTIGUOUS, ATTR_ALLOW_NONCONTIGUOUS = 2 << 27, 3 << 27
+# NVOS32_ATTR2: ZBC_PREFER_NO_ZBC 1, GPU_CACHEABLE_YES 1 << 2, PAGE_SIZE_HUGE_2MB 1 << 20.
+ATTR2_GPU_CACHED = 0x1 | (1 << 2)
+ATTR2_HUGE_2MB = 1 << 20
+NVOS32_TYPE_IMAGE = 0
+KIND_GENERIC = 6  # NV_MMU_PTE_KIND_GENERIC_MEMORY
+# NVOS02_FLAGS (nvos.h): PHYSICALITY 7:4 NONCONTIGUOUS 1, LOCATION 11:8 PCI 0,
+# COHERENCY 15:12 CACHED 1.
+SYSTEM_FLAGS = (1 << 4) | (1 << 12)
+# NVOS46_FLAGS (nvos.h): PAGE_SIZE 11:8 (4KB 1, HUGE 4), DMA_OFFSET_FIXED 15:15.
+MAP_FIXED = 1 << 15
+MAP_4KB, MAP_HUGE = 1 << 8, 4 << 8
+# The GPU addresses this path hands out (the Rig_nv_pci spec: from 64 GiB to the windows
+# rig_nv.setup keeps at the top 8 GiB below 2^40).
+VA_BASE = 64 << 30
+VA_LIMIT = (1 << 40) - (8 << 30)
+NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET = 0x00B80000  # turing/tu102/dev_vm.h, 0xBBFFFF:0xB80000
+USERMODE_SIZE = 0x10000
+HUGE, SMALL = 2 << 20, 4 << 10
+
+# Controls with a pointer and their _V2 twins (570.144 ctrl headers).
+NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
+NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 = 0x800292
+NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE = 100
+NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
+NV2080_CTRL_CMD_GR_GET_INFO_V2 = 0x20801228
+NV0080_CTRL_GR_INFO_MAX_SIZE = 0x3A
+NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
+NV2080_CTRL_CMD_FB_GET_INFO_V2 = 0x20801303
+NV2080_CTRL_FB_INFO_MAX_LIST_SIZE = 0x39
+# NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS {NvU32 numClasses; NvU32 classList[100]}: 404 bytes.
+CLASSLIST_V2 = struct.Struct(f"<I{NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE}I")
+# NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS {NvU32 numClasses; NvP64 classList}: 16 bytes.
+CLASSLIST = struct.Struct("<I4xQ")
+# NV2080_CTRL_GR_GET_INFO_PARAMS {NvU32 grInfoListSize; NvP64 grInfoList;
+# NV2080_CTRL_GR_ROUTE_INFO grRouteInfo {NvU32 flags; NvU64 route}}: 32 bytes.
+GR_INFO = struct.Struct("<I4xQI4xQ")
+# NV2080_CTRL_GR_GET_INFO_V2_PARAMS: grInfoListSize, 0x3a {index, data}, then grRouteInfo
+# aligned to 8: 488 bytes.
+GR_INFO_V2 = struct.Struct(f"<I{2 * NV0080_CTRL_GR_INFO_MAX_SIZE}I4xI4xQ")
+# NV2080_CTRL_FB_GET_INFO_PARAMS {NvU32 fbInfoListSize; NvP64 fbInfoList}: 16 bytes.
+FB_INFO = struct.Struct("<I4xQ")
+# NV2080_CTRL_FB_GET_INFO_V2_PARAMS {NvU32 fbInfoListSize; {index, data}[0x39]}: 460 bytes.
+FB_INFO_V2 = struct.Struct(f"<I{2 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE}I")
+
+
+def address_of(v: memoryview) -> int:
+    """The process address of the memory behind ``v``."""
+    return int(libc_ffi.cast("uintptr_t", libc_ffi.from_buffer(v)))
+
+
+class Dma(Protocol):
+    """System memory the GPU reaches (rig_pci.DmaMemory)."""
+
+    @property
+    def length(self) -> int: ...
+
+    def view(self) -> memoryview: ...
+
+    def bus_address(self, offset: int) -> int: ...
+
+    def free(self) -> None: ...
+
+
+class PciRM:
+    """The RM interface over RPCs, with the pointer-carrying list controls sent as their _V2
+    twins (see the module's docstring)."""
+
+    def __init__(self, rm: rpc.RpcRM) -> None:
+        self.rpc_rm = rm
+
+    @property
+    def client(self) -> int:
+        return self.rpc_rm.client
+
+    @property
+    def release(self) -> str:
+        return self.rpc_rm.release
+
+    @property
+    def layouts(self) -> str:
+        return self.rpc_rm.layouts
+
+    def new_handle(self) -> int:
+        return self.rpc_rm.new_handle()
+
+    def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        return self.rpc_rm.alloc(parent, handle, cls, params)
+
+    def free(self, obj: int) -> None:
+        self.rpc_rm.free(obj)
+
+    def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
+        if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
+                                         NV2080_CTRL_CMD_GR_GET_INFO,
+                                         NV2080_CTRL_CMD_FB_GET_INFO):
+            self.rpc_rm.control(obj, cmd, params)
+            return
+        if cmd == NV0080_CTRL_CMD_GPU_GET_CLASSLIST:
+            _, pointer = CLASSLIST.unpack_from(params)
+            v2 = bytearray(CLASSLIST_V2.size)
+            self.rpc_rm.control(obj, NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2, v2)
+            n, *listed = CLASSLIST_V2.unpack(v2)
+            n = min(n, NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE)
+            if pointer:
+                view(pointer, 4 * n)[:] = struct.pack(f"<{n}I", *listed[:n])
+            CLASSLIST.pack_into(params, 0, n, pointer)
+            return
+        if cmd == NV2080_CTRL_CMD_GR_GET_INFO:
+            size, pointer, flags, route = GR_INFO.unpack_from(params)
+            limit, twin, fmt = (NV0080_CTRL_GR_INFO_MAX_SIZE, NV2080_CTRL_CMD_GR_GET_INFO_V2,
+                                GR_INFO_V2)
+        else:
+            size, pointer = FB_INFO.unpack_from(params)
+            limit, twin, fmt = (NV2080_CTRL_FB_INFO_MAX_LIST_SIZE, NV2080_CTRL_CMD_FB_GET_INFO_V2,
+                                FB_INFO_V2)
+        if size > limit:
+            raise RigError(f"RM control 0x{cmd:x}: {size} entries, more than its _V2 twin's "
+                           f"{limit}")
+        entries = view(pointer, 8 * size)
+        pairs = list(struct.unpack(f"<{2 * size}I", entries)) + [0] * 2 * (limit - size)
+        tail = (flags, route) if cmd == NV2080_CTRL_CMD_GR_GET_INFO else ()
+        v2 = bytearray(fmt.pack(size, *pairs, *tail))
+        self.rpc_rm.control(obj, twin, v2)
+        entries[:] = v2[4:4 + 8 * size]
+
+
+def _speaks_rm(rm: PciRM) -> RM:  # mypy proves PciRM implements rig_nv.rm.RM
+    return rm
+
+
+@dataclass
+class Undo:
+    """What an allocation holds: its DMA memory (system memory), its GPU range, the steps of
+    freeing done so far (a failed free is retried from the first step not done)."""
+
+    dma: Dma | None
+    va: int | None
+    size: int
+    done: set[str] = field(default_factory=set)
+
+
+class Addresses:
+    """A first-fit allocator of GPU addresses in [base, limit)."""
+
+    def __init__(self, base: int, limit: int) -> None:
+        self.free: list[tuple[int, int]] = [(base, limit - base)]
+
+    def take(self, size: int, align: int) -> int | None:
+        for i, (at, n) in enumerate(self.free):
+            start = (at + align - 1) // align * align
+            if start + size <= at + n:
+                rest = [(at, start - at)] if start > at else []
+                if start + size < at + n:
+                    rest.append((start + size, at + n - start - size))
+                self.free[i:i + 1] = rest
+                return start
+        return None
+
+    def give(self, at: int, size: int) -> None:
+        self.free.append((at, size))
+        self.free.sort()
+        merged: list[tuple[int, int]] = []
+        for a, n in self.free:
+            if merged and merged[-1][0] + merged[-1][1] == a:
+                merged[-1] = (merged[-1][0], merged[-1][1] + n)
+            else:
+                merged.append((a, n))
+        self.free = merged
+
+
+class PciPath:
+    """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
+    a read-write view of BAR ``i``, ``alloc_dma(n)`` system memory the GPU reaches (or
+    ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
+    runs once the device stopped. Makes the device, subdevice, address space and its virtual
+    range at once; raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP
+    refuses them."""
+
+    def __init__(self, name: str, bus: str, rm: rpc.RpcRM, *,
+                 bar: Callable[[int, int, int], memoryview],
+                 alloc_dma: Callable[[int], Dma | None], maps_host: bool,
+                 hang_ms: int | None = None, poll: Callable[[], Any] | None = None,
+                 on_closed: Callable[[], None] | None = None) -> None:
+        self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
+        self._rm = PciRM(rm)
+        self._bar, self._alloc_dma = bar, alloc_dma
+        self._poll, self._on_closed = poll, on_closed
+        self._lock = threading.Lock()
+        self._addresses = Addresses(VA_BASE, VA_LIMIT)
+        self.ffi = rm_ffi(rm.layouts)
+        client = rm.client
+        self.h_device = self._rm.new_handle()
+        self._rm.alloc(client, self.h_device, cls.NV01_DEVICE_0,
+                       Params(self.ffi, "NV0080_ALLOC_PARAMETERS", hClientShare=client).buf)
+        try:
+            self.h_subdevice = self._rm.new_handle()
+            self._rm.alloc(self.h_device, self.h_subdevice, cls.NV20_SUBDEVICE_0,
+                           Params(self.ffi, "NV2080_ALLOC_PARAMETERS").buf)
+            self.h_vaspace = self._rm.new_handle()
+            self._rm.alloc(self.h_device, self.h_vaspace, cls.FERMI_VASPACE_A,
+                           Params(self.ffi, "NV_VASPACE_ALLOCATION_PARAMETERS").buf)
+            self.h_virtual = self._rm.new_handle()
+            self._rm.alloc(self.h_device, self.h_virtual, NV50_MEMORY_VIRTUAL, Params(
+                self.ffi, "NV_MEMORY_ALLOCATION_PARAMS", owner=client, flags=VIRTUAL_FLAGS,
+                hVASpace=self.h_vaspace, size=VA_LIMIT - VA_BASE, offset=VA_BASE,
+                limit=VA_LIMIT - VA_BASE - 1).buf)
+        except BaseException:
+            self._rm.free(self.h_device)
+            raise
+
+    @property
+    def rm(self) -> PciRM:
+        return self._rm
+
+    @property
+    def _rpc(self) -> rpc.Rpc:
+        return self._rm.rpc_rm.rpc
+
+    # -- mappings on the GSP --------------------------------------------------------------
+
+    def _map(self, handle: int, size: int, va: int, huge: bool) -> None:
+        payload = rpc.encode_map_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
+                                     size, MAP_FIXED | (MAP_HUGE if huge else MAP_4KB), va)
+        reply = self._rpc.call(rpc.Function.MAP_MEMORY_DMA, payload, check=False)
+        got, status = (rpc.decode_map_dma(reply.payload) if len(reply.payload) >= rpc.MAP_DMA.size
+                       else (0, rpc.NV_ERR_GENERIC))
+        status = status or rpc.result_status(reply.result)
+        if status:
+            raise RMError(f"{self.name}: mapping memory 0x{handle:x} at GPU address 0x{va:x}",
+                          status)
+        if got != va:
+            raise RigError(f"{self.name}: the GSP mapped memory 0x{handle:x} at 0x{got:x}, "
+                           f"not at the fixed 0x{va:x} asked for")
+
+    def _unmap(self, handle: int, va: int) -> None:
+        payload = rpc.encode_unmap_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
+                                       va)
+        reply = self._rpc.call(rpc.Function.UNMAP_MEMORY_DMA, payload, check=False)
+        status = (rpc.decode_unmap_dma(reply.payload) if len(reply.payload) >= rpc.UNMAP_DMA.size
+                  else rpc.NV_ERR_GENERIC) or rpc.result_status(reply.result)
+        if status:
+            raise RMError(f"{self.name}: unmapping memory 0x{handle:x} at 0x{va:x}", status)
+
+    def _describe(self, dma: Dma, size: int) -> int:
+        """Tell the GSP about system memory: NV01_MEMORY_SYSTEM by ALLOC_MEMORY."""
+        handle = self._rm.new_handle()
+        pages = [dma.bus_address(i) for i in range(0, size, SMALL)]
+        payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
+                                          cls.NV01_MEMORY_SYSTEM, SYSTEM_FLAGS, size, pages)
+        reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
+        if reply.result:
+            raise RMError(f"{self.name}: describing {size} bytes of system memory to the GSP",
+                          rpc.result_status(reply.result))
+        return handle
+
+    def _vidmem(self, size: int, huge: bool, contiguous: bool) -> tuple[int, int] | None:
+        """Video memory made on the GSP: its handle and where in video memory it lies."""
+        attr = (ATTR_CONTIGUOUS if contiguous else ATTR_ALLOW_NONCONTIGUOUS) | (
+            ATTR_HUGE if huge else ATTR_4KB)
+        handle = self._rm.new_handle()
+        p = Params(self.ffi, "NV_MEMORY_ALLOCATION_PARAMS", owner=self._rm.client,
+                   type=NVOS32_TYPE_IMAGE, flags=ALLOC_FLAGS, attr=attr,
+                   attr2=ATTR2_GPU_CACHED | (ATTR2_HUGE_2MB if huge else 0), format=KIND_GENERIC,
+                   size=size, alignment=HUGE if huge else SMALL, limit=size - 1)
+        try:
+            self._rm.alloc(self.h_device, handle, cls.NV01_MEMORY_LOCAL_USER, p.buf)
+        except RMError as e:
+            if e.status == NV_ERR_NO_MEMORY:
+                return None
+            raise
+        return handle, int(p.p.offset)
+
+    # -- memory ---------------------------------------------------------------------------
+
+    def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
+        """``n`` bytes of ``kind`` mapped for the GPU; ``None`` where the GSP, the GPU's
+        addresses, BAR 1 or the host's DMA memory have no room."""
+        size = page_rounded(n, kind)
+        huge = size >= HUGE and kind is not Memory.PINNED
+        with self._lock:
+            va = self._addresses.take(size, HUGE if huge else SMALL)
+        if va is None:
+            return None
+        undo = Undo(None, va, size)
+        handle: int | None = None
+        try:
+            host: int | None = None
+            if kind is Memory.PINNED:
+                dma = self._alloc_dma(size)
+                if dma is None:
+                    self._give_va(va, size)
+                    return None
+                undo.dma = dma
+                handle = self._describe(dma, size)
+                host = address_of(dma.view())
+            else:
+                made = self._vidmem(size, huge, contiguous or kind is Memory.MAPPED)
+                if made is None:
+                    self._give_va(va, size)
+                    return None
+                handle, fb_offset = made
+                if kind is Memory.MAPPED:
+                    host = address_of(self._bar(1, fb_offset, size))
+            self._map(handle, size, va, huge)
+        except BaseException:
+            if handle is not None:
+                self._rm.free(handle)
+            if undo.dma is not None:
+                undo.dma.free()
+            self._give_va(va, size)
+            raise
+        return Allocation(va, host, size, kind, handle, undo)
+
+    def _give_va(self, va: int, size: int) -> None:
+        with self._lock:
+            self._addresses.give(va, size)
+
+    def alloc_notifier(self) -> Allocation:
+        """A page of system memory the GSP writes a channel's errors into, not mapped for the
+        GPU."""
+        dma = self._alloc_dma(SMALL)
+        if dma is None:
+            raise RigError(f"{self.name}: no system memory for a channel's error notifier")
+        try:
+            handle = self._describe(dma, SMALL)
+        except BaseException:
+            dma.free()
+            raise
+        return Allocation(0, address_of(dma.view()), SMALL, Memory.PINNED, handle,
+                          Undo(dma, None, SMALL))
+
+    def free_memory(self, a: Allocation) -> None:
+        """Give back ``a``: its mapping on the GSP, the GSP's memory object, the DMA memory,
+        the GPU addresses; a step that fails is retried by the next call, none repeated."""
+        undo: Undo = a.undo
+
+        def step(name: str, fn: Callable[[], object]) -> None:
+            if name not in undo.done:
+                fn()
+                undo.done.add(name)
+
+        if undo.va is not None:
+            va = undo.va
+            step("unmap", lambda: self._unmap(a.handle, va))
+        step("free", lambda: self._rm.free(a.handle))
+        if undo.dma is not None:
+            dma = undo.dma
+            step("dma", dma.free)
+        if undo.va is not None:
+            va = undo.va
+            step("va", lambda: self._give_va(va, undo.size))
+
+    def map_object(self, handle: int, length: int) -> memoryview:
+        """The usermode page (``handle`` an object of a USERMODE class): BAR 0's
+        NV_VIRTUAL_FUNCTION range."""
+        if length > USERMODE_SIZE:
+            raise RigError(f"{self.name}: the usermode page is 0x{USERMODE_SIZE:x} bytes, not "
+                           f"0x{length:x}")
+        return self._bar(0, NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET, length)
+
+    def unmap_object(self, view: memoryview) -> None:
+        view.release()
+
+    def map_host(self, address: int, length: int) -> Allocation | Refusal:
+        return Refusal(f"{self.name}: mapping the caller's memory for the GPU is not built on "
+                       "the PCI path yet")
+
+    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
+        raise RigError(f"{self.name}: exporting memory is not built on the PCI path yet")
+
+    def map_peer(self, a: Allocation, owner: Any) -> Allocation:
+        raise RigError(f"{self.name}: peer mappings are not built on the PCI path yet")
+
+    def unmap_peer(self, p: Allocation) -> None:
+        raise RigError(f"{self.name}: peer mappings are not built on the PCI path yet")
+
+    def attach_channel(self, h_channel: int) -> None:
+        """Nothing to do: there is no UVM to register the channel with."""
+
+    def detach_channel(self, h_channel: int) -> None:
+        """Nothing to do (see :meth:`attach_channel`)."""
+
+    def sleep(self, timeout_s: float) -> None:
+        """Hand on the GSP's events, then nap (the GPU's non-stall interrupts do not reach a
+        process that holds the function without a kernel driver)."""
+        if self._poll is not None:
+            self._poll()
+        time.sleep(min(timeout_s, 200e-6))
+
+    def closed(self) -> None:
+        """The device stopped: free the device and everything under it on the GSP, then
+        whatever the opener does at a stop."""
+        try:
+            self._rm.free(self.h_device)
+        finally:
+            if self._on_closed is not None:
+                self._on_closed()
+
+
+def _is_path(p: PciPath) -> Any:  # mypy proves PciPath implements rig_nv.rm.Path
+    from rig_nv.rm import Path
+
+    checked: Path = p
+    return checked

@@ -1,0 +1,383 @@
+"""The simulated GSP-RM's resources and the GPU's memory system behind them: what a process
+that booted the GSP reaches through the RM once it makes a device.
+
+Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), importing nothing of
+rig_nv_pci or rig_nv:
+
+- GSP_RM_ALLOC of NV01_MEMORY_LOCAL_USER (0x40) with NV_MEMORY_ALLOCATION_PARAMS (nvos.h:
+  size u64 at 64, alignment at 72, offset at 80, limit at 88) takes video memory and answers
+  its offset; NV50_MEMORY_VIRTUAL (0x50a0) reserves a GPU range of the params' size at their
+  offset;
+- ALLOC_MEMORY (4, rpc_alloc_memory_v13_01, g_rpc-structures.h: hClient, hDevice, hMemory,
+  hClass, flags, pteAdjust, format, length u64 at 32, pageCount at 40, pte_desc at 48 whose
+  pte_pde[] of page addresses >> 12 starts at 56) describes system memory;
+- MAP_MEMORY_DMA (14) / UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
+  hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
+  and NVOS47_PARAMETERS_v03_00 (flags at 16, dmaOffset at 24, status at 32) map a memory
+  object into the GPU's addresses; flags bit 15 (NVOS46_FLAGS_DMA_OFFSET_FIXED) keeps
+  dmaOffset, which must lie in the hDma virtual object's range;
+- controls: NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 (0x800292, numClasses then 100 class
+  numbers), NV2080_CTRL_CMD_GR_GET_INFO_V2 (0x20801228) and NV2080_CTRL_CMD_FB_GET_INFO_V2
+  (0x20801303) (a count, then {index, data} pairs answered from the tables given),
+  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's id);
+- a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
+  gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
+  64); the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) reads GP_PUT from
+  its USERD (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
+  entry (clc56f.h GP_ENTRY0_GET 31:2, GP_ENTRY1_GET_HI 7:0, GP_ENTRY1_LENGTH 30:10 in
+  dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
+  SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
+  the host semaphore (SEM_ADDR_LO 0x5c ... SEM_EXECUTE 0x6c: OPERATION 2:0 RELEASE 1,
+  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, PAYLOAD_SIZE 24:24 64-bit); other methods are accepted
+  and ignored;
+- the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
+  writes its doorbell into; BAR 1 shows video memory one to one.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from .gpu import SimGpu
+
+if TYPE_CHECKING:
+    from .gsp_fw import GspFirmware
+
+FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
+LOCAL_USER, MEMORY_SYSTEM, MEMORY_VIRTUAL = 0x40, 0x3E, 0x50A0
+GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
+USERMODE_BAR0 = 0xB80000
+CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
+CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
+GR_INFO_SLOTS, FB_INFO_SLOTS = 0x3A, 0x39
+NV_ERR_INVALID_ARGUMENT, NV_ERR_INVALID_OBJECT_HANDLE = 0x1F, 0x33
+NV_ERR_INVALID_OFFSET, NV_ERR_NO_MEMORY = 0x37, 0x51
+OFFSET_FIXED = 1 << 15
+PAGE = 0x1000
+USERD_GP_GET, USERD_GP_PUT = 34 * 4, 35 * 4
+
+# What a GA102 (RTX 3090's chip) reports: AMPERE_USERMODE_A, AMPERE_CHANNEL_GPFIFO_A,
+# AMPERE_COMPUTE_B, AMPERE_DMA_COPY_B, and older classes besides.
+GA102_CLASSES = (0x0080, 0x2080, 0x90F1, 0xA06C, 0x9067, 0xC461, 0xC561, 0xC46F, 0xC56F,
+                 0xC5C0, 0xC6C0, 0xC7C0, 0xC5B5, 0xC6B5, 0xC7B5)
+# NV2080_CTRL_GR_INFO_INDEX_*: SHADER_PIPE_SUB_COUNT 0x9 (TPCs), SM_VERSION 0xC (0x806),
+# MAX_WARPS_PER_SM 0xD, LITTER_NUM_GPCS 0x14, LITTER_NUM_TPC_PER_GPC 0x17,
+# LITTER_NUM_SM_PER_TPC 0x20.
+GA102_GR = {0x9: 41, 0xC: 0x806, 0xD: 48, 0x14: 7, 0x17: 6, 0x20: 2}
+# NV2080_CTRL_FB_INFO_INDEX_HEAP_SIZE 0x9 (KiB), HEAP_FREE 0x16, RAM_SIZE 0x7.
+GA102_FB = {0x9: 23 << 20, 0x16: 23 << 20, 0x7: 24 << 20}
+
+
+def _put32(buf: bytearray | memoryview, at: int, value: int) -> None:
+    buf[at:at + 4] = (value & 0xFFFFFFFF).to_bytes(4, "little")
+
+
+@dataclass
+class Channel:
+    handle: int
+    chid: int
+    gpfifo: int  # GPU address
+    entries: int
+    userd: tuple[int, int]  # memory handle, offset
+    get: int = 0
+    pending: list[tuple[int, int]] = field(default_factory=list)  # (method, data) to run
+    sem: dict[int, int] = field(default_factory=dict)  # the semaphore methods' last data
+    stalled_on: str = ""
+
+
+class SimRm:
+    """Install into a :class:`GspFirmware` with :meth:`install` (before its boot); ``bar`` is
+    the BAR view a path is handed. ``refuse``: allocs of these classes answer
+    NV_ERR_NO_MEMORY."""
+
+    def __init__(self, gpu: SimGpu, *, fb_size: int = 24 << 30, bar1_size: int = 256 << 20,
+                 classes: tuple[int, ...] = GA102_CLASSES, gr: dict[int, int] | None = None,
+                 fb: dict[int, int] | None = None) -> None:
+        self.gpu = gpu
+        self.fb_size, self.bar1_size = fb_size, bar1_size
+        self.classes, self.gr, self.fb = classes, gr or GA102_GR, fb or GA102_FB
+        self.vidmem: dict[int, tuple[int, bytearray]] = {}  # handle -> (fb offset, bytes)
+        self.sysmem: dict[int, list[int]] = {}  # handle -> page bus addresses
+        self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
+        self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
+        self.channels: dict[int, Channel] = {}
+        self.usermode = bytearray(0x10000)
+        self.next_fb = 1 << 20
+        self.log: list[str] = []
+        self.refuse: set[int] = set()
+        self.faults: list[str] = []
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.firmware: GspFirmware | None = None
+
+    def install(self, firmware: GspFirmware) -> SimRm:
+        firmware.peer_kw.update(self.peer_kw())
+        self.firmware = firmware
+        return self
+
+    def peer_kw(self) -> dict[str, object]:
+        return {"functions": {FN_ALLOC_MEMORY: self._alloc_memory,
+                              FN_MAP_MEMORY_DMA: self._map_dma,
+                              FN_UNMAP_MEMORY_DMA: self._unmap_dma},
+                "on_alloc": self._on_alloc, "on_control": self._on_control,
+                "on_free": self._on_free}
+
+    # -- the BARs ------------------------------------------------------------------------
+
+    def bar(self, index: int, offset: int, length: int) -> memoryview:
+        if index == 0:
+            if offset != USERMODE_BAR0 or length > len(self.usermode):
+                raise AssertionError(f"BAR 0 view 0x{offset:x}+0x{length:x} is not usermode")
+            return memoryview(self.usermode)[:length]
+        if index != 1 or offset + length > self.bar1_size:
+            raise AssertionError(f"BAR {index} view 0x{offset:x}+0x{length:x} out of range")
+        for at, data in self.vidmem.values():
+            if at <= offset and offset + length <= at + len(data):
+                return memoryview(data)[offset - at:offset - at + length]
+        raise AssertionError(f"BAR 1 at 0x{offset:x}: no video memory there")
+
+    # -- the RM --------------------------------------------------------------------------
+
+    def _on_alloc(self, parent: int, handle: int, cls: int, params: bytes) -> tuple[int, bytes]:
+        if cls in self.refuse:
+            return NV_ERR_NO_MEMORY, params
+        if cls == LOCAL_USER:
+            size, align = struct.unpack_from("<QQ", params, 64)
+            align = max(align, PAGE)
+            at = -(-self.next_fb // align) * align
+            if at + size > self.fb_size:
+                return NV_ERR_NO_MEMORY, params
+            self.next_fb = at + size
+            self.vidmem[handle] = (at, bytearray(size))
+            out = bytearray(params)
+            struct.pack_into("<QQ", out, 80, at, size - 1)
+            return 0, bytes(out)
+        if cls == MEMORY_VIRTUAL:
+            size, _, offset = struct.unpack_from("<QQQ", params, 64)
+            self.virtual[handle] = (offset, size)
+        if cls in GPFIFO_CLASSES:
+            gpfifo, entries = struct.unpack_from("<QI", params, 8)
+            userd_handle = struct.unpack_from("<I", params, 32)[0]
+            userd_offset = struct.unpack_from("<Q", params, 64)[0]
+            if userd_handle not in self.vidmem:
+                return NV_ERR_INVALID_OBJECT_HANDLE, params
+            self.channels[handle] = Channel(handle, len(self.channels) + 1, gpfifo, entries,
+                                            (userd_handle, userd_offset))
+        return 0, params
+
+    def _on_control(self, obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
+        if cmd == CTRL_CLASSLIST_V2:
+            listed = list(self.classes)[:100]
+            return 0, struct.pack(f"<I{len(listed)}I", len(listed), *listed).ljust(404, b"\0")
+        if cmd in (CTRL_GR_INFO_V2, CTRL_FB_INFO_V2):
+            table = self.gr if cmd == CTRL_GR_INFO_V2 else self.fb
+            out = bytearray(params)
+            (n,) = struct.unpack_from("<I", out)
+            if n > (GR_INFO_SLOTS if cmd == CTRL_GR_INFO_V2 else FB_INFO_SLOTS):
+                return NV_ERR_INVALID_ARGUMENT, params
+            for i in range(n):
+                (index,) = struct.unpack_from("<I", out, 4 + 8 * i)
+                if index not in table:
+                    return NV_ERR_INVALID_ARGUMENT, params
+                struct.pack_into("<I", out, 8 + 8 * i, table[index])
+            return 0, bytes(out)
+        if cmd == CTRL_WORK_SUBMIT_TOKEN:
+            channel = self.channels.get(obj)
+            if channel is None:
+                return NV_ERR_INVALID_OBJECT_HANDLE, params
+            return 0, struct.pack("<I", channel.chid)
+        return None
+
+    def _on_free(self, handle: int) -> None:
+        with self._lock:
+            self.vidmem.pop(handle, None)
+            self.sysmem.pop(handle, None)
+            self.virtual.pop(handle, None)
+            self.channels.pop(handle, None)
+            for va in [va for va, (h, _) in self.mappings.items() if h == handle]:
+                del self.mappings[va]
+
+    def _alloc_memory(self, p: bytes) -> tuple[bytes, int]:
+        _, device, handle, cls, _, _, _, length, count, desc = struct.unpack_from("<7I4xQI4xI", p)
+        pages = list(struct.unpack_from(f"<{count}Q", p, 56))
+        assert self.firmware is not None
+        objects = self.firmware.peer.objects
+        if device not in objects or handle in objects:
+            return p, NV_ERR_INVALID_OBJECT_HANDLE
+        if cls != MEMORY_SYSTEM or desc >> 16 != count or count * PAGE < length:
+            return p, NV_ERR_INVALID_ARGUMENT
+        if any(self.gpu.host.view(pfn * PAGE, PAGE) is None for pfn in pages):
+            return p, NV_ERR_INVALID_ARGUMENT
+        self.sysmem[handle] = [pfn * PAGE for pfn in pages]
+        objects[handle] = device  # an RM object like any other: FREE removes it
+        return p, 0
+
+    def _owner_ok(self, memory: int) -> bool:
+        return memory in self.vidmem or memory in self.sysmem
+
+    def _map_dma(self, p: bytes) -> tuple[bytes, int]:
+        _, _, dma, memory, offset, length, flags, va, _ = struct.unpack_from("<4IQQI4xQI", p)
+        status = 0
+        if dma not in self.virtual or not self._owner_ok(memory):
+            status = NV_ERR_INVALID_OBJECT_HANDLE
+        elif offset or not flags & OFFSET_FIXED:
+            status = NV_ERR_INVALID_ARGUMENT  # the simulated RM maps whole objects where told
+        else:
+            base, size = self.virtual[dma]
+            overlaps = any(v < va + length and va < v + n for v, (_, n) in self.mappings.items())
+            if not (base <= va and va + length <= base + size) or overlaps or va % PAGE:
+                status = NV_ERR_INVALID_OFFSET
+        if status == 0:
+            with self._lock:
+                self.mappings[va] = (memory, length)
+        out = bytearray(p)
+        struct.pack_into("<I", out, 48, status)
+        return bytes(out), status
+
+    def _unmap_dma(self, p: bytes) -> tuple[bytes, int]:
+        _, _, _, memory, _, va, _ = struct.unpack_from("<5I4xQI", p)
+        status = 0 if self.mappings.get(va, (None, 0))[0] == memory else NV_ERR_INVALID_OFFSET
+        if status == 0:
+            with self._lock:
+                del self.mappings[va]
+        out = bytearray(p)
+        struct.pack_into("<I", out, 32, status)
+        return bytes(out), status
+
+    # -- GPU memory ----------------------------------------------------------------------
+
+    def _span(self, va: int, n: int) -> memoryview:
+        """The bytes at GPU address ``va`` (within one mapping, one page for system memory)."""
+        for at, (handle, size) in self.mappings.items():
+            if at <= va and va + n <= at + size:
+                if handle in self.vidmem:
+                    _, data = self.vidmem[handle]
+                    return memoryview(data)[va - at:va - at + n]
+                page = (va - at) // PAGE
+                inside = (va - at) % PAGE
+                if inside + n > PAGE:
+                    break
+                view = self.gpu.host.view(self.sysmem[handle][page] + inside, n)
+                assert view is not None
+                return view
+        raise LookupError(f"GPU address 0x{va:x} (+{n}) is not mapped")
+
+    def read(self, va: int, n: int) -> bytes:
+        out = b""
+        while n:
+            chunk = min(n, PAGE - va % PAGE)
+            out += bytes(self._span(va, chunk))
+            va, n = va + chunk, n - chunk
+        return out
+
+    def write(self, va: int, data: bytes) -> None:
+        while data:
+            chunk = min(len(data), PAGE - va % PAGE)
+            self._span(va, chunk)[:] = data[:chunk]
+            va, data = va + chunk, data[chunk:]
+
+    # -- the PBDMA -----------------------------------------------------------------------
+
+    def _userd(self, ch: Channel) -> memoryview:
+        handle, offset = ch.userd
+        _, data = self.vidmem[handle]
+        return memoryview(data)[offset:offset + 0x200]
+
+    def step(self) -> int:
+        """Run every channel as far as it goes; how many methods ran."""
+        ran = 0
+        with self._lock:
+            for ch in list(self.channels.values()):
+                try:
+                    ran += self._run(ch)
+                except LookupError as e:
+                    self.faults.append(f"channel {ch.chid}: {e}")
+                    del self.channels[ch.handle]
+        return ran
+
+    def _run(self, ch: Channel) -> int:
+        ran = 0
+        userd = self._userd(ch)
+        while True:
+            ran += self._execute(ch)
+            if ch.pending:
+                return ran
+            (put,) = struct.unpack_from("<I", userd, USERD_GP_PUT)
+            if ch.get == put % ch.entries:
+                return ran
+            lo, hi = struct.unpack("<II", self.read(ch.gpfifo + 8 * ch.get, 8))
+            address = (lo & ~3) | (hi & 0xFF) << 32
+            words = (hi >> 10) & 0x1FFFFF
+            ch.pending = self._methods(struct.unpack(f"<{words}I", self.read(address, 4 * words)))
+            ch.get = (ch.get + 1) % ch.entries
+            _put32(userd, USERD_GP_GET, ch.get)
+
+    @staticmethod
+    def _methods(words: tuple[int, ...]) -> list[tuple[int, int]]:
+        out, i = [], 0
+        while i < len(words):
+            w = words[i]
+            op, count, method = w >> 29, (w >> 16) & 0x1FFF, (w & 0xFFF) << 2
+            subc = (w >> 13) & 7
+            key = subc << 16
+            i += 1
+            if op == 4:
+                out.append((key | method, count))
+                continue
+            for k in range(count):
+                step = {1: k, 3: 0, 5: min(k, 1)}.get(op)
+                if step is None:
+                    raise LookupError(f"method header 0x{w:08x}: SEC_OP {op} not simulated")
+                out.append((key | (method + 4 * step), words[i + k]))
+            i += count
+        return out
+
+    def _execute(self, ch: Channel) -> int:
+        ran = 0
+        state = ch.sem
+        while ch.pending:
+            key, data = ch.pending[0]
+            method = key & 0xFFFF
+            if method in (0x5C, 0x60, 0x64, 0x68):
+                state[method] = data
+            elif method == 0x6C:
+                address = state.get(0x5C, 0) | state.get(0x60, 0) << 32
+                payload = state.get(0x64, 0) | (state.get(0x68, 0) << 32 if data >> 24 & 1 else 0)
+                width = 8 if data >> 24 & 1 else 4
+                operation = data & 7
+                if operation == 1:
+                    self.write(address, payload.to_bytes(width, "little"))
+                elif operation in (2, 3):
+                    value = int.from_bytes(self.read(address, width), "little")
+                    done = (value >= payload if operation == 2 else
+                            (value - payload) % (1 << 8 * width) < 1 << (8 * width - 1))
+                    if not done:
+                        ch.stalled_on = f"acquire 0x{address:x} >= {payload}"
+                        return ran
+                else:
+                    raise LookupError(f"SEM_EXECUTE operation {operation} not simulated")
+            ch.pending.pop(0)
+            ran += 1
+        ch.stalled_on = ""
+        return ran
+
+    def start(self, period_s: float = 50e-6) -> SimRm:
+        """Run the PBDMA in a thread until :meth:`stop`."""
+        def loop() -> None:
+            while not self._stop.wait(period_s):
+                self.step()
+
+        self._stop.clear()
+        self._thread = threading.Thread(target=loop, name="sim PBDMA", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None

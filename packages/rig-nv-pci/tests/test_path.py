@@ -1,0 +1,165 @@
+"""rig_nv_pci.path (the rig_nv path over the GSP's RPCs) against the simulated GA102 booted to
+GSP_INIT_DONE, whose simulated GSP-RM (tests/sim/gsp_rm.py) keeps the objects, video memory,
+the GPU's mappings and a PBDMA.
+
+Sizes asserted against open-gpu-kernel-modules 570.144: g_rpc-structures.h
+(rpc_alloc_memory_v13_01 56 bytes before pte_pde[]), g_sdk-structures.h
+(NVOS46_PARAMETERS_v03_00 56, NVOS47_PARAMETERS_v03_00 40), ctrl0080gpu.h
+(NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS 4 + 4 * 100), ctrl0080gr.h
+(NV0080_CTRL_GR_GET_INFO_V2_PARAMS: 4 + 8 * 0x3a, aligned to 8, + 16), ctrl2080fb.h
+(NV2080_CTRL_FB_GET_INFO_V2_PARAMS 4 + 8 * 0x39).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sim
+from sim.gsp_rm import GA102_CLASSES, SimRm
+from test_boot import Rig, gsp_rig, run_boot
+
+from rig_edge import Memory
+from rig_nv import controls
+from rig_nv.hostmem import view
+from rig_nv.rm import RMError
+from rig_nv_pci import path as pp
+from rig_nv_pci.boot import GspBooted
+from rig_nv_pci.gsp import rpc
+
+BUS = "0000:41:00.0"
+
+
+@dataclass
+class Booted:
+    rig: Rig
+    firmware: sim.GspFirmware
+    sim_rm: SimRm
+    booted: GspBooted
+
+    def path(self, **kw: object) -> pp.PciPath:
+        return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
+                          alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
+                          poll=self.booted.channel.poll, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def ga102() -> Iterator[Booted]:
+    r, firmware, memory = gsp_rig()
+    sim_rm = SimRm(r.gpu).install(firmware)
+    booted = run_boot(r, memory)
+    assert firmware.failure is None, firmware.log
+    yield Booted(r, firmware, sim_rm, booted)
+    sim_rm.stop()
+
+
+def test_struct_sizes_match_nvidia_headers() -> None:
+    assert (rpc.ALLOC_MEMORY.size, rpc.MAP_DMA.size, rpc.UNMAP_DMA.size) == (56, 56, 40)
+    f = rpc.Function
+    assert (f.ALLOC_MEMORY, f.MAP_MEMORY_DMA, f.UNMAP_MEMORY_DMA) == (4, 14, 15)
+    assert pp.CLASSLIST_V2.size == 404 and pp.CLASSLIST.size == 16
+    assert pp.GR_INFO_V2.size == 488 and pp.GR_INFO.size == 32
+    assert pp.FB_INFO_V2.size == 460 and pp.FB_INFO.size == 16
+    payload = rpc.encode_alloc_memory(1, 2, 3, 0x3E, 0x1010, 0x2000, [0x1000, 0x5000])
+    assert len(payload) == 56 + 16 and payload[48:52] == (2 << 16).to_bytes(4, "little")
+    assert payload[56:] == (1).to_bytes(8, "little") + (5).to_bytes(8, "little")
+
+
+def test_the_path_makes_device_subdevice_address_space_and_its_range(ga102: Booted) -> None:
+    p = ga102.path()
+    objects = ga102.firmware.peer.objects
+    client = rpc.CLIENT_HANDLE
+    assert objects[p.h_device] == client
+    assert objects[p.h_subdevice] == objects[p.h_vaspace] == objects[p.h_virtual] == p.h_device
+    assert ga102.sim_rm.virtual[p.h_virtual] == (pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)
+    p.closed()
+    assert objects == {client: 0}
+
+
+def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
+    p = ga102.path()
+    assert controls.class_list(p) == set(GA102_CLASSES)
+    gr = controls.info_list(p, controls.NV2080_CTRL_CMD_GR_GET_INFO,
+                            [controls.GR_SM_VERSION, controls.GR_LITTER_NUM_GPCS],
+                            p.h_subdevice)
+    assert gr == [0x806, 7]
+    (heap,) = controls.info_list(p, controls.NV2080_CTRL_CMD_FB_GET_INFO,
+                                 [controls.FB_HEAP_SIZE], p.h_subdevice)
+    assert heap == 23 << 20
+    cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
+            if q.function == rpc.Function.GSP_RM_CONTROL]
+    assert cmds == [pp.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
+        pp.NV2080_CTRL_CMD_GR_GET_INFO_V2, pp.NV2080_CTRL_CMD_FB_GET_INFO_V2]
+
+
+@pytest.mark.parametrize("kind", [Memory.PINNED, Memory.MAPPED, Memory.DEVICE])
+def test_memory_is_mapped_by_the_gsp_where_the_path_says(ga102: Booted, kind: Memory) -> None:
+    p, s = ga102.path(), ga102.sim_rm
+    a = p.alloc_memory(3 << 20 if kind is not Memory.PINNED else 0x3000, kind)
+    assert a is not None and a.kind is kind
+    assert pp.VA_BASE <= a.gpu < pp.VA_LIMIT and s.mappings[a.gpu] == (a.handle, a.length)
+    if kind is Memory.DEVICE:
+        assert a.host is None and a.length == 4 << 20 and a.gpu % (2 << 20) == 0
+    else:
+        assert a.host is not None
+        host = view(a.host, a.length)
+        host[0x1FF8:0x2008] = bytes(range(16))  # across a page
+        assert s.read(a.gpu + 0x1FF8, 16) == bytes(range(16))
+        s.write(a.gpu + 0x10, b"gpu wrote")
+        assert bytes(host[0x10:0x19]) == b"gpu wrote"
+    s.write(a.gpu + a.length - 4, b"last")
+    assert s.read(a.gpu + a.length - 4, 4) == b"last"
+    maps = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.MAP_MEMORY_DMA]
+    assert len(maps) == 1
+    flags = int.from_bytes(maps[0].payload[32:36], "little")
+    assert flags & pp.MAP_FIXED
+    p.free_memory(a)
+    assert s.mappings == {} and a.handle not in ga102.firmware.peer.objects
+    if kind is Memory.PINNED:
+        assert a.undo.dma.freed and a.handle not in s.sysmem
+    b = p.alloc_memory(a.length, kind)
+    assert b is not None and b.gpu == a.gpu  # the addresses came back
+    p.free_memory(b)
+
+
+def test_pinned_memory_is_described_page_by_page(ga102: Booted) -> None:
+    p, s = ga102.path(), ga102.sim_rm
+    a = p.alloc_memory(0x3000, Memory.PINNED)
+    assert a is not None
+    dma = a.undo.dma
+    assert s.sysmem[a.handle] == [dma.bus + i for i in (0, 0x1000, 0x2000)]
+    n = p.alloc_notifier()
+    assert n.host is not None and n.gpu == 0 and n.handle in s.sysmem
+    assert n.gpu not in s.mappings
+    p.free_memory(n)
+    p.free_memory(a)
+    assert s.sysmem == {}
+
+
+def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
+    ga102: Booted,
+) -> None:
+    p, s = ga102.path(), ga102.sim_rm
+    s.refuse.add(sim.gsp_rm.LOCAL_USER)
+    assert p.alloc_memory(1 << 20, Memory.DEVICE) is None
+    s.refuse.clear()
+    objects = dict(ga102.firmware.peer.objects)
+    s.virtual[p.h_virtual] = (0, 1 << 20)  # the GSP's range no longer covers the path's
+    with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_INVALID_OFFSET"):
+        p.alloc_memory(0x2000, Memory.PINNED)
+    assert ga102.firmware.peer.objects == objects and s.sysmem == {}
+    assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
+    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+
+
+def test_the_usermode_page_is_bar0s_virtual_function_range(ga102: Booted) -> None:
+    p = ga102.path()
+    doorbell = p.map_object(0x1234, 0x10000)
+    doorbell[0x90:0x94] = (7).to_bytes(4, "little")
+    assert ga102.sim_rm.usermode[0x90:0x94] == (7).to_bytes(4, "little")
+    p.unmap_object(doorbell)
