@@ -9,11 +9,13 @@ For an MMU fault (Xid 31) the RM also keeps, per channel, what the MMU reported
 (FIFO_MMU_EXCEPTION_DATA, kchannelFillMmuExceptionInfo in kernel_channel.c, filled where the
 fault is serviced: kgmmuServiceMmuFault_GV100), and a client reads it with the channel control
 NV906F_CTRL_CMD_GET_MMU_FAULT_INFO (ctrl906f.h, the same in 570.211.01 and 580.142): exported
-by every GPFIFO channel class, non-privileged, routed to the GSP, which keeps that record; the
-header says the record is cleared once read. Its answer holds the faulting address (the MMU's,
-at page granularity), the fault type (NV_PFAULT_FAULT_TYPE_*) and its name; it carries neither
-the access type nor the MMU client (the RM's record has them, the control's struct does not),
-so :func:`channel_fault` names an access only where the fault type implies it.
+by every GPFIFO channel class, non-privileged, routed to the GSP (ROUTE_TO_PHYSICAL: its handler,
+kchannelCtrlCmdGetMmuFaultInfo_IMPL, is in the GSP firmware, not in the open source; the GSP
+services the channel's MMU faults). The header says the record is cleared once read. Its
+answer holds the faulting address (the MMU's, at page granularity), the fault type
+(NV_PFAULT_FAULT_TYPE_*) and its name; it carries neither the access type nor the MMU client
+(the RM's record has them, the control's struct does not), so :func:`channel_fault` names an
+access only where the fault type implies it.
 """
 
 from __future__ import annotations
