@@ -24,9 +24,11 @@ import sim
 from sim.gsp_rm import GA102_CLASSES, SimRm
 from test_boot import Rig, gsp_rig, run_boot
 
+import rig_nv
 from rig_edge import Memory
 from rig_nv import controls
 from rig_nv.hostmem import view
+from rig_nv.push import Push
 from rig_nv.rm import RMError
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
@@ -163,3 +165,33 @@ def test_the_usermode_page_is_bar0s_virtual_function_range(ga102: Booted) -> Non
     doorbell[0x90:0x94] = (7).to_bytes(4, "little")
     assert ga102.sim_rm.usermode[0x90:0x94] == (7).to_bytes(4, "little")
     p.unmap_object(doorbell)
+
+
+def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted) -> None:
+    p, s = ga102.path(), ga102.sim_rm.start()
+    before = len(ga102.rig.gpu.host.buffers)
+    d = rig_nv.make(p)
+    try:
+        assert d.facts.arch == "sm_86" and d.facts.driver == "570.144"
+        assert d.facts.budget == (23 << 20) * 1024 and not d.facts.maps_host
+        assert (d.classes.usermode, d.classes.gpfifo) == (0xC561, 0xC56F)
+        assert (d.classes.compute, d.classes.copy) == (0xC7C0, 0xC7B5)
+        assert d.sm_count == 41 * 2 and d.tpc_slots == 7 * 6
+        # two channels on the GSP, their tokens their ids, each ran its submission: the
+        # timeline's word shows the copy channel's release, which waited for the compute one's
+        assert sorted(c.chid for c in s.channels.values()) == [1, 2]
+        assert (d.compute.token, d.copy_channel.token) == (1, 2)
+        assert d.completed() == 2 and s.faults == []
+        assert all(c.pending == [] and c.get == 1 for c in s.channels.values())
+        point = d._submit(d.compute, Push())
+        point.wait(timeout_s=5.0)
+        assert d.completed() == 3
+    finally:
+        d.stop()
+    # the stop freed the device and everything under it on the GSP, and gave back the memory
+    assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
+    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {} and s.channels == {}
+    # system memory: the timeline, two pushbuffers, two error notifiers, the launch arena
+    made = ga102.rig.gpu.host.buffers[before:]
+    assert sorted(b.length for b in made) == [4096] * 3 + [2 << 20] * 2 + [4 << 20]
+    assert all(b.freed for b in made)
