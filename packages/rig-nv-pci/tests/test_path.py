@@ -22,7 +22,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim.gsp_rm import GA102_CLASSES, SimRm
-from test_boot import Rig, gsp_rig, run_boot
+from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
+from test_stop import stop, stop_rig
 
 import rig_nv
 from rig_edge import Memory
@@ -30,6 +31,7 @@ from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
+from rig_nv_pci import boot, chips, gspmem, layout
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
 from rig_nv_pci.gsp import rpc
@@ -195,3 +197,53 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
     made = ga102.rig.gpu.host.buffers[before:]
     assert sorted(b.length for b in made) == [4096] * 3 + [2 << 20] * 2 + [4 << 20]
     assert all(b.freed for b in made)
+
+
+def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again() -> None:
+    r, firmware, memory, unload = stop_rig()
+    s = SimRm(r.gpu).install(firmware).start()
+    stops: list[str] = []
+    try:
+        for round in range(2):
+            if round:
+                memory = rebuilt(r)
+            booted = run_boot(r, memory)
+
+            def stop_the_gsp(b: GspBooted = booted) -> None:
+                stop(r, b, unload)
+                stops.append("stopped")
+
+            path = pp.PciPath("NV-PCI", BUS, booted.rm, bar=s.bar,
+                              alloc_dma=r.gpu.host.alloc_dma, maps_host=False,
+                              poll=booted.channel.poll, on_closed=stop_the_gsp)
+            d = rig_nv.make(path)
+            assert d.completed() == 2 and firmware.boots == round + 1
+            d.stop()
+            # the device's objects, then the root client freed; the GSP unloaded and
+            # suspended; booter_unload took WPR2 down
+            assert stops == ["stopped"] * (round + 1)
+            assert firmware.peer.objects == {} and firmware.suspended
+            assert boot.wpr2_range(r.bar0) is None
+            assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+    finally:
+        s.stop()
+
+
+def rebuilt(r: Rig) -> gspmem.GspMemory:
+    """The GSP's memory for another boot, as test_stop's boots again."""
+    plan = layout.fb_layout(chips.AMPERE, FB_SIZE, len(GSP_IMAGE), len(BOOTLOADER))
+    return gspmem.build(r.gpu.host.alloc_dma, image=GSP_IMAGE, bootloader=BOOTLOADER,
+                        code_offset=0, data_offset=0x1000, manifest_offset=0x1800,
+                        signature=b"\x5e" * 0x1000, plan=plan, doorbell=boot.doorbell(r.bar0),
+                        name="GPU 0")
+
+
+def test_a_refused_make_still_stops_the_gsp(ga102: Booted) -> None:
+    stopped: list[bool] = []
+    s = ga102.sim_rm.start()
+    s.refuse.add(0xA06C)  # KEPLER_CHANNEL_GROUP_A
+    p = ga102.path(on_closed=lambda: stopped.append(True))
+    with pytest.raises(RMError, match="class 0xa06c"):
+        rig_nv.make(p)
+    assert stopped == [True] and ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
+    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
