@@ -1,0 +1,128 @@
+"""A GPU the process took and boots: its firmware images read, its GSP booted, a rig_nv device
+made over :class:`rig_nv_pci.path.PciPath`, and the GSP stopped when the device stops.
+
+This is what an open does once its preconditions passed (kgspInitRm's order in
+open-gpu-kernel-modules 570.144): the usable FB size from NV_USABLE_FB_SIZE_IN_MB
+(ampere/ga102/dev_gc6_island_addendum.h: NV_PGC6_AON_SECURE_SCRATCH_GROUP_42, 0x001183a4, in
+MiB, as nouveau's ga102_fb_vidmem_size reads it), the FB layout
+(kgspCalculateFbLayout_TU102), the GSP's memory (:mod:`rig_nv_pci.gspmem`), the boot
+(:func:`rig_nv_pci.boot.boot_gsp`), then the device. Ampere and Ada (booter boots) only: the
+FSP boot's open (Blackwell) is not built yet.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from rig_edge import RigError
+from rig_nv import Device, make
+from rig_nv_pci import boot, chips, fwimage, gspmem, layout
+from rig_nv_pci.gsp import sysinfo
+from rig_nv_pci.path import Dma, PciPath
+from rig_nv_pci.stop import StopError, stop_gsp
+from rig_pci import FunctionInfo, Window
+
+NV_USABLE_FB_SIZE_IN_MB = 0x001183A4
+BAR0_SIZE = 16 << 20
+
+
+class Taken(Protocol):
+    """What the open needs of a taken function (rig_pci.Function)."""
+
+    @property
+    def info(self) -> FunctionInfo: ...
+
+    @property
+    def maps_host(self) -> bool: ...
+
+    def window(self, bar: int, offset: int = 0, length: int | None = None, *,
+               write_combined: bool = False) -> Window: ...
+
+    def alloc_dma(self, n: int) -> Dma | None: ...
+
+
+@dataclass(frozen=True)
+class Images:
+    """The firmware of a booter boot, read and parsed."""
+
+    gsp: fwimage.GspFirmware
+    bootloader: fwimage.Bootloader
+    booter_load: bytes
+    booter_unload: bytes
+
+
+def read_images(chip: chips.Chip, files: dict[str, os.PathLike[str]]) -> Images:
+    """Read and parse ``chip``'s firmware ``files`` (its family's names to paths); raises
+    :class:`rig_edge.RigError` naming the file that is not laid out as its format says."""
+    family = chip.family
+    if family.booter_load is None or family.booter_unload is None:
+        raise RigError(f"the {chip.name}'s boot through its FSP is not built in this release")
+
+    def read(name: str) -> bytes:
+        with open(files[name], "rb") as f:
+            return f.read()
+
+    try:
+        gsp = fwimage.parse_gsp(read(family.gsp_image))
+        gsp.signature(fwimage.FAMILIES[family.name])
+        bootloader = fwimage.parse_bootloader(read(family.bootloader))
+    except fwimage.FirmwareFormatError as e:
+        raise RigError(f"a firmware file is not laid out as its format says: {e}") from e
+    return Images(gsp, bootloader, read(family.booter_load), read(family.booter_unload))
+
+
+def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
+                hang_ms: int | None = None, on_stopped: Callable[[BaseException | None], None],
+                timeout_s: float = boot.GFW_TIMEOUT_S,
+                init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S) -> Device:
+    """Boot the GSP of the GPU behind ``f`` and make its device. The device's stop (or a
+    make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
+    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``. Raises
+    :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted)."""
+    bar0 = f.window(0, 0, BAR0_SIZE)
+    fb_mib = bar0.read32(NV_USABLE_FB_SIZE_IN_MB)
+    if fb_mib in (0, 0xFFFFFFFF):
+        raise RigError(f"{name}: NV_USABLE_FB_SIZE_IN_MB reads 0x{fb_mib:x}: the boot ROM did "
+                       "not report the GPU's memory")
+    bl = images.bootloader
+    image = images.gsp.image.data
+    plan = layout.fb_layout(chip.family, fb_mib << 20, len(image), len(bl.image))
+    memory = gspmem.build(
+        f.alloc_dma, image=image, bootloader=bl.image, code_offset=bl.desc.monitor_code_offset,
+        data_offset=bl.desc.monitor_data_offset, manifest_offset=bl.desc.manifest_offset,
+        signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
+        doorbell=boot.doorbell(bar0), name=name)
+    booted = boot.boot_gsp(bar0, name=name, booter_load=images.booter_load, memory=memory,
+                           alloc=f.alloc_dma, system=sysinfo.SystemInfo.for_function(f.info),
+                           app_version=bl.desc.app_version, timeout_s=timeout_s,
+                           init_timeout_s=init_timeout_s)
+
+    def stop() -> None:
+        failure: BaseException | None = None
+        try:
+            stop_gsp(bar0, booted, name=name, booter_unload=images.booter_unload,
+                     alloc=f.alloc_dma, timeout_s=timeout_s)
+        except StopError as e:
+            failure = e if e.lost else None
+        on_stopped(failure)
+
+    def bar(index: int, offset: int, length: int) -> memoryview:
+        w = f.window(index, offset, length)
+        buffer = getattr(w, "buffer", None)
+        if buffer is None:
+            raise RigError(f"{name}: BAR {index} cannot be mapped into the process (a "
+                           "function taken through VFIO without mmap of its BARs)")
+        view: memoryview = buffer()
+        return view
+
+    try:
+        path = PciPath(name, f.info.address, booted.rm, bar=bar, alloc_dma=f.alloc_dma,
+                       maps_host=f.maps_host, hang_ms=hang_ms, poll=booted.channel.poll,
+                       on_closed=stop)
+    except BaseException:
+        stop()
+        raise
+    return make(path)

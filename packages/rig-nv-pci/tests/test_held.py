@@ -1,0 +1,158 @@
+"""rig_nv_pci.held: the open after its preconditions, on the simulated GA102 behind a stand-in
+of a taken function: firmware images parsed, the FB size read, the GSP booted, a device made
+that runs its first submissions; its stop stops the GSP, and the GPU opens again."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import firmware_builders as fb
+import sim
+from sim.gsp_rm import SimRm
+from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig
+from test_stop import UNLOAD_UCODE_ID, stop_rig
+
+from rig_edge import RigError
+from rig_nv import Device
+from rig_nv_pci import boot, chips, held
+from rig_pci import FunctionInfo, Window
+from rig_pci.listing import Bar
+
+BUS = "0000:41:00.0"
+IORESOURCE_MEM = 0x200
+
+
+class ViewWindow(Window):
+    """A BAR range the simulated GPU shows as memory."""
+
+    def __init__(self, view: memoryview) -> None:
+        super().__init__(len(view), "simulated BAR")
+        self.view = view
+
+    def _read(self, offset: int, width: int) -> int:
+        return int.from_bytes(self.view[offset:offset + width], "little")
+
+    def _write(self, offset: int, width: int, value: int) -> None:
+        self.view[offset:offset + width] = value.to_bytes(width, "little")
+
+    def buffer(self) -> memoryview:
+        return self.view
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class SimFunction:
+    """The simulated GPU as a taken function: BAR 0 its registers, BARs 0 (usermode) and 1
+    as memory, DMA from its host memory."""
+
+    gpu: sim.SimGpu
+    sim_rm: SimRm
+    maps_host: bool = False
+
+    @property
+    def info(self) -> FunctionInfo:
+        g = self.gpu
+        bars = tuple(Bar(i, a, s, IORESOURCE_MEM) for i, a, s in (
+            (0, g.bar0_address, 16 << 20), (1, g.bar1_address, 256 << 20),
+            (3, g.bar3_address, 32 << 20)))
+        return FunctionInfo(BUS, 0x10DE, 0x2204, 0x030200, bars, None, None, "active")
+
+    def window(self, bar: int, offset: int = 0, length: int | None = None, *,
+               write_combined: bool = False) -> Window:
+        if bar == 0 and offset == 0:
+            return self.gpu.bar0()
+        assert length is not None
+        return ViewWindow(self.sim_rm.bar(bar, offset, length))
+
+    def alloc_dma(self, n: int) -> sim.SimDma:
+        return self.gpu.host.alloc_dma(n)
+
+
+def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLike[str]]:
+    """The four files of a GA102 boot, synthetic, under ``tmp``."""
+    desc = {"version": 1, "monitorCodeOffset": 0, "monitorCodeSize": 0x1000,
+            "monitorDataOffset": 0x1000, "monitorDataSize": 0x800, "manifestOffset": 0x1800,
+            "manifestSize": 0x800, "appVersion": 0x5701}
+    files = {
+        chips.GSP_IMAGE: fb.build_gsp_elf(GSP_IMAGE, {"ga10x": b"\x5e" * 0x1000,
+                                                      "ad10x": b"\x5f" * 0x1000}),
+        "nvidia/ga102/gsp/bootloader-570.144.bin": fb.build_bootloader(BOOTLOADER, desc),
+        "nvidia/ga102/gsp/booter_load-570.144.bin": r.sb.data,
+        "nvidia/ga102/gsp/booter_unload-570.144.bin": unload.data,
+    }
+    out: dict[str, os.PathLike[str]] = {}
+    for name, data in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+        out[name] = tmp / name
+    return out
+
+
+@dataclass
+class Opened:
+    rig: Rig
+    firmware: sim.GspFirmware
+    sim_rm: SimRm
+    function: SimFunction
+    files: dict[str, os.PathLike[str]]
+    stops: list[BaseException | None]
+
+    def open(self) -> Device:
+        chip = chips.identify(self.rig.gpu.boot42)
+        return held.open_device(self.function, name="GPU 0", chip=chip,
+                                images=held.read_images(chip, self.files),
+                                on_stopped=self.stops.append, timeout_s=0.2, init_timeout_s=1.0)
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    r, firmware, _, unload = stop_rig()
+    r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    s = SimRm(r.gpu).install(firmware).start()
+    yield Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp_path, r, unload), [])
+    s.stop()
+
+
+def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
+    ga102: Opened,
+) -> None:
+    for round in (1, 2):
+        d = ga102.open()
+        g = ga102.rig.gpu
+        assert ga102.firmware.boots == round and ga102.firmware.failure is None
+        assert d.facts.arch == "sm_86" and d.facts.bus == BUS and d.completed() == 2
+        # the bootloader's appVersion went to NV_PGSP_FALCON_OS after booter_load
+        assert g.gsp.read(g.gsp.base + 0x080) == 0x5701
+        d.stop()
+        assert ga102.stops == [None] * round
+        assert ga102.firmware.suspended and boot.wpr2_range(ga102.rig.bar0) is None
+        assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
+
+
+def test_no_fb_size_is_refused_before_the_boot(ga102: Opened) -> None:
+    ga102.rig.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = 0
+    with pytest.raises(RigError, match="GPU 0: NV_USABLE_FB_SIZE_IN_MB reads 0x0"):
+        ga102.open()
+    assert ga102.firmware.boots == 0
+
+
+def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> None:
+    bootloader = ga102.files["nvidia/ga102/gsp/bootloader-570.144.bin"]
+    Path(bootloader).write_bytes(b"\x00" * 64)
+    chip = chips.identify(ga102.rig.gpu.boot42)
+    with pytest.raises(RigError, match="not laid out as its format says: bootloader"):
+        held.read_images(chip, ga102.files)
+
+
+def test_blackwell_is_not_built_here() -> None:
+    with pytest.raises(RigError, match="GB202's boot through its FSP is not built"):
+        held.read_images(chips.identify(sim.GB202_BOOT42), {})
