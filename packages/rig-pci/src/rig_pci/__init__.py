@@ -11,13 +11,34 @@ digest; :mod:`rig_pci.memory` tells BAR bus ranges and whether two functions rea
 other; :mod:`rig_pci.testing` writes fixture machines.
 """
 
-from rig_pci import driver, firmware, memory
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from rig_pci.dma import DmaMemory
-from rig_pci.function import Function
 from rig_pci.listing import Bar, FunctionInfo, parse_address
 from rig_pci.machine import Machine
 from rig_pci.transport import Access, Transport
 from rig_pci.window import Window
+
+if TYPE_CHECKING:
+    from rig_pci import driver, firmware, memory
+    from rig_pci.function import Function
+
+# Imported on first use (PEP 562), so that a listing (`rig list`, which must start within
+# 150 ms) does not pay for taking, detaching and firmware digests it never uses.
+_LAZY = {"driver": "rig_pci.driver", "firmware": "rig_pci.firmware",
+         "memory": "rig_pci.memory", "Function": "rig_pci.function"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rig_pci' has no attribute {name!r}")
+    value = importlib.import_module(module)
+    if name == "Function":
+        value = value.Function
+    globals()[name] = value
+    return value
 
 __version__ = "0.1.0"
 
