@@ -4,6 +4,7 @@ that runs its first submissions; its stop stops the GSP, and the GPU opens again
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from collections.abc import Iterator
@@ -17,12 +18,14 @@ import firmware_builders as fb
 import sim
 from sim.gsp_rm import SimRm
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig
+from test_open import add_gpu, given_back, here
 from test_stop import UNLOAD_UCODE_ID, stop_rig
 
+import rig_nv_pci
 from rig_edge import RigError
 from rig_nv import Device
-from rig_nv_pci import boot, chips, held
-from rig_pci import FunctionInfo, Window
+from rig_nv_pci import boot, chips, held, lock
+from rig_pci import FunctionInfo, Machine, Window, firmware
 from rig_pci.listing import Bar
 
 BUS = "0000:41:00.0"
@@ -149,10 +152,80 @@ def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> Non
     bootloader = ga102.files["nvidia/ga102/gsp/bootloader-570.144.bin"]
     Path(bootloader).write_bytes(b"\x00" * 64)
     chip = chips.identify(ga102.rig.gpu.boot42)
-    with pytest.raises(RigError, match="not laid out as its format says: bootloader"):
+    with pytest.raises(RigError, match=f"not laid out as its format says: {bootloader}: "
+                       "nvfw_bin_hdr magic 0x0, not 0x10de"):
         held.read_images(chip, ga102.files)
 
 
 def test_blackwell_is_not_built_here() -> None:
     with pytest.raises(RigError, match="GB202's boot through its FSP is not built"):
         held.read_images(chips.identify(sim.GB202_BOOT42), {})
+
+
+# ---- through the opener ------------------------------------------------------------------------
+
+
+class OffsetWindow(Window):
+    """A page of the simulated BAR 0 at ``base``, as the open's register reads take one."""
+
+    def __init__(self, gpu: sim.SimGpu, base: int, length: int) -> None:
+        super().__init__(length, f"simulated BAR 0 at 0x{base:x}")
+        self.bar0, self.base = gpu.bar0(), base
+
+    def _read(self, offset: int, width: int) -> int:
+        return self.bar0.read(self.base + offset, width)
+
+    def _write(self, offset: int, width: int, value: int) -> None:
+        self.bar0.write(self.base + offset, width, value)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class TakenSim(SimFunction):
+    """:class:`SimFunction` as ``rig_nv_pci`` takes a function: closable, resettable."""
+
+    closed: bool = False
+    resets: int = 0
+
+    def window(self, bar: int, offset: int = 0, length: int | None = None, *,
+               write_combined: bool = False) -> Window:
+        if bar == 0 and offset not in (0, 0xB80000):
+            return OffsetWindow(self.gpu, offset, length or 0x1000)
+        return super().window(bar, offset, length, write_combined=write_combined)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def reset(self) -> None:
+        self.resets += 1
+
+
+def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "locks").mkdir()
+    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
+    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
+    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
+    machine, _ = here(tmp_path / "machine")
+    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
+    for name, path in ga102.files.items():
+        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
+        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
+    takes: list[TakenSim] = []
+
+    def take(m: Machine, bus: str, name: str) -> TakenSim:
+        takes.append(TakenSim(ga102.rig.gpu, ga102.sim_rm))
+        return takes[-1]
+
+    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    for round in (1, 2):
+        d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+        assert d.facts.name == "NV-PCI" and d.facts.arch == "sm_86" and d.completed() == 2
+        assert lock.held(machine, BUS) and not takes[-1].closed
+        d.stop()
+        assert takes[-1].closed and ga102.firmware.boots == round
+        assert boot.wpr2_range(ga102.rig.bar0) is None
+        given_back(machine, BUS)

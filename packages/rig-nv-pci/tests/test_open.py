@@ -1,7 +1,8 @@
 """``gpu(i).make``'s preconditions, each refusal triggered on a fixture sysfs tree whose BAR 0
 resource file holds the registers the open reads (NV_PMC_BOOT_42 at 0xA00,
-NV_PFB_PRI_MMU_WPR2_ADDR_HI at 0x1FA828: nv_ref.h and tu102/dev_fb.h), and the refusal that
-ends every open of this release: the GSP boot is not built."""
+NV_PFB_PRI_MMU_WPR2_ADDR_HI at 0x1FA828: nv_ref.h and tu102/dev_fb.h), and where an open goes
+once they pass: an Ampere or Ada open reads its firmware images (test_held.py boots the
+simulated GA102 through the opener), a Blackwell open's FSP boot is not built."""
 
 import fcntl
 import hashlib
@@ -331,18 +332,27 @@ def test_firmware_with_another_digest_is_named(
 @pytest.mark.parametrize(("boot42", "family", "chip"),
                          [(GA102, "ga102", "GA102"), (AD104, "ad102", "AD104"),
                           (GB202, "gb202", "GB202")])
-def test_every_check_passes_then_the_boot_is_not_built(
+def test_every_check_passes_then_the_images_are_read_or_the_boot_is_not_built(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: int, family: str, chip: str
 ) -> None:
+    """Past every check, an Ampere or Ada open reads the firmware images (these are not
+    NVIDIA's, and refused naming the file); a Blackwell open's FSP boot is not built."""
     machine, sysfs = here(tmp_path)
     add_gpu(tmp_path, boot42=boot42)
     fw = fake_firmware(tmp_path, family, monkeypatch)
     for _ in range(2):  # and again: the first gave everything back
-        assert refusal(machine, firmware=[fw]) == (
-            f"GPU 0 of the machine at {tmp_path} ({BUS}): {NOT_BUILT} (its {chip} passed every "
-            "check before the boot: its function, chip, firmware files and WPR2; it was given "
-            "back)"
-        )
+        if family == "gb202":
+            assert refusal(machine, firmware=[fw]) == (
+                f"GPU 0 of the machine at {tmp_path} ({BUS}): {NOT_BUILT} (its {chip} passed "
+                "every check before the boot: its function, chip, firmware files and WPR2; it "
+                "was given back)"
+            )
+        else:
+            assert refusal(machine, firmware=[fw]) == (
+                f"GPU 0 of the machine at {tmp_path} ({BUS}): a firmware file is not laid out "
+                f"as its format says: {fw}/nvidia/ga102/gsp/gsp-570.144.bin: no ELF magic "
+                "(found 6e6f7420) at offset 0x0"
+            )
         given_back(machine)
     assert sysfs.writes == []  # nothing was changed: no reset, no driver write
 
@@ -369,7 +379,7 @@ def test_wpr2_up_is_reset_and_refused_if_it_stays_up(
     given_back(machine)
     # A reset that takes WPR2 down: the open goes on, and the GPU stays reset.
     sysfs.on_reset = lambda bus: poke(dev, WPR2_HI, 0)
-    assert NOT_BUILT in refusal(machine, firmware=[fw])
+    assert "not laid out as its format says" in refusal(machine, firmware=[fw])
     (dev / "reset").unlink()
     poke(dev, WPR2_HI, 0x2FFF0)
     assert refusal(machine, firmware=[fw]).endswith(

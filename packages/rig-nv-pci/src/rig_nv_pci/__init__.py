@@ -7,20 +7,22 @@ What this release does: it lists GPUs (:func:`buses`, :func:`count`); detaches, 
 resets them (:func:`detach`, :func:`attach`, :func:`reset`); and its opener (:func:`gpu`) runs
 every precondition of an open (the GPU is there, no kernel driver and no other open holds it,
 its function can be taken, the machine is this one, its chip is one this library boots, the
-firmware files are there with their pinned digests, WPR2 is down) and then refuses, saying
-that **the GSP boot is not built in this release**, having given back everything it took. It
-never boots a GPU, and nothing of this path has run on hardware.
+firmware files are there with their pinned digests, WPR2 is down), then on Ampere and Ada
+reads the firmware images, boots the GSP and makes the device over the GSP's RPCs
+(:mod:`rig_nv_pci.held`, :mod:`rig_nv_pci.path`), whose stop stops the GSP again. A Blackwell
+open refuses after its checks, saying that **the GSP boot is not built in this release** (its
+FSP boot runs, but not yet from the opener). This has run only against the simulated GPU of
+the tests, never on hardware.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import NoReturn
 
 from rig_edge import Misuse, Opener, OpenRefused, RigError, opener_name
 from rig_nv import Device, is_gpu
-from rig_nv_pci import chips, lock
+from rig_nv_pci import boot, chips, held, lock
 from rig_pci import Function, FunctionInfo, Machine, Window, driver, firmware
 from rig_pci.function import held as function_held
 
@@ -183,7 +185,12 @@ def _firmware(
     return found
 
 
-def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> NoReturn:
+# GPUs whose stop could not unload the GSP or take the boot down (or whose boot failed once
+# the GSP's memory was taken): their next open resets them first (the spec's lost GPU).
+_lost: set[tuple[str, str]] = set()
+
+
+def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> Device:
     info = _function(machine, i)
     bus = info.address
     name = _name(i, machine, bus)
@@ -193,42 +200,74 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> N
             f"(rig_nv_pci.detach({i}), or `rig detach {i}` as root)"
         )
     _not_held(machine, bus, name)
-    held = _lock(machine, bus, name)
+    taken = _lock(machine, bus, name)
     try:
-        with _take(machine, bus, name) as f:
-            if not machine.is_this:
-                raise RigError(
-                    f"{name}: {machine.name}'s memory is not this process's, so the windows "
-                    "an open maps are not the GPU's to reach (a machine reached through a "
-                    "transport cannot be opened)"
-                )
-            try:
-                chip = chips.identify(_boot42(f))
-                _firmware(chip, dirs)
-                if _wpr2_up(f) is not None:
-                    # An earlier boot's WPR2: reset first, and the GPU stays reset.
-                    try:
-                        f.reset()
-                    except RigError as e:
-                        raise RigError(
-                            "its protected memory (WPR2) is up from an earlier boot, and "
-                            + _reason(e, bus)
-                        ) from e
-                    _wpr2_down_after_reset(f)
-            except RigError as e:
-                raise RigError(f"{name}: {_reason(e, bus)}") from e
+        f = _take(machine, bus, name)
+    except BaseException:
+        taken.release()
+        raise
+    given = done = False  # the device holds the function and the lock; its stop gave them back
+
+    def stopped(failure: BaseException | None) -> None:
+        nonlocal done
+        done = True
+        if failure is not None:
+            _lost.add((machine.name, bus))
+        try:
+            f.close()
+        finally:
+            taken.release()
+
+    try:
+        if not machine.is_this:
+            raise RigError(
+                f"{name}: {machine.name}'s memory is not this process's, so the windows "
+                "an open maps are not the GPU's to reach (a machine reached through a "
+                "transport cannot be opened)"
+            )
+        try:
+            chip = chips.identify(_boot42(f))
+            found = _firmware(chip, dirs)
+            lost = (machine.name, bus) in _lost
+            if lost or _wpr2_up(f) is not None:
+                # An earlier boot's WPR2 or a lost GPU: reset first, and the GPU stays reset.
+                why = "it was lost" if lost else "its protected memory (WPR2) is up from an " \
+                    "earlier boot"
+                try:
+                    f.reset()
+                except RigError as e:
+                    raise RigError(f"{why}, and " + _reason(e, bus)) from e
+                _lost.discard((machine.name, bus))
+                _wpr2_down_after_reset(f)
+        except RigError as e:
+            raise RigError(f"{name}: {_reason(e, bus)}") from e
+        if chip.family.boot != "booter":
             raise OpenRefused(
                 f"{name}: {NOT_BUILT} (its {chip.name} passed every check before the boot: "
                 "its function, chip, firmware files and WPR2; it was given back)"
             )
+        try:
+            images = held.read_images(chip, found)
+        except RigError as e:
+            raise RigError(f"{name}: {e}") from e
+        try:
+            device = held.open_device(f, name=name, chip=chip, images=images,
+                                      device_name=opener_name(PATH, i), on_stopped=stopped)
+        except boot.BootError:
+            _lost.add((machine.name, bus))  # the boot failed once the GSP's memory was taken
+            raise
+        given = True
+        return device
     finally:
-        held.release()
+        if not given and not done:
+            f.close()
+            taken.release()
 
 
 def _make(i: int, machine: Machine | None, dirs: Sequence[str | os.PathLike[str]]) -> Device:
     with lock.serial(f"{opener_name(PATH, i)}'s make"):
         try:
-            _open(i, machine or Machine.this(), dirs)
+            return _open(i, machine or Machine.this(), dirs)
         except OpenRefused:
             raise
         except RigError as e:
@@ -243,12 +282,16 @@ def gpu(
     """The opener of GPU ``i`` of ``machine`` (this machine by default), named "NV-PCI" for 0
     and "NV-PCI:i" otherwise.
 
-    Its ``make`` is meant to boot the GPU that is ith when it runs, reading each firmware file
-    from the first of the directories ``firmware`` (``[]`` by default), then
+    Its ``make`` boots the GPU that is ith when it runs, reading each firmware file from the
+    first of the directories ``firmware`` (``[]`` by default), then
     :func:`rig_pci.firmware.directory`, then /lib/firmware that holds it with its pinned
-    digest. **The boot is not built in this release**: ``make`` runs the open's preconditions
-    and then raises :class:`rig_edge.OpenRefused` saying "the GSP boot is not built in this
-    release", having given back the function and the GPU's lock. It never returns a device.
+    digest, and returns its :class:`rig_nv.Device`, which holds the function and the GPU's lock
+    until its stop, which stops the GSP (:mod:`rig_nv_pci.held`). A firmware image not laid out
+    as its format says is refused naming the file; a boot that fails once the GSP's memory is
+    taken, or a stop that could not take the boot down, leaves the GPU lost, and its next open
+    resets it first. **A Blackwell GPU's boot is not built in this release**: its ``make``
+    runs the open's preconditions and then raises :class:`rig_edge.OpenRefused` saying "the
+    GSP boot is not built in this release", having given back the function and the GPU's lock.
 
     Before that it raises :class:`rig_edge.OpenRefused`, naming the GPU, then the reason,
     having given back what it took, if: the machine's PCI functions cannot be listed; the

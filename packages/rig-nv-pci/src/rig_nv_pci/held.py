@@ -66,19 +66,22 @@ def read_images(chip: chips.Chip, files: dict[str, os.PathLike[str]]) -> Images:
             return f.read()
 
     try:
-        gsp = fwimage.parse_gsp(read(family.gsp_image))
+        gsp = fwimage.parse_gsp(read(family.gsp_image), str(files[family.gsp_image]))
         gsp.signature(fwimage.FAMILIES[family.name])
-        bootloader = fwimage.parse_bootloader(read(family.bootloader))
+        bootloader = fwimage.parse_bootloader(read(family.bootloader),
+                                              str(files[family.bootloader]))
     except fwimage.FirmwareFormatError as e:
         raise RigError(f"a firmware file is not laid out as its format says: {e}") from e
     return Images(gsp, bootloader, read(family.booter_load), read(family.booter_unload))
 
 
 def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
-                hang_ms: int | None = None, on_stopped: Callable[[BaseException | None], None],
+                on_stopped: Callable[[BaseException | None], None],
+                device_name: str | None = None, hang_ms: int | None = None,
                 timeout_s: float = boot.GFW_TIMEOUT_S,
                 init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S) -> Device:
-    """Boot the GSP of the GPU behind ``f`` and make its device. The device's stop (or a
+    """Boot the GSP of the GPU behind ``f`` and make its device, named ``device_name`` (the
+    opener's name; ``name``, which the boot's errors say, by default). The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
     :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``. Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted)."""
@@ -119,9 +122,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         return view
 
     try:
-        path = PciPath(name, f.info.address, booted.rm, bar=bar, alloc_dma=f.alloc_dma,
-                       maps_host=f.maps_host, hang_ms=hang_ms, poll=booted.channel.poll,
-                       on_closed=stop)
+        path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
+                       alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
+                       poll=booted.channel.poll, on_closed=stop)
     except BaseException:
         stop()
         raise
