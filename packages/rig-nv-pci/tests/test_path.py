@@ -12,7 +12,9 @@ Sizes asserted against open-gpu-kernel-modules 570.144: g_rpc-structures.h
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -246,4 +248,35 @@ def test_a_refused_make_still_stops_the_gsp(ga102: Booted) -> None:
     with pytest.raises(RMError, match="class 0xa06c"):
         rig_nv.make(p)
     assert stopped == [True] and ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
+    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+
+
+def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Booted) -> None:
+    p, s = ga102.path(), ga102.sim_rm.start()
+    d = rig_nv.make(p)
+    try:
+        data = os.urandom(3 << 20)
+        device = d.alloc(len(data), Memory.DEVICE)
+        mapped = d.alloc(len(data), Memory.MAPPED)
+        pinned = d.alloc(len(data), Memory.PINNED)
+        assert device is not None and mapped is not None and pinned is not None
+        d.upload(device, data).wait(timeout_s=5.0)  # through the pinned staging memory
+        d.copy(mapped, device, engine="copy").wait(timeout_s=5.0)  # "auto" runs rig's kernels
+        d.copy(pinned, mapped).wait(timeout_s=5.0)
+        assert bytes(d.download(device)) == data
+        assert bytes(d.download(mapped)) == data and bytes(d.download(pinned)) == data
+        assert s.faults == []
+        # a copy kernel is a compute launch, which the simulated GPU does not run: it faults
+        # the channel rather than completing without the copy
+        d.copy(mapped, device)
+        deadline = time.monotonic() + 5.0
+        while not s.faults and time.monotonic() < deadline:
+            time.sleep(1e-3)
+        assert s.faults == ["channel 1: a compute launch: no SM is simulated"]
+        # the staging memory's 8192 pages went to the GSP in continuation records
+        described = [q for q in ga102.firmware.peer.requests
+                     if q.function == rpc.Function.ALLOC_MEMORY and q.records > 1]
+        assert described and int.from_bytes(described[0].payload[40:44], "little") == 8192
+    finally:
+        d.stop()
     assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}

@@ -28,8 +28,14 @@ rig_nv_pci or rig_nv:
   dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
   SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
   the host semaphore (SEM_ADDR_LO 0x5c ... SEM_EXECUTE 0x6c: OPERATION 2:0 RELEASE 1,
-  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, PAYLOAD_SIZE 24:24 64-bit); other methods are accepted
-  and ignored;
+  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, PAYLOAD_SIZE 24:24 64-bit), SET_OBJECT (0x0) binding a
+  class to the subchannel, and on a subchannel bound to a copy class the copy engine's
+  one-line copy (clc7b5.h: OFFSET_IN_UPPER 0x400 ... OFFSET_OUT_LOWER 0x40c, LINE_LENGTH_IN
+  0x418, LAUNCH_DMA 0x300 with DATA_TRANSFER_TYPE 1:0 not NONE, SEMAPHORE_TYPE 4:3 NONE or a
+  one-word release of SET_SEMAPHORE_A/B/PAYLOAD 0x240/0x244/0x248; MULTI_LINE_ENABLE 9:9 and
+  REMAP_ENABLE 10:10 are not simulated and fault the channel); on a subchannel bound to a
+  compute class a launch (clc7c0.h SEND_PCAS_A 0x2b4) faults the channel, since no SM is
+  simulated; other methods are accepted and ignored;
 - the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
   writes its doorbell into; BAR 1 shows video memory one to one.
 """
@@ -49,6 +55,9 @@ if TYPE_CHECKING:
 FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
 LOCAL_USER, MEMORY_SYSTEM, MEMORY_VIRTUAL = 0x40, 0x3E, 0x50A0
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
+COPY_CLASSES = (0xC5B5, 0xC6B5, 0xC7B5, 0xC8B5, 0xC9B5, 0xCAB5)
+COMPUTE_CLASSES = (0xC5C0, 0xC6C0, 0xC7C0, 0xC9C0, 0xCBC0, 0xCDC0, 0xCEC0)
+SEND_PCAS_A = 0x2B4
 USERMODE_BAR0 = 0xB80000
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
@@ -85,6 +94,8 @@ class Channel:
     get: int = 0
     pending: list[tuple[int, int]] = field(default_factory=list)  # (method, data) to run
     sem: dict[int, int] = field(default_factory=dict)  # the semaphore methods' last data
+    bound: dict[int, int] = field(default_factory=dict)  # subchannel -> class (SET_OBJECT)
+    ce: dict[int, int] = field(default_factory=dict)  # copy engine methods' last data
     stalled_on: str = ""
 
 
@@ -341,8 +352,15 @@ class SimRm:
         state = ch.sem
         while ch.pending:
             key, data = ch.pending[0]
-            method = key & 0xFFFF
-            if method in (0x5C, 0x60, 0x64, 0x68):
+            method, subc = key & 0xFFFF, key >> 16
+            if method == 0:
+                ch.bound[subc] = data
+            elif method >= 0x100:
+                if ch.bound.get(subc) in COPY_CLASSES:
+                    self._copy_engine(ch, method, data)
+                elif ch.bound.get(subc) in COMPUTE_CLASSES and method == SEND_PCAS_A:
+                    raise LookupError("a compute launch: no SM is simulated")
+            elif method in (0x5C, 0x60, 0x64, 0x68):
                 state[method] = data
             elif method == 0x6C:
                 address = state.get(0x5C, 0) | state.get(0x60, 0) << 32
@@ -364,6 +382,24 @@ class SimRm:
             ran += 1
         ch.stalled_on = ""
         return ran
+
+    def _copy_engine(self, ch: Channel, method: int, data: int) -> None:
+        if method != 0x300:
+            ch.ce[method] = data
+            return
+        if data & (1 << 9 | 1 << 10):
+            raise LookupError(f"LAUNCH_DMA 0x{data:x}: multi-line or remapped copies are not "
+                              "simulated")
+        if data & 3:
+            src = ch.ce.get(0x400, 0) << 32 | ch.ce.get(0x404, 0)
+            dst = ch.ce.get(0x408, 0) << 32 | ch.ce.get(0x40C, 0)
+            self.write(dst, self.read(src, ch.ce.get(0x418, 0)))
+        semaphore = data >> 3 & 3
+        if semaphore == 1:
+            address = ch.ce.get(0x240, 0) << 32 | ch.ce.get(0x244, 0)
+            self.write(address, ch.ce.get(0x248, 0).to_bytes(4, "little"))
+        elif semaphore:
+            raise LookupError(f"LAUNCH_DMA 0x{data:x}: semaphore type {semaphore} not simulated")
 
     def start(self, period_s: float = 50e-6) -> SimRm:
         """Run the PBDMA in a thread until :meth:`stop`."""
