@@ -22,6 +22,7 @@ from test_open import add_gpu, given_back, here
 from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
+import rig_pci.driver
 from rig_edge import RigError
 from rig_nv import Device
 from rig_nv_pci import boot, chips, held, lock
@@ -224,6 +225,7 @@ def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
     for round in (1, 2):
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         assert d.facts.name == "NV-PCI" and d.facts.arch == "sm_86" and d.completed() == 2
+        assert d.facts.hang_ms == rig_pci.driver.hang_ms == 30_000 and not d.facts.maps_host
         assert lock.held(machine, BUS) and not takes[-1].closed
         d.stop()
         assert takes[-1].closed and ga102.firmware.boots == round

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
 from test_stop import stop, stop_rig
 
 import rig_nv
-from rig_edge import Memory
+from rig_edge import Lost, Memory
 from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
@@ -266,17 +265,32 @@ def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Bo
         assert bytes(d.download(device)) == data
         assert bytes(d.download(mapped)) == data and bytes(d.download(pinned)) == data
         assert s.faults == []
-        # a copy kernel is a compute launch, which the simulated GPU does not run: it faults
-        # the channel rather than completing without the copy
-        d.copy(mapped, device)
-        deadline = time.monotonic() + 5.0
-        while not s.faults and time.monotonic() < deadline:
-            time.sleep(1e-3)
-        assert s.faults == ["channel 1: a compute launch: no SM is simulated"]
         # the staging memory's 8192 pages went to the GSP in continuation records
         described = [q for q in ga102.firmware.peer.requests
                      if q.function == rpc.Function.ALLOC_MEMORY and q.records > 1]
         assert described and int.from_bytes(described[0].payload[40:44], "little") == 8192
     finally:
         d.stop()
+    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+
+
+def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all_back(
+    ga102: Booted,
+) -> None:
+    """A copy kernel is a compute launch, which the simulated GPU does not run: the GSP stops
+    the channel's group, writes both error notifiers (Xid 13) and reports RC_TRIGGERED."""
+    p, s = ga102.path(), ga102.sim_rm.start()
+    d = rig_nv.make(p)
+    try:
+        a, b = d.alloc(2 << 20, Memory.DEVICE), d.alloc(2 << 20, Memory.DEVICE)
+        assert a is not None and b is not None
+        point = d.copy(a, b)  # 2 MiB of GPU memory: rig's copy kernels
+        with pytest.raises(Lost, match=r"ROBUST_CHANNEL_GR_EXCEPTION .*on the compute channel"):
+            point.wait(timeout_s=5.0)
+        assert s.faults == ["channel 1: a compute launch: no SM is simulated"]
+        with pytest.raises(Lost):
+            d.alloc(4096)
+    finally:
+        d.stop()
+    assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
     assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}

@@ -251,8 +251,11 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
         except RigError as e:
             raise RigError(f"{name}: {e}") from e
         try:
+            # No kernel driver's watchdog watches this GPU's work: rig gives it up after
+            # rig_pci.driver.hang_ms without progress (the spec's device hang_ms).
             device = held.open_device(f, name=name, chip=chip, images=images,
-                                      device_name=opener_name(PATH, i), on_stopped=stopped)
+                                      device_name=opener_name(PATH, i),
+                                      hang_ms=driver.hang_ms, on_stopped=stopped)
         except boot.BootError:
             _lost.add((machine.name, bus))  # the boot failed once the GSP's memory was taken
             raise

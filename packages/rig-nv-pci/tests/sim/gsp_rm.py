@@ -36,6 +36,12 @@ rig_nv_pci or rig_nv:
   REMAP_ENABLE 10:10 are not simulated and fault the channel); on a subchannel bound to a
   compute class a launch (clc7c0.h SEND_PCAS_A 0x2b4) faults the channel, since no SM is
   simulated; other methods are accepted and ignored;
+- a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch;
+  an MMU fault, Xid 31, for an address nothing maps) stops, and as GSP-RM does without
+  confidential computing (kernel_gsp.c _kgspRpcRCTriggered leaves the notifiers to it) every
+  channel of its group gets its error notifier written (NvNotification of the hObjectError
+  memory, nvgputypes.h: info32 the Xid at 8, info16 the NV2080 engine type at 12, status
+  0xFFFF at 14), then RC_TRIGGERED (0x1004, rpc_rc_triggered_v17_02) is sent;
 - the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
   writes its doorbell into; BAR 1 shows video memory one to one.
 """
@@ -80,6 +86,18 @@ GA102_GR = {0x9: 41, 0xC: 0x806, 0xD: 48, 0x14: 7, 0x17: 6, 0x20: 2}
 GA102_FB = {0x9: 23 << 20, 0x16: 23 << 20, 0x7: 24 << 20}
 
 
+class SimFault(LookupError):
+    """What stops a channel: the Xid (nverror.h) and the NV2080 engine type."""
+
+    def __init__(self, why: str, xid: int = 31, engine: int = 1) -> None:
+        super().__init__(why)
+        self.xid, self.engine = xid, engine
+
+
+XID_GR_EXCEPTION = 13
+EV_RC_TRIGGERED = 0x1004
+
+
 def _put32(buf: bytearray | memoryview, at: int, value: int) -> None:
     buf[at:at + 4] = (value & 0xFFFFFFFF).to_bytes(4, "little")
 
@@ -91,6 +109,8 @@ class Channel:
     gpfifo: int  # GPU address
     entries: int
     userd: tuple[int, int]  # memory handle, offset
+    group: int  # the channel group's handle
+    notifier: int  # hObjectError
     get: int = 0
     pending: list[tuple[int, int]] = field(default_factory=list)  # (method, data) to run
     sem: dict[int, int] = field(default_factory=dict)  # the semaphore methods' last data
@@ -126,8 +146,18 @@ class SimRm:
         self.firmware: GspFirmware | None = None
 
     def install(self, firmware: GspFirmware) -> SimRm:
+        """Serve ``firmware``'s peer; its doorbell and this PBDMA's events take turns (the
+        PBDMA's thread sends RC_TRIGGERED into the same status queue)."""
         firmware.peer_kw.update(self.peer_kw())
         self.firmware = firmware
+        ring = firmware.gpu.on_doorbell
+
+        def doorbell() -> None:
+            with self._lock:
+                if ring is not None:
+                    ring()
+
+        firmware.gpu.on_doorbell = doorbell
         return self
 
     def peer_kw(self) -> dict[str, object]:
@@ -176,8 +206,9 @@ class SimRm:
             userd_offset = struct.unpack_from("<Q", params, 64)[0]
             if userd_handle not in self.vidmem:
                 return NV_ERR_INVALID_OBJECT_HANDLE, params
+            (notifier,) = struct.unpack_from("<I", params, 0)
             self.channels[handle] = Channel(handle, len(self.channels) + 1, gpfifo, entries,
-                                            (userd_handle, userd_offset))
+                                            (userd_handle, userd_offset), parent, notifier)
         return 0, params
 
     def _on_control(self, obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
@@ -306,9 +337,23 @@ class SimRm:
                 try:
                     ran += self._run(ch)
                 except LookupError as e:
+                    fault = e if isinstance(e, SimFault) else SimFault(str(e))
                     self.faults.append(f"channel {ch.chid}: {e}")
-                    del self.channels[ch.handle]
+                    self._recover(ch, fault)
         return ran
+
+    def _recover(self, ch: Channel, fault: SimFault) -> None:
+        """Robust-channel recovery of ``ch``'s group (RC_NOTIFIER_SCOPE_TSG)."""
+        for other in [c for c in self.channels.values() if c.group == ch.group]:
+            del self.channels[other.handle]
+            pages = self.sysmem.get(other.notifier)
+            if pages:
+                note = self.gpu.host.view(pages[0], 16)
+                assert note is not None
+                struct.pack_into("<IHH", note, 8, fault.xid, fault.engine, 0xFFFF)
+        if self.firmware is not None and self.firmware.peer is not None:
+            peer = self.firmware.peer
+            peer.event(EV_RC_TRIGGERED, peer.rc_triggered(ch.chid, fault.xid, fault.engine))
 
     def _run(self, ch: Channel) -> int:
         ran = 0
@@ -359,7 +404,7 @@ class SimRm:
                 if ch.bound.get(subc) in COPY_CLASSES:
                     self._copy_engine(ch, method, data)
                 elif ch.bound.get(subc) in COMPUTE_CLASSES and method == SEND_PCAS_A:
-                    raise LookupError("a compute launch: no SM is simulated")
+                    raise SimFault("a compute launch: no SM is simulated", XID_GR_EXCEPTION)
             elif method in (0x5C, 0x60, 0x64, 0x68):
                 state[method] = data
             elif method == 0x6C:
