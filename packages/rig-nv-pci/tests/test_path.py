@@ -70,7 +70,7 @@ def test_struct_sizes_match_nvidia_headers() -> None:
     assert pp.CLASSLIST_V2.size == 404 and pp.CLASSLIST.size == 16
     assert pp.GR_INFO_V2.size == 488 and pp.GR_INFO.size == 32
     assert pp.FB_INFO_V2.size == 460 and pp.FB_INFO.size == 16
-    payload = rpc.encode_alloc_memory(1, 2, 3, 0x3E, 0x1010, 0x2000, [0x1000, 0x5000])
+    payload = rpc.encode_alloc_memory(1, 2, 3, 0x81, 0x1010, 0x2000, [0x1000, 0x5000])
     assert len(payload) == 56 + 16 and payload[48:52] == (2 << 16).to_bytes(4, "little")
     assert payload[56:] == (1).to_bytes(8, "little") + (5).to_bytes(8, "little")
 
@@ -138,6 +138,8 @@ def test_pinned_memory_is_described_page_by_page(ga102: Booted) -> None:
     assert a is not None
     dma = a.undo.dma
     assert s.sysmem[a.handle] == [dma.bus + i for i in (0, 0x1000, 0x2000)]
+    (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.ALLOC_MEMORY]
+    assert int.from_bytes(q.payload[12:16], "little") == pp.NV01_MEMORY_LIST_SYSTEM == 0x81
     n = p.alloc_notifier()
     assert n.host is not None and n.gpu == 0 and n.handle in s.sysmem
     assert n.gpu not in s.mappings

@@ -20,13 +20,24 @@ open-gpu-kernel-modules 570.144, with no UVM:
   placed it in video memory (BAR 1 as the range of the GPU's memory the host addresses, the
   Rig_nv_pci spec's model: this path assumes BAR 1 maps video memory one to one).
 - Pinned memory (and channels' error notifiers): system memory the process allocates for DMA,
-  described to the GSP as NV01_MEMORY_SYSTEM by ALLOC_MEMORY with one page address per page
-  (rpcAllocMemory_v13_01 as a GSP client sends it, system_mem.c), then mapped.
+  registered with the GSP as a GSP client registers memory (mem.c memRegisterWithGsp_IMPL):
+  ALLOC_MEMORY of NV01_MEMORY_LIST_SYSTEM (cl84a0.h) with one page address per page
+  (rpcAllocMemory_v13_01's IS_GSP_CLIENT branch), freed by FREE; then mapped.
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
 
 GPU addresses come from the path's own range; a region's host and GPU addresses differ here
 (the spec's coinciding addresses need the process's reservation, not built yet).
+
+Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: for a GSP client CPU-RM takes
+video memory from its own heap (video_mem.c skips NV_RM_RPC_ALLOC_VIDMEM under IS_GSP_CLIENT,
+so bRpcAlloc stays false) and writes the GPU's page tables itself (gpu_vaspace.c, the GSP told
+of the server's reserved PDEs by NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES);
+virtual_mem.c sends MAP_MEMORY_DMA only for bRpcAlloc memory (the vGPU guest's model). Whether
+GSP-RM serves NV01_MEMORY_LOCAL_USER allocs and MAP_MEMORY_DMA from a GSP client is not in the
+open sources; the simulated GSP of the tests does. Channels as a GSP client also give the GSP
+their instance block, RAMFC, USERD and method buffer (kernel_channel.c
+_kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem), not built yet.
 """
 
 from __future__ import annotations
@@ -47,8 +58,8 @@ from rig_nv.rm import RM, Allocation, RMError, page_rounded
 from rig_nv.status import NV_ERR_NO_MEMORY
 from rig_nv_pci.gsp import rpc
 
-# cl50a0.h NV50_MEMORY_VIRTUAL; cl0070... not used. nvos.h NVOS32 flags/attrs as the kernel path.
-NV50_MEMORY_VIRTUAL = 0x50A0
+NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
+NV01_MEMORY_LIST_SYSTEM = 0x81  # cl84a0.h
 # NVOS32_ALLOC_FLAGS (nvos.h): IGNORE_BANK_PLACEMENT 0x1, ALIGNMENT_FORCE 0x100,
 # MEMORY_HANDLE_PROVIDED 0x4000, MAP_NOT_REQUIRED 0x8000, PERSISTENT_VIDMEM 0x10000;
 # FIXED_ADDRESS_ALLOCATE 0x10 and VIRTUAL 0x80000 for the virtual range.
@@ -302,11 +313,11 @@ class PciPath:
             raise RMError(f"{self.name}: unmapping memory 0x{handle:x} at 0x{va:x}", status)
 
     def _describe(self, dma: Dma, size: int) -> int:
-        """Tell the GSP about system memory: NV01_MEMORY_SYSTEM by ALLOC_MEMORY."""
+        """Register system memory with the GSP: NV01_MEMORY_LIST_SYSTEM by ALLOC_MEMORY."""
         handle = self._rm.new_handle()
         pages = [dma.bus_address(i) for i in range(0, size, SMALL)]
         payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
-                                          cls.NV01_MEMORY_SYSTEM, SYSTEM_FLAGS, size, pages)
+                                          NV01_MEMORY_LIST_SYSTEM, SYSTEM_FLAGS, size, pages)
         reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
         if reply.result:
             raise RMError(f"{self.name}: describing {size} bytes of system memory to the GSP",

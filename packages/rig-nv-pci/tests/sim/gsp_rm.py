@@ -10,7 +10,8 @@ rig_nv_pci or rig_nv:
   offset;
 - ALLOC_MEMORY (4, rpc_alloc_memory_v13_01, g_rpc-structures.h: hClient, hDevice, hMemory,
   hClass, flags, pteAdjust, format, length u64 at 32, pageCount at 40, pte_desc at 48 whose
-  pte_pde[] of page addresses >> 12 starts at 56) describes system memory;
+  pte_pde[] of page addresses >> 12 starts at 56) of NV01_MEMORY_LIST_SYSTEM (cl84a0.h 0x81)
+  registers system memory, as mem.c memRegisterWithGsp_IMPL does for a GSP client;
 - MAP_MEMORY_DMA (14) / UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
   hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
   and NVOS47_PARAMETERS_v03_00 (flags at 16, dmaOffset at 24, status at 32) map a memory
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
     from .gsp_fw import GspFirmware
 
 FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
-LOCAL_USER, MEMORY_SYSTEM, MEMORY_VIRTUAL = 0x40, 0x3E, 0x50A0
+LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x50A0
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
 COPY_CLASSES = (0xC5B5, 0xC6B5, 0xC7B5, 0xC8B5, 0xC9B5, 0xCAB5)
 COMPUTE_CLASSES = (0xC5C0, 0xC6C0, 0xC7C0, 0xC9C0, 0xCBC0, 0xCDC0, 0xCEC0)
@@ -250,7 +251,7 @@ class SimRm:
         objects = self.firmware.peer.objects
         if device not in objects or handle in objects:
             return p, NV_ERR_INVALID_OBJECT_HANDLE
-        if cls != MEMORY_SYSTEM or desc >> 16 != count or count * PAGE < length:
+        if cls != MEMORY_LIST_SYSTEM or desc >> 16 != count or count * PAGE < length:
             return p, NV_ERR_INVALID_ARGUMENT
         if any(self.gpu.host.view(pfn * PAGE, PAGE) is None for pfn in pages):
             return p, NV_ERR_INVALID_ARGUMENT
