@@ -23,7 +23,7 @@ from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
 import rig_pci.driver
-from rig_edge import RigError
+from rig_edge import OpenRefused, RigError
 from rig_nv import Device
 from rig_nv_pci import boot, chips, held, lock
 from rig_pci import FunctionInfo, Machine, Window, firmware
@@ -231,3 +231,44 @@ def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
         assert takes[-1].closed and ga102.firmware.boots == round
         assert boot.wpr2_range(ga102.rig.bar0) is None
         given_back(machine, BUS)
+
+
+def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (tmp_path / "locks").mkdir()
+    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
+    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
+    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
+    monkeypatch.setattr(rig_nv_pci, "_lost", set())
+    machine, _ = here(tmp_path / "machine")
+    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
+    for name, path in ga102.files.items():
+        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
+        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
+    g = ga102.rig.gpu
+    takes: list[TakenSim] = []
+
+    def take(m: Machine, bus: str, name: str) -> TakenSim:
+        takes.append(TakenSim(g, ga102.sim_rm))
+        return takes[-1]
+
+    def reset(self: TakenSim) -> None:  # a function reset ends the boot: WPR2 comes down
+        self.resets += 1
+        g.wpr2 = (0, 0)
+
+    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    monkeypatch.setattr(TakenSim, "reset", reset)
+    booter = g.sec2.programs[ga102.rig.sb.ucode_id]
+    g.sec2.programs[ga102.rig.sb.ucode_id] = sim.booter_program(g, error=0xB00700FF)
+    with pytest.raises(OpenRefused, match=r"GPU 0 of .*booter_load .*0xb00700ff"):
+        rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    assert takes[-1].closed and takes[-1].resets == 0
+    given_back(machine, BUS)
+    assert rig_nv_pci._lost == {(machine.name, BUS)}
+    assert boot.wpr2_range(ga102.rig.bar0) is not None  # FWSEC's WPR2 stayed up
+    g.sec2.programs[ga102.rig.sb.ucode_id] = booter
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    d.stop()
+    given_back(machine, BUS)
