@@ -158,11 +158,6 @@ def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> Non
         held.read_images(chip, ga102.files)
 
 
-def test_blackwell_is_not_built_here() -> None:
-    with pytest.raises(RigError, match="GB202's boot through its FSP is not built"):
-        held.read_images(chips.identify(sim.GB202_BOOT42), {})
-
-
 # ---- through the opener ------------------------------------------------------------------------
 
 
@@ -272,3 +267,49 @@ def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
     assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
     d.stop()
     given_back(machine, BUS)
+
+
+GB202_CLASSES = (0x0080, 0x2080, 0x90F1, 0xA06C, 0x9067, 0xC661, 0xC761, 0xC86F, 0xC96F,
+                 0xCA6F, 0xCBC0, 0xCDC0, 0xCEC0, 0xC8B5, 0xC9B5, 0xCAB5)
+
+
+def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Path) -> None:
+    from test_boot_fsp import FMC_FILE, FMC_IMAGE
+
+    g = sim.gb202()
+    sim.SimFmc(g, FMC_IMAGE).install()
+    firmware = sim.GspFirmware(g).install()
+    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00}).install(firmware)
+    files = {
+        chips.GSP_IMAGE: fb.build_gsp_elf(GSP_IMAGE, {"gb20x": b"\x5e" * 0x1000}),
+        "nvidia/gb202/gsp/bootloader-570.144.bin": fb.build_bootloader(BOOTLOADER, {
+            "version": 1, "monitorCodeOffset": 0, "monitorDataOffset": 0x1000,
+            "manifestOffset": 0x1800, "appVersion": 0x0B57_0144}),
+        "nvidia/gb202/gsp/fmc-570.144.bin": FMC_FILE,
+    }
+    paths: dict[str, os.PathLike[str]] = {}
+    for name, data in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_bytes(data)
+        paths[name] = tmp_path / name
+    chip = chips.identify(sim.GB202_BOOT42)
+    stops: list[BaseException | None] = []
+    s.start()
+    try:
+        d = held.open_device(SimFunction(g, s), name="GPU 0", chip=chip,
+                             images=held.read_images(chip, paths), on_stopped=stops.append,
+                             timeout_s=0.2, init_timeout_s=1.0)
+        assert firmware.boots == 1 and firmware.failure is None, firmware.log
+        assert d.facts.arch == "sm_120" and d.completed() == 2
+        assert (d.classes.gpfifo, d.classes.compute, d.classes.qmd_version) == (
+            0xCA6F, 0xCEC0, 5)
+        d.stop()
+        # kgspTeardown_GH100: the GSP unloaded, suspended and halted; WPR2 stays up, so the
+        # next open (rig_nv_pci._open) resets the GPU first (a reset the simulated GB202 does
+        # not model, so it is not opened again here)
+        assert stops == [None] and firmware.suspended
+        assert s.vidmem == {} and s.sysmem == {}
+        assert boot.wpr2_range(g.bar0()) is not None
+    finally:
+        s.stop()

@@ -7,12 +7,11 @@ What this release does: it lists GPUs (:func:`buses`, :func:`count`); detaches, 
 resets them (:func:`detach`, :func:`attach`, :func:`reset`); and its opener (:func:`gpu`) runs
 every precondition of an open (the GPU is there, no kernel driver and no other open holds it,
 its function can be taken, the machine is this one, its chip is one this library boots, the
-firmware files are there with their pinned digests, WPR2 is down), then on Ampere and Ada
-reads the firmware images, boots the GSP and makes the device over the GSP's RPCs
-(:mod:`rig_nv_pci.held`, :mod:`rig_nv_pci.path`), whose stop stops the GSP again. A Blackwell
-open refuses after its checks, saying that **the GSP boot is not built in this release** (its
-FSP boot runs, but not yet from the opener). This has run only against the simulated GPU of
-the tests, never on hardware.
+firmware files are there with their pinned digests, WPR2 is down), then reads the firmware
+images, boots the GSP (through booter_load on Ampere and Ada, through the FSP on Blackwell) and
+makes the device over the GSP's RPCs (:mod:`rig_nv_pci.held`, :mod:`rig_nv_pci.path`), whose
+stop stops the GSP again. This has run only against the simulated GPUs of the tests, never on
+hardware. :data:`NOT_BUILT` stays for callers that name the refusal of earlier releases.
 """
 
 from __future__ import annotations
@@ -241,11 +240,6 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
                 _wpr2_down_after_reset(f)
         except RigError as e:
             raise RigError(f"{name}: {_reason(e, bus)}") from e
-        if chip.family.boot != "booter":
-            raise OpenRefused(
-                f"{name}: {NOT_BUILT} (its {chip.name} passed every check before the boot: "
-                "its function, chip, firmware files and WPR2; it was given back)"
-            )
         try:
             images = held.read_images(chip, found)
         except RigError as e:
@@ -292,9 +286,7 @@ def gpu(
     until its stop, which stops the GSP (:mod:`rig_nv_pci.held`). A firmware image not laid out
     as its format says is refused naming the file; a boot that fails once the GSP's memory is
     taken, or a stop that could not take the boot down, leaves the GPU lost, and its next open
-    resets it first. **A Blackwell GPU's boot is not built in this release**: its ``make``
-    runs the open's preconditions and then raises :class:`rig_edge.OpenRefused` saying "the
-    GSP boot is not built in this release", having given back the function and the GPU's lock.
+    resets it first.
 
     Before that it raises :class:`rig_edge.OpenRefused`, naming the GPU, then the reason,
     having given back what it took, if: the machine's PCI functions cannot be listed; the

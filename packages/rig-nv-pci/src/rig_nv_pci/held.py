@@ -6,8 +6,10 @@ open-gpu-kernel-modules 570.144): the usable FB size from NV_USABLE_FB_SIZE_IN_M
 (ampere/ga102/dev_gc6_island_addendum.h: NV_PGC6_AON_SECURE_SCRATCH_GROUP_42, 0x001183a4, in
 MiB, as nouveau's ga102_fb_vidmem_size reads it), the FB layout
 (kgspCalculateFbLayout_TU102), the GSP's memory (:mod:`rig_nv_pci.gspmem`), the boot
-(:func:`rig_nv_pci.boot.boot_gsp`), then the device. Ampere and Ada (booter boots) only: the
-FSP boot's open (Blackwell) is not built yet.
+(:func:`rig_nv_pci.boot.boot_gsp`), then the device. A family that boots through its FSP
+(Blackwell) reads the same register (the generated HAL, g_kern_mem_sys_nvoc.c, gives every
+chip after GA100 kmemsysReadUsableFbSize_GA102), lays out only sizes
+(:func:`rig_nv_pci.layout.fmc_sizes`) and boots through :func:`rig_nv_pci.boot_fsp.boot_fsp`.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import boot, chips, fwimage, gspmem, layout
+from rig_nv_pci import boot, boot_fsp, chips, fwimage, gspmem, layout
 from rig_nv_pci.gsp import sysinfo
 from rig_nv_pci.path import Dma, PciPath
 from rig_nv_pci.stop import StopError, stop_gsp
@@ -46,20 +48,20 @@ class Taken(Protocol):
 
 @dataclass(frozen=True)
 class Images:
-    """The firmware of a booter boot, read and parsed."""
+    """The firmware of a boot, read and parsed: the booters of a booter boot (Ampere, Ada),
+    the FMC of an FSP boot (Blackwell; the boot parses it)."""
 
     gsp: fwimage.GspFirmware
     bootloader: fwimage.Bootloader
-    booter_load: bytes
-    booter_unload: bytes
+    booter_load: bytes = b""
+    booter_unload: bytes = b""
+    fmc: bytes = b""
 
 
 def read_images(chip: chips.Chip, files: dict[str, os.PathLike[str]]) -> Images:
     """Read and parse ``chip``'s firmware ``files`` (its family's names to paths); raises
     :class:`rig_edge.RigError` naming the file that is not laid out as its format says."""
     family = chip.family
-    if family.booter_load is None or family.booter_unload is None:
-        raise RigError(f"the {chip.name}'s boot through its FSP is not built in this release")
 
     def read(name: str) -> bytes:
         with open(files[name], "rb") as f:
@@ -70,8 +72,14 @@ def read_images(chip: chips.Chip, files: dict[str, os.PathLike[str]]) -> Images:
         gsp.signature(fwimage.FAMILIES[family.name])
         bootloader = fwimage.parse_bootloader(read(family.bootloader),
                                               str(files[family.bootloader]))
+        if family.fmc is not None:
+            fmc = read(family.fmc)
+            assert family.cot_version is not None
+            fwimage.parse_fmc(fmc, str(files[family.fmc]), cot_version=family.cot_version)
+            return Images(gsp, bootloader, fmc=fmc)
     except fwimage.FirmwareFormatError as e:
         raise RigError(f"a firmware file is not laid out as its format says: {e}") from e
+    assert family.booter_load is not None and family.booter_unload is not None
     return Images(gsp, bootloader, read(family.booter_load), read(family.booter_unload))
 
 
@@ -92,22 +100,35 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        "not report the GPU's memory")
     bl = images.bootloader
     image = images.gsp.image.data
-    plan = layout.fb_layout(chip.family, fb_mib << 20, len(image), len(bl.image))
+    family = chip.family
+    fsp_boot = family.boot == "fsp"
+    plan = (layout.fmc_sizes(family, fb_mib << 20) if fsp_boot else
+            layout.fb_layout(family, fb_mib << 20, len(image), len(bl.image)))
     memory = gspmem.build(
         f.alloc_dma, image=image, bootloader=bl.image, code_offset=bl.desc.monitor_code_offset,
         data_offset=bl.desc.monitor_data_offset, manifest_offset=bl.desc.manifest_offset,
         signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
         doorbell=boot.doorbell(bar0), name=name)
-    booted = boot.boot_gsp(bar0, name=name, booter_load=images.booter_load, memory=memory,
-                           alloc=f.alloc_dma, system=sysinfo.SystemInfo.for_function(f.info),
-                           app_version=bl.desc.app_version, timeout_s=timeout_s,
-                           init_timeout_s=init_timeout_s)
+    system = sysinfo.SystemInfo.for_function(f.info)
+    if fsp_boot:
+        booted = boot_fsp.boot_fsp(bar0, name=name, family=family, fmc=images.fmc,
+                                   memory=memory, alloc=f.alloc_dma, system=system,
+                                   app_version=bl.desc.app_version, timeout_s=timeout_s,
+                                   init_timeout_s=init_timeout_s)
+    else:
+        booted = boot.boot_gsp(bar0, name=name, booter_load=images.booter_load, memory=memory,
+                               alloc=f.alloc_dma, system=system,
+                               app_version=bl.desc.app_version, timeout_s=timeout_s,
+                               init_timeout_s=init_timeout_s)
 
     def stop() -> None:
         failure: BaseException | None = None
         try:
-            stop_gsp(bar0, booted, name=name, booter_unload=images.booter_unload,
-                     alloc=f.alloc_dma, timeout_s=timeout_s)
+            if fsp_boot:
+                stop_gsp(bar0, booted, name=name, family=family, timeout_s=timeout_s)
+            else:
+                stop_gsp(bar0, booted, name=name, booter_unload=images.booter_unload,
+                         alloc=f.alloc_dma, timeout_s=timeout_s)
         except StopError as e:
             failure = e if e.lost else None
         on_stopped(failure)
