@@ -104,7 +104,8 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
 
 @pytest.mark.parametrize("kind", [Memory.PINNED, Memory.MAPPED, Memory.DEVICE])
 def test_memory_is_mapped_by_the_gsp_where_the_path_says(ga102: Booted, kind: Memory) -> None:
-    p, s = ga102.path(), ga102.sim_rm
+    unmapped: list[memoryview] = []
+    p, s = ga102.path(unbar=unmapped.append), ga102.sim_rm
     a = p.alloc_memory(3 << 20 if kind is not Memory.PINNED else 0x3000, kind)
     assert a is not None and a.kind is kind
     assert pp.VA_BASE <= a.gpu < pp.VA_LIMIT and s.mappings[a.gpu] == (a.handle, a.length)
@@ -125,6 +126,8 @@ def test_memory_is_mapped_by_the_gsp_where_the_path_says(ga102: Booted, kind: Me
     assert flags & pp.MAP_FIXED
     p.free_memory(a)
     assert s.mappings == {} and a.handle not in ga102.firmware.peer.objects
+    # a Mapped region's BAR 1 view is given back with it
+    assert len(unmapped) == (kind is Memory.MAPPED) and all(v is a.undo.view for v in unmapped)
     if kind is Memory.PINNED:
         assert a.undo.dma.freed and a.handle not in s.sysmem
     b = p.alloc_memory(a.length, kind)

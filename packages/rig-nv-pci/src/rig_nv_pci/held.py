@@ -133,19 +133,29 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
             failure = e if e.lost else None
         on_stopped(failure)
 
+    windows: dict[int, Window] = {}  # id of a view handed out -> its window
+
     def bar(index: int, offset: int, length: int) -> memoryview:
-        w = f.window(index, offset, length)
+        # BAR 1 (prefetchable) write-combined, as NVIDIA's driver maps it for the host
+        w = f.window(index, offset, length, write_combined=index == 1)
         buffer = getattr(w, "buffer", None)
         if buffer is None:
+            w.close()
             raise RigError(f"{name}: BAR {index} cannot be mapped into the process (a "
                            "function taken through VFIO without mmap of its BARs)")
         view: memoryview = buffer()
+        windows[id(view)] = w
         return view
+
+    def unbar(view: memoryview) -> None:
+        w = windows.pop(id(view), None)
+        if w is not None:
+            w.close()
 
     try:
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
-                       poll=booted.channel.poll, on_closed=stop)
+                       poll=booted.channel.poll, on_closed=stop, unbar=unbar)
     except BaseException:
         stop()
         raise

@@ -208,6 +208,7 @@ class Undo:
     va: int | None
     size: int
     done: set[str] = field(default_factory=set)
+    view: memoryview | None = None  # Mapped memory: its BAR 1 view
 
 
 class Addresses:
@@ -241,7 +242,8 @@ class Addresses:
 
 class PciPath:
     """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
-    a read-write view of BAR ``i``, ``alloc_dma(n)`` system memory the GPU reaches (or
+    a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
+    ``alloc_dma(n)`` system memory the GPU reaches (or
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
     runs once the device stopped. Makes the device, subdevice, address space and its virtual
     range at once; raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP
@@ -251,10 +253,12 @@ class PciPath:
                  bar: Callable[[int, int, int], memoryview],
                  alloc_dma: Callable[[int], Dma | None], maps_host: bool,
                  hang_ms: int | None = None, poll: Callable[[], Any] | None = None,
-                 on_closed: Callable[[], None] | None = None) -> None:
+                 on_closed: Callable[[], None] | None = None,
+                 unbar: Callable[[memoryview], None] | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
+        self._unbar = unbar or (lambda view: None)
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
         self._addresses = Addresses(VA_BASE, VA_LIMIT)
@@ -371,9 +375,12 @@ class PciPath:
                     return None
                 handle, fb_offset = made
                 if kind is Memory.MAPPED:
-                    host = address_of(self._bar(1, fb_offset, size))
+                    undo.view = self._bar(1, fb_offset, size)
+                    host = address_of(undo.view)
             self._map(handle, size, va, huge)
         except BaseException:
+            if undo.view is not None:
+                self._unbar(undo.view)
             if handle is not None:
                 self._rm.free(handle)
             if undo.dma is not None:
@@ -413,6 +420,9 @@ class PciPath:
         if undo.va is not None:
             va = undo.va
             step("unmap", lambda: self._unmap(a.handle, va))
+        if undo.view is not None:
+            view = undo.view
+            step("bar", lambda: self._unbar(view))
         step("free", lambda: self._rm.free(a.handle))
         if undo.dma is not None:
             dma = undo.dma
@@ -430,7 +440,7 @@ class PciPath:
         return self._bar(0, NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET, length)
 
     def unmap_object(self, view: memoryview) -> None:
-        view.release()
+        self._unbar(view)
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         return Refusal(f"{self.name}: mapping the caller's memory for the GPU is not built on "
