@@ -23,7 +23,7 @@ from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
 import rig_pci.driver
-from rig_edge import OpenRefused, RigError
+from rig_edge import OpenRefused, Refusal, RigError
 from rig_nv import Device
 from rig_nv_pci import boot, chips, held, lock
 from rig_pci import FunctionInfo, Machine, Window, firmware
@@ -79,6 +79,9 @@ class SimFunction:
 
     def alloc_dma(self, n: int) -> sim.SimDma:
         return self.gpu.host.alloc_dma(n)
+
+    def map_host(self, address: int, length: int) -> sim.SimDma:
+        return self.gpu.host.map_host(address, length)
 
 
 def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLike[str]]:
@@ -313,3 +316,22 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         assert boot.wpr2_range(g.bar0()) is not None
     finally:
         s.stop()
+
+
+def test_a_gpu_behind_an_iommu_maps_the_callers_memory(ga102: Opened) -> None:
+    d = ga102.open()
+    try:
+        assert d.map_host(bytearray(100)) is Refusal.NEVER  # taken physically: maps_host False
+    finally:
+        d.stop()
+    ga102.function.maps_host = True
+    d = ga102.open()
+    try:
+        assert d.facts.maps_host
+        buffer = bytearray(0x2345)
+        region = d.map_host(buffer)
+        assert not isinstance(region, Refusal)
+        ga102.sim_rm.write(region.gpu + 0x2000, b"GPU")
+        assert buffer[0x2000:0x2003] == b"GPU"
+    finally:
+        d.stop()

@@ -12,6 +12,7 @@ Sizes asserted against open-gpu-kernel-modules 570.144: g_rpc-structures.h
 
 from __future__ import annotations
 
+import mmap
 import os
 import sys
 from collections.abc import Iterator
@@ -27,7 +28,7 @@ from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
 from test_stop import stop, stop_rig
 
 import rig_nv
-from rig_edge import Lost, Memory
+from rig_edge import Lost, Memory, Refusal
 from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
@@ -299,3 +300,24 @@ def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all
         d.stop()
     assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
     assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+
+
+def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_physically(
+    ga102: Booted,
+) -> None:
+    host = ga102.rig.gpu.host
+    p, s = ga102.path(), ga102.sim_rm
+    assert p.map_host(0x7000_0000, 0x1000) is Refusal.NEVER  # maps_host False
+    p = pp.PciPath("NV-PCI", BUS, ga102.booted.rm, bar=s.bar, alloc_dma=host.alloc_dma,
+                   maps_host=True, map_dma=host.map_host)
+    buffer = mmap.mmap(-1, 0x3000)
+    address = pp.address_of(memoryview(buffer))
+    a = p.map_host(address, 0x3000)
+    assert not isinstance(a, Refusal) and a.host == address and a.kind is Memory.PINNED
+    assert s.mappings[a.gpu] == (a.handle, 0x3000) and len(s.sysmem[a.handle]) == 3
+    s.write(a.gpu + 0x1FFC, b"from the GPU")
+    assert buffer[0x1FFC:0x2008] == b"from the GPU"
+    buffer[0:4] = b"host"
+    assert s.read(a.gpu, 4) == b"host"
+    p.free_memory(a)
+    assert s.mappings == {} and s.sysmem == {} and a.undo.dma.freed

@@ -45,6 +45,8 @@ class Taken(Protocol):
 
     def alloc_dma(self, n: int) -> Dma | None: ...
 
+    def map_host(self, address: int, length: int) -> Dma | None: ...
+
 
 @dataclass(frozen=True)
 class Images:
@@ -155,7 +157,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     try:
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
-                       poll=booted.channel.poll, on_closed=stop, unbar=unbar)
+                       poll=booted.channel.poll, on_closed=stop, unbar=unbar,
+                       map_dma=f.map_host)
     except BaseException:
         stop()
         raise

@@ -243,7 +243,8 @@ class Addresses:
 class PciPath:
     """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
     a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
-    ``alloc_dma(n)`` system memory the GPU reaches (or
+    ``map_dma(address, length)`` the process's own pages for the GPU (behind an IOMMU:
+    rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
     runs once the device stopped. Makes the device, subdevice, address space and its virtual
     range at once; raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP
@@ -254,11 +255,13 @@ class PciPath:
                  alloc_dma: Callable[[int], Dma | None], maps_host: bool,
                  hang_ms: int | None = None, poll: Callable[[], Any] | None = None,
                  on_closed: Callable[[], None] | None = None,
-                 unbar: Callable[[memoryview], None] | None = None) -> None:
+                 unbar: Callable[[memoryview], None] | None = None,
+                 map_dma: Callable[[int, int], Dma | None] | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
+        self._map_dma = map_dma
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
         self._addresses = Addresses(VA_BASE, VA_LIMIT)
@@ -443,8 +446,32 @@ class PciPath:
         self._unbar(view)
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
-        return Refusal(f"{self.name}: mapping the caller's memory for the GPU is not built on "
-                       "the PCI path yet")
+        """The caller's pages ``[address, address+length)`` (whole pages) for the GPU, at a GPU
+        address of their own: mapped by the IOMMU, registered with the GSP as Pinned memory
+        is, and mapped. ``NEVER`` for a GPU taken physically (the spec: its pages would go
+        back to the system at the process's death with the GPU still writing them);
+        ``NO_ROOM`` once RLIMIT_MEMLOCK or the GPU's addresses run out."""
+        if not self.maps_host or self._map_dma is None:
+            return Refusal.NEVER
+        dma = self._map_dma(address, length)
+        if dma is None:
+            return Refusal.NO_ROOM
+        with self._lock:
+            va = self._addresses.take(length, SMALL)
+        if va is None:
+            dma.free()
+            return Refusal.NO_ROOM
+        handle: int | None = None
+        try:
+            handle = self._describe(dma, length)
+            self._map(handle, length, va, False)
+        except BaseException:
+            if handle is not None:
+                self._rm.free(handle)
+            dma.free()
+            self._give_va(va, length)
+            raise
+        return Allocation(va, address, length, Memory.PINNED, handle, Undo(dma, va, length))
 
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
         raise RigError(f"{self.name}: exporting memory is not built on the PCI path yet")

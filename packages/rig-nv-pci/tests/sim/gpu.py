@@ -5,6 +5,7 @@ booter_load, booter_unload).
 
 from __future__ import annotations
 
+import ctypes
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -35,6 +36,15 @@ class HostMemory:
         n = -(-n // 4096) * 4096
         buf = SimDma(self.next, bytearray(n))
         self.next += n + 0x10000
+        self.buffers.append(buf)
+        return buf
+
+    def map_host(self, address: int, length: int) -> SimDma:
+        """The process's own ``length`` bytes at ``address`` given bus addresses (what an
+        IOMMU mapping does for them)."""
+        pages = (ctypes.c_char * length).from_address(address)
+        buf = SimDma(self.next, memoryview(pages).cast("B"))  # type: ignore[arg-type]
+        self.next += length + 0x10000
         self.buffers.append(buf)
         return buf
 
