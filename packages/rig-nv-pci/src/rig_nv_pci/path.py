@@ -23,6 +23,8 @@ open-gpu-kernel-modules 570.144, with no UVM:
   registered with the GSP as a GSP client registers memory (mem.c memRegisterWithGsp_IMPL):
   ALLOC_MEMORY of NV01_MEMORY_LIST_SYSTEM (cl84a0.h) with one page address per page
   (rpcAllocMemory_v13_01's IS_GSP_CLIENT branch), freed by FREE; then mapped.
+- The caller's own pages (map_host): behind an IOMMU mapped by it (rig_pci.Function.map_host),
+  then registered and mapped as Pinned memory; a GPU taken physically refuses them (NEVER).
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
 
