@@ -23,7 +23,7 @@ from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
 import rig_pci.driver
-from rig_edge import OpenRefused, Refusal, RigError
+from rig_edge import Lost, OpenRefused, Refusal, RigError
 from rig_nv import Device
 from rig_nv_pci import boot, chips, held, lock
 from rig_pci import FunctionInfo, Machine, Window, firmware
@@ -145,6 +145,20 @@ def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
         assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
 
 
+def test_the_gsps_events_are_kept_for_messages(ga102: Opened) -> None:
+    d = ga102.open()
+    try:
+        a, b = d.alloc(2 << 20), d.alloc(2 << 20)
+        assert a is not None and b is not None
+        with pytest.raises(Lost):
+            d.copy(a, b).wait(timeout_s=5.0)  # rig's copy kernels: no SM is simulated
+    finally:
+        d.stop()  # its RPCs read what the GSP sent meanwhile
+    assert isinstance(d.path, held.PciPath) and d.path.events is not None
+    assert "RC_TRIGGERED: ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on channel 1" in (
+        d.path.events.text())
+
+
 def test_no_fb_size_is_refused_before_the_boot(ga102: Opened) -> None:
     ga102.rig.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = 0
     with pytest.raises(RigError, match="GPU 0: NV_USABLE_FB_SIZE_IN_MB reads 0x0"):
@@ -224,6 +238,7 @@ def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         assert d.facts.name == "NV-PCI" and d.facts.arch == "sm_86" and d.completed() == 2
         assert d.facts.hang_ms == rig_pci.driver.hang_ms == 30_000 and not d.facts.maps_host
+        assert isinstance(d.path, held.PciPath) and d.path.events is not None
         assert lock.held(machine, BUS) and not takes[-1].closed
         d.stop()
         assert takes[-1].closed and ga102.firmware.boots == round

@@ -22,7 +22,8 @@ from typing import Protocol
 from rig_edge import RigError
 from rig_nv import Device, make
 from rig_nv_pci import boot, boot_fsp, chips, fwimage, gspmem, layout
-from rig_nv_pci.gsp import sysinfo
+from rig_nv_pci.gsp import rpc, sysinfo
+from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
 from rig_nv_pci.stop import StopError, stop_gsp
 from rig_pci import FunctionInfo, Window
@@ -112,16 +113,23 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
         doorbell=boot.doorbell(bar0), name=name)
     system = sysinfo.SystemInfo.for_function(f.info)
+    log = EventLog(name)
+
+    def on_event(event: rpc.Incoming) -> None:
+        try:
+            log.take(event)
+        except EventError as e:  # kept as a line: a garbled event must not fail an RPC
+            log.lines.append(str(e))
     if fsp_boot:
         booted = boot_fsp.boot_fsp(bar0, name=name, family=family, fmc=images.fmc,
                                    memory=memory, alloc=f.alloc_dma, system=system,
                                    app_version=bl.desc.app_version, timeout_s=timeout_s,
-                                   init_timeout_s=init_timeout_s)
+                                   init_timeout_s=init_timeout_s, on_event=on_event)
     else:
         booted = boot.boot_gsp(bar0, name=name, booter_load=images.booter_load, memory=memory,
                                alloc=f.alloc_dma, system=system,
                                app_version=bl.desc.app_version, timeout_s=timeout_s,
-                               init_timeout_s=init_timeout_s)
+                               init_timeout_s=init_timeout_s, on_event=on_event)
 
     def stop() -> None:
         failure: BaseException | None = None
@@ -158,7 +166,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
-                       map_dma=f.map_host)
+                       map_dma=f.map_host, events=log)
     except BaseException:
         stop()
         raise

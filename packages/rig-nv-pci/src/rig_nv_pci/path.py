@@ -59,6 +59,7 @@ from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import RM, Allocation, RMError, page_rounded
 from rig_nv.status import NV_ERR_NO_MEMORY
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp.events import EventLog
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
 NV01_MEMORY_LIST_SYSTEM = 0x81  # cl84a0.h
@@ -245,7 +246,8 @@ class Addresses:
 class PciPath:
     """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
     a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
-    ``map_dma(address, length)`` the process's own pages for the GPU (behind an IOMMU:
+    ``events`` the log its boot's events go to, ``map_dma(address, length)`` the process's
+    own pages for the GPU (behind an IOMMU:
     rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
     runs once the device stopped. Makes the device, subdevice, address space and its virtual
@@ -258,12 +260,16 @@ class PciPath:
                  hang_ms: int | None = None, poll: Callable[[], Any] | None = None,
                  on_closed: Callable[[], None] | None = None,
                  unbar: Callable[[memoryview], None] | None = None,
-                 map_dma: Callable[[int, int], Dma | None] | None = None) -> None:
+                 map_dma: Callable[[int, int], Dma | None] | None = None,
+                 events: EventLog | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
         self._map_dma = map_dma
+        # What the GSP's events said (its boot's on_event), kept for messages: the GSP writes
+        # a stopped channel's error notifiers itself, which is how the device learns of it.
+        self.events = events
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
         self._addresses = Addresses(VA_BASE, VA_LIMIT)
