@@ -25,6 +25,11 @@ BUS = "0000:01:00.0"
 GA102, AD104, GB202 = 0x172A1000, 0x194A1000, 0x1B2A1000  # BOOT_42: arch 29:24, impl 23:20
 GH100 = 0x180A1000
 BOOT_42, WPR2_HI = 0xA00, 0x1FA828
+PROM = 0x300000  # NV_PROM_DATA (nouveau shadowrom.c, nova-core vbios.rs)
+sys.path.insert(0, str(Path(__file__).parent))
+import firmware_builders  # noqa: E402
+
+VBIOS = firmware_builders.build_vbios().data
 REPO_SRC = [str(p) for p in sorted(Path(__file__).resolve().parents[2].glob("*/src"))]
 
 
@@ -58,6 +63,9 @@ def add_gpu(root: Path, bus: str = BUS, *, boot42: int = GA102, wpr2: int = 0,
                        **kwargs)  # type: ignore[arg-type]
     poke(dev, BOOT_42, boot42)
     poke(dev, WPR2_HI, wpr2)
+    with open(dev / "resource0", "r+b") as f:  # a VBIOS with a FWSEC, in the PROM window
+        f.seek(PROM)
+        f.write(VBIOS)
     return dev
 
 
@@ -287,6 +295,17 @@ def test_a_gpu_that_does_not_answer(tmp_path: Path) -> None:
         "it does not answer: NV_PMC_BOOT_42 reads 0xffffffff (its runtime power state is "
         "suspended)"
     )
+
+
+def test_a_vbios_without_fwsec_is_refused_before_anything_changes(tmp_path: Path) -> None:
+    machine, sysfs = here(tmp_path)
+    dev = add_gpu(tmp_path, boot42=AD104)
+    with open(dev / "resource0", "r+b") as f:
+        f.seek(PROM)
+        f.write(bytes(len(VBIOS)))
+    assert "its VBIOS (read through the PROM window) has no usable FWSEC: " in refusal(machine)
+    given_back(machine)
+    assert sysfs.writes == []
 
 
 @pytest.mark.parametrize(("boot42", "family", "files"),

@@ -162,6 +162,19 @@ def _wpr2_down_after_reset(f: Function) -> None:
 # ---- the opener --------------------------------------------------------------------------------
 
 
+def _fwsec(f: Function) -> None:
+    """Raise :class:`rig_edge.RigError` saying what the VBIOS lacks if it has no FWSEC this
+    library runs (an Ampere or Ada boot runs FWSEC-FRTS; read through the PROM window, before
+    anything changes on the GPU)."""
+    w = f.window(0)
+    try:
+        boot.read_vbios(w)
+    except boot.BootError as e:
+        raise RigError(str(e)) from e
+    finally:
+        w.close()
+
+
 def _firmware(
     chip: chips.Chip, dirs: Sequence[str | os.PathLike[str]]
 ) -> dict[str, os.PathLike[str]]:
@@ -226,6 +239,8 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
             )
         try:
             chip = chips.identify(_boot42(f))
+            if chip.family.boot == "booter":
+                _fwsec(f)
             found = _firmware(chip, dirs)
             lost = (machine.name, bus) in _lost
             if lost or _wpr2_up(f) is not None:
@@ -294,10 +309,11 @@ def gpu(
     process holds it already, or another process's open or change holds it; its function cannot
     be taken (:meth:`rig_pci.Function.take`'s reason: its IOMMU group, VFIO, lockdown,
     permissions); the machine is reached through a transport, whose memory is not this
-    process's; its chip (NV_PMC_BOOT_42) is not one this library boots, naming it; a firmware
-    file is missing, naming the directories searched and the files found with another digest;
-    or its protected memory (WPR2) is up and still up after the reset the open then runs (a GPU
-    so reset stays reset). Not checked yet: the VBIOS's FWSEC.
+    process's; its chip (NV_PMC_BOOT_42) is not one this library boots, naming it; on Ampere
+    and Ada, its VBIOS (read through the PROM window) has no FWSEC this library runs, naming
+    what it lacks; a firmware file is missing, naming the directories searched and the files
+    found with another digest; or its protected memory (WPR2) is up and still up after the
+    reset the open then runs (a GPU so reset stays reset).
 
     Opens and changes of GPUs run one at a time in the process; ``make`` called from inside
     another open or change raises :class:`rig_edge.Misuse`. Raises :class:`rig_edge.Misuse` (a
