@@ -18,6 +18,21 @@ import pytest
 pytestmark = pytest.mark.gpu
 CUBIN = Path(__file__).resolve().parents[2] / "rig-nv" / "tests" / "cubins" / "kernels.sm_90.cubin"
 
+# The end of every faulting child: stop the lost device, open GPU 0 again in the same process
+# and check a vadd of fresh random data (the child sets vadd_cubin, the kernels' path).
+REOPEN = textwrap.dedent("""
+    d.stop()
+    d = rig_nv_nvidia.gpu(0).open()
+    kernels = d.load(open(vadd_cubin, "rb").read())
+    a = np.random.default_rng().random(1024, dtype=np.float32)
+    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
+    d.upload(r, a.tobytes())
+    d.launch(kernels["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
+    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
+    print("REOPENED", bool(np.array_equal(got, a + a)))
+    d.stop()
+""")
+
 CHILD = textwrap.dedent("""
     import numpy as np, sys
     import rig_nv_nvidia
@@ -39,17 +54,8 @@ CHILD = textwrap.dedent("""
     except Lost as e:
         print("LOST", e.reason)
     print("FACTS", d.facts.arch)
-    d.stop()
-    d = rig_nv_nvidia.gpu(0).open()
-    img = d.load(cubin)
-    a = np.random.default_rng().random(1024, dtype=np.float32)
-    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
-    d.upload(r, a.tobytes())
-    d.launch(img["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
-    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
-    print("REOPENED", bool(np.array_equal(got, a + a)))
-    d.stop()
-""")
+    vadd_cubin = sys.argv[1]
+""") + REOPEN
 
 
 def faulting_child(script: str, *args: str) -> list[str]:
@@ -104,17 +110,8 @@ KIND_CHILD = textwrap.dedent("""
         sys.exit(1)
     except Lost as e:
         print("LOST", e.reason)
-    d.stop()
-    d = rig_nv_nvidia.gpu(0).open()
-    kernels = d.load(open(sys.argv[3], "rb").read())
-    a = np.random.default_rng().random(1024, dtype=np.float32)
-    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
-    d.upload(r, a.tobytes())
-    d.launch(kernels["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
-    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
-    print("REOPENED", bool(np.array_equal(got, a + a)))
-    d.stop()
-""")
+    vadd_cubin = sys.argv[3]
+""") + REOPEN
 
 
 @pytest.mark.parametrize("kernel", ["trap", "misaligned", "breakpoint"])
@@ -175,17 +172,8 @@ HANG_CHILD = textwrap.dedent("""
     except Lost as e:
         print("LOST", round(time.monotonic() - start), "|", e.reason)
     word.value = 1  # the spin kernel ends: the GPU recovers
-    d.stop()
-    d = rig_nv_nvidia.gpu(0).open()
-    kernels = d.load(open(sys.argv[2], "rb").read())
-    a = np.random.default_rng().random(1024, dtype=np.float32)
-    r = d.alloc(4096, Memory.DEVICE); o = d.alloc(4096, Memory.DEVICE)
-    d.upload(r, a.tobytes())
-    d.launch(kernels["vadd"], (4,), (256,), (r, r, o, 1024)).wait()
-    got = np.frombuffer(bytes(d.download(o)), dtype=np.float32)
-    print("REOPENED", bool(np.array_equal(got, a + a)))
-    d.stop()
-""")
+    vadd_cubin = sys.argv[2]
+""") + REOPEN
 
 
 def test_a_kernel_without_progress_is_given_up_after_hang_ms() -> None:
