@@ -695,7 +695,7 @@ class Device:
                 try:
                     path.unmap_object(self._doorbell)
                 except OSError as e:
-                    failed = e
+                    failed = failed or e
             if channels_freed:
                 kept = [a for entries in self._cache.values() for _, a in entries]
                 self._cache.clear()
