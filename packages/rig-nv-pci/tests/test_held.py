@@ -327,7 +327,7 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         # next open (rig_nv_pci._open) resets the GPU first (a reset the simulated GB202 does
         # not model, so it is not opened again here)
         assert stops == [None] and firmware.suspended
-        assert s.vidmem == {} and s.sysmem == {}
+        assert s.fbmem == {} and s.sysmem == {}
         assert boot.wpr2_range(g.bar0()) is not None
     finally:
         s.stop()

@@ -33,7 +33,7 @@ from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
-from rig_nv_pci import boot, chips, gspmem, layout
+from rig_nv_pci import boot, chips, gspmem, layout, vidmem
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
 from rig_nv_pci.gsp import rpc
@@ -51,7 +51,8 @@ class Booted:
     def path(self, **kw: object) -> pp.PciPath:
         return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
                           alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
-                          poll=self.booted.channel.poll, **kw)  # type: ignore[arg-type]
+                          poll=self.booted.channel.poll,
+                          fb_regions=self.booted.static.fb_regions, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -156,16 +157,70 @@ def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     ga102: Booted,
 ) -> None:
     p, s = ga102.path(), ga102.sim_rm
-    s.refuse.add(sim.gsp_rm.LOCAL_USER)
+    whole = p.heap.take(p.heap.size)  # the heap full
+    assert whole is not None
     assert p.alloc_memory(1 << 20, Memory.DEVICE) is None
-    s.refuse.clear()
+    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    p.heap.give(whole, p.heap.size)
     objects = dict(ga102.firmware.peer.objects)
     s.virtual[p.h_virtual] = (0, 1 << 20)  # the GSP's range no longer covers the path's
     with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_INVALID_OFFSET"):
         p.alloc_memory(0x2000, Memory.PINNED)
-    assert ga102.firmware.peer.objects == objects and s.sysmem == {}
+    with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_INVALID_OFFSET"):
+        p.alloc_memory(0x2000, Memory.DEVICE)
+    assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
     assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
     assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.heap.free == p.heap.ranges
+
+
+def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
+    ga102: Booted,
+) -> None:
+    """The heap is the static info's usable region (neither the reserved region at the FB's
+    start nor the protected one at its end); each block goes to the GSP as
+    NV01_MEMORY_LIST_FBMEM, contiguous, one PTE; NV01_MEMORY_LOCAL_USER is never asked for
+    (the simulated GSP-RM refuses it)."""
+    p, s = ga102.path(), ga102.sim_rm
+    reserved, protected = sim.gsp_rm.RESERVED, sim.gsp_rm.PROTECTED
+    assert p.heap.ranges == [(reserved, s.fb_size - reserved - protected)]
+    a = p.alloc_memory(0x3000, Memory.DEVICE)
+    b = p.alloc_memory(3 << 20, Memory.MAPPED)
+    assert a is not None and b is not None
+    assert s.fbmem[a.handle] == (reserved, 0x3000) and a.undo.fb == reserved
+    assert s.fbmem[b.handle] == (4 << 20, 4 << 20)  # 2 MiB pages: 2 MiB aligned
+    described = [q for q in ga102.firmware.peer.requests
+                 if q.function == rpc.Function.ALLOC_MEMORY]
+    for q in described:
+        cls, flags = (int.from_bytes(q.payload[i:i + 4], "little") for i in (12, 16))
+        count = int.from_bytes(q.payload[40:44], "little")
+        assert (cls, flags, count) == (vidmem.NV01_MEMORY_LIST_FBMEM, 0x200, 1)
+        assert int.from_bytes(q.payload[24:28], "little") == vidmem.KIND_GENERIC
+    assert len(described) == 2
+    allocs = [rpc.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
+              if q.function == rpc.Function.GSP_RM_ALLOC]
+    assert sim.gsp_rm.LOCAL_USER not in [x.h_class for x in allocs]
+    # a Mapped region's BAR 1 view is its video memory
+    assert b.host is not None
+    view(b.host, 8)[:] = b"bar1 vid"
+    assert bytes(s.vram[4 << 20:(4 << 20) + 8]) == b"bar1 vid"
+    p.free_memory(a)
+    p.free_memory(b)
+    assert s.fbmem == {} and p.heap.free == p.heap.ranges
+
+
+def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102: Booted) -> None:
+    p, s = ga102.path(), ga102.sim_rm
+    with pytest.raises(RMError, match="NV_ERR_NOT_SUPPORTED"):
+        p.rm.alloc(p.h_device, p.rm.new_handle(), sim.gsp_rm.LOCAL_USER,
+                   bytearray(p.ffi.sizeof("NV_MEMORY_ALLOCATION_PARAMS")))
+    for at in (0, s.fb_size - sim.gsp_rm.PROTECTED):  # the reserved and protected regions
+        payload = rpc.encode_alloc_memory(p.rm.client, p.h_device, p.rm.new_handle(),
+                                          vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
+                                          0x1000, [at])
+        reply = ga102.booted.channel.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
+        assert rpc.result_status(reply.result) == sim.gsp_rm.NV_ERR_INVALID_ARGUMENT
+    assert s.fbmem == {}
 
 
 def test_the_usermode_page_is_bar0s_virtual_function_range(ga102: Booted) -> None:
@@ -199,7 +254,7 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
         d.stop()
     # the stop freed the device and everything under it on the GSP, and gave back the memory
     assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
-    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {} and s.channels == {}
+    assert s.fbmem == {} and s.sysmem == {} and s.mappings == {} and s.channels == {}
     # system memory: the timeline, two pushbuffers, two error notifiers, the launch arena
     made = ga102.rig.gpu.host.buffers[before:]
     assert sorted(b.length for b in made) == [4096] * 3 + [2 << 20] * 2 + [4 << 20]
@@ -222,7 +277,8 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
 
             path = pp.PciPath("NV-PCI", BUS, booted.rm, bar=s.bar,
                               alloc_dma=r.gpu.host.alloc_dma, maps_host=False,
-                              poll=booted.channel.poll, on_closed=stop_the_gsp)
+                              poll=booted.channel.poll, on_closed=stop_the_gsp,
+                              fb_regions=booted.static.fb_regions)
             d = rig_nv.make(path)
             assert d.completed() == 2 and firmware.boots == round + 1
             d.stop()
@@ -231,7 +287,7 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
             assert stops == ["stopped"] * (round + 1)
             assert firmware.peer.objects == {} and firmware.suspended
             assert boot.wpr2_range(r.bar0) is None
-            assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+            assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
     finally:
         s.stop()
 
@@ -253,7 +309,7 @@ def test_a_refused_make_still_stops_the_gsp(ga102: Booted) -> None:
     with pytest.raises(RMError, match="class 0xa06c"):
         rig_nv.make(p)
     assert stopped == [True] and ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
-    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+    assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
 
 
 def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Booted) -> None:
@@ -277,7 +333,7 @@ def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Bo
         assert described and int.from_bytes(described[0].payload[40:44], "little") == 8192
     finally:
         d.stop()
-    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+    assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
 
 
 def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all_back(
@@ -299,7 +355,7 @@ def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all
     finally:
         d.stop()
     assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
-    assert s.vidmem == {} and s.sysmem == {} and s.mappings == {}
+    assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
 
 
 def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_physically(
@@ -309,7 +365,8 @@ def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_ph
     p, s = ga102.path(), ga102.sim_rm
     assert p.map_host(0x7000_0000, 0x1000) is Refusal.NEVER  # maps_host False
     p = pp.PciPath("NV-PCI", BUS, ga102.booted.rm, bar=s.bar, alloc_dma=host.alloc_dma,
-                   maps_host=True, map_dma=host.map_host)
+                   maps_host=True, map_dma=host.map_host,
+                   fb_regions=ga102.booted.static.fb_regions)
     buffer = mmap.mmap(-1, 0x3000)
     address = pp.address_of(memoryview(buffer))
     a = p.map_host(address, 0x3000)

@@ -166,7 +166,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
-                       map_dma=f.map_host, events=log)
+                       map_dma=f.map_host, events=log,
+                       fb_regions=booted.static.fb_regions)
     except BaseException:
         stop()
         raise

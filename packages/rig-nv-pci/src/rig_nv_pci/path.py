@@ -14,11 +14,13 @@ open-gpu-kernel-modules 570.144, with no UVM:
   path chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED (virtual_mem.c
   virtmemMapTo_IMPL sends NV_RM_RPC_MAP_MEMORY_DMA for memory the RM made by RPC), and
   UNMAP_MEMORY_DMA to end it.
-- Device memory: NV01_MEMORY_LOCAL_USER made on the GSP (GSP_RM_ALLOC with
-  NV_MEMORY_ALLOCATION_PARAMS), then mapped.
-- Mapped memory: the same, contiguous; the host sees it through BAR 1 at the offset the RM
-  placed it in video memory (BAR 1 as the range of the GPU's memory the host addresses, the
-  Rig_nv_pci spec's model: this path assumes BAR 1 maps video memory one to one).
+- Device memory: video memory from the path's own heap (:mod:`rig_nv_pci.vidmem`, over the
+  FB regions GET_GSP_STATIC_INFO reported, as CPU-RM's heap for a GSP client), registered
+  with the GSP as CPU-RM registers it (mem.c memRegisterWithGsp_IMPL: ALLOC_MEMORY of
+  NV01_MEMORY_LIST_FBMEM, cl84a0.h 0x82, one PTE for the contiguous block), then mapped.
+- Mapped memory: the same; the host sees it through BAR 1 at its offset in video memory
+  (BAR 1 as the range of the GPU's memory the host addresses, the Rig_nv_pci spec's model:
+  this path assumes BAR 1 maps video memory one to one).
 - Pinned memory (and channels' error notifiers): system memory the process allocates for DMA,
   registered with the GSP as a GSP client registers memory (mem.c memRegisterWithGsp_IMPL):
   ALLOC_MEMORY of NV01_MEMORY_LIST_SYSTEM (cl84a0.h) with one page address per page
@@ -31,15 +33,14 @@ open-gpu-kernel-modules 570.144, with no UVM:
 GPU addresses come from the path's own range; a region's host and GPU addresses differ here
 (the spec's coinciding addresses need the process's reservation, not built yet).
 
-Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: for a GSP client CPU-RM takes
-video memory from its own heap (video_mem.c skips NV_RM_RPC_ALLOC_VIDMEM under IS_GSP_CLIENT,
-so bRpcAlloc stays false) and writes the GPU's page tables itself (gpu_vaspace.c, the GSP told
-of the server's reserved PDEs by NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES);
-virtual_mem.c sends MAP_MEMORY_DMA only for bRpcAlloc memory (the vGPU guest's model). Whether
-GSP-RM serves NV01_MEMORY_LOCAL_USER allocs and MAP_MEMORY_DMA from a GSP client is not in the
-open sources; the simulated GSP of the tests does. Channels as a GSP client also give the GSP
-their instance block, RAMFC, USERD and method buffer (kernel_channel.c
-_kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem), not built yet.
+Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: for a GSP client CPU-RM
+writes the GPU's page tables itself (gpu_vaspace.c, the GSP told of the server's reserved PDEs
+by NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES); virtual_mem.c sends MAP_MEMORY_DMA
+only for bRpcAlloc memory (the vGPU guest's model). Whether GSP-RM serves MAP_MEMORY_DMA from
+a GSP client is not in the open sources; the simulated GSP of the tests does. Channels as a
+GSP client also give the GSP their instance block, RAMFC, USERD and method buffer
+(kernel_channel.c _kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem),
+not built yet.
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,26 +58,17 @@ from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.hostmem import view
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import RM, Allocation, RMError, page_rounded
-from rig_nv.status import NV_ERR_NO_MEMORY
+from rig_nv_pci import vidmem
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
+from rig_nv_pci.gsp.static_info import FbRegion
+from rig_nv_pci.vidmem import Addresses, Heap
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
 NV01_MEMORY_LIST_SYSTEM = 0x81  # cl84a0.h
-# NVOS32_ALLOC_FLAGS (nvos.h): IGNORE_BANK_PLACEMENT 0x1, ALIGNMENT_FORCE 0x100,
-# MEMORY_HANDLE_PROVIDED 0x4000, MAP_NOT_REQUIRED 0x8000, PERSISTENT_VIDMEM 0x10000;
-# FIXED_ADDRESS_ALLOCATE 0x10 and VIRTUAL 0x80000 for the virtual range.
-ALLOC_FLAGS = 0x1 | 0x100 | 0x4000 | 0x8000 | 0x10000
+# NVOS32_ALLOC_FLAGS (nvos.h): FIXED_ADDRESS_ALLOCATE 0x10, MEMORY_HANDLE_PROVIDED 0x4000,
+# VIRTUAL 0x80000: the virtual range.
 VIRTUAL_FLAGS = 0x80000 | 0x10 | 0x4000
-# NVOS32_ATTR: PAGE_SIZE 24:23 (4KB 1, HUGE 3), PHYSICALITY 28:27 (CONTIGUOUS 2,
-# ALLOW_NONCONTIGUOUS 3); LOCATION 26:25 VIDMEM 0.
-ATTR_4KB, ATTR_HUGE = 1 << 23, 3 << 23
-ATTR_CONTIGUOUS, ATTR_ALLOW_NONCONTIGUOUS = 2 << 27, 3 << 27
-# NVOS32_ATTR2: ZBC_PREFER_NO_ZBC 1, GPU_CACHEABLE_YES 1 << 2, PAGE_SIZE_HUGE_2MB 1 << 20.
-ATTR2_GPU_CACHED = 0x1 | (1 << 2)
-ATTR2_HUGE_2MB = 1 << 20
-NVOS32_TYPE_IMAGE = 0
-KIND_GENERIC = 6  # NV_MMU_PTE_KIND_GENERIC_MEMORY
 # NVOS02_FLAGS (nvos.h): PHYSICALITY 7:4 NONCONTIGUOUS 1, LOCATION 11:8 PCI 0,
 # COHERENCY 15:12 CACHED 1.
 SYSTEM_FLAGS = (1 << 4) | (1 << 12)
@@ -212,35 +204,7 @@ class Undo:
     size: int
     done: set[str] = field(default_factory=set)
     view: memoryview | None = None  # Mapped memory: its BAR 1 view
-
-
-class Addresses:
-    """A first-fit allocator of GPU addresses in [base, limit)."""
-
-    def __init__(self, base: int, limit: int) -> None:
-        self.free: list[tuple[int, int]] = [(base, limit - base)]
-
-    def take(self, size: int, align: int) -> int | None:
-        for i, (at, n) in enumerate(self.free):
-            start = (at + align - 1) // align * align
-            if start + size <= at + n:
-                rest = [(at, start - at)] if start > at else []
-                if start + size < at + n:
-                    rest.append((start + size, at + n - start - size))
-                self.free[i:i + 1] = rest
-                return start
-        return None
-
-    def give(self, at: int, size: int) -> None:
-        self.free.append((at, size))
-        self.free.sort()
-        merged: list[tuple[int, int]] = []
-        for a, n in self.free:
-            if merged and merged[-1][0] + merged[-1][1] == a:
-                merged[-1] = (merged[-1][0], merged[-1][1] + n)
-            else:
-                merged.append((a, n))
-        self.free = merged
+    fb: int | None = None  # video memory: its offset in the path's heap
 
 
 class PciPath:
@@ -250,7 +214,8 @@ class PciPath:
     own pages for the GPU (behind an IOMMU:
     rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
-    runs once the device stopped. Makes the device, subdevice, address space and its virtual
+    runs once the device stopped, ``fb_regions`` the FB regions GSP-RM reported (the
+    path's heap of video memory). Makes the device, subdevice, address space and its virtual
     range at once; raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP
     refuses them."""
 
@@ -261,7 +226,7 @@ class PciPath:
                  on_closed: Callable[[], None] | None = None,
                  unbar: Callable[[memoryview], None] | None = None,
                  map_dma: Callable[[int, int], Dma | None] | None = None,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None, fb_regions: Sequence[FbRegion] = ()) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -273,6 +238,8 @@ class PciPath:
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
         self._addresses = Addresses(VA_BASE, VA_LIMIT)
+        # video memory: the path's own heap over the FB regions GSP-RM reported
+        self.heap = Heap(fb_regions)
         self.ffi = rm_ffi(rm.layouts)
         client = rm.client
         self.h_device = self._rm.new_handle()
@@ -339,22 +306,29 @@ class PciPath:
                           rpc.result_status(reply.result))
         return handle
 
-    def _vidmem(self, size: int, huge: bool, contiguous: bool) -> tuple[int, int] | None:
-        """Video memory made on the GSP: its handle and where in video memory it lies."""
-        attr = (ATTR_CONTIGUOUS if contiguous else ATTR_ALLOW_NONCONTIGUOUS) | (
-            ATTR_HUGE if huge else ATTR_4KB)
+    def _vidmem(self, size: int, huge: bool) -> tuple[int, int] | None:
+        """Video memory from the path's heap, registered with the GSP as CPU-RM registers its
+        heap's memory (memRegisterWithGsp_IMPL: ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM, one
+        PTE for contiguous memory): its handle and FB offset; ``None`` when the heap is
+        full."""
+        with self._lock:
+            at = self.heap.take(size, HUGE if huge else SMALL)
+        if at is None:
+            return None
         handle = self._rm.new_handle()
-        p = Params(self.ffi, "NV_MEMORY_ALLOCATION_PARAMS", owner=self._rm.client,
-                   type=NVOS32_TYPE_IMAGE, flags=ALLOC_FLAGS, attr=attr,
-                   attr2=ATTR2_GPU_CACHED | (ATTR2_HUGE_2MB if huge else 0), format=KIND_GENERIC,
-                   size=size, alignment=HUGE if huge else SMALL, limit=size - 1)
-        try:
-            self._rm.alloc(self.h_device, handle, cls.NV01_MEMORY_LOCAL_USER, p.buf)
-        except RMError as e:
-            if e.status == NV_ERR_NO_MEMORY:
-                return None
-            raise
-        return handle, int(p.p.offset)
+        payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
+                                          vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
+                                          size, [at], format=vidmem.KIND_GENERIC)
+        reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
+        if reply.result:
+            self._give_fb(at, size)
+            raise RMError(f"{self.name}: describing {size} bytes of video memory at FB offset "
+                          f"0x{at:x} to the GSP", rpc.result_status(reply.result))
+        return handle, at
+
+    def _give_fb(self, at: int, size: int) -> None:
+        with self._lock:
+            self.heap.give(at, size)
 
     # -- memory ---------------------------------------------------------------------------
 
@@ -380,11 +354,12 @@ class PciPath:
                 handle = self._describe(dma, size)
                 host = address_of(dma.view())
             else:
-                made = self._vidmem(size, huge, contiguous or kind is Memory.MAPPED)
+                made = self._vidmem(size, huge)  # every heap block is contiguous
                 if made is None:
                     self._give_va(va, size)
                     return None
                 handle, fb_offset = made
+                undo.fb = fb_offset
                 if kind is Memory.MAPPED:
                     undo.view = self._bar(1, fb_offset, size)
                     host = address_of(undo.view)
@@ -394,6 +369,8 @@ class PciPath:
                 self._unbar(undo.view)
             if handle is not None:
                 self._rm.free(handle)
+            if undo.fb is not None:
+                self._give_fb(undo.fb, size)
             if undo.dma is not None:
                 undo.dma.free()
             self._give_va(va, size)
@@ -438,6 +415,9 @@ class PciPath:
         if undo.dma is not None:
             dma = undo.dma
             step("dma", dma.free)
+        if undo.fb is not None:
+            fb = undo.fb
+            step("fb", lambda: self._give_fb(fb, undo.size))
         if undo.va is not None:
             va = undo.va
             step("va", lambda: self._give_va(va, undo.size))

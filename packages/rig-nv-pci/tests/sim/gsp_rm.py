@@ -4,14 +4,21 @@ that booted the GSP reaches through the RM once it makes a device.
 Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), importing nothing of
 rig_nv_pci or rig_nv:
 
-- GSP_RM_ALLOC of NV01_MEMORY_LOCAL_USER (0x40) with NV_MEMORY_ALLOCATION_PARAMS (nvos.h:
-  size u64 at 64, alignment at 72, offset at 80, limit at 88) takes video memory and answers
-  its offset; NV50_MEMORY_VIRTUAL (0x50a0) reserves a GPU range of the params' size at their
-  offset;
+- video memory is the client's to keep, as for NVIDIA's GSP client (its CPU-RM's heap): the
+  static info (GET_GSP_STATIC_INFO) reports FB regions (:data:`RESERVED` at the FB's start,
+  reserved; the rest usable up to :data:`PROTECTED` at its end, protected), and a GSP_RM_ALLOC
+  of NV01_MEMORY_LOCAL_USER (0x40) answers NV_ERR_NOT_SUPPORTED: the simulated GSP-RM keeps no
+  heap for the client (the vGPU guest's model, which it no longer serves);
+  NV50_MEMORY_VIRTUAL (0x50a0, NV_MEMORY_ALLOCATION_PARAMS of nvos.h: size u64 at 64, offset
+  at 80) reserves a GPU range of the params' size at their offset;
 - ALLOC_MEMORY (4, rpc_alloc_memory_v13_01, g_rpc-structures.h: hClient, hDevice, hMemory,
   hClass, flags, pteAdjust, format, length u64 at 32, pageCount at 40, pte_desc at 48 whose
   pte_pde[] of page addresses >> 12 starts at 56) of NV01_MEMORY_LIST_SYSTEM (cl84a0.h 0x81)
-  registers system memory, as mem.c memRegisterWithGsp_IMPL does for a GSP client;
+  registers system memory, as mem.c memRegisterWithGsp_IMPL does for a GSP client; of
+  NV01_MEMORY_LIST_FBMEM (0x82) it registers the client's video memory: NVOS02 flags LOCATION
+  11:8 VIDMEM (2) and PHYSICALITY 7:4 CONTIGUOUS (0), one page address (the first page, as
+  rpcAllocMemory_v13_01 sends a contiguous memdesc's one PTE), lying in a usable region and
+  overlapping no other registered video memory;
 - MAP_MEMORY_DMA (14) / UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
   hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
   and NVOS47_PARAMETERS_v03_00 (flags at 16, dmaOffset at 24, status at 32) map a memory
@@ -44,11 +51,14 @@ rig_nv_pci or rig_nv:
   memory, nvgputypes.h: info32 the Xid at 8, info16 the NV2080 engine type at 12, status
   0xFFFF at 14), then RC_TRIGGERED (0x1004, rpc_rc_triggered_v17_02) is sent;
 - the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
-  writes its doorbell into; BAR 1 shows video memory one to one.
+  writes its doorbell into; BAR 1 shows video memory one to one, only where registered.
+  Video memory is an anonymous mapping of the FB's size (pages the tests never touch cost
+  nothing).
 """
 
 from __future__ import annotations
 
+import mmap
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -60,7 +70,11 @@ if TYPE_CHECKING:
     from .gsp_fw import GspFirmware
 
 FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
-LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x50A0
+LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_LIST_FBMEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x82, 0x50A0
+LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvos.h)
+RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
+PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's, absent from Python 3.11
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
 COPY_CLASSES = (0xC5B5, 0xC6B5, 0xC7B5, 0xC8B5, 0xC9B5, 0xCAB5)
 COMPUTE_CLASSES = (0xC5C0, 0xC6C0, 0xC7C0, 0xC9C0, 0xCBC0, 0xCDC0, 0xCEC0)
@@ -70,7 +84,7 @@ CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
 GR_INFO_SLOTS, FB_INFO_SLOTS = 0x3A, 0x39
 NV_ERR_INVALID_ARGUMENT, NV_ERR_INVALID_OBJECT_HANDLE = 0x1F, 0x33
-NV_ERR_INVALID_OFFSET, NV_ERR_NO_MEMORY = 0x37, 0x51
+NV_ERR_INVALID_OFFSET, NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED = 0x37, 0x51, 0x56
 OFFSET_FIXED = 1 << 15
 PAGE = 0x1000
 USERD_GP_GET, USERD_GP_PUT = 34 * 4, 35 * 4
@@ -131,13 +145,14 @@ class SimRm:
         self.gpu = gpu
         self.fb_size, self.bar1_size = fb_size, bar1_size
         self.classes, self.gr, self.fb = classes, gr or GA102_GR, fb or GA102_FB
-        self.vidmem: dict[int, tuple[int, bytearray]] = {}  # handle -> (fb offset, bytes)
+        self.vram = mmap.mmap(-1, fb_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
+                              | MAP_NORESERVE)
+        self.fbmem: dict[int, tuple[int, int]] = {}  # handle -> (FB offset, length)
         self.sysmem: dict[int, list[int]] = {}  # handle -> page bus addresses
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
         self.channels: dict[int, Channel] = {}
         self.usermode = bytearray(0x10000)
-        self.next_fb = 1 << 20
         self.log: list[str] = []
         self.refuse: set[int] = set()
         self.faults: list[str] = []
@@ -146,10 +161,29 @@ class SimRm:
         self._stop = threading.Event()
         self.firmware: GspFirmware | None = None
 
+    def regions(self) -> dict[str, int | bytes]:
+        """The static info's FB regions (GspStaticConfigInfo.fbRegionInfoParams): reserved,
+        usable, protected."""
+        top = self.fb_size - 1
+        out: dict[str, int | bytes] = {"fbRegionInfoParams.numFBRegions": 3}
+        for i, (base, limit, reserved, protected) in enumerate((
+                (0, RESERVED - 1, RESERVED, 0), (RESERVED, top - PROTECTED, 0, 0),
+                (top - PROTECTED + 1, top, 0, 1))):
+            r = f"fbRegionInfoParams.fbRegion[{i}]."
+            out.update({r + "base": base, r + "limit": limit, r + "reserved": reserved,
+                        r + "performance": 0xFF, r + "supportCompressed": int(i == 1),
+                        r + "supportISO": int(i == 1), r + "bProtected": protected})
+        return out
+
+    def usable(self, at: int, n: int) -> bool:
+        return at >= RESERVED and at + n <= self.fb_size - PROTECTED
+
     def install(self, firmware: GspFirmware) -> SimRm:
         """Serve ``firmware``'s peer; its doorbell and this PBDMA's events take turns (the
         PBDMA's thread sends RC_TRIGGERED into the same status queue)."""
+        given = firmware.peer_kw.get("static_fields", {})
         firmware.peer_kw.update(self.peer_kw())
+        firmware.peer_kw["static_fields"] = {**self.regions(), **given}
         self.firmware = firmware
         ring = firmware.gpu.on_doorbell
 
@@ -177,10 +211,10 @@ class SimRm:
             return memoryview(self.usermode)[:length]
         if index != 1 or offset + length > self.bar1_size:
             raise AssertionError(f"BAR {index} view 0x{offset:x}+0x{length:x} out of range")
-        for at, data in self.vidmem.values():
-            if at <= offset and offset + length <= at + len(data):
-                return memoryview(data)[offset - at:offset - at + length]
-        raise AssertionError(f"BAR 1 at 0x{offset:x}: no video memory there")
+        for at, n in self.fbmem.values():
+            if at <= offset and offset + length <= at + n:
+                return memoryview(self.vram)[offset:offset + length]
+        raise AssertionError(f"BAR 1 at 0x{offset:x}: no registered video memory there")
 
     # -- the RM --------------------------------------------------------------------------
 
@@ -188,16 +222,7 @@ class SimRm:
         if cls in self.refuse:
             return NV_ERR_NO_MEMORY, params
         if cls == LOCAL_USER:
-            size, align = struct.unpack_from("<QQ", params, 64)
-            align = max(align, PAGE)
-            at = -(-self.next_fb // align) * align
-            if at + size > self.fb_size:
-                return NV_ERR_NO_MEMORY, params
-            self.next_fb = at + size
-            self.vidmem[handle] = (at, bytearray(size))
-            out = bytearray(params)
-            struct.pack_into("<QQ", out, 80, at, size - 1)
-            return 0, bytes(out)
+            return NV_ERR_NOT_SUPPORTED, params  # a GSP client keeps its own heap
         if cls == MEMORY_VIRTUAL:
             size, _, offset = struct.unpack_from("<QQQ", params, 64)
             self.virtual[handle] = (offset, size)
@@ -205,7 +230,7 @@ class SimRm:
             gpfifo, entries = struct.unpack_from("<QI", params, 8)
             userd_handle = struct.unpack_from("<I", params, 32)[0]
             userd_offset = struct.unpack_from("<Q", params, 64)[0]
-            if userd_handle not in self.vidmem:
+            if userd_handle not in self.fbmem:
                 return NV_ERR_INVALID_OBJECT_HANDLE, params
             (notifier,) = struct.unpack_from("<I", params, 0)
             self.channels[handle] = Channel(handle, len(self.channels) + 1, gpfifo, entries,
@@ -237,7 +262,7 @@ class SimRm:
 
     def _on_free(self, handle: int) -> None:
         with self._lock:
-            self.vidmem.pop(handle, None)
+            self.fbmem.pop(handle, None)
             self.sysmem.pop(handle, None)
             self.virtual.pop(handle, None)
             self.channels.pop(handle, None)
@@ -245,13 +270,25 @@ class SimRm:
                 del self.mappings[va]
 
     def _alloc_memory(self, p: bytes) -> tuple[bytes, int]:
-        _, device, handle, cls, _, _, _, length, count, desc = struct.unpack_from("<7I4xQI4xI", p)
+        _, device, handle, cls, flags, _, _, length, count, desc = struct.unpack_from(
+            "<7I4xQI4xI", p)
         pages = list(struct.unpack_from(f"<{count}Q", p, 56))
         assert self.firmware is not None
         objects = self.firmware.peer.objects
         if device not in objects or handle in objects:
             return p, NV_ERR_INVALID_OBJECT_HANDLE
-        if cls != MEMORY_LIST_SYSTEM or desc >> 16 != count or count * PAGE < length:
+        if desc >> 16 != count or not count:
+            return p, NV_ERR_INVALID_ARGUMENT
+        if cls == MEMORY_LIST_FBMEM:
+            at = pages[0] * PAGE
+            overlaps = any(a < at + length and at < a + n for a, n in self.fbmem.values())
+            if (flags & 0xF00 != LOCATION_VIDMEM or flags & 0xF0 or count != 1
+                    or not self.usable(at, length) or overlaps or length % PAGE):
+                return p, NV_ERR_INVALID_ARGUMENT
+            self.fbmem[handle] = (at, length)
+            objects[handle] = device
+            return p, 0
+        if cls != MEMORY_LIST_SYSTEM or count * PAGE < length:
             return p, NV_ERR_INVALID_ARGUMENT
         if any(self.gpu.host.view(pfn * PAGE, PAGE) is None for pfn in pages):
             return p, NV_ERR_INVALID_ARGUMENT
@@ -260,7 +297,7 @@ class SimRm:
         return p, 0
 
     def _owner_ok(self, memory: int) -> bool:
-        return memory in self.vidmem or memory in self.sysmem
+        return memory in self.fbmem or memory in self.sysmem
 
     def _map_dma(self, p: bytes) -> tuple[bytes, int]:
         _, _, dma, memory, offset, length, flags, va, _ = struct.unpack_from("<4IQQI4xQI", p)
@@ -297,9 +334,9 @@ class SimRm:
         """The bytes at GPU address ``va`` (within one mapping, one page for system memory)."""
         for at, (handle, size) in self.mappings.items():
             if at <= va and va + n <= at + size:
-                if handle in self.vidmem:
-                    _, data = self.vidmem[handle]
-                    return memoryview(data)[va - at:va - at + n]
+                if handle in self.fbmem:
+                    fb, _ = self.fbmem[handle]
+                    return memoryview(self.vram)[fb + va - at:fb + va - at + n]
                 page = (va - at) // PAGE
                 inside = (va - at) % PAGE
                 if inside + n > PAGE:
@@ -327,8 +364,8 @@ class SimRm:
 
     def _userd(self, ch: Channel) -> memoryview:
         handle, offset = ch.userd
-        _, data = self.vidmem[handle]
-        return memoryview(data)[offset:offset + 0x200]
+        fb, _ = self.fbmem[handle]
+        return memoryview(self.vram)[fb + offset:fb + offset + 0x200]
 
     def step(self) -> int:
         """Run every channel as far as it goes; how many methods ran."""

@@ -219,10 +219,11 @@ def decode_free(payload: bytes) -> int:
 
 
 def encode_alloc_memory(h_client: int, h_device: int, h_memory: int, h_class: int, flags: int,
-                        length: int, pages: list[int]) -> bytes:
+                        length: int, pages: list[int], format: int = 0) -> bytes:
     """The payload of ALLOC_MEMORY (rpcAllocMemory_v13_01 as a GSP client sends it: the
-    memory's page addresses, one pte_desc entry each, IDR 0, pteAdjust 0, format 0)."""
-    return ALLOC_MEMORY.pack(h_client, h_device, h_memory, h_class, flags, 0, 0, length,
+    memory's page addresses, one pte_desc entry each, IDR 0, pteAdjust 0; ``format`` the PTE
+    kind, memdescGetPteKind)."""
+    return ALLOC_MEMORY.pack(h_client, h_device, h_memory, h_class, flags, 0, format, length,
                              len(pages), (len(pages) & 0xFFFF) << 16) + struct.pack(
         f"<{len(pages)}Q", *(p >> RM_PAGE_SHIFT for p in pages))
 
