@@ -52,7 +52,8 @@ class Booted:
         return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
                           alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
                           poll=self.booted.channel.poll,
-                          fb_regions=self.booted.static.fb_regions, **kw)  # type: ignore[arg-type]
+                          fb_regions=self.booted.static.fb_regions,
+                          pramin=self.rig.bar0, **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -100,17 +101,26 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     assert heap == 23 << 20
     cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
             if q.function == rpc.Function.GSP_RM_CONTROL]
-    assert cmds == [pp.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
+    assert cmds == [pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES] + [
+        pp.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
         pp.NV2080_CTRL_CMD_GR_GET_INFO_V2, pp.NV2080_CTRL_CMD_FB_GET_INFO_V2]
 
 
 @pytest.mark.parametrize("kind", [Memory.PINNED, Memory.MAPPED, Memory.DEVICE])
-def test_memory_is_mapped_by_the_gsp_where_the_path_says(ga102: Booted, kind: Memory) -> None:
+def test_memory_is_mapped_by_the_paths_page_tables(ga102: Booted, kind: Memory) -> None:
+    """The simulated GPU walks the tables the path wrote through PRAMIN: video memory with
+    2 MiB pages of kind GENERIC, system memory page by page at its bus addresses."""
     unmapped: list[memoryview] = []
     p, s = ga102.path(unbar=unmapped.append), ga102.sim_rm
     a = p.alloc_memory(3 << 20 if kind is not Memory.PINNED else 0x3000, kind)
     assert a is not None and a.kind is kind
-    assert pp.VA_BASE <= a.gpu < pp.VA_LIMIT and s.mappings[a.gpu] == (a.handle, a.length)
+    assert pp.VA_BASE <= a.gpu < pp.VA_LIMIT
+    for offset in (0, a.length - 0x1000):
+        where = s.translate(a.gpu + offset + 0x10)
+        if kind is Memory.PINNED:
+            assert where == (False, a.undo.dma.bus_address(offset) + 0x10, 0x1000, 0)
+        else:
+            assert where == (True, a.undo.fb + offset + 0x10, 2 << 20, vidmem.KIND_GENERIC)
     if kind is Memory.DEVICE:
         assert a.host is None and a.length == 4 << 20 and a.gpu % (2 << 20) == 0
     else:
@@ -122,12 +132,12 @@ def test_memory_is_mapped_by_the_gsp_where_the_path_says(ga102: Booted, kind: Me
         assert bytes(host[0x10:0x19]) == b"gpu wrote"
     s.write(a.gpu + a.length - 4, b"last")
     assert s.read(a.gpu + a.length - 4, 4) == b"last"
-    maps = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.MAP_MEMORY_DMA]
-    assert len(maps) == 1
-    flags = int.from_bytes(maps[0].payload[32:36], "little")
-    assert flags & pp.MAP_FIXED
+    functions = {q.function for q in ga102.firmware.peer.requests}
+    assert rpc.Function.MAP_MEMORY_DMA not in functions
     p.free_memory(a)
-    assert s.mappings == {} and a.handle not in ga102.firmware.peer.objects
+    with pytest.raises(LookupError, match=r"maps nothing|not valid"):
+        s.translate(a.gpu)
+    assert a.handle not in ga102.firmware.peer.objects
     # a Mapped region's BAR 1 view is given back with it
     assert len(unmapped) == (kind is Memory.MAPPED) and all(v is a.undo.view for v in unmapped)
     if kind is Memory.PINNED:
@@ -156,22 +166,26 @@ def test_pinned_memory_is_described_page_by_page(ga102: Booted) -> None:
 def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     ga102: Booted,
 ) -> None:
+    """A full heap is no room for the memory or for a page table it needs (None), and a
+    mapping the GSP refuses gives back what the allocation took."""
     p, s = ga102.path(), ga102.sim_rm
-    whole = p.heap.take(p.heap.size)  # the heap full
-    assert whole is not None
-    assert p.alloc_memory(1 << 20, Memory.DEVICE) is None
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
-    p.heap.give(whole, p.heap.size)
+    free = p.heap.free
+    for at, n in free:  # the heap full
+        assert p.heap.take(n) == at
     objects = dict(ga102.firmware.peer.objects)
-    s.virtual[p.h_virtual] = (0, 1 << 20)  # the GSP's range no longer covers the path's
-    with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_INVALID_OFFSET"):
-        p.alloc_memory(0x2000, Memory.PINNED)
-    with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_INVALID_OFFSET"):
-        p.alloc_memory(0x2000, Memory.DEVICE)
-    assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
+    assert p.alloc_memory(1 << 20, Memory.DEVICE) is None
+    assert p.alloc_memory(0x2000, Memory.PINNED) is None  # its page table has no room
+    assert ga102.firmware.peer.objects == objects and s.sysmem == {}
     assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
     assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
-    assert p.heap.free == p.heap.ranges
+    for at, n in free:
+        p.heap.give(at, n)
+    p.tables = None  # the GSP maps (Blackwell's path): the simulated GSP-RM refuses it
+    with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_NOT_SUPPORTED"):
+        p.alloc_memory(0x2000, Memory.DEVICE)
+    assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
+    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.heap.free == free
 
 
 def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
@@ -187,7 +201,8 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     a = p.alloc_memory(0x3000, Memory.DEVICE)
     b = p.alloc_memory(3 << 20, Memory.MAPPED)
     assert a is not None and b is not None
-    assert s.fbmem[a.handle] == (reserved, 0x3000) and a.undo.fb == reserved
+    tables = 4096 * len(p.tables.shadow)  # PD3, PD2, PD1 (the server's), PD0, PT: low
+    assert s.fbmem[a.handle] == (a.undo.fb, 0x3000) and reserved <= a.undo.fb < reserved + tables
     assert s.fbmem[b.handle] == (4 << 20, 4 << 20)  # 2 MiB pages: 2 MiB aligned
     described = [q for q in ga102.firmware.peer.requests
                  if q.function == rpc.Function.ALLOC_MEMORY]
@@ -206,7 +221,8 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     assert bytes(s.vram[4 << 20:(4 << 20) + 8]) == b"bar1 vid"
     p.free_memory(a)
     p.free_memory(b)
-    assert s.fbmem == {} and p.heap.free == p.heap.ranges
+    held = sum(n for _, n in p.heap.free) + 4096 * len(p.tables.shadow)
+    assert s.fbmem == {} and held == p.heap.size  # all but the tables came back
 
 
 def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102: Booted) -> None:
@@ -278,7 +294,7 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
             path = pp.PciPath("NV-PCI", BUS, booted.rm, bar=s.bar,
                               alloc_dma=r.gpu.host.alloc_dma, maps_host=False,
                               poll=booted.channel.poll, on_closed=stop_the_gsp,
-                              fb_regions=booted.static.fb_regions)
+                              fb_regions=booted.static.fb_regions, pramin=r.bar0)
             d = rig_nv.make(path)
             assert d.completed() == 2 and firmware.boots == round + 1
             d.stop()
@@ -366,12 +382,13 @@ def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_ph
     assert p.map_host(0x7000_0000, 0x1000) is Refusal.NEVER  # maps_host False
     p = pp.PciPath("NV-PCI", BUS, ga102.booted.rm, bar=s.bar, alloc_dma=host.alloc_dma,
                    maps_host=True, map_dma=host.map_host,
-                   fb_regions=ga102.booted.static.fb_regions)
+                   fb_regions=ga102.booted.static.fb_regions, pramin=ga102.rig.bar0)
     buffer = mmap.mmap(-1, 0x3000)
     address = pp.address_of(memoryview(buffer))
     a = p.map_host(address, 0x3000)
     assert not isinstance(a, Refusal) and a.host == address and a.kind is Memory.PINNED
-    assert s.mappings[a.gpu] == (a.handle, 0x3000) and len(s.sysmem[a.handle]) == 3
+    assert s.translate(a.gpu + 0x2004) == (False, a.undo.dma.bus_address(0x2004), 0x1000, 0)
+    assert len(s.sysmem[a.handle]) == 3
     s.write(a.gpu + 0x1FFC, b"from the GPU")
     assert buffer[0x1FFC:0x2008] == b"from the GPU"
     buffer[0:4] = b"host"

@@ -167,7 +167,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
                        map_dma=f.map_host, events=log,
-                       fb_regions=booted.static.fb_regions)
+                       fb_regions=booted.static.fb_regions,
+                       # the version-2 MMU's page tables, written through PRAMIN; Hopper's
+                       # version 3 (Blackwell's) is not built: the GSP maps
+                       pramin=None if fsp_boot else bar0)
     except BaseException:
         stop()
         raise

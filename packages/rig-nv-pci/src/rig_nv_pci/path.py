@@ -9,11 +9,17 @@ open-gpu-kernel-modules 570.144, with no UVM:
   cannot reach the GSP as they are: each goes as its _V2 twin, whose list lies in the
   parameters (ctrl0080gpu.h, ctrl0080gr.h / ctrl2080gr.h, ctrl2080fb.h), and the answer is
   written back through the caller's pointer.
-- The GPU's address space: one NV50_MEMORY_VIRTUAL object (cl50a0.h) over [VA_BASE, VA_LIMIT)
-  of the path's FERMI_VASPACE_A, in which every mapping is made by the GSP at an address the
-  path chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED (virtual_mem.c
-  virtmemMapTo_IMPL sends NV_RM_RPC_MAP_MEMORY_DMA for memory the RM made by RPC), and
-  UNMAP_MEMORY_DMA to end it.
+- The GPU's address space: the path's FERMI_VASPACE_A, with one NV50_MEMORY_VIRTUAL object
+  (cl50a0.h) over [VA_BASE, VA_LIMIT) that keeps GSP-RM out of the path's range. On Ampere and
+  Ada (``pramin`` given) the path writes the page tables itself, as CPU-RM does for a GSP
+  client (:mod:`rig_nv_pci.mmu`: the version-2 format, in video memory from the path's heap,
+  written through BAR 0's PRAMIN window), and hands GSP-RM its PD3, PD2 and PD1 over the
+  server's range with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (gpu_vaspace.c
+  _gvaspaceCopyServerRmReservedPdesToServerRm), so GSP-RM's tables hang from the path's root.
+  Elsewhere (Blackwell: Hopper's version-3 format is not built) every mapping is made by the
+  GSP at an address the path chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED
+  (virtual_mem.c virtmemMapTo_IMPL sends it only for bRpcAlloc memory: the vGPU guest's
+  model), and UNMAP_MEMORY_DMA to end it.
 - Device memory: video memory from the path's own heap (:mod:`rig_nv_pci.vidmem`, over the
   FB regions GET_GSP_STATIC_INFO reported, as CPU-RM's heap for a GSP client), registered
   with the GSP as CPU-RM registers it (mem.c memRegisterWithGsp_IMPL: ALLOC_MEMORY of
@@ -33,12 +39,13 @@ open-gpu-kernel-modules 570.144, with no UVM:
 GPU addresses come from the path's own range; a region's host and GPU addresses differ here
 (the spec's coinciding addresses need the process's reservation, not built yet).
 
-Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: for a GSP client CPU-RM
-writes the GPU's page tables itself (gpu_vaspace.c, the GSP told of the server's reserved PDEs
-by NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES); virtual_mem.c sends MAP_MEMORY_DMA
-only for bRpcAlloc memory (the vGPU guest's model). Whether GSP-RM serves MAP_MEMORY_DMA from
-a GSP client is not in the open sources; the simulated GSP of the tests does. Channels as a
-GSP client also give the GSP their instance block, RAMFC, USERD and method buffer
+Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: Blackwell's mappings are
+still made by MAP_MEMORY_DMA (whether GSP-RM serves it from a GSP client is not in the open
+sources; the simulated GSP of the tests does, on Blackwell only); no TLB invalidate follows a
+change of the page tables (kgmmuInvalidateTlb_HAL), so a GPU address unmapped and mapped
+again may be seen through a stale entry; the page tables are written word by word through
+PRAMIN, not through BAR 2. Channels as a GSP client also give the GSP their instance block,
+RAMFC, USERD and method buffer
 (kernel_channel.c _kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem),
 not built yet.
 """
@@ -58,7 +65,7 @@ from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.hostmem import view
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import RM, Allocation, RMError, page_rounded
-from rig_nv_pci import vidmem
+from rig_nv_pci import mmu, vidmem
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
@@ -82,6 +89,20 @@ VA_LIMIT = (1 << 40) - (8 << 30)
 NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET = 0x00B80000  # turing/tu102/dev_vm.h, 0xBBFFFF:0xB80000
 USERMODE_SIZE = 0x10000
 HUGE, SMALL = 2 << 20, 4 << 10
+
+# The server RM's part of every address space (g_gpu_vaspace_nvoc.h
+# SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
+# hands over with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (ctrl90f1.h), pageSize
+# 2^GMMU_PD1_VADDR_BIT_LO (29) as gpu_vaspace.c _gvaspacePopulatePDEentries fills it.
+NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES = 0x90F10106
+SERVER_VA, SERVER_VA_SIZE, SERVER_PAGE_SIZE = 1 << 32, 512 << 20, 1 << 29
+GMMU_APERTURE_VIDEO = 1  # gmmu_fmt.h GMMU_APERTURE
+# NV90F1_CTRL_VASPACE_COPY_SERVER_RESERVED_PDES_PARAMS: hSubDevice, subDeviceId, pageSize,
+# virtAddrLo, virtAddrHi, numLevelsToCopy, then levels[GMMU_FMT_MAX_LEVELS 6] of
+# {physAddress, size, aperture, pageShift} (24 bytes each): 184 bytes.
+COPY_PDES = struct.Struct("<IIQQQI4x")
+COPY_PDES_LEVEL = struct.Struct("<QQIB3x")
+GMMU_FMT_MAX_LEVELS = 6
 
 # Controls with a pointer and their _V2 twins (570.144 ctrl headers).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
@@ -205,6 +226,7 @@ class Undo:
     done: set[str] = field(default_factory=set)
     view: memoryview | None = None  # Mapped memory: its BAR 1 view
     fb: int | None = None  # video memory: its offset in the path's heap
+    huge: bool = False  # mapped with 2 MiB pages
 
 
 class PciPath:
@@ -215,9 +237,11 @@ class PciPath:
     rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
     runs once the device stopped, ``fb_regions`` the FB regions GSP-RM reported (the
-    path's heap of video memory). Makes the device, subdevice, address space and its virtual
-    range at once; raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP
-    refuses them."""
+    path's heap of video memory), ``pramin`` BAR 0 for writing the version-2 page tables
+    through its PRAMIN window (``None``: the GSP maps, as on Blackwell). Makes the device,
+    subdevice, address space and its virtual range at once (and with ``pramin`` the page
+    directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
+    it made) if the GSP refuses them."""
 
     def __init__(self, name: str, bus: str, rm: rpc.RpcRM, *,
                  bar: Callable[[int, int, int], memoryview],
@@ -226,7 +250,8 @@ class PciPath:
                  on_closed: Callable[[], None] | None = None,
                  unbar: Callable[[memoryview], None] | None = None,
                  map_dma: Callable[[int, int], Dma | None] | None = None,
-                 events: EventLog | None = None, fb_regions: Sequence[FbRegion] = ()) -> None:
+                 events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
+                 pramin: mmu.Registers | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -257,6 +282,12 @@ class PciPath:
                 self.ffi, "NV_MEMORY_ALLOCATION_PARAMS", owner=client, flags=VIRTUAL_FLAGS,
                 hVASpace=self.h_vaspace, size=VA_LIMIT - VA_BASE, offset=VA_BASE,
                 limit=VA_LIMIT - VA_BASE - 1).buf)
+            self.tables: mmu.PageTables | None = None
+            self._tables_lock = threading.Lock()
+            if pramin is not None:
+                self.tables = mmu.PageTables(lambda: self.heap.take(SMALL),
+                                             mmu.Pramin(pramin).write)
+                self._copy_server_pdes(self.tables)
         except BaseException:
             self._rm.free(self.h_device)
             raise
@@ -271,7 +302,30 @@ class PciPath:
 
     # -- mappings on the GSP --------------------------------------------------------------
 
-    def _map(self, handle: int, size: int, va: int, huge: bool) -> None:
+    def _copy_server_pdes(self, tables: mmu.PageTables) -> None:
+        """Hand the GSP the page directories over the server's range, as CPU-RM does for a
+        GSP client's address space (gpu_vaspace.c _gvaspaceCopyServerRmReservedPdesToServerRm):
+        GSP-RM mirrors them, so its tables hang from the path's PD3."""
+        levels = tables.directory(SERVER_VA)
+        shifts = [level.shift for level in mmu.DIRECTORIES]
+        params = bytearray(COPY_PDES.pack(self.h_subdevice, 0, SERVER_PAGE_SIZE, SERVER_VA,
+                                          SERVER_VA + SERVER_VA_SIZE - 1, len(levels)))
+        for i in range(GMMU_FMT_MAX_LEVELS):
+            params += (COPY_PDES_LEVEL.pack(levels[i], mmu.PAGE, GMMU_APERTURE_VIDEO, shifts[i])
+                       if i < len(levels) else bytes(COPY_PDES_LEVEL.size))
+        self._rm.control(self.h_vaspace, NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
+                         params)
+
+    def _map(self, handle: int, size: int, va: int, huge: bool,
+             address: Callable[[int], int], video: bool) -> None:
+        """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
+        offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory),
+        else by the GSP."""
+        if self.tables is not None:
+            with self._tables_lock:
+                self.tables.map(va, size, address, video=video, huge=huge,
+                                kind=vidmem.KIND_GENERIC if video else mmu.KIND_PITCH)
+            return
         payload = rpc.encode_map_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
                                      size, MAP_FIXED | (MAP_HUGE if huge else MAP_4KB), va)
         reply = self._rpc.call(rpc.Function.MAP_MEMORY_DMA, payload, check=False)
@@ -285,7 +339,11 @@ class PciPath:
             raise RigError(f"{self.name}: the GSP mapped memory 0x{handle:x} at 0x{got:x}, "
                            f"not at the fixed 0x{va:x} asked for")
 
-    def _unmap(self, handle: int, va: int) -> None:
+    def _unmap(self, handle: int, va: int, size: int, huge: bool) -> None:
+        if self.tables is not None:
+            with self._tables_lock:
+                self.tables.unmap(va, size, huge=huge)
+            return
         payload = rpc.encode_unmap_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
                                        va)
         reply = self._rpc.call(rpc.Function.UNMAP_MEMORY_DMA, payload, check=False)
@@ -334,14 +392,15 @@ class PciPath:
 
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
         """``n`` bytes of ``kind`` mapped for the GPU; ``None`` where the GSP, the GPU's
-        addresses, BAR 1 or the host's DMA memory have no room."""
+        addresses, video memory (for the memory or its page tables), BAR 1 or the host's DMA
+        memory have no room."""
         size = page_rounded(n, kind)
         huge = size >= HUGE and kind is not Memory.PINNED
         with self._lock:
             va = self._addresses.take(size, HUGE if huge else SMALL)
         if va is None:
             return None
-        undo = Undo(None, va, size)
+        undo = Undo(None, va, size, huge=huge)
         handle: int | None = None
         try:
             host: int | None = None
@@ -363,8 +422,14 @@ class PciPath:
                 if kind is Memory.MAPPED:
                     undo.view = self._bar(1, fb_offset, size)
                     host = address_of(undo.view)
-            self._map(handle, size, va, huge)
-        except BaseException:
+            if undo.dma is not None:
+                self._map(handle, size, va, huge, undo.dma.bus_address, False)
+            else:
+                fb = fb_offset
+                self._map(handle, size, va, huge, lambda o: fb + o, True)
+        except BaseException as e:
+            if self.tables is not None:
+                self._unmap(handle or 0, va, size, huge)  # what was written of it
             if undo.view is not None:
                 self._unbar(undo.view)
             if handle is not None:
@@ -374,6 +439,8 @@ class PciPath:
             if undo.dma is not None:
                 undo.dma.free()
             self._give_va(va, size)
+            if isinstance(e, mmu.NoRoom):
+                return None
             raise
         return Allocation(va, host, size, kind, handle, undo)
 
@@ -407,7 +474,7 @@ class PciPath:
 
         if undo.va is not None:
             va = undo.va
-            step("unmap", lambda: self._unmap(a.handle, va))
+            step("unmap", lambda: self._unmap(a.handle, va, undo.size, undo.huge))
         if undo.view is not None:
             view = undo.view
             step("bar", lambda: self._unbar(view))
@@ -452,12 +519,16 @@ class PciPath:
         handle: int | None = None
         try:
             handle = self._describe(dma, length)
-            self._map(handle, length, va, False)
-        except BaseException:
+            self._map(handle, length, va, False, dma.bus_address, False)
+        except BaseException as e:
+            if self.tables is not None:
+                self._unmap(handle or 0, va, length, False)
             if handle is not None:
                 self._rm.free(handle)
             dma.free()
             self._give_va(va, length)
+            if isinstance(e, mmu.NoRoom):
+                return Refusal.NO_ROOM
             raise
         return Allocation(va, address, length, Memory.PINNED, handle, Undo(dma, va, length))
 

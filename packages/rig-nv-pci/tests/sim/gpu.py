@@ -112,6 +112,10 @@ class SimGpu:
     # the scripted firmware run, in order across both falcons ("fwsec-frts", "fwsec-sb",
     # "booter_unload")
     runs: list[str] = field(default_factory=list)
+    # video memory, which BAR 0's PRAMIN window (NV_PRAMIN 0x700000..0x7fffff, dev_ram.h)
+    # shows from NV_PBUS_BAR0_WINDOW's BASE (0x1700 bits 23:0, in 64 KiB units; TARGET 25:24
+    # must be VID_MEM 0, dev_bus.ref.txt); None: no video memory simulated
+    vram: memoryview | None = None
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -123,10 +127,25 @@ class SimGpu:
     def falcons(self) -> tuple[SimFalcon, SimFalcon]:
         return self.gsp, self.sec2
 
+    def _pramin(self, offset: int) -> memoryview | None:
+        if self.vram is None or not 0x700000 <= offset < 0x800000:
+            return None
+        window = self.regs.get(0x1700, 0)
+        if window >> 24 & 3:
+            raise AssertionError(f"PRAMIN over target {window >> 24 & 3}: only video memory is "
+                                 "simulated")
+        at = (window & 0xFFFFFF) << 16 | offset - 0x700000
+        if at + 4 > len(self.vram):
+            raise AssertionError(f"PRAMIN at FB 0x{at:x}: beyond video memory")
+        return self.vram[at:at + 4]
+
     def read(self, offset: int) -> int:
         self.reads.append(offset)
         if self.fsp is not None and self.fsp.owns(offset):
             return self.fsp.read(offset)
+        word = self._pramin(offset)
+        if word is not None:
+            return int.from_bytes(word, "little")
         for f in self.falcons:
             if f.owns(offset):
                 return f.read(offset)
@@ -158,6 +177,10 @@ class SimGpu:
         self.writes.append((offset, value))
         if self.fsp is not None and self.fsp.owns(offset):
             self.fsp.write(offset, value)
+            return
+        word = self._pramin(offset)
+        if word is not None:
+            word[:] = value.to_bytes(4, "little")
             return
         if offset == regs.GSP_QUEUE_HEAD0:
             if self.on_doorbell is not None:

@@ -19,7 +19,18 @@ rig_nv_pci or rig_nv:
   11:8 VIDMEM (2) and PHYSICALITY 7:4 CONTIGUOUS (0), one page address (the first page, as
   rpcAllocMemory_v13_01 sends a contiguous memdesc's one PTE), lying in a usable region and
   overlapping no other registered video memory;
-- MAP_MEMORY_DMA (14) / UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
+- on Ampere and Ada the client writes the GPU's page tables, as NVIDIA's CPU-RM does for a GSP
+  client: NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (0x90f10106, ctrl90f1.h:
+  hSubDevice, subDeviceId, pageSize u64 at 8, virtAddrLo 16, virtAddrHi 24, numLevelsToCopy
+  32, levels[6] of {physAddress u64, size u64, aperture u32, pageShift u8} from 40) on the
+  FERMI_VASPACE_A hands over the PD3, PD2 and PD1 instances over the server's range (4 GiB,
+  512 MiB: SPLIT_VAS_SERVER_RM_MANAGED_VA_START/SIZE, g_gpu_vaspace_nvoc.h; pageSize 2^29 as
+  _gvaspacePopulatePDEentries sends; GMMU_APERTURE_VIDEO 1; each level's PDE naming the
+  next), and from then on the PBDMA and copy engine translate GPU addresses by walking the
+  tables from that PD3 in video memory (sim/gmmu.py); MAP_MEMORY_DMA answers
+  NV_ERR_NOT_SUPPORTED there;
+- elsewhere (Blackwell: Hopper's version-3 format, not simulated) MAP_MEMORY_DMA (14) /
+  UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
   hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
   and NVOS47_PARAMETERS_v03_00 (flags at 16, dmaOffset at 24, status at 32) map a memory
   object into the GPU's addresses; flags bit 15 (NVOS46_FLAGS_DMA_OFFSET_FIXED) keeps
@@ -64,6 +75,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from . import gmmu
 from .gpu import SimGpu
 
 if TYPE_CHECKING:
@@ -82,6 +94,10 @@ SEND_PCAS_A = 0x2B4
 USERMODE_BAR0 = 0xB80000
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
+CTRL_COPY_SERVER_RESERVED_PDES = 0x90F10106
+SERVER_VA, SERVER_VA_SIZE = 1 << 32, 512 << 20
+COPY_PDES = struct.Struct("<IIQQQI4x")
+COPY_PDES_LEVEL = struct.Struct("<QQIB3x")
 GR_INFO_SLOTS, FB_INFO_SLOTS = 0x3A, 0x39
 NV_ERR_INVALID_ARGUMENT, NV_ERR_INVALID_OBJECT_HANDLE = 0x1F, 0x33
 NV_ERR_INVALID_OFFSET, NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED = 0x37, 0x51, 0x56
@@ -148,6 +164,10 @@ class SimRm:
         self.vram = mmap.mmap(-1, fb_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
                               | MAP_NORESERVE)
         self.fbmem: dict[int, tuple[int, int]] = {}  # handle -> (FB offset, length)
+        gpu.vram = memoryview(self.vram)
+        # NV_PMC_BOOT_42 architecture 29:24: GA10x 0x17 and AD10x 0x19 use the version-2 MMU
+        self.walks = gpu.boot42 >> 24 & 0x3F in (0x17, 0x19)
+        self.roots: dict[int, int] = {}  # FERMI_VASPACE_A handle -> its PD3 in video memory
         self.sysmem: dict[int, list[int]] = {}  # handle -> page bus addresses
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
@@ -253,6 +273,8 @@ class SimRm:
                     return NV_ERR_INVALID_ARGUMENT, params
                 struct.pack_into("<I", out, 8 + 8 * i, table[index])
             return 0, bytes(out)
+        if cmd == CTRL_COPY_SERVER_RESERVED_PDES:
+            return self._copy_pdes(obj, params), params
         if cmd == CTRL_WORK_SUBMIT_TOKEN:
             channel = self.channels.get(obj)
             if channel is None:
@@ -260,8 +282,45 @@ class SimRm:
             return 0, struct.pack("<I", channel.chid)
         return None
 
+    def _copy_pdes(self, vaspace: int, params: bytes) -> int:
+        """The client's PD3/PD2/PD1 over the server's range, checked and mirrored."""
+        if not self.walks:
+            return NV_ERR_NOT_SUPPORTED
+        if len(params) < COPY_PDES.size + 6 * COPY_PDES_LEVEL.size:
+            return NV_ERR_INVALID_ARGUMENT
+        _, _, page_size, lo, hi, count = COPY_PDES.unpack_from(params)
+        levels = [COPY_PDES_LEVEL.unpack_from(params, COPY_PDES.size + i * COPY_PDES_LEVEL.size)
+                  for i in range(count)]
+        if (page_size, lo, hi, count) != (1 << 29, SERVER_VA, SERVER_VA + SERVER_VA_SIZE - 1, 3):
+            return NV_ERR_INVALID_ARGUMENT
+        for i, (address, size, aperture, shift) in enumerate(levels):
+            if (aperture, shift) != (1, (47, 38, 29)[i]) or address % PAGE or not size:
+                return NV_ERR_INVALID_ARGUMENT
+            if not self.usable(address, size) or any(
+                    a < address + size and address < a + n for a, n in self.fbmem.values()):
+                return NV_ERR_INVALID_ARGUMENT
+            if i:  # the level above names this one for the server's range
+                bits = (1, 8, 8)[i - 1]
+                above, upper = levels[i - 1][0], (47, 38, 29)[i - 1]
+                entry = self._read64(above + 8 * (lo >> upper & (2 << bits) - 1))
+                if entry >> 1 & 3 != 1 or (entry >> 8 & 0x1FFFFFF) << 12 != address:
+                    return NV_ERR_INVALID_ARGUMENT
+        with self._lock:
+            self.roots[vaspace] = levels[0][0]
+        return 0
+
+    def _read64(self, fb: int) -> int:
+        return int.from_bytes(self.vram[fb:fb + 8], "little")
+
+    def translate(self, va: int) -> gmmu.Translation:
+        """``va`` through the page tables of the latest address space handed over."""
+        if not self.roots:
+            raise gmmu.MmuFault(f"0x{va:x}: no page tables handed over")
+        return gmmu.translate(self._read64, list(self.roots.values())[-1], va)
+
     def _on_free(self, handle: int) -> None:
         with self._lock:
+            self.roots.pop(handle, None)
             self.fbmem.pop(handle, None)
             self.sysmem.pop(handle, None)
             self.virtual.pop(handle, None)
@@ -302,7 +361,9 @@ class SimRm:
     def _map_dma(self, p: bytes) -> tuple[bytes, int]:
         _, _, dma, memory, offset, length, flags, va, _ = struct.unpack_from("<4IQQI4xQI", p)
         status = 0
-        if dma not in self.virtual or not self._owner_ok(memory):
+        if self.walks:  # a GSP client writes its page tables itself
+            status = NV_ERR_NOT_SUPPORTED
+        elif dma not in self.virtual or not self._owner_ok(memory):
             status = NV_ERR_INVALID_OBJECT_HANDLE
         elif offset or not flags & OFFSET_FIXED:
             status = NV_ERR_INVALID_ARGUMENT  # the simulated RM maps whole objects where told
@@ -332,6 +393,19 @@ class SimRm:
 
     def _span(self, va: int, n: int) -> memoryview:
         """The bytes at GPU address ``va`` (within one mapping, one page for system memory)."""
+        if self.walks:
+            where = self.translate(va)
+            if where.address % where.page + n > where.page:
+                raise LookupError(f"GPU address 0x{va:x} (+{n}) crosses a page")
+            if where.video:
+                if where.address + n > self.fb_size:
+                    raise LookupError(f"GPU address 0x{va:x} maps beyond video memory")
+                return memoryview(self.vram)[where.address:where.address + n]
+            host = self.gpu.host.view(where.address, n)
+            if host is None:
+                raise LookupError(f"GPU address 0x{va:x} maps bus 0x{where.address:x}, no "
+                                  "host memory")
+            return host
         for at, (handle, size) in self.mappings.items():
             if at <= va and va + n <= at + size:
                 if handle in self.fbmem:

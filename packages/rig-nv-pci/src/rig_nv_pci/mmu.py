@@ -1,0 +1,215 @@
+"""The GPU's page tables as the path writes them, as NVIDIA's CPU-RM writes them for a GSP
+client (gpu_vaspace.c over mmu_walk.c), in the MMU's version-2 format of Pascal to Ada.
+
+The format (NV_MMU_VER2_*, open-gpu-doc manuals/turing/tu104/dev_mmu.ref.txt, which Ampere and
+Ada keep; nouveau's gp100 vmm writes the same): five levels over a 49-bit address, each level
+instance one 4 KiB page of video memory here,
+
+- PD3 (address bits 48:47, 4 entries), PD2 (46:38, 512), PD1 (37:29, 512): 8-byte PDEs,
+  NV_MMU_VER2_PDE_APERTURE 2:1 (INVALID 0, VIDEO_MEMORY 1, SYSTEM_COHERENT_MEMORY 2), VOL 3:3,
+  ADDRESS 53:8 (the next level's address >> NV_MMU_VER2_PDE_ADDRESS_SHIFT 12);
+- PD0 (28:21, 256): 16-byte dual PDEs (NV_MMU_VER2_DUAL_PDE_*): the big-page table in bits
+  63:0 (APERTURE_BIG 2:1, ADDRESS_BIG 53:4 >> 8), the small-page table in 127:64
+  (APERTURE_SMALL 66:65, ADDRESS_SMALL 117:72 >> 12); or a 2 MiB page's PTE in bits 63:0 (IS_PTE
+  0:0 set, the PTE's VALID);
+- PT (20:12, 512): 8-byte PTEs, NV_MMU_VER2_PTE_VALID 0:0, APERTURE 2:1 (VIDEO_MEMORY 0,
+  SYSTEM_COHERENT_MEMORY 2), VOL 3:3, ADDRESS 53:8 (>> 12), KIND 63:56.
+
+The memory is written through BAR 0's PRAMIN window (:class:`Pramin`): NV_PBUS_BAR0_WINDOW
+(0x1700, dev_bus.ref.txt: BASE 23:0 in 64 KiB units, TARGET 25:24 VID_MEM 0) places NV_PRAMIN
+(0x700000..0x7fffff, dev_ram.h) over video memory, as RM's kbusMemAccessBar0Window does.
+Big (64 KiB) pages, TLB invalidation and freeing emptied tables are not built.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from rig_edge import RigError
+
+PAGE, HUGE_PAGE = 4 << 10, 2 << 20
+
+
+class Level(NamedTuple):
+    name: str
+    shift: int  # the lowest address bit it indexes
+    entries: int
+    entry_size: int
+
+
+PD3, PD2, PD1, PD0, PT = (Level("PD3", 47, 4, 8), Level("PD2", 38, 512, 8),
+                          Level("PD1", 29, 512, 8), Level("PD0", 21, 256, 16),
+                          Level("PT", 12, 512, 8))
+DIRECTORIES = (PD3, PD2, PD1)
+VA_BITS = 49
+
+# NV_MMU_VER2_PDE_APERTURE / NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL values
+PDE_VIDEO = 1
+# NV_MMU_VER2_PTE_APERTURE values
+PTE_VIDEO, PTE_SYSTEM_COHERENT = 0, 2
+KIND_PITCH = 0x00  # NV_MMU_PTE_KIND_PITCH: system memory's
+U64, U128 = struct.Struct("<Q"), struct.Struct("<QQ")
+
+
+class NoRoom(RigError):
+    """Video memory has no room for a page table."""
+
+
+def pde(address: int) -> int:
+    """A PDE (or a dual PDE's small half) naming the level at video memory ``address``."""
+    return PDE_VIDEO << 1 | (address >> 12) << 8
+
+
+def pte(address: int, *, video: bool, kind: int) -> int:
+    """A valid PTE of the page at ``address`` (video memory, or system memory by bus
+    address, coherent and not volatile: cached, as the path registers it)."""
+    aperture = PTE_VIDEO if video else PTE_SYSTEM_COHERENT
+    return 1 | aperture << 1 | (address >> 12) << 8 | (kind & 0xFF) << 56
+
+
+def index(level: Level, va: int) -> int:
+    return va >> level.shift & level.entries - 1
+
+
+class Registers(Protocol):
+    """BAR 0 (rig_pci.Window)."""
+
+    def read32(self, offset: int) -> int: ...
+
+    def write32(self, offset: int, value: int) -> None: ...
+
+
+NV_PBUS_BAR0_WINDOW = 0x00001700  # dev_bus.ref.txt: BASE 23:0 (>> 16), TARGET 25:24 VID_MEM 0
+NV_PBUS_BAR0_WINDOW_BASE_SHIFT = 16
+NV_PRAMIN = 0x00700000  # dev_ram.h NV_PRAMIN 0x007FFFFF:0x00700000
+PRAMIN_SIZE = 1 << 20
+
+
+class Pramin:
+    """Video memory written through BAR 0's PRAMIN window, 32 bits at a time."""
+
+    def __init__(self, bar0: Registers) -> None:
+        self.bar0 = bar0
+        self.base: int | None = None
+
+    def _at(self, fb: int) -> int:
+        if self.base is None or not 0 <= fb - self.base < PRAMIN_SIZE:
+            self.base = fb >> NV_PBUS_BAR0_WINDOW_BASE_SHIFT << NV_PBUS_BAR0_WINDOW_BASE_SHIFT
+            self.bar0.write32(NV_PBUS_BAR0_WINDOW, self.base >> NV_PBUS_BAR0_WINDOW_BASE_SHIFT)
+        return NV_PRAMIN + fb - self.base
+
+    def write(self, fb: int, data: bytes) -> None:
+        if fb % 4 or len(data) % 4:
+            raise ValueError(f"PRAMIN writes whole words, not 0x{len(data):x} bytes at 0x{fb:x}")
+        for i, (word,) in enumerate(struct.iter_unpack("<I", data)):
+            self.bar0.write32(self._at(fb + 4 * i), word)
+
+    def read(self, fb: int, n: int) -> bytes:
+        return b"".join(self.bar0.read32(self._at(fb + i)).to_bytes(4, "little")
+                        for i in range(0, n, 4))
+
+
+class PageTables:
+    """One address space's page tables in video memory: ``take_page()`` gives the FB offset
+    of a free 4 KiB page (or ``None``), ``write(fb, data)`` writes video memory. The tables'
+    contents are shadowed here, so only changed entries are written."""
+
+    def __init__(self, take_page: Callable[[], int | None],
+                 write: Callable[[int, bytes], None]) -> None:
+        self._take, self._write = take_page, write
+        self.shadow: dict[int, bytearray] = {}
+        self._dirty: dict[int, tuple[int, int]] = {}
+        self.root = self._table()
+        self._flush()
+
+    def _table(self) -> int:
+        fb = self._take()
+        if fb is None:
+            raise NoRoom("no video memory for a page table")
+        self.shadow[fb] = bytearray(PAGE)
+        self._dirty[fb] = (0, PAGE)  # zeroed in video memory
+        return fb
+
+    def _set(self, table: int, at: int, packed: bytes) -> None:
+        self.shadow[table][at:at + len(packed)] = packed
+        lo, hi = self._dirty.get(table, (at, at + len(packed)))
+        self._dirty[table] = (min(lo, at), max(hi, at + len(packed)))
+
+    def _flush(self) -> None:
+        for table, (lo, hi) in sorted(self._dirty.items()):
+            self._write(table + lo, bytes(self.shadow[table][lo:hi]))
+        self._dirty.clear()
+
+    def _next(self, table: int, level: Level, va: int) -> int:
+        """The level below ``table``'s entry for ``va``, made if there is none."""
+        at = index(level, va) * level.entry_size
+        entry: int = U64.unpack_from(self.shadow[table], at)[0]
+        if entry >> 1 & 3:
+            return (entry >> 8 & (1 << 46) - 1) << 12
+        below = self._table()
+        self._set(table, at, U64.pack(pde(below)))
+        return below
+
+    def directory(self, va: int) -> list[int]:
+        """The PD3, PD2 and PD1 instances over ``va`` (made where missing), root first."""
+        out = [self.root]
+        for level in DIRECTORIES[:-1]:
+            out.append(self._next(out[-1], level, va))
+        self._flush()
+        return out
+
+    def _pd0(self, va: int) -> int:
+        table = self.root
+        for level in DIRECTORIES:
+            table = self._next(table, level, va)
+        return table
+
+    def map(self, va: int, size: int, address: Callable[[int], int], *, video: bool,
+            kind: int, huge: bool) -> None:
+        """Map ``[va, va+size)`` to the pages ``address(offset)`` gives, 2 MiB pages if
+        ``huge``. Raises :class:`rig_edge.RigError` where video memory has no room for a
+        table (the entries written so far stay: :meth:`unmap` clears them)."""
+        step = HUGE_PAGE if huge else PAGE
+        if va % step or size % step:
+            raise ValueError(f"0x{size:x} bytes at 0x{va:x} are not whole 0x{step:x} pages")
+        try:
+            for off in range(0, size, step):
+                entry = pte(address(off), video=video, kind=kind)
+                pd0 = self._pd0(va + off)
+                at = index(PD0, va + off) * PD0.entry_size
+                lo, hi = U128.unpack_from(self.shadow[pd0], at)
+                if huge:
+                    self._set(pd0, at, U128.pack(entry, 0))
+                    continue
+                if lo & 1:
+                    raise RigError(f"0x{va + off:x} lies in a mapped 2 MiB page")
+                if not hi >> 1 & 3:
+                    pt = self._table()
+                    self._set(pd0, at, U128.pack(0, pde(pt)))
+                else:
+                    pt = (hi >> 8 & (1 << 46) - 1) << 12
+                self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(entry))
+        finally:
+            self._flush()
+
+    def unmap(self, va: int, size: int, *, huge: bool) -> None:
+        """Clear the PTEs of ``[va, va+size)`` (tables stay)."""
+        step = HUGE_PAGE if huge else PAGE
+        for off in range(0, size, step):
+            table = self.root
+            for level in DIRECTORIES:
+                (entry,) = U64.unpack_from(self.shadow[table], index(level, va + off) * 8)
+                if not entry >> 1 & 3:
+                    break
+                table = (entry >> 8 & (1 << 46) - 1) << 12
+            else:
+                at = index(PD0, va + off) * PD0.entry_size
+                _, hi = U128.unpack_from(self.shadow[table], at)
+                if huge:
+                    self._set(table, at, U128.pack(0, hi))
+                elif hi >> 1 & 3:
+                    pt = (hi >> 8 & (1 << 46) - 1) << 12
+                    self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(0))
+        self._flush()

@@ -1,0 +1,76 @@
+"""The simulated GPU's MMU: a GPU address translated by walking the page tables in video memory,
+read as NVIDIA's manuals lay out the version-2 format (open-gpu-doc
+manuals/turing/tu104/dev_mmu.ref.txt, NV_MMU_VER2_*), written independently of rig_nv_pci:
+
+- PD3 indexes address bits 48:47, PD2 46:38, PD1 37:29 with 8-byte PDEs: APERTURE 2:1
+  (0 invalid, 1 video memory, 2/3 system memory), ADDRESS_SYS 53:8, ADDRESS_VID 32:8, in
+  4 KiB units;
+- PD0 indexes 28:21 with 16-byte dual PDEs: bit 0 set (IS_PTE) makes bits 63:0 a 2 MiB page's
+  PTE; else APERTURE_BIG 2:1 names a big-page table (not simulated: a fault) and
+  APERTURE_SMALL 66:65 with ADDRESS_SMALL 117:72 (4 KiB units) the small-page table;
+- PT indexes 20:12 with 8-byte PTEs: VALID 0:0, APERTURE 2:1 (0 video memory, 1 peer, 2
+  coherent / 3 non-coherent system memory), ADDRESS_SYS 53:8 (ADDRESS_VID 32:8 with PEER
+  35:33 for video memory), KIND 63:56.
+
+The page tables themselves must lie in video memory (a PDE naming system memory faults: the
+path keeps its tables in video memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+
+class Translation(NamedTuple):
+    video: bool  # video memory, else system memory by bus address
+    address: int
+    page: int  # the page's size
+    kind: int
+
+
+class MmuFault(LookupError):
+    pass
+
+
+def _field(value: int, hi: int, lo: int) -> int:
+    return value >> lo & (1 << hi - lo + 1) - 1
+
+
+def translate(read64: Callable[[int], int], root: int, va: int) -> Translation:
+    """``va`` through the tables from ``root`` (a video memory address); ``read64(fb)`` reads
+    video memory. Raises :class:`MmuFault` naming the level that does not map it."""
+    if va >> 49:
+        raise MmuFault(f"0x{va:x} is beyond the 49-bit address space")
+    table = root
+    for name, lo in (("PD3", 47), ("PD2", 38), ("PD1", 29)):
+        entry = read64(table + 8 * _field(va, lo + (1 if name == "PD3" else 8), lo))
+        aperture = _field(entry, 2, 1)
+        if aperture != 1:
+            raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
+                           f"{'invalid' if aperture == 0 else 'in system memory'}")
+        table = _field(entry, 32, 8) << 12
+    at = table + 16 * _field(va, 28, 21)
+    low, high = read64(at), read64(at + 8)
+    if low & 1:
+        return _page(low, va, 2 << 20)
+    if _field(high, 2, 1) == 1:
+        entry = read64((_field(high, 32, 8) << 12) + 8 * _field(va, 20, 12))
+        if not entry & 1:
+            raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} is not valid")
+        return _page(entry, va, 4 << 10)
+    if _field(low, 2, 1):
+        raise MmuFault(f"0x{va:x}: a big-page table, not simulated")
+    raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing")
+
+
+def _page(entry: int, va: int, size: int) -> Translation:
+    aperture = _field(entry, 2, 1)
+    if aperture == 1:
+        raise MmuFault(f"0x{va:x}: a peer's memory, not simulated")
+    video = aperture == 0
+    frame = _field(entry, 32, 8) if video else _field(entry, 53, 8)
+    base = frame << 12
+    if base % size:
+        raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} names 0x{base:x}, not aligned to its page")
+    return Translation(video, base + va % size, size, _field(entry, 63, 56))
