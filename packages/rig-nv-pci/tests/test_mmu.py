@@ -1,0 +1,114 @@
+"""rig_nv_pci.mmu: the version-2 page-table entries against numbers worked by hand from
+open-gpu-doc's manuals/turing/tu104/dev_mmu.ref.txt, the PRAMIN window against the simulated
+BAR 0, and tables the path writes walked by the simulated MMU (tests/sim/gmmu.py, written
+from the manual alone); the simulated GSP-RM's check of the handed-over directories."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sim
+from sim import gmmu
+from test_path import Booted, ga102  # noqa: F401  (the fixture)
+
+from rig_nv_pci import mmu
+from rig_nv_pci import path as pp
+from rig_nv_pci.gsp import rpc
+
+MiB = 1 << 20
+
+
+def test_entries_as_the_manual_lays_them_out() -> None:
+    # PTE: VALID 0:0, APERTURE 2:1 (VIDEO 0, SYSTEM_COHERENT 2), ADDRESS 53:8 (>> 12), KIND 63:56
+    assert mmu.pte(0x1234_5000, video=True, kind=6) == 0x0600_0000_0123_4501
+    assert mmu.pte(0x12_3456_7000, video=False, kind=0) == 0x0000_0001_2345_6705
+    # PDE: APERTURE 2:1 VIDEO_MEMORY 1, ADDRESS 53:8 (>> 12)
+    assert mmu.pde(0x20_3000) == 0x2_0302
+    assert [lv.shift for lv in (mmu.PD3, mmu.PD2, mmu.PD1, mmu.PD0, mmu.PT)] == [47, 38, 29,
+                                                                                  21, 12]
+    assert all(lv.entries * lv.entry_size in (32, 4096)
+               for lv in (mmu.PD3, mmu.PD2, mmu.PD1, mmu.PD0, mmu.PT))
+    assert pp.COPY_PDES.size + pp.GMMU_FMT_MAX_LEVELS * pp.COPY_PDES_LEVEL.size == 184
+
+
+def test_pramin_moves_the_window_in_64k_steps_over_video_memory() -> None:
+    gpu = sim.SimGpu()
+    vram = bytearray(64 * MiB)
+    gpu.vram = memoryview(vram)
+    window = mmu.Pramin(gpu.bar0())
+    window.write(0x10_0FFC, b"abcdefgh")
+    assert vram[0x10_0FFC:0x10_1004] == b"abcdefgh"
+    assert gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x10  # 1 MiB >> 16
+    window.write(0x310_0000 - 4, b"last")  # beyond the first window's MiB: moved
+    assert vram[0x310_0000 - 4:0x310_0000] == b"last"
+    assert gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x30F
+    assert window.read(0x10_0FFC, 8) == b"abcdefgh"
+    with pytest.raises(ValueError, match="whole words"):
+        window.write(2, b"xy")
+
+
+def tables(size: int = 64 * MiB) -> tuple[mmu.PageTables, bytearray, list[int]]:
+    vram = bytearray(size)
+    pages = list(range(size - mmu.PAGE, 32 * MiB - 1, -mmu.PAGE))  # from the top down
+
+    def write(fb: int, data: bytes) -> None:
+        vram[fb:fb + len(data)] = data
+
+    return mmu.PageTables(lambda: pages.pop(0) if pages else None, write), vram, pages
+
+
+def walk(vram: bytearray, root: int, va: int) -> gmmu.Translation:
+    return gmmu.translate(lambda fb: int.from_bytes(vram[fb:fb + 8], "little"), root, va)
+
+
+def test_4k_and_2m_pages_walk_to_what_was_mapped_and_unmaps_clear_them() -> None:
+    t, vram, _ = tables()
+    va = 64 << 30
+    t.map(va, 4 * MiB, lambda o: 8 * MiB + o, video=True, kind=6, huge=True)
+    t.map(va + 4 * MiB, 0x3000, lambda o: 0x5_0000_0000 + 2 * o, video=False, kind=0,
+          huge=False)
+    assert walk(vram, t.root, va + 3 * MiB + 5) == (True, 11 * MiB + 5, 2 * MiB, 6)
+    assert walk(vram, t.root, va + 4 * MiB + 0x2008) == (False, 0x5_0000_4008, 0x1000, 0)
+    # PD3, PD2, PD1, PD0 and one PT: five tables
+    assert len(t.shadow) == 5
+    with pytest.raises(gmmu.MmuFault, match="not valid"):
+        walk(vram, t.root, va + 4 * MiB + 0x3000)
+    with pytest.raises(mmu.RigError, match="lies in a mapped 2 MiB page"):
+        t.map(va + 2 * MiB, 0x1000, lambda o: 0, video=True, kind=6, huge=False)
+    t.unmap(va, 4 * MiB, huge=True)
+    t.unmap(va + 4 * MiB, 0x3000, huge=False)
+    for at in (va, va + 4 * MiB + 0x1000):
+        with pytest.raises(gmmu.MmuFault):
+            walk(vram, t.root, at)
+    # a freed 2 MiB page's block takes 4 KiB pages
+    t.map(va, 0x1000, lambda o: 9 * MiB, video=True, kind=6, huge=False)
+    assert walk(vram, t.root, va + 4) == (True, 9 * MiB + 4, 0x1000, 6)
+
+
+def test_no_page_for_a_table_is_no_room() -> None:
+    t, _, pages = tables()
+    pages.clear()
+    with pytest.raises(mmu.NoRoom):
+        t.map(1 << 40, 0x1000, lambda o: 0, video=True, kind=6, huge=False)
+
+
+def test_the_simulated_gsp_checks_the_handed_over_directories(ga102: Booted) -> None:  # noqa: F811
+    p, s = ga102.path(), ga102.sim_rm
+    assert p.tables is not None and list(s.roots.values()) == [p.tables.root]
+    (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.GSP_RM_CONTROL
+            and rpc.decode_control(q.payload).cmd
+            == pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES]
+    params = bytearray(rpc.decode_control(q.payload).params)
+    _, _, page_size, lo, hi, count = pp.COPY_PDES.unpack_from(params)
+    assert (page_size, lo, hi, count) == (1 << 29, 4 << 30, (4 << 30) + (512 << 20) - 1, 3)
+    levels = [pp.COPY_PDES_LEVEL.unpack_from(params, 40 + 24 * i) for i in range(3)]
+    assert [(lv[2], lv[3]) for lv in levels] == [(1, 47), (1, 38), (1, 29)]
+    assert levels[0][0] == p.tables.root
+    # a PD1 the PD2 does not name is refused
+    pp.COPY_PDES_LEVEL.pack_into(params, 40 + 48, levels[2][0] + 0x1000, 4096, 1, 29)
+    with pytest.raises(pp.RMError, match="NV_ERR_INVALID_ARGUMENT"):
+        p.rm.control(p.h_vaspace, pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES, params)
