@@ -112,3 +112,51 @@ def test_the_simulated_gsp_checks_the_handed_over_directories(ga102: Booted) -> 
     pp.COPY_PDES_LEVEL.pack_into(params, 40 + 48, levels[2][0] + 0x1000, 4096, 1, 29)
     with pytest.raises(pp.RMError, match="NV_ERR_INVALID_ARGUMENT"):
         p.rm.control(p.h_vaspace, pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES, params)
+
+
+class Recorded:
+    """BAR 0 whose invalidate register reads back clear."""
+
+    def __init__(self) -> None:
+        self.writes: list[tuple[int, int]] = []
+
+    def read32(self, offset: int) -> int:
+        return 0
+
+    def write32(self, offset: int, value: int) -> None:
+        self.writes.append((offset, value))
+
+
+def test_an_invalidate_names_the_pdb_and_triggers_all_va() -> None:
+    bar0 = Recorded()
+    mmu.invalidate(bar0, 0x12_3456_7000, downgrade=False)
+    mmu.invalidate(bar0, 0x100_0000_0000, downgrade=True)  # above PDB_ADDR's 28 bits
+    assert bar0.writes == [(0xB830A0, 0x1234567 << 4), (0xB830A4, 0), (0xB830B0, 0x8000_0001),
+                           (0xB830A0, 0), (0xB830A4, 1), (0xB830B0, 0x8000_0041)]
+
+    class Stuck(Recorded):
+        def read32(self, offset: int) -> int:
+            return 1 << 31
+
+    with pytest.raises(mmu.RigError, match="TLB invalidate still pending"):
+        mmu.invalidate(Stuck(), 0, downgrade=False, timeout_s=0.01)
+
+
+def test_the_simulated_tlb_keeps_a_freed_mapping_until_the_path_invalidates(
+    ga102: Booted,  # noqa: F811
+) -> None:
+    p, s = ga102.path(), ga102.sim_rm
+    assert p.tables is not None
+    a = p.alloc_memory(0x1000, pp.Memory.PINNED)
+    assert a is not None and not s.translate(a.gpu).video
+    before = s.invalidates
+    p.free_memory(a)
+    assert s.invalidates == before + 1
+    with pytest.raises(LookupError):
+        s.translate(a.gpu)
+    b = p.alloc_memory(0x1000, pp.Memory.PINNED)
+    assert b is not None and b.gpu == a.gpu and s.translate(b.gpu).address == b.undo.dma.bus
+    # without the invalidate the simulated GPU would go on using the freed pages
+    p.tables._invalidate = None
+    p.free_memory(b)
+    assert s.translate(b.gpu).address == b.undo.dma.bus

@@ -18,12 +18,15 @@ instance one 4 KiB page of video memory here,
 The memory is written through BAR 0's PRAMIN window (:class:`Pramin`): NV_PBUS_BAR0_WINDOW
 (0x1700, dev_bus.ref.txt: BASE 23:0 in 64 KiB units, TARGET 25:24 VID_MEM 0) places NV_PRAMIN
 (0x700000..0x7fffff, dev_ram.h) over video memory, as RM's kbusMemAccessBar0Window does.
-Big (64 KiB) pages, TLB invalidation and freeing emptied tables are not built.
+Every change is followed by a TLB invalidate of the address space (:func:`invalidate`), as
+kgmmuInvalidateTlb_GM107 and kgmmuCommitTlbInvalidate_TU102 do it through the PF's
+virtual-function registers. Big (64 KiB) pages and freeing emptied tables are not built.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
@@ -111,14 +114,54 @@ class Pramin:
                         for i in range(0, n, 4))
 
 
+# turing/tu102/dev_vm.h, at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET (0xB80000) in BAR 0, where
+# GPU_VREG_WR32 writes them for the PF (gpuGetVirtRegPhysOffset_TU102)
+NV_VIRTUAL_FUNCTION = 0x00B80000
+NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE_PDB = 0x30A0  # APERTURE 1:1 (VID_MEM 0), ADDR 31:4
+NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE_UPPER_PDB = 0x30A4  # ADDR 19:0, above PDB_ADDR's 28 bits
+NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE = 0x30B0
+INVALIDATE_ALL_VA, INVALIDATE_SYS_MEMBAR = 1 << 0, 1 << 6  # ALL_VA 0:0, SYS_MEMBAR 6:6
+INVALIDATE_TRIGGER = 1 << 31  # TRIGGER 31:31
+PDB_ADDR_ALIGNMENT, PDB_ADDR_BITS = 12, 28  # _PDB_ADDR_ALIGNMENT, DRF_SIZE(_PDB_ADDR)
+INVALIDATE_TIMEOUT_S = 1.0
+
+
+def invalidate(bar0: Registers, root: int, *, downgrade: bool,
+               timeout_s: float = INVALIDATE_TIMEOUT_S) -> None:
+    """Invalidate the TLB entries of the address space whose PD3 lies at video memory
+    ``root``: wait for no invalidate pending (kgmmuCheckPendingInvalidates_TU102), name the
+    PDB (kgmmuSetPdbToInvalidate_TU102), trigger ALL_VA for that PDB with SYS_MEMBAR for a
+    downgrade (kgmmuInvalidateTlb_GM107, kgmmuSetTlbInvalidateMembarWarParameters_TU102), and
+    wait for TRIGGER to clear. Raises :class:`rig_edge.RigError` if it stays set."""
+    register = NV_VIRTUAL_FUNCTION + NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE
+
+    def idle() -> None:
+        deadline = time.monotonic() + timeout_s
+        while bar0.read32(register) & INVALIDATE_TRIGGER:
+            if time.monotonic() > deadline:
+                raise RigError(f"a TLB invalidate still pending after {timeout_s} s")
+
+    idle()
+    frame = root >> PDB_ADDR_ALIGNMENT
+    bar0.write32(NV_VIRTUAL_FUNCTION + NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE_PDB,
+                 (frame & (1 << PDB_ADDR_BITS) - 1) << 4)  # APERTURE VID_MEM 0
+    bar0.write32(NV_VIRTUAL_FUNCTION + NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE_UPPER_PDB,
+                 frame >> PDB_ADDR_BITS & 0xFFFFF)
+    bar0.write32(register, INVALIDATE_TRIGGER | INVALIDATE_ALL_VA
+                 | (INVALIDATE_SYS_MEMBAR if downgrade else 0))
+    idle()
+
+
 class PageTables:
     """One address space's page tables in video memory: ``take_page()`` gives the FB offset
-    of a free 4 KiB page (or ``None``), ``write(fb, data)`` writes video memory. The tables'
+    of a free 4 KiB page (or ``None``), ``write(fb, data)`` writes video memory,
+    ``invalidate(root, downgrade)`` (if given) follows every map and unmap. The tables'
     contents are shadowed here, so only changed entries are written."""
 
     def __init__(self, take_page: Callable[[], int | None],
-                 write: Callable[[int, bytes], None]) -> None:
-        self._take, self._write = take_page, write
+                 write: Callable[[int, bytes], None],
+                 invalidate: Callable[[int, bool], None] | None = None) -> None:
+        self._take, self._write, self._invalidate = take_page, write, invalidate
         self.shadow: dict[int, bytearray] = {}
         self._dirty: dict[int, tuple[int, int]] = {}
         self.root = self._table()
@@ -193,6 +236,8 @@ class PageTables:
                 self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(entry))
         finally:
             self._flush()
+            if self._invalidate is not None:
+                self._invalidate(self.root, False)
 
     def unmap(self, va: int, size: int, *, huge: bool) -> None:
         """Clear the PTEs of ``[va, va+size)`` (tables stay)."""
@@ -213,3 +258,5 @@ class PageTables:
                     pt = (hi >> 8 & (1 << 46) - 1) << 12
                     self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(0))
         self._flush()
+        if self._invalidate is not None:
+            self._invalidate(self.root, True)

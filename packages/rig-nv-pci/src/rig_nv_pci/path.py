@@ -41,13 +41,12 @@ GPU addresses come from the path's own range; a region's host and GPU addresses 
 
 Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: Blackwell's mappings are
 still made by MAP_MEMORY_DMA (whether GSP-RM serves it from a GSP client is not in the open
-sources; the simulated GSP of the tests does, on Blackwell only); no TLB invalidate follows a
-change of the page tables (kgmmuInvalidateTlb_HAL), so a GPU address unmapped and mapped
-again may be seen through a stale entry; the page tables are written word by word through
-PRAMIN, not through BAR 2. Channels as a GSP client also give the GSP their instance block,
-RAMFC, USERD and method buffer
-(kernel_channel.c _kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem),
-not built yet.
+sources; the simulated GSP of the tests does, on Blackwell only); the TLB invalidate after
+a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
+GSP-RM leaves it to a GSP client is not in the open sources); the page tables are written
+word by word through PRAMIN, not through BAR 2. Channels as a GSP client also give the GSP
+their instance block, RAMFC, USERD and method buffer (kernel_channel.c
+_kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem), not built yet.
 """
 
 from __future__ import annotations
@@ -285,8 +284,10 @@ class PciPath:
             self.tables: mmu.PageTables | None = None
             self._tables_lock = threading.Lock()
             if pramin is not None:
-                self.tables = mmu.PageTables(lambda: self.heap.take(SMALL),
-                                             mmu.Pramin(pramin).write)
+                bar0 = pramin
+                self.tables = mmu.PageTables(
+                    lambda: self.heap.take(SMALL), mmu.Pramin(bar0).write,
+                    lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade))
                 self._copy_server_pdes(self.tables)
         except BaseException:
             self._rm.free(self.h_device)

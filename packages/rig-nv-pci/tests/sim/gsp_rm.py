@@ -28,7 +28,12 @@ rig_nv_pci or rig_nv:
   _gvaspacePopulatePDEentries sends; GMMU_APERTURE_VIDEO 1; each level's PDE naming the
   next), and from then on the PBDMA and copy engine translate GPU addresses by walking the
   tables from that PD3 in video memory (sim/gmmu.py); MAP_MEMORY_DMA answers
-  NV_ERR_NOT_SUPPORTED there;
+  NV_ERR_NOT_SUPPORTED there. Translations are kept in a TLB (per PD3 and 4 KiB page) until
+  the client invalidates them: NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE (BAR 0 0xB80000 +
+  0x30B0, turing/tu102/dev_vm.h: ALL_VA 0:0, ALL_PDB 1:1, TRIGGER 31:31, read back clear once
+  done) for the PD3 named by _INVALIDATE_PDB (0x30A0, ADDR 31:4 of the address >> 12) and
+  _INVALIDATE_UPPER_PDB (0x30A4, ADDR 19:0 above it), or for all with ALL_PDB; an invalidate
+  without ALL_VA is not simulated (an AssertionError);
 - elsewhere (Blackwell: Hopper's version-3 format, not simulated) MAP_MEMORY_DMA (14) /
   UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
   hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
@@ -95,6 +100,8 @@ USERMODE_BAR0 = 0xB80000
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
 CTRL_COPY_SERVER_RESERVED_PDES = 0x90F10106
+VF, VF_MMU_INVALIDATE_PDB, VF_MMU_INVALIDATE_UPPER_PDB, VF_MMU_INVALIDATE = (
+    0xB80000, 0x30A0, 0x30A4, 0x30B0)
 SERVER_VA, SERVER_VA_SIZE = 1 << 32, 512 << 20
 COPY_PDES = struct.Struct("<IIQQQI4x")
 COPY_PDES_LEVEL = struct.Struct("<QQIB3x")
@@ -168,6 +175,9 @@ class SimRm:
         # NV_PMC_BOOT_42 architecture 29:24: GA10x 0x17 and AD10x 0x19 use the version-2 MMU
         self.walks = gpu.boot42 >> 24 & 0x3F in (0x17, 0x19)
         self.roots: dict[int, int] = {}  # FERMI_VASPACE_A handle -> its PD3 in video memory
+        self.tlb: dict[tuple[int, int], gmmu.Translation] = {}  # (PD3, va >> 12) -> page's
+        self.invalidates = 0
+        gpu.on_write[VF + VF_MMU_INVALIDATE] = self._invalidate
         self.sysmem: dict[int, list[int]] = {}  # handle -> page bus addresses
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
@@ -313,10 +323,32 @@ class SimRm:
         return int.from_bytes(self.vram[fb:fb + 8], "little")
 
     def translate(self, va: int) -> gmmu.Translation:
-        """``va`` through the page tables of the latest address space handed over."""
+        """``va`` through the TLB, else the page tables, of the latest address space handed
+        over."""
         if not self.roots:
             raise gmmu.MmuFault(f"0x{va:x}: no page tables handed over")
-        return gmmu.translate(self._read64, list(self.roots.values())[-1], va)
+        root = list(self.roots.values())[-1]
+        key = (root, va >> 12)
+        with self._lock:
+            page = self.tlb.get(key)
+            if page is None:
+                page = gmmu.translate(self._read64, root, va & ~0xFFF)
+                self.tlb[key] = page
+        return page._replace(address=page.address + va % PAGE)
+
+    def _invalidate(self, value: int) -> None:
+        if not value >> 31:
+            return
+        if not value & 1:
+            raise AssertionError(f"MMU invalidate 0x{value:x}: only ALL_VA is simulated")
+        regs = self.gpu.regs
+        pdb = ((regs.get(VF + VF_MMU_INVALIDATE_UPPER_PDB, 0) & 0xFFFFF) << 28
+               | regs.get(VF + VF_MMU_INVALIDATE_PDB, 0) >> 4) << 12
+        with self._lock:
+            for key in [k for k in self.tlb if value & 2 or k[0] == pdb]:
+                del self.tlb[key]
+            self.invalidates += 1
+        regs[VF + VF_MMU_INVALIDATE] = value & ~(1 << 31)  # done
 
     def _on_free(self, handle: int) -> None:
         with self._lock:
