@@ -322,6 +322,9 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         assert d.facts.arch == "sm_120" and d.completed() == 2
         assert (d.classes.gpfifo, d.classes.compute, d.classes.qmd_version) == (
             0xCA6F, 0xCEC0, 5)
+        # its submissions ran through the version-3 page tables the path wrote (PD4 root)
+        assert s.version == 3 and s.tlb and not any(
+            q.function == 14 for q in firmware.peer.requests)  # no MAP_MEMORY_DMA
         d.stop()
         # kgspTeardown_GH100: the GSP unloaded, suspended and halted; WPR2 stays up, so the
         # next open (rig_nv_pci._open) resets the GPU first (a reset the simulated GB202 does

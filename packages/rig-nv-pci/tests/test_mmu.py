@@ -160,3 +160,34 @@ def test_the_simulated_tlb_keeps_a_freed_mapping_until_the_path_invalidates(
     p.tables._invalidate = None
     p.free_memory(b)
     assert s.translate(b.gpu).address == b.undo.dma.bus
+
+
+def test_version_3_entries_and_tables_as_hoppers_manual_lays_them_out() -> None:
+    # PTE: VALID 0:0, APERTURE 2:1, PCF 7:3 (0), KIND 11:8, ADDRESS 51:12 in place
+    assert mmu.pte3(0x1234_5000, video=True, kind=6) == 0x1234_5601
+    assert mmu.pte3(0x12_3456_7000, video=False, kind=0) == 0x12_3456_7005
+    assert mmu.pde3(0x20_3000) == 0x20_3002  # APERTURE VIDEO 1, ADDRESS 51:12
+    assert [lv.shift for lv in mmu.VER3.directories] == [56, 47, 38, 29]
+    vram = bytearray(64 * MiB)
+    pages = list(range(32 * MiB, 64 * MiB, mmu.PAGE))
+
+    def write(fb: int, data: bytes) -> None:
+        vram[fb:fb + len(data)] = data
+
+    t = mmu.PageTables(lambda: pages.pop(0), write, fmt=mmu.VER3)
+    va = (1 << 56) + (64 << 30)  # PD4's second entry
+    t.map(va, 2 * MiB, lambda o: 4 * MiB + o, video=True, kind=6, huge=True)
+    t.map(va + 2 * MiB, 0x2000, lambda o: 0x7_0000_0000 + o, video=False, kind=0, huge=False)
+    read = lambda fb: int.from_bytes(vram[fb:fb + 8], "little")  # noqa: E731
+    assert gmmu.translate(read, t.root, va + 0x1234, 3) == (True, 4 * MiB + 0x1234, 2 * MiB, 6)
+    assert gmmu.translate(read, t.root, va + 2 * MiB + 0x1008, 3) == (
+        False, 0x7_0000_1008, 0x1000, 0)
+    assert len(t.directory(4 << 30)) == 4  # PD4, PD3, PD2, PD1 over the server's range
+
+
+def test_hoppers_window_register_moves_pramin_on_a_gb202() -> None:
+    gpu = sim.gb202()
+    vram = bytearray(8 * MiB)
+    gpu.vram = memoryview(vram)
+    mmu.Pramin(gpu.bar0(), mmu.VER3.window).write(0x50_0000, b"gb20")
+    assert vram[0x50_0000:0x50_0004] == b"gb20" and gpu.regs[0x10FD40] == 0x50

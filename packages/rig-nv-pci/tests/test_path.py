@@ -180,7 +180,7 @@ def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     for at, n in free:
         p.heap.give(at, n)
-    p.tables = None  # the GSP maps (Blackwell's path): the simulated GSP-RM refuses it
+    p.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
     with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_NOT_SUPPORTED"):
         p.alloc_memory(0x2000, Memory.DEVICE)
     assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}

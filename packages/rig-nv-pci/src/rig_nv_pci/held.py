@@ -21,7 +21,7 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import boot, boot_fsp, chips, fwimage, gspmem, layout
+from rig_nv_pci import boot, boot_fsp, chips, fwimage, gspmem, layout, mmu
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
@@ -168,9 +168,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
                        map_dma=f.map_host, events=log,
                        fb_regions=booted.static.fb_regions,
-                       # the version-2 MMU's page tables, written through PRAMIN; Hopper's
-                       # version 3 (Blackwell's) is not built: the GSP maps
-                       pramin=None if fsp_boot else bar0)
+                       # the page tables written through PRAMIN: Blackwell's in Hopper's
+                       # version-3 format (kgmmuFmtFamiliesInit_GH100)
+                       pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2)
     except BaseException:
         stop()
         raise

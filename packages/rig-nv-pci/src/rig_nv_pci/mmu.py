@@ -1,5 +1,7 @@
 """The GPU's page tables as the path writes them, as NVIDIA's CPU-RM writes them for a GSP
-client (gpu_vaspace.c over mmu_walk.c), in the MMU's version-2 format of Pascal to Ada.
+client (gpu_vaspace.c over mmu_walk.c), in the MMU's version-2 format of Pascal to Ada
+(:data:`VER2`) or the version-3 format of Hopper and Blackwell (:data:`VER3`; the generated
+HAL gives every chip after AD107 kgmmuFmtFamiliesInit_GH100).
 
 The format (NV_MMU_VER2_*, open-gpu-doc manuals/turing/tu104/dev_mmu.ref.txt, which Ampere and
 Ada keep; nouveau's gp100 vmm writes the same): five levels over a 49-bit address, each level
@@ -15,9 +17,18 @@ instance one 4 KiB page of video memory here,
 - PT (20:12, 512): 8-byte PTEs, NV_MMU_VER2_PTE_VALID 0:0, APERTURE 2:1 (VIDEO_MEMORY 0,
   SYSTEM_COHERENT_MEMORY 2), VOL 3:3, ADDRESS 53:8 (>> 12), KIND 63:56.
 
+Version 3 (NV_MMU_VER3_*, hopper/gh100/dev_mmu.h; levels as kern_gmmu_fmt_gh10x.c
+kgmmuFmtInitLevels_GH10X lays them out): six levels over 57 bits, PD4 (bit 56, 2 entries),
+PD3 (55:47), PD2, PD1, PD0 and PT as above; PDEs APERTURE 2:1, PCF 5:3 (0: valid, cached,
+ATS allowed), ADDRESS 51:12 in place; the dual PDE's small half APERTURE_SMALL 66:65,
+ADDRESS_SMALL 115:76 (so bits 127:64 are a PDE); PTEs VALID 0:0, APERTURE 2:1, PCF 7:3 (0:
+REGULAR_RW_ATOMIC_CACHED_ACE), KIND 11:8, ADDRESS 51:12 in place.
+
 The memory is written through BAR 0's PRAMIN window (:class:`Pramin`): NV_PBUS_BAR0_WINDOW
-(0x1700, dev_bus.ref.txt: BASE 23:0 in 64 KiB units, TARGET 25:24 VID_MEM 0) places NV_PRAMIN
-(0x700000..0x7fffff, dev_ram.h) over video memory, as RM's kbusMemAccessBar0Window does.
+(0x1700, dev_bus.ref.txt: BASE 23:0 in 64 KiB units, TARGET 25:24 VID_MEM 0), from Hopper on
+NV_XAL_EP_BAR0_WINDOW (0x10fd40, pri_nv_xal_ep.h: BASE 22:0 in 64 KiB units, no target:
+always video memory, kern_bus_gh100.c), places NV_PRAMIN (0x700000..0x7fffff, dev_ram.h)
+over video memory, as RM's kbusMemAccessBar0Window does.
 Every change is followed by a TLB invalidate of the address space (:func:`invalidate`), as
 kgmmuInvalidateTlb_GM107 and kgmmuCommitTlbInvalidate_TU102 do it through the PF's
 virtual-function registers. Big (64 KiB) pages and freeing emptied tables are not built.
@@ -46,7 +57,6 @@ PD3, PD2, PD1, PD0, PT = (Level("PD3", 47, 4, 8), Level("PD2", 38, 512, 8),
                           Level("PD1", 29, 512, 8), Level("PD0", 21, 256, 16),
                           Level("PT", 12, 512, 8))
 DIRECTORIES = (PD3, PD2, PD1)
-VA_BITS = 49
 
 # NV_MMU_VER2_PDE_APERTURE / NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL values
 PDE_VIDEO = 1
@@ -76,6 +86,44 @@ def index(level: Level, va: int) -> int:
     return va >> level.shift & level.entries - 1
 
 
+ADDRESS_51_12 = (1 << 52) - (1 << 12)  # NV_MMU_VER3_PDE_ADDRESS / NV_MMU_VER3_PTE_ADDRESS
+
+
+def pde3(address: int) -> int:
+    """A version-3 PDE (APERTURE VIDEO_MEMORY, PCF 0) naming the level at ``address``."""
+    return PDE_VIDEO << 1 | address & ADDRESS_51_12
+
+
+def pte3(address: int, *, video: bool, kind: int) -> int:
+    """A valid version-3 PTE, PCF REGULAR_RW_ATOMIC_CACHED_ACE (0)."""
+    aperture = PTE_VIDEO if video else PTE_SYSTEM_COHERENT
+    return 1 | aperture << 1 | (kind & 0xF) << 8 | address & ADDRESS_51_12
+
+
+NV_PBUS_BAR0_WINDOW = 0x00001700  # dev_bus.ref.txt: BASE 23:0 (>> 16), TARGET 25:24 VID_MEM 0
+NV_XAL_EP_BAR0_WINDOW = 0x0010FD40  # pri_nv_xal_ep.h: BASE 22:0 (>> 16), video memory only
+
+
+class Format(NamedTuple):
+    """A page-table format: its directories above PD0 (root first), PD0, PT, how entries
+    are made and where a PDE's address lies, and the BAR 0 window register of its chips."""
+
+    name: str
+    directories: tuple[Level, ...]
+    pd0: Level
+    pt: Level
+    pde: Callable[[int], int]
+    pte: Callable[..., int]
+    pde_address: Callable[[int], int]
+    window: int
+
+
+VER2 = Format("version 2", DIRECTORIES, PD0, PT, pde, pte,
+              lambda e: (e >> 8 & (1 << 46) - 1) << 12, NV_PBUS_BAR0_WINDOW)
+VER3 = Format("version 3", (Level("PD4", 56, 2, 8), Level("PD3", 47, 512, 8), PD2, PD1),
+              PD0, PT, pde3, pte3, lambda e: e & ADDRESS_51_12, NV_XAL_EP_BAR0_WINDOW)
+
+
 class Registers(Protocol):
     """BAR 0 (rig_pci.Window)."""
 
@@ -84,8 +132,7 @@ class Registers(Protocol):
     def write32(self, offset: int, value: int) -> None: ...
 
 
-NV_PBUS_BAR0_WINDOW = 0x00001700  # dev_bus.ref.txt: BASE 23:0 (>> 16), TARGET 25:24 VID_MEM 0
-NV_PBUS_BAR0_WINDOW_BASE_SHIFT = 16
+NV_PBUS_BAR0_WINDOW_BASE_SHIFT = 16  # and NV_XAL_EP_BAR0_WINDOW_BASE_SHIFT
 NV_PRAMIN = 0x00700000  # dev_ram.h NV_PRAMIN 0x007FFFFF:0x00700000
 PRAMIN_SIZE = 1 << 20
 
@@ -93,14 +140,14 @@ PRAMIN_SIZE = 1 << 20
 class Pramin:
     """Video memory written through BAR 0's PRAMIN window, 32 bits at a time."""
 
-    def __init__(self, bar0: Registers) -> None:
-        self.bar0 = bar0
+    def __init__(self, bar0: Registers, window: int = NV_PBUS_BAR0_WINDOW) -> None:
+        self.bar0, self.window = bar0, window
         self.base: int | None = None
 
     def _at(self, fb: int) -> int:
         if self.base is None or not 0 <= fb - self.base < PRAMIN_SIZE:
             self.base = fb >> NV_PBUS_BAR0_WINDOW_BASE_SHIFT << NV_PBUS_BAR0_WINDOW_BASE_SHIFT
-            self.bar0.write32(NV_PBUS_BAR0_WINDOW, self.base >> NV_PBUS_BAR0_WINDOW_BASE_SHIFT)
+            self.bar0.write32(self.window, self.base >> NV_PBUS_BAR0_WINDOW_BASE_SHIFT)
         return NV_PRAMIN + fb - self.base
 
     def write(self, fb: int, data: bytes) -> None:
@@ -160,8 +207,10 @@ class PageTables:
 
     def __init__(self, take_page: Callable[[], int | None],
                  write: Callable[[int, bytes], None],
-                 invalidate: Callable[[int, bool], None] | None = None) -> None:
+                 invalidate: Callable[[int, bool], None] | None = None,
+                 fmt: Format = VER2) -> None:
         self._take, self._write, self._invalidate = take_page, write, invalidate
+        self.fmt = fmt
         self.shadow: dict[int, bytearray] = {}
         self._dirty: dict[int, tuple[int, int]] = {}
         self.root = self._table()
@@ -190,22 +239,22 @@ class PageTables:
         at = index(level, va) * level.entry_size
         entry: int = U64.unpack_from(self.shadow[table], at)[0]
         if entry >> 1 & 3:
-            return (entry >> 8 & (1 << 46) - 1) << 12
+            return self.fmt.pde_address(entry)
         below = self._table()
-        self._set(table, at, U64.pack(pde(below)))
+        self._set(table, at, U64.pack(self.fmt.pde(below)))
         return below
 
     def directory(self, va: int) -> list[int]:
-        """The PD3, PD2 and PD1 instances over ``va`` (made where missing), root first."""
+        """The directories above PD0 over ``va`` (made where missing), root first."""
         out = [self.root]
-        for level in DIRECTORIES[:-1]:
+        for level in self.fmt.directories[:-1]:
             out.append(self._next(out[-1], level, va))
         self._flush()
         return out
 
     def _pd0(self, va: int) -> int:
         table = self.root
-        for level in DIRECTORIES:
+        for level in self.fmt.directories:
             table = self._next(table, level, va)
         return table
 
@@ -219,7 +268,7 @@ class PageTables:
             raise ValueError(f"0x{size:x} bytes at 0x{va:x} are not whole 0x{step:x} pages")
         try:
             for off in range(0, size, step):
-                entry = pte(address(off), video=video, kind=kind)
+                entry = self.fmt.pte(address(off), video=video, kind=kind)
                 pd0 = self._pd0(va + off)
                 at = index(PD0, va + off) * PD0.entry_size
                 lo, hi = U128.unpack_from(self.shadow[pd0], at)
@@ -230,9 +279,9 @@ class PageTables:
                     raise RigError(f"0x{va + off:x} lies in a mapped 2 MiB page")
                 if not hi >> 1 & 3:
                     pt = self._table()
-                    self._set(pd0, at, U128.pack(0, pde(pt)))
+                    self._set(pd0, at, U128.pack(0, self.fmt.pde(pt)))
                 else:
-                    pt = (hi >> 8 & (1 << 46) - 1) << 12
+                    pt = self.fmt.pde_address(hi)
                 self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(entry))
         finally:
             self._flush()
@@ -244,18 +293,18 @@ class PageTables:
         step = HUGE_PAGE if huge else PAGE
         for off in range(0, size, step):
             table = self.root
-            for level in DIRECTORIES:
+            for level in self.fmt.directories:
                 (entry,) = U64.unpack_from(self.shadow[table], index(level, va + off) * 8)
                 if not entry >> 1 & 3:
                     break
-                table = (entry >> 8 & (1 << 46) - 1) << 12
+                table = self.fmt.pde_address(entry)
             else:
                 at = index(PD0, va + off) * PD0.entry_size
                 _, hi = U128.unpack_from(self.shadow[table], at)
                 if huge:
                     self._set(table, at, U128.pack(0, hi))
                 elif hi >> 1 & 3:
-                    pt = (hi >> 8 & (1 << 46) - 1) << 12
+                    pt = self.fmt.pde_address(hi)
                     self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(0))
         self._flush()
         if self._invalidate is not None:

@@ -10,16 +10,17 @@ open-gpu-kernel-modules 570.144, with no UVM:
   parameters (ctrl0080gpu.h, ctrl0080gr.h / ctrl2080gr.h, ctrl2080fb.h), and the answer is
   written back through the caller's pointer.
 - The GPU's address space: the path's FERMI_VASPACE_A, with one NV50_MEMORY_VIRTUAL object
-  (cl50a0.h) over [VA_BASE, VA_LIMIT) that keeps GSP-RM out of the path's range. On Ampere and
-  Ada (``pramin`` given) the path writes the page tables itself, as CPU-RM does for a GSP
-  client (:mod:`rig_nv_pci.mmu`: the version-2 format, in video memory from the path's heap,
-  written through BAR 0's PRAMIN window), and hands GSP-RM its PD3, PD2 and PD1 over the
-  server's range with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (gpu_vaspace.c
-  _gvaspaceCopyServerRmReservedPdesToServerRm), so GSP-RM's tables hang from the path's root.
-  Elsewhere (Blackwell: Hopper's version-3 format is not built) every mapping is made by the
-  GSP at an address the path chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED
-  (virtual_mem.c virtmemMapTo_IMPL sends it only for bRpcAlloc memory: the vGPU guest's
-  model), and UNMAP_MEMORY_DMA to end it.
+  (cl50a0.h) over [VA_BASE, VA_LIMIT) that keeps GSP-RM out of the path's range. With
+  ``pramin`` (every open) the path writes the page tables itself, as CPU-RM does for a GSP
+  client (:mod:`rig_nv_pci.mmu`: the version-2 format on Ampere and Ada, Hopper's version 3
+  on Blackwell, in video memory from the path's heap, written through BAR 0's PRAMIN window,
+  each change followed by a TLB invalidate), and hands GSP-RM its directories down to PD1
+  over the server's range with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES
+  (gpu_vaspace.c _gvaspaceCopyServerRmReservedPdesToServerRm), so GSP-RM's tables hang from
+  the path's root. Without it every mapping is made by the GSP at an address the path
+  chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED (virtual_mem.c
+  virtmemMapTo_IMPL sends it only for bRpcAlloc memory: the vGPU guest's model, which the
+  simulated GSP-RM refuses), and UNMAP_MEMORY_DMA to end it.
 - Device memory: video memory from the path's own heap (:mod:`rig_nv_pci.vidmem`, over the
   FB regions GET_GSP_STATIC_INFO reported, as CPU-RM's heap for a GSP client), registered
   with the GSP as CPU-RM registers it (mem.c memRegisterWithGsp_IMPL: ALLOC_MEMORY of
@@ -39,9 +40,7 @@ open-gpu-kernel-modules 570.144, with no UVM:
 GPU addresses come from the path's own range; a region's host and GPU addresses differ here
 (the spec's coinciding addresses need the process's reservation, not built yet).
 
-Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: Blackwell's mappings are
-still made by MAP_MEMORY_DMA (whether GSP-RM serves it from a GSP client is not in the open
-sources; the simulated GSP of the tests does, on Blackwell only); the TLB invalidate after
+Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: the TLB invalidate after
 a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
 GSP-RM leaves it to a GSP client is not in the open sources); the page tables are written
 word by word through PRAMIN, not through BAR 2. Channels as a GSP client also give the GSP
@@ -236,8 +235,8 @@ class PciPath:
     rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
     runs once the device stopped, ``fb_regions`` the FB regions GSP-RM reported (the
-    path's heap of video memory), ``pramin`` BAR 0 for writing the version-2 page tables
-    through its PRAMIN window (``None``: the GSP maps, as on Blackwell). Makes the device,
+    path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
+    ``mmu_format``) through its PRAMIN window (``None``: the GSP maps). Makes the device,
     subdevice, address space and its virtual range at once (and with ``pramin`` the page
     directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
     it made) if the GSP refuses them."""
@@ -250,7 +249,8 @@ class PciPath:
                  unbar: Callable[[memoryview], None] | None = None,
                  map_dma: Callable[[int, int], Dma | None] | None = None,
                  events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
-                 pramin: mmu.Registers | None = None) -> None:
+                 pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2
+                 ) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -286,8 +286,9 @@ class PciPath:
             if pramin is not None:
                 bar0 = pramin
                 self.tables = mmu.PageTables(
-                    lambda: self.heap.take(SMALL), mmu.Pramin(bar0).write,
-                    lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade))
+                    lambda: self.heap.take(SMALL), mmu.Pramin(bar0, mmu_format.window).write,
+                    lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
+                    mmu_format)
                 self._copy_server_pdes(self.tables)
         except BaseException:
             self._rm.free(self.h_device)
@@ -308,7 +309,7 @@ class PciPath:
         GSP client's address space (gpu_vaspace.c _gvaspaceCopyServerRmReservedPdesToServerRm):
         GSP-RM mirrors them, so its tables hang from the path's PD3."""
         levels = tables.directory(SERVER_VA)
-        shifts = [level.shift for level in mmu.DIRECTORIES]
+        shifts = [level.shift for level in tables.fmt.directories]
         params = bytearray(COPY_PDES.pack(self.h_subdevice, 0, SERVER_PAGE_SIZE, SERVER_VA,
                                           SERVER_VA + SERVER_VA_SIZE - 1, len(levels)))
         for i in range(GMMU_FMT_MAX_LEVELS):

@@ -12,6 +12,12 @@ manuals/turing/tu104/dev_mmu.ref.txt, NV_MMU_VER2_*), written independently of r
   coherent / 3 non-coherent system memory), ADDRESS_SYS 53:8 (ADDRESS_VID 32:8 with PEER
   35:33 for video memory), KIND 63:56.
 
+Hopper and Blackwell (version 3, hopper/gh100/dev_mmu.h NV_MMU_VER3_*; levels as
+kern_gmmu_fmt_gh10x.c): PD4 indexes bit 56, then PD3 55:47, PD2, PD1 (whose PTEs, 512 MiB
+pages, are not simulated), PD0 and PT as above; PDEs APERTURE 2:1 and ADDRESS 51:12 in place,
+the dual PDE's small half APERTURE_SMALL 66:65 and ADDRESS_SMALL 115:76; PTEs VALID 0:0,
+APERTURE 2:1, PCF 7:3, KIND 11:8, ADDRESS 51:12 in place (ADDRESS_VID 39:12).
+
 The page tables themselves must lie in video memory (a PDE naming system memory faults: the
 path keeps its tables in video memory).
 """
@@ -37,40 +43,58 @@ def _field(value: int, hi: int, lo: int) -> int:
     return value >> lo & (1 << hi - lo + 1) - 1
 
 
-def translate(read64: Callable[[int], int], root: int, va: int) -> Translation:
-    """``va`` through the tables from ``root`` (a video memory address); ``read64(fb)`` reads
-    video memory. Raises :class:`MmuFault` naming the level that does not map it."""
-    if va >> 49:
-        raise MmuFault(f"0x{va:x} is beyond the 49-bit address space")
+def _next(entry: int, version: int) -> int:
+    return _field(entry, 32, 8) << 12 if version == 2 else _field(entry, 51, 12) << 12
+
+
+def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
+              ) -> Translation:
+    """``va`` through the tables of format ``version`` (2 or 3) from ``root`` (a video
+    memory address); ``read64(fb)`` reads video memory. Raises :class:`MmuFault` naming the
+    level that does not map it."""
+    bits = 49 if version == 2 else 57
+    if va >> bits:
+        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space")
+    levels = ((("PD3", 48, 47), ("PD2", 46, 38), ("PD1", 37, 29)) if version == 2 else
+              (("PD4", 56, 56), ("PD3", 55, 47), ("PD2", 46, 38), ("PD1", 37, 29)))
     table = root
-    for name, lo in (("PD3", 47), ("PD2", 38), ("PD1", 29)):
-        entry = read64(table + 8 * _field(va, lo + (1 if name == "PD3" else 8), lo))
+    for name, hi, lo in levels:
+        entry = read64(table + 8 * _field(va, hi, lo))
         aperture = _field(entry, 2, 1)
+        if entry & 1:
+            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated")
         if aperture != 1:
             raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
                            f"{'invalid' if aperture == 0 else 'in system memory'}")
-        table = _field(entry, 32, 8) << 12
+        table = _next(entry, version)
     at = table + 16 * _field(va, 28, 21)
     low, high = read64(at), read64(at + 8)
     if low & 1:
-        return _page(low, va, 2 << 20)
+        return _page(low, va, 2 << 20, version)
     if _field(high, 2, 1) == 1:
-        entry = read64((_field(high, 32, 8) << 12) + 8 * _field(va, 20, 12))
+        entry = read64(_next(high, version) + 8 * _field(va, 20, 12))
         if not entry & 1:
             raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} is not valid")
-        return _page(entry, va, 4 << 10)
+        return _page(entry, va, 4 << 10, version)
     if _field(low, 2, 1):
         raise MmuFault(f"0x{va:x}: a big-page table, not simulated")
     raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing")
 
 
-def _page(entry: int, va: int, size: int) -> Translation:
+def _page(entry: int, va: int, size: int, version: int) -> Translation:
     aperture = _field(entry, 2, 1)
     if aperture == 1:
         raise MmuFault(f"0x{va:x}: a peer's memory, not simulated")
     video = aperture == 0
-    frame = _field(entry, 32, 8) if video else _field(entry, 53, 8)
+    if version == 2:
+        frame = _field(entry, 32, 8) if video else _field(entry, 53, 8)
+        kind = _field(entry, 63, 56)
+    else:
+        frame = _field(entry, 39, 12) if video else _field(entry, 51, 12)
+        kind = _field(entry, 11, 8)
+        if _field(entry, 7, 3) not in (0, 1):  # REGULAR_RW_ATOMIC_(UN)CACHED_ACE
+            raise MmuFault(f"0x{va:x}: PTE 0x{entry:x}'s PCF is not simulated")
     base = frame << 12
     if base % size:
         raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} names 0x{base:x}, not aligned to its page")
-    return Translation(video, base + va % size, size, _field(entry, 63, 56))
+    return Translation(video, base + va % size, size, kind)

@@ -114,7 +114,8 @@ class SimGpu:
     runs: list[str] = field(default_factory=list)
     # video memory, which BAR 0's PRAMIN window (NV_PRAMIN 0x700000..0x7fffff, dev_ram.h)
     # shows from NV_PBUS_BAR0_WINDOW's BASE (0x1700 bits 23:0, in 64 KiB units; TARGET 25:24
-    # must be VID_MEM 0, dev_bus.ref.txt); None: no video memory simulated
+    # must be VID_MEM 0, dev_bus.ref.txt), from Hopper on NV_XAL_EP_BAR0_WINDOW's (0x10fd40
+    # bits 22:0, pri_nv_xal_ep.h); None: no video memory simulated
     vram: memoryview | None = None
 
     def __post_init__(self) -> None:
@@ -130,11 +131,14 @@ class SimGpu:
     def _pramin(self, offset: int) -> memoryview | None:
         if self.vram is None or not 0x700000 <= offset < 0x800000:
             return None
-        window = self.regs.get(0x1700, 0)
-        if window >> 24 & 3:
-            raise AssertionError(f"PRAMIN over target {window >> 24 & 3}: only video memory is "
-                                 "simulated")
-        at = (window & 0xFFFFFF) << 16 | offset - 0x700000
+        if self.boot42 >> 24 & 0x3F >= 0x18:  # Hopper on: NV_XAL_EP_BAR0_WINDOW, BASE 22:0
+            at = (self.regs.get(0x10FD40, 0) & 0x7FFFFF) << 16 | offset - 0x700000
+        else:
+            window = self.regs.get(0x1700, 0)
+            if window >> 24 & 3:
+                raise AssertionError(f"PRAMIN over target {window >> 24 & 3}: only video "
+                                     "memory is simulated")
+            at = (window & 0xFFFFFF) << 16 | offset - 0x700000
         if at + 4 > len(self.vram):
             raise AssertionError(f"PRAMIN at FB 0x{at:x}: beyond video memory")
         return self.vram[at:at + 4]

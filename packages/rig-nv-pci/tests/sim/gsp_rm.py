@@ -19,22 +19,24 @@ rig_nv_pci or rig_nv:
   11:8 VIDMEM (2) and PHYSICALITY 7:4 CONTIGUOUS (0), one page address (the first page, as
   rpcAllocMemory_v13_01 sends a contiguous memdesc's one PTE), lying in a usable region and
   overlapping no other registered video memory;
-- on Ampere and Ada the client writes the GPU's page tables, as NVIDIA's CPU-RM does for a GSP
-  client: NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (0x90f10106, ctrl90f1.h:
+- the client writes the GPU's page tables, as NVIDIA's CPU-RM does for a GSP client (Ampere
+  and Ada in the version-2 format, Blackwell in Hopper's version 3: sim/gmmu.py):
+  NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (0x90f10106, ctrl90f1.h:
   hSubDevice, subDeviceId, pageSize u64 at 8, virtAddrLo 16, virtAddrHi 24, numLevelsToCopy
   32, levels[6] of {physAddress u64, size u64, aperture u32, pageShift u8} from 40) on the
-  FERMI_VASPACE_A hands over the PD3, PD2 and PD1 instances over the server's range (4 GiB,
+  FERMI_VASPACE_A hands over the directories down to PD1 (PD3, PD2, PD1; in version 3 PD4
+  first) over the server's range (4 GiB,
   512 MiB: SPLIT_VAS_SERVER_RM_MANAGED_VA_START/SIZE, g_gpu_vaspace_nvoc.h; pageSize 2^29 as
   _gvaspacePopulatePDEentries sends; GMMU_APERTURE_VIDEO 1; each level's PDE naming the
   next), and from then on the PBDMA and copy engine translate GPU addresses by walking the
-  tables from that PD3 in video memory (sim/gmmu.py); MAP_MEMORY_DMA answers
-  NV_ERR_NOT_SUPPORTED there. Translations are kept in a TLB (per PD3 and 4 KiB page) until
+  tables from that root in video memory (sim/gmmu.py); MAP_MEMORY_DMA answers
+  NV_ERR_NOT_SUPPORTED. Translations are kept in a TLB (per PD3 and 4 KiB page) until
   the client invalidates them: NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE (BAR 0 0xB80000 +
   0x30B0, turing/tu102/dev_vm.h: ALL_VA 0:0, ALL_PDB 1:1, TRIGGER 31:31, read back clear once
   done) for the PD3 named by _INVALIDATE_PDB (0x30A0, ADDR 31:4 of the address >> 12) and
   _INVALIDATE_UPPER_PDB (0x30A4, ADDR 19:0 above it), or for all with ALL_PDB; an invalidate
   without ALL_VA is not simulated (an AssertionError);
-- elsewhere (Blackwell: Hopper's version-3 format, not simulated) MAP_MEMORY_DMA (14) /
+- for a GPU whose MMU is not simulated (``walks`` False: a test's) MAP_MEMORY_DMA (14) /
   UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
   hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
   and NVOS47_PARAMETERS_v03_00 (flags at 16, dmaOffset at 24, status at 32) map a memory
@@ -172,8 +174,11 @@ class SimRm:
                               | MAP_NORESERVE)
         self.fbmem: dict[int, tuple[int, int]] = {}  # handle -> (FB offset, length)
         gpu.vram = memoryview(self.vram)
-        # NV_PMC_BOOT_42 architecture 29:24: GA10x 0x17 and AD10x 0x19 use the version-2 MMU
-        self.walks = gpu.boot42 >> 24 & 0x3F in (0x17, 0x19)
+        # NV_PMC_BOOT_42 architecture 29:24: GA10x 0x17 and AD10x 0x19 use the version-2 MMU,
+        # GB20x 0x1B Hopper's version 3
+        arch = gpu.boot42 >> 24 & 0x3F
+        self.walks = arch in (0x17, 0x19, 0x1B)
+        self.version = 3 if arch >= 0x18 else 2
         self.roots: dict[int, int] = {}  # FERMI_VASPACE_A handle -> its PD3 in video memory
         self.tlb: dict[tuple[int, int], gmmu.Translation] = {}  # (PD3, va >> 12) -> page's
         self.invalidates = 0
@@ -301,19 +306,23 @@ class SimRm:
         _, _, page_size, lo, hi, count = COPY_PDES.unpack_from(params)
         levels = [COPY_PDES_LEVEL.unpack_from(params, COPY_PDES.size + i * COPY_PDES_LEVEL.size)
                   for i in range(count)]
-        if (page_size, lo, hi, count) != (1 << 29, SERVER_VA, SERVER_VA + SERVER_VA_SIZE - 1, 3):
+        shifts = (47, 38, 29) if self.version == 2 else (56, 47, 38, 29)
+        entries = (4, 512, 512) if self.version == 2 else (2, 512, 512, 512)
+        if (page_size, lo, hi, count) != (1 << 29, SERVER_VA, SERVER_VA + SERVER_VA_SIZE - 1,
+                                          len(shifts)):
             return NV_ERR_INVALID_ARGUMENT
         for i, (address, size, aperture, shift) in enumerate(levels):
-            if (aperture, shift) != (1, (47, 38, 29)[i]) or address % PAGE or not size:
+            if (aperture, shift) != (1, shifts[i]) or address % PAGE or not size:
                 return NV_ERR_INVALID_ARGUMENT
             if not self.usable(address, size) or any(
                     a < address + size and address < a + n for a, n in self.fbmem.values()):
                 return NV_ERR_INVALID_ARGUMENT
             if i:  # the level above names this one for the server's range
-                bits = (1, 8, 8)[i - 1]
-                above, upper = levels[i - 1][0], (47, 38, 29)[i - 1]
-                entry = self._read64(above + 8 * (lo >> upper & (2 << bits) - 1))
-                if entry >> 1 & 3 != 1 or (entry >> 8 & 0x1FFFFFF) << 12 != address:
+                above, upper = levels[i - 1][0], shifts[i - 1]
+                entry = self._read64(above + 8 * (lo >> upper & entries[i - 1] - 1))
+                named = (entry >> 8 & 0x1FFFFFF if self.version == 2 else
+                         entry >> 12 & (1 << 40) - 1) << 12
+                if entry >> 1 & 3 != 1 or named != address:
                     return NV_ERR_INVALID_ARGUMENT
         with self._lock:
             self.roots[vaspace] = levels[0][0]
@@ -332,7 +341,7 @@ class SimRm:
         with self._lock:
             page = self.tlb.get(key)
             if page is None:
-                page = gmmu.translate(self._read64, root, va & ~0xFFF)
+                page = gmmu.translate(self._read64, root, va & ~0xFFF, self.version)
                 self.tlb[key] = page
         return page._replace(address=page.address + va % PAGE)
 
