@@ -65,6 +65,7 @@ GONE = (0x31, 0x33, 0x57)
 CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
 CACHE_BYTES = 1 << 30  # and at most this much in all
 KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
+_pack_q = struct.Struct("<Q").pack_into
 
 
 @dataclass(frozen=True)
@@ -484,46 +485,63 @@ class Device:
         :class:`rig_edge.Misuse` for grid, block, shared memory or arguments out of range.
         """
         # The common case: a configuration launched before. Its QMD and bank lie in one
-        # prepared blob; the arguments and constant buffer 0's address go in, one copy out.
+        # prepared blob, copied into the arena; then the arguments (checked first: Misuse
+        # leaves everything as it was) and constant buffer 0's address go in there.
         prep = fn.prepared.get((grid, block, shared, self._slm)) if (
             type(grid) is tuple and type(block) is tuple and type(fn) is Function) else None
         if prep is None or fn.image.device is not self or self._profile is not None:
             return launching.launch(self, fn, grid, block, args, shared)
-        blob = bytearray(prep.blob)
-        launching.fill_args(fn, blob, args, 512)
-        return self._launch_blob(prep, blob)
+        st, values = launching.arg_values(fn, args)
+        return self._launch_blob(prep, prep.blob, "launch", st, values, fn.kernel.param_offset)
 
-    def _launch_blob(self, prep: Prepared, blob: bytearray, name: str = "launch") -> Point:
+    def _launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
+                     st: struct.Struct | None = None, values: Any = (),
+                     params: int = 0) -> Point:
+        """Write ``blob`` (a QMD in its 512-byte slot, then its bank) into the launch arena,
+        with ``values`` packed by ``st`` at ``params`` in the bank, and send the QMD."""
         with self._lock:
             if self._lost is not None or self._stopped:
                 self._check()
             arena = self._arena
-            n = len(blob)
-            at = arena.take(n, 256)
             ring = arena.ring
+            inflight = arena.inflight
+            n = len(blob)
+            # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
+            at = -(-arena.head // 256) * 256
+            end = at + n
+            if end > ring.length or n > ring.length >> 1 or (
+                    inflight and inflight[0][1] < end and at < inflight[0][2]):
+                at = arena.take(n, 256)
+                end = at + n
+            else:
+                arena.head = end
+            host = ring.view
+            host[at:end] = blob
+            if st is not None:
+                st.pack_into(host, at + 512 + params, *values)
             address = ring.gpu + at
             shifted = (address + 512) >> prep.shift
-            struct.pack_into("<Q", blob, prep.slot,
-                             (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
-            ring.view[at : at + n] = blob
+            _pack_q(host, at + prep.slot,
+                    (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
             value = self._next
-            if self._last is not self.compute or self._images_loaded or self._profile:
+            compute = self.compute
+            if self._last is not compute or self._images_loaded or self._profile:
                 body: tuple[int, ...] = (self._pcas_a, address >> 8, self._pcas2_b,
                                          PCAS_INVALIDATE_COPY_SCHEDULE)
                 if self._images_loaded:  # new code: the SMs' caches must not hold old bytes
                     body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
                             INVALIDATE_CODE_AND_DATA, *body)
                     self._images_loaded = False
-                point = self._submit_words(self.compute, body, name)
+                point = self._submit_words(compute, body, name)
             else:
                 self._next = value + 1
                 words = self._launch_words
                 words[1] = address >> 8
                 words[7] = value & 0xFFFFFFFF
                 words[8] = value >> 32
-                self.compute.submit(words, value)
+                compute.submit(words, value)
                 point = Point(self, value)
-            arena.used(point.value, at, at + n)
+            inflight.append((point.value, at, end))  # Arena.used
             return point
 
     def _grow_local(self, per_thread: int, body: Push) -> None:

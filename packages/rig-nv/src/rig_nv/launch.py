@@ -324,10 +324,10 @@ _UINT = {1: "B", 2: "H", 4: "I", 8: "Q"}
 
 
 def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
-        struct.Struct, tuple[int, ...], tuple[Any, ...]]:
+        struct.Struct, tuple[int, ...] | None, tuple[Any, ...]]:
     """A struct that writes arguments of these types at the kernel's parameter offsets, the
-    order of the arguments in it (by offset), and one converter each (checked as
-    :func:`pack_args` checks)."""
+    order of the arguments in it (by offset; None when that is their own order), and one
+    converter each (checked as :func:`pack_args` checks)."""
     fmt, at, convs = "<", 0, list[Any]()
     order = tuple(sorted(range(len(kinds)), key=lambda j: kernel.params[j][0]))
     for i in order:
@@ -338,7 +338,7 @@ def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
             if size != 8:
                 raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
             fmt += "Q"
-            convs.append(_gpu_address)
+            convs.append(_GPU_ADDRESS)
         elif issubclass(kind, int) and size in _UINT:
             fmt += _UINT[size]
             convs.append(_int_of(kernel.name, i, size))
@@ -350,11 +350,11 @@ def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
         else:
             fmt += f"{size}s"
             convs.append(_bytes_of(kernel.name, i, size))
-    return struct.Struct(fmt), order, tuple(convs)
+    return (struct.Struct(fmt), None if order == tuple(range(len(kinds))) else order,
+            tuple(convs))
 
 
-def _gpu_address(r: Region) -> int:
-    return r.gpu
+_GPU_ADDRESS = operator.attrgetter("gpu")  # a Region's GPU address
 
 
 def _int_of(name: str, i: int, size: int) -> Any:
@@ -394,9 +394,9 @@ def _bytes_of(name: str, i: int, size: int) -> Any:
     return conv
 
 
-def fill_args(fn: Function, bank: bytearray, args: Sequence[Any], base: int = 0) -> None:
-    """Write ``args`` into a bank-0 copy (lying at ``base`` in ``bank``) at the kernel's
-    parameter offsets."""
+def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[Any]]:
+    """The struct that writes ``args`` at the kernel's parameter offsets (from its start) and
+    the values it packs, checked (:class:`Misuse`): what :func:`fill_args` writes."""
     try:
         kinds = tuple(map(type, args))
     except TypeError:
@@ -408,8 +408,16 @@ def fill_args(fn: Function, bank: bytearray, args: Sequence[Any], base: int = 0)
             raise Misuse(f"{fn.name} takes {len(fn.kernel.params)} arguments, not {len(args)}")
         packer = fn.packers[kinds] = _packer(fn.kernel, kinds)
     st, order, convs = packer
-    st.pack_into(bank, base + fn.kernel.param_offset,
-                 *[conv(args[j]) for conv, j in zip(convs, order, strict=True)])
+    if order is None and (type(args) is tuple or type(args) is list):  # in offset order
+        return st, list(map(operator.call, convs, args))
+    return st, [conv(args[j]) for conv, j in zip(convs, order or range(len(convs)), strict=True)]
+
+
+def fill_args(fn: Function, bank: bytearray, args: Sequence[Any], base: int = 0) -> None:
+    """Write ``args`` into a bank-0 copy (lying at ``base`` in ``bank``) at the kernel's
+    parameter offsets."""
+    st, values = arg_values(fn, args)
+    st.pack_into(bank, base + fn.kernel.param_offset, *values)
 
 
 def check_function(device: Device, fn: Any) -> None:
