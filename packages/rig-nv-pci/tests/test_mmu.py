@@ -191,3 +191,20 @@ def test_hoppers_window_register_moves_pramin_on_a_gb202() -> None:
     gpu.vram = memoryview(vram)
     mmu.Pramin(gpu.bar0(), mmu.VER3.window).write(0x50_0000, b"gb20")
     assert vram[0x50_0000:0x50_0004] == b"gb20" and gpu.regs[0x10FD40] == 0x50
+
+
+def test_only_changed_entries_are_written_so_the_servers_stay() -> None:
+    """GSP-RM writes entries of the PD1 handed over (its range's); a later map by the path
+    of entries on both sides of one writes only its own."""
+    t, vram, _ = tables()
+    pd1 = t.directory(4 << 30)[-1]
+    server = pd1 + 8 * 8  # PD1 entry 8: 4 GiB, the server's range
+    vram[server:server + 8] = (0xABCD_0002).to_bytes(8, "little")
+    t._set(pd1, 7 * 8, mmu.U64.pack(mmu.pde(0x100000)))  # entries 7 and 9 in one flush
+    t._set(pd1, 9 * 8, mmu.U64.pack(mmu.pde(0x200000)))
+    t._flush()
+    assert int.from_bytes(vram[server:server + 8], "little") == 0xABCD_0002
+    assert vram[pd1 + 72:pd1 + 80] == mmu.U64.pack(mmu.pde(0x200000))
+    t.map(10 << 29, 4 * MiB, lambda o: 0, video=True, kind=6, huge=True)
+    assert walk(vram, t.root, (10 << 29) + 5).address == 5
+    assert int.from_bytes(vram[server:server + 8], "little") == 0xABCD_0002

@@ -212,7 +212,10 @@ class PageTables:
         self._take, self._write, self._invalidate = take_page, write, invalidate
         self.fmt = fmt
         self.shadow: dict[int, bytearray] = {}
-        self._dirty: dict[int, tuple[int, int]] = {}
+        # the 8-byte words changed since the last flush, per table: only they are written, so
+        # entries GSP-RM writes in a shared directory (its range's, under the PD1 handed
+        # over) are never overwritten from a stale shadow
+        self._dirty: dict[int, set[int]] = {}
         self.root = self._table()
         self._flush()
 
@@ -221,17 +224,23 @@ class PageTables:
         if fb is None:
             raise NoRoom("no video memory for a page table")
         self.shadow[fb] = bytearray(PAGE)
-        self._dirty[fb] = (0, PAGE)  # zeroed in video memory
+        self._dirty[fb] = set(range(0, PAGE, 8))  # zeroed in video memory
         return fb
 
     def _set(self, table: int, at: int, packed: bytes) -> None:
         self.shadow[table][at:at + len(packed)] = packed
-        lo, hi = self._dirty.get(table, (at, at + len(packed)))
-        self._dirty[table] = (min(lo, at), max(hi, at + len(packed)))
+        self._dirty.setdefault(table, set()).update(range(at, at + len(packed), 8))
 
     def _flush(self) -> None:
-        for table, (lo, hi) in sorted(self._dirty.items()):
-            self._write(table + lo, bytes(self.shadow[table][lo:hi]))
+        """Write the changed words, each run of adjacent ones at once."""
+        for table, words in sorted(self._dirty.items()):
+            run: list[int] = []
+            for at in [*sorted(words), -1]:
+                if run and at != run[-1] + 8:
+                    lo, hi = run[0], run[-1] + 8
+                    self._write(table + lo, bytes(self.shadow[table][lo:hi]))
+                    run = []
+                run.append(at)
         self._dirty.clear()
 
     def _next(self, table: int, level: Level, va: int) -> int:
