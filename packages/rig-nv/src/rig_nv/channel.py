@@ -100,46 +100,70 @@ class Channel:
         self.token = token
         self.pb = pushbuffer
         self.pb_words = pushbuffer.view.cast("B").cast("I")
+        self._pb_view, self._pb_length = pushbuffer.view, pushbuffer.length
+        # An entry for the pushbuffer's bytes at offset o: _pb_entry + o + (dwords << 42)
+        # (the address is below 2^40, so adding is or-ing).
+        self._pb_entry = pushbuffer.gpu | GP_LEVEL_SUBROUTINE
         self.put = 0
         self.arena = Arena(pushbuffer, wait)
         self.pending: deque[int] = deque()  # timeline values of GPFIFO entries in use
         self._wait = wait
 
-    def submit(self, words: Any, value: int) -> None:
+    def submit(self, words: Any, value: int, completed: int = -1) -> None:
         """Send ``words`` (little-endian 32-bit, any buffer) as one GPFIFO entry; ``value`` is
-        the timeline value whose completion means the GPU is done reading them."""
+        the timeline value whose completion means the GPU is done reading them. Submissions
+        up to ``completed`` are forgotten first (:meth:`retire`)."""
         data = memoryview(words).cast("B")
         n = len(data)
         pending, count = self.pending, self.count
+        arena = self.arena
+        inflight = arena.inflight
+        while inflight and inflight[0][0] <= completed:
+            inflight.popleft()
+        while pending and pending[0] <= completed:
+            pending.popleft()
         while len(pending) >= count - 1:
             self._wait(pending.popleft())
-        arena = self.arena
-        start = arena.take(n)
-        self.pb.view[start : start + n] = data
+        # Arena.take(n), its common case here: no wrap, no bytes still being read.
+        start = (arena.head + 3) & ~3
+        end = start + n
+        if end > self._pb_length or n > self._pb_length >> 1 or (
+                inflight and inflight[0][1] < end and start < inflight[0][2]):
+            start = arena.take(n)
+            end = start + n
+        else:
+            arena.head = end
+        self._pb_view[start:end] = data
         put = self.put
-        self.entries[put % count] = (self.pb.gpu + start) | GP_LEVEL_SUBROUTINE | ((n >> 2) << 42)
+        self.entries[put % count] = self._pb_entry + start + ((n >> 2) << 42)
         self.put = put = put + 1
         self.gpput[0] = put % count
         # The ring and GP_PUT may be write-combined BAR1 memory: drain it before the doorbell.
         fence()
         self.doorbell[DOORBELL >> 2] = self.token
-        arena.inflight.append((value, start, start + n))
+        inflight.append((value, start, end))
         pending.append(value)
 
-    def submit_at(self, address: int, ndwords: int, value: int) -> None:
-        """Send commands already in GPU-readable memory (a step's) as one GPFIFO entry."""
+    def submit_at(self, address: int, ndwords: int, value: int, completed: int = -1) -> None:
+        """Send commands already in GPU-readable memory (a step's) as one GPFIFO entry;
+        submissions up to ``completed`` are forgotten first (:meth:`retire`)."""
         if address + ndwords * 4 > PB_LIMIT or address & 3:
             raise ValueError("commands must lie word-aligned below 2^40")
-        while len(self.pending) >= len(self.entries) - 1:
-            self._wait(self.pending.popleft())
-        self.entries[self.put % len(self.entries)] = (
-            address | GP_LEVEL_SUBROUTINE | (ndwords << 42)
-        )
-        self.put += 1
-        self.gpput[0] = self.put % len(self.entries)
+        pending, count = self.pending, self.count
+        inflight = self.arena.inflight
+        while inflight and inflight[0][0] <= completed:
+            inflight.popleft()
+        while pending and pending[0] <= completed:
+            pending.popleft()
+        while len(pending) >= count - 1:
+            self._wait(pending.popleft())
+        put = self.put
+        self.entries[put % count] = address | GP_LEVEL_SUBROUTINE | (ndwords << 42)
+        self.put = put = put + 1
+        self.gpput[0] = put % count
         fence()
-        self.doorbell[DOORBELL // 4] = self.token
-        self.pending.append(value)
+        self.doorbell[DOORBELL >> 2] = self.token
+        pending.append(value)
 
     def retire(self, completed: int) -> None:
         """Forget submissions whose value has completed."""

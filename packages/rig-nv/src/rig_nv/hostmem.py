@@ -40,10 +40,13 @@ _fence_lock = ffi.new("pthread_spinlock_t *")
 libc.pthread_spin_init(_fence_lock, 0)
 
 
+_spin_lock, _spin_unlock = libc.pthread_spin_lock, libc.pthread_spin_unlock
+
+
 def fence() -> None:
     """Order every earlier store (write-combined ones too) before every later one."""
-    libc.pthread_spin_lock(_fence_lock)
-    libc.pthread_spin_unlock(_fence_lock)
+    _spin_lock(_fence_lock)
+    _spin_unlock(_fence_lock)
 
 
 def mmap(addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
