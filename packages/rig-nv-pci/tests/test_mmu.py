@@ -58,7 +58,8 @@ def tables(size: int = 64 * MiB) -> tuple[mmu.PageTables, bytearray, list[int]]:
     def write(fb: int, data: bytes) -> None:
         vram[fb:fb + len(data)] = data
 
-    return mmu.PageTables(lambda: pages.pop(0) if pages else None, write), vram, pages
+    return (mmu.PageTables(lambda: pages.pop(0) if pages else None, write,
+                           give_page=pages.append), vram, pages)
 
 
 def walk(vram: bytearray, root: int, va: int) -> gmmu.Translation:
@@ -66,7 +67,8 @@ def walk(vram: bytearray, root: int, va: int) -> gmmu.Translation:
 
 
 def test_4k_and_2m_pages_walk_to_what_was_mapped_and_unmaps_clear_them() -> None:
-    t, vram, _ = tables()
+    t, vram, pages = tables()
+    before = len(pages)
     va = 64 << 30
     t.map(va, 4 * MiB, lambda o: 8 * MiB + o, video=True, kind=6, huge=True)
     t.map(va + 4 * MiB, 0x3000, lambda o: 0x5_0000_0000 + 2 * o, video=False, kind=0,
@@ -84,6 +86,8 @@ def test_4k_and_2m_pages_walk_to_what_was_mapped_and_unmaps_clear_them() -> None
     for at in (va, va + 4 * MiB + 0x1000):
         with pytest.raises(gmmu.MmuFault):
             walk(vram, t.root, at)
+    # the emptied PT, PD0, PD1 and PD2 came back; the root stays
+    assert set(t.shadow) == {t.root} == t.pinned and len(pages) == before
     # a freed 2 MiB page's block takes 4 KiB pages
     t.map(va, 0x1000, lambda o: 9 * MiB, video=True, kind=6, huge=False)
     assert walk(vram, t.root, va + 4) == (True, 9 * MiB + 4, 0x1000, 6)

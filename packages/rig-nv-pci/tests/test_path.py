@@ -135,7 +135,7 @@ def test_memory_is_mapped_by_the_paths_page_tables(ga102: Booted, kind: Memory) 
     functions = {q.function for q in ga102.firmware.peer.requests}
     assert rpc.Function.MAP_MEMORY_DMA not in functions
     p.free_memory(a)
-    with pytest.raises(LookupError, match=r"maps nothing|not valid"):
+    with pytest.raises(LookupError, match=r"invalid|maps nothing|not valid"):
         s.translate(a.gpu)
     assert a.handle not in ga102.firmware.peer.objects
     # a Mapped region's BAR 1 view is given back with it
@@ -223,6 +223,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     p.free_memory(b)
     held = sum(n for _, n in p.heap.free) + 4096 * len(p.tables.shadow)
     assert s.fbmem == {} and held == p.heap.size  # all but the tables came back
+    assert set(p.tables.shadow) == p.tables.pinned and len(p.tables.pinned) == 3  # PD3..PD1
 
 
 def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102: Booted) -> None:

@@ -31,7 +31,8 @@ always video memory, kern_bus_gh100.c), places NV_PRAMIN (0x700000..0x7fffff, de
 over video memory, as RM's kbusMemAccessBar0Window does.
 Every change is followed by a TLB invalidate of the address space (:func:`invalidate`), as
 kgmmuInvalidateTlb_GM107 and kgmmuCommitTlbInvalidate_TU102 do it through the PF's
-virtual-function registers. Big (64 KiB) pages and freeing emptied tables are not built.
+virtual-function registers; a table an unmap empties is given back after it. Big (64 KiB)
+pages are not built.
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ PDE_VIDEO = 1
 PTE_VIDEO, PTE_SYSTEM_COHERENT = 0, 2
 KIND_PITCH = 0x00  # NV_MMU_PTE_KIND_PITCH: system memory's
 U64, U128 = struct.Struct("<Q"), struct.Struct("<QQ")
+ZERO_PAGE = bytes(4 << 10)
 
 
 class NoRoom(RigError):
@@ -201,22 +203,26 @@ def invalidate(bar0: Registers, root: int, *, downgrade: bool,
 
 class PageTables:
     """One address space's page tables in video memory: ``take_page()`` gives the FB offset
-    of a free 4 KiB page (or ``None``), ``write(fb, data)`` writes video memory,
-    ``invalidate(root, downgrade)`` (if given) follows every map and unmap. The tables'
+    of a free 4 KiB page (or ``None``) and ``give_page(fb)`` takes back one emptied,
+    ``write(fb, data)`` writes video memory, ``invalidate(root, downgrade)`` (if given)
+    follows every map and unmap. The tables'
     contents are shadowed here, so only changed entries are written."""
 
     def __init__(self, take_page: Callable[[], int | None],
                  write: Callable[[int, bytes], None],
                  invalidate: Callable[[int, bool], None] | None = None,
-                 fmt: Format = VER2) -> None:
+                 fmt: Format = VER2, give_page: Callable[[int], None] | None = None) -> None:
         self._take, self._write, self._invalidate = take_page, write, invalidate
+        self._give = give_page or (lambda page: None)
         self.fmt = fmt
+        self.pinned: set[int] = set()  # the directories handed to GSP-RM: never freed
         self.shadow: dict[int, bytearray] = {}
         # the 8-byte words changed since the last flush, per table: only they are written, so
         # entries GSP-RM writes in a shared directory (its range's, under the PD1 handed
         # over) are never overwritten from a stale shadow
         self._dirty: dict[int, set[int]] = {}
         self.root = self._table()
+        self.pinned.add(self.root)
         self._flush()
 
     def _table(self) -> int:
@@ -258,6 +264,7 @@ class PageTables:
         out = [self.root]
         for level in self.fmt.directories[:-1]:
             out.append(self._next(out[-1], level, va))
+        self.pinned.update(out)
         self._flush()
         return out
 
@@ -298,23 +305,43 @@ class PageTables:
                 self._invalidate(self.root, False)
 
     def unmap(self, va: int, size: int, *, huge: bool) -> None:
-        """Clear the PTEs of ``[va, va+size)`` (tables stay)."""
+        """Clear the PTEs of ``[va, va+size)``; a table left empty is cleared from the level
+        above and its page given back once the TLB is invalidated (never the directories
+        handed to GSP-RM: :meth:`directory`'s)."""
         step = HUGE_PAGE if huge else PAGE
+        emptied: list[int] = []
         for off in range(0, size, step):
+            path: list[tuple[int, int]] = []  # (table, entry offset) from the root down
             table = self.root
             for level in self.fmt.directories:
-                (entry,) = U64.unpack_from(self.shadow[table], index(level, va + off) * 8)
+                at = index(level, va + off) * level.entry_size
+                (entry,) = U64.unpack_from(self.shadow[table], at)
                 if not entry >> 1 & 3:
                     break
+                path.append((table, at))
                 table = self.fmt.pde_address(entry)
             else:
-                at = index(PD0, va + off) * PD0.entry_size
+                at = index(self.fmt.pd0, va + off) * self.fmt.pd0.entry_size
                 _, hi = U128.unpack_from(self.shadow[table], at)
                 if huge:
                     self._set(table, at, U128.pack(0, hi))
                 elif hi >> 1 & 3:
                     pt = self.fmt.pde_address(hi)
-                    self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(0))
+                    self._set(pt, index(self.fmt.pt, va + off) * self.fmt.pt.entry_size,
+                              U64.pack(0))
+                    if self.shadow[pt] == ZERO_PAGE:
+                        self._set(table, at, U128.pack(0, 0))
+                        emptied.append(pt)
+                for above, at in reversed(path):  # PD0, then the directories, while empty
+                    if self.shadow[table] != ZERO_PAGE or table in self.pinned:
+                        break
+                    self._set(above, at, U64.pack(0))
+                    emptied.append(table)
+                    table = above
         self._flush()
         if self._invalidate is not None:
             self._invalidate(self.root, True)
+        for page in emptied:  # unreachable and no longer in any TLB: given back
+            del self.shadow[page]
+            self._dirty.pop(page, None)
+            self._give(page)

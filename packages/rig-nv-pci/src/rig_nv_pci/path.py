@@ -288,7 +288,7 @@ class PciPath:
                 self.tables = mmu.PageTables(
                     lambda: self.heap.take(SMALL), mmu.Pramin(bar0, mmu_format.window).write,
                     lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
-                    mmu_format)
+                    mmu_format, lambda page: self._give_fb(page, SMALL))
                 self._copy_server_pdes(self.tables)
         except BaseException:
             self._rm.free(self.h_device)
