@@ -48,12 +48,15 @@ class Booted:
     sim_rm: SimRm
     booted: GspBooted
 
+    def bar1(self) -> tuple[int, int]:
+        return self.booted.static.bar1_pde_base, self.sim_rm.bar1_size
+
     def path(self, **kw: object) -> pp.PciPath:
         return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
                           alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
                           poll=self.booted.channel.poll,
                           fb_regions=self.booted.static.fb_regions,
-                          pramin=self.rig.bar0, **kw)  # type: ignore[arg-type]
+                          pramin=self.rig.bar0, bar1=self.bar1(), **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture
@@ -295,7 +298,8 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
             path = pp.PciPath("NV-PCI", BUS, booted.rm, bar=s.bar,
                               alloc_dma=r.gpu.host.alloc_dma, maps_host=False,
                               poll=booted.channel.poll, on_closed=stop_the_gsp,
-                              fb_regions=booted.static.fb_regions, pramin=r.bar0)
+                              fb_regions=booted.static.fb_regions, pramin=r.bar0,
+                              bar1=(booted.static.bar1_pde_base, s.bar1_size))
             d = rig_nv.make(path)
             assert d.completed() == 2 and firmware.boots == round + 1
             d.stop()
@@ -396,3 +400,25 @@ def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_ph
     assert s.read(a.gpu, 4) == b"host"
     p.free_memory(a)
     assert s.mappings == {} and s.sysmem == {} and a.undo.dma.freed
+
+
+def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_root(
+    ga102: Booted,
+) -> None:
+    from sim import gmmu
+
+    p, s = ga102.path(), ga102.sim_rm
+    assert p.bar1_tables is not None and p.bar1_tables.root == sim.gsp_rm.BAR1_PDB
+    a = p.alloc_memory(3 << 20, Memory.MAPPED)
+    assert a is not None and a.undo.bar1 == 0 and a.undo.fb != 0
+    where = gmmu.translate(s._read64, sim.gsp_rm.BAR1_PDB, 0x2345, 2)
+    assert where == (True, a.undo.fb + 0x2345, 2 << 20, vidmem.KIND_GENERIC)
+    p.free_memory(a)
+    with pytest.raises(AssertionError, match="BAR 1"):  # unmapped: no view of it
+        s.bar(1, 0, 0x1000)
+    assert p._bar1_addresses.free == [(0, s.bar1_size)]
+    assert p._bar1_addresses.take(s.bar1_size, 1) == 0  # BAR 1 full: no room
+    free = p.heap.free
+    assert p.alloc_memory(0x1000, Memory.MAPPED) is None
+    assert s.fbmem == {} and p.heap.free == free
+    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]

@@ -162,6 +162,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         if w is not None:
             w.close()
 
+    bar1_size = next((b.size for b in f.info.bars if b.index == 1), 0)
     try:
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
@@ -170,7 +171,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        fb_regions=booted.static.fb_regions,
                        # the page tables written through PRAMIN: Blackwell's in Hopper's
                        # version-3 format (kgmmuFmtFamiliesInit_GH100)
-                       pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2)
+                       pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
+                       # BAR 1's tables under GSP-RM's root (kbusPatchBar1Pdb_GSPCLIENT)
+                       bar1=(booted.static.bar1_pde_base, bar1_size))
     except BaseException:
         stop()
         raise

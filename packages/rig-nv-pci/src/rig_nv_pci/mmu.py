@@ -205,13 +205,15 @@ class PageTables:
     """One address space's page tables in video memory: ``take_page()`` gives the FB offset
     of a free 4 KiB page (or ``None``) and ``give_page(fb)`` takes back one emptied,
     ``write(fb, data)`` writes video memory, ``invalidate(root, downgrade)`` (if given)
-    follows every map and unmap. The tables'
+    follows every map and unmap; ``root`` an existing root level (its address and contents)
+    to build under instead of a new one. The tables'
     contents are shadowed here, so only changed entries are written."""
 
     def __init__(self, take_page: Callable[[], int | None],
                  write: Callable[[int, bytes], None],
                  invalidate: Callable[[int, bool], None] | None = None,
-                 fmt: Format = VER2, give_page: Callable[[int], None] | None = None) -> None:
+                 fmt: Format = VER2, give_page: Callable[[int], None] | None = None,
+                 root: tuple[int, bytes] | None = None) -> None:
         self._take, self._write, self._invalidate = take_page, write, invalidate
         self._give = give_page or (lambda page: None)
         self.fmt = fmt
@@ -221,7 +223,11 @@ class PageTables:
         # entries GSP-RM writes in a shared directory (its range's, under the PD1 handed
         # over) are never overwritten from a stale shadow
         self._dirty: dict[int, set[int]] = {}
-        self.root = self._table()
+        if root is None:
+            self.root = self._table()
+        else:  # another's root (BAR 1's, GSP-RM's), as read from video memory
+            self.root = root[0]
+            self.shadow[self.root] = bytearray(root[1].ljust(PAGE, b"\0")[:PAGE])
         self.pinned.add(self.root)
         self._flush()
 

@@ -25,9 +25,12 @@ open-gpu-kernel-modules 570.144, with no UVM:
   FB regions GET_GSP_STATIC_INFO reported, as CPU-RM's heap for a GSP client), registered
   with the GSP as CPU-RM registers it (mem.c memRegisterWithGsp_IMPL: ALLOC_MEMORY of
   NV01_MEMORY_LIST_FBMEM, cl84a0.h 0x82, one PTE for the contiguous block), then mapped.
-- Mapped memory: the same; the host sees it through BAR 1 at its offset in video memory
-  (BAR 1 as the range of the GPU's memory the host addresses, the Rig_nv_pci spec's model:
-  this path assumes BAR 1 maps video memory one to one).
+- Mapped memory: the same, and mapped into BAR 1 for the host. With ``bar1`` (every open)
+  the path writes BAR 1's page tables as CPU-RM does for a GSP client: under GSP-RM's BAR 1
+  root (GspStaticConfigInfo.bar1PdeBase, which kern_bus.c kbusPatchBar1Pdb_GSPCLIENT makes
+  CPU-RM's walker use), at a BAR 1 offset of the path's own (first fit over the BAR's size),
+  each change followed by a TLB invalidate of that root. Without it BAR 1 is taken to show
+  video memory one to one.
 - Pinned memory (and channels' error notifiers): system memory the process allocates for DMA,
   registered with the GSP as a GSP client registers memory (mem.c memRegisterWithGsp_IMPL):
   ALLOC_MEMORY of NV01_MEMORY_LIST_SYSTEM (cl84a0.h) with one page address per page
@@ -224,6 +227,7 @@ class Undo:
     done: set[str] = field(default_factory=set)
     view: memoryview | None = None  # Mapped memory: its BAR 1 view
     fb: int | None = None  # video memory: its offset in the path's heap
+    bar1: int | None = None  # Mapped memory: its offset in BAR 1 (the path's BAR 1 tables)
     huge: bool = False  # mapped with 2 MiB pages
 
 
@@ -236,7 +240,8 @@ class PciPath:
     ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
     runs once the device stopped, ``fb_regions`` the FB regions GSP-RM reported (the
     path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
-    ``mmu_format``) through its PRAMIN window (``None``: the GSP maps). Makes the device,
+    ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
+    root and the BAR's size (``None``: BAR 1 shows video memory one to one). Makes the device,
     subdevice, address space and its virtual range at once (and with ``pramin`` the page
     directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
     it made) if the GSP refuses them."""
@@ -249,8 +254,8 @@ class PciPath:
                  unbar: Callable[[memoryview], None] | None = None,
                  map_dma: Callable[[int, int], Dma | None] | None = None,
                  events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
-                 pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2
-                 ) -> None:
+                 pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
+                 bar1: tuple[int, int] | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -282,14 +287,25 @@ class PciPath:
                 hVASpace=self.h_vaspace, size=VA_LIMIT - VA_BASE, offset=VA_BASE,
                 limit=VA_LIMIT - VA_BASE - 1).buf)
             self.tables: mmu.PageTables | None = None
+            self.bar1_tables: mmu.PageTables | None = None
+            self._bar1_addresses = Addresses(0, 0)
             self._tables_lock = threading.Lock()
             if pramin is not None:
                 bar0 = pramin
-                self.tables = mmu.PageTables(
-                    lambda: self.heap.take(SMALL), mmu.Pramin(bar0, mmu_format.window).write,
-                    lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
-                    mmu_format, lambda page: self._give_fb(page, SMALL))
+                window = mmu.Pramin(bar0, mmu_format.window)
+
+                def tables(root: tuple[int, bytes] | None = None) -> mmu.PageTables:
+                    return mmu.PageTables(
+                        lambda: self.heap.take(SMALL), window.write,
+                        lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
+                        mmu_format, lambda page: self._give_fb(page, SMALL), root)
+
+                self.tables = tables()
                 self._copy_server_pdes(self.tables)
+                if bar1 is not None:
+                    root, size = bar1
+                    self.bar1_tables = tables((root, window.read(root, mmu.PAGE)))
+                    self._bar1_addresses = Addresses(0, size)
         except BaseException:
             self._rm.free(self.h_device)
             raise
@@ -422,7 +438,10 @@ class PciPath:
                 handle, fb_offset = made
                 undo.fb = fb_offset
                 if kind is Memory.MAPPED:
-                    undo.view = self._bar(1, fb_offset, size)
+                    at = self._map_bar1(fb_offset, size, huge, undo)
+                    if at is None:
+                        raise mmu.NoRoom("no room in BAR 1")
+                    undo.view = self._bar(1, at, size)
                     host = address_of(undo.view)
             if undo.dma is not None:
                 self._map(handle, size, va, huge, undo.dma.bus_address, False)
@@ -432,6 +451,8 @@ class PciPath:
         except BaseException as e:
             if self.tables is not None:
                 self._unmap(handle or 0, va, size, huge)  # what was written of it
+            if undo.bar1 is not None:
+                self._unmap_bar1(undo.bar1, size, huge)
             if undo.view is not None:
                 self._unbar(undo.view)
             if handle is not None:
@@ -445,6 +466,28 @@ class PciPath:
                 return None
             raise
         return Allocation(va, host, size, kind, handle, undo)
+
+    def _map_bar1(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
+        """Video memory ``[fb, fb+size)`` mapped into BAR 1 by the path's BAR 1 tables: its
+        BAR 1 offset (``None`` where BAR 1 has no room); ``fb`` itself without them."""
+        if self.bar1_tables is None:
+            return fb
+        with self._lock:
+            at = self._bar1_addresses.take(size, HUGE if huge else SMALL)
+        if at is None:
+            return None
+        undo.bar1 = at
+        with self._tables_lock:
+            self.bar1_tables.map(at, size, lambda o: fb + o, video=True, huge=huge,
+                                 kind=vidmem.KIND_GENERIC)
+        return at
+
+    def _unmap_bar1(self, at: int, size: int, huge: bool) -> None:
+        if self.bar1_tables is not None:
+            with self._tables_lock:
+                self.bar1_tables.unmap(at, size, huge=huge)
+            with self._lock:
+                self._bar1_addresses.give(at, size)
 
     def _give_va(self, va: int, size: int) -> None:
         with self._lock:
@@ -480,6 +523,9 @@ class PciPath:
         if undo.view is not None:
             view = undo.view
             step("bar", lambda: self._unbar(view))
+        if undo.bar1 is not None:
+            at = undo.bar1
+            step("bar1", lambda: self._unmap_bar1(at, undo.size, undo.huge))
         step("free", lambda: self._rm.free(a.handle))
         if undo.dma is not None:
             dma = undo.dma

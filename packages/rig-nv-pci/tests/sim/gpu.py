@@ -132,13 +132,13 @@ class SimGpu:
         if self.vram is None or not 0x700000 <= offset < 0x800000:
             return None
         if self.boot42 >> 24 & 0x3F >= 0x18:  # Hopper on: NV_XAL_EP_BAR0_WINDOW, BASE 22:0
-            at = (self.regs.get(0x10FD40, 0) & 0x7FFFFF) << 16 | offset - 0x700000
+            at = ((self.regs.get(0x10FD40, 0) & 0x7FFFFF) << 16) + offset - 0x700000
         else:
             window = self.regs.get(0x1700, 0)
             if window >> 24 & 3:
                 raise AssertionError(f"PRAMIN over target {window >> 24 & 3}: only video "
                                      "memory is simulated")
-            at = (window & 0xFFFFFF) << 16 | offset - 0x700000
+            at = ((window & 0xFFFFFF) << 16) + offset - 0x700000
         if at + 4 > len(self.vram):
             raise AssertionError(f"PRAMIN at FB 0x{at:x}: beyond video memory")
         return self.vram[at:at + 4]

@@ -69,7 +69,10 @@ rig_nv_pci or rig_nv:
   memory, nvgputypes.h: info32 the Xid at 8, info16 the NV2080 engine type at 12, status
   0xFFFF at 14), then RC_TRIGGERED (0x1004, rpc_rc_triggered_v17_02) is sent;
 - the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
-  writes its doorbell into; BAR 1 shows video memory one to one, only where registered.
+  writes its doorbell into; BAR 1 shows video memory as the page tables under GSP-RM's BAR 1
+  root (the static info's bar1PdeBase, :data:`BAR1_PDB`, in the reserved region) map it, as
+  a GSP client's CPU-RM writes them (kbusPatchBar1Pdb_GSPCLIENT): a BAR 1 view must be mapped
+  there, contiguously, to registered video memory (with ``walks`` False, one to one).
   Video memory is an anonymous mapping of the FB's size (pages the tests never touch cost
   nothing).
 """
@@ -92,6 +95,7 @@ FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
 LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_LIST_FBMEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x82, 0x50A0
 LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvos.h)
 RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
+BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
 PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
 MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's, absent from Python 3.11
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
@@ -200,7 +204,8 @@ class SimRm:
         """The static info's FB regions (GspStaticConfigInfo.fbRegionInfoParams): reserved,
         usable, protected."""
         top = self.fb_size - 1
-        out: dict[str, int | bytes] = {"fbRegionInfoParams.numFBRegions": 3}
+        out: dict[str, int | bytes] = {"fbRegionInfoParams.numFBRegions": 3,
+                                       "bar1PdeBase": BAR1_PDB}
         for i, (base, limit, reserved, protected) in enumerate((
                 (0, RESERVED - 1, RESERVED, 0), (RESERVED, top - PROTECTED, 0, 0),
                 (top - PROTECTED + 1, top, 0, 1))):
@@ -246,9 +251,21 @@ class SimRm:
             return memoryview(self.usermode)[:length]
         if index != 1 or offset + length > self.bar1_size:
             raise AssertionError(f"BAR {index} view 0x{offset:x}+0x{length:x} out of range")
+        fb = offset
+        if self.walks:
+            try:
+                first = gmmu.translate(self._read64, BAR1_PDB, offset, self.version)
+                for page in range(offset, offset + length, PAGE):
+                    where = gmmu.translate(self._read64, BAR1_PDB, page, self.version)
+                    if not where.video or where.address != first.address + page - offset:
+                        raise AssertionError(f"BAR 1 at 0x{page:x}: not contiguous video "
+                                             "memory")
+            except gmmu.MmuFault as e:
+                raise AssertionError(f"BAR 1 at 0x{offset:x} is not mapped: {e}") from e
+            fb = first.address
         for at, n in self.fbmem.values():
-            if at <= offset and offset + length <= at + n:
-                return memoryview(self.vram)[offset:offset + length]
+            if at <= fb and fb + length <= at + n:
+                return memoryview(self.vram)[fb:fb + length]
         raise AssertionError(f"BAR 1 at 0x{offset:x}: no registered video memory there")
 
     # -- the RM --------------------------------------------------------------------------
