@@ -85,6 +85,8 @@ def test_4k_and_2m_pages_walk_to_what_was_mapped_and_unmaps_clear_them() -> None
         walk(vram, t.root, va + 4 * MiB + 0x3000)
     with pytest.raises(mmu.RigError, match="lies in a mapped 2 MiB page"):
         t.map(va + 2 * MiB, 0x1000, lambda o: 0, video=True, kind=6, huge=False)
+    with pytest.raises(mmu.RigError, match="its 2 MiB block has 4 KiB pages mapped"):
+        t.map(va + 4 * MiB, 2 * MiB, lambda o: 0, video=True, kind=6, huge=True)
     t.unmap(va, 4 * MiB, huge=True)
     t.unmap(va + 4 * MiB, 0x3000, huge=False)
     for at in (va, va + 4 * MiB + 0x1000):

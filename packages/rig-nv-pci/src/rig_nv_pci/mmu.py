@@ -292,9 +292,11 @@ class PageTables:
             for off in range(0, size, step):
                 entry = self.fmt.pte(address(off), video=video, kind=kind)
                 pd0 = self._pd0(va + off)
-                at = index(PD0, va + off) * PD0.entry_size
+                at = index(self.fmt.pd0, va + off) * self.fmt.pd0.entry_size
                 lo, hi = U128.unpack_from(self.shadow[pd0], at)
                 if huge:
+                    if hi >> 1 & 3:  # an unmap frees a PT once empty: this one maps pages
+                        raise RigError(f"0x{va + off:x}: its 2 MiB block has 4 KiB pages mapped")
                     self._set(pd0, at, U128.pack(entry, 0))
                     continue
                 if lo & 1:
@@ -304,7 +306,8 @@ class PageTables:
                     self._set(pd0, at, U128.pack(0, self.fmt.pde(pt)))
                 else:
                     pt = self.fmt.pde_address(hi)
-                self._set(pt, index(PT, va + off) * PT.entry_size, U64.pack(entry))
+                self._set(pt, index(self.fmt.pt, va + off) * self.fmt.pt.entry_size,
+                          U64.pack(entry))
         finally:
             self._flush()
             if self._invalidate is not None:
