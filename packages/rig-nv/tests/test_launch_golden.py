@@ -284,3 +284,25 @@ def regenerate() -> None:
 
 if __name__ == "__main__" and "--regenerate" in sys.argv:
     regenerate()
+
+
+def test_a_region_address_no_pointer_holds_leaves_the_launch_arena_as_it_was(
+        dev: tuple[Any, Any]) -> None:
+    """Arguments go straight into the arena: one that fails there (a made-up Region whose
+    address is no 64-bit number) leaves the arena's next space where it was."""
+    import pytest
+
+    from rig_edge import Region
+
+    d, _ = dev
+    img = d.load(CUBIN.read_bytes())
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    head = d._arena.head
+    bad = Region(-64, None, 64, Memory.DEVICE)
+    with pytest.raises(struct.error):
+        d.launch(img["vadd"], (4,), (256,), (a, a, bad, 1))
+    assert d._arena.head == head
+    d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
+    blob = len(img["vadd"].prepared[((4,), (256,), 0, d._slm)].blob)
+    assert d._arena.head == -(-head // 256) * 256 + blob  # the next blob, right after the last

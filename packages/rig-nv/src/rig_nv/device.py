@@ -511,11 +511,12 @@ class Device:
             ring = arena.ring
             inflight = arena.inflight
             n = len(blob)
+            head = arena.head
             done = int(self._word[0])
             while inflight and inflight[0][0] <= done:  # Arena.retire
                 inflight.popleft()
             # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
-            at = -(-arena.head // 256) * 256
+            at = -(-head // 256) * 256
             end = at + n
             if end > ring.length or n > ring.length >> 1 or (
                     inflight and inflight[0][1] < end and at < inflight[0][2]):
@@ -526,7 +527,11 @@ class Device:
             host = ring.view
             host[at:end] = blob
             if st is not None:
-                st.pack_into(host, at + 512 + params, *values)
+                try:  # values no Misuse check caught (a made-up Region's address): as it was
+                    st.pack_into(host, at + 512 + params, *values)
+                except BaseException:
+                    arena.head = head
+                    raise
             address = ring.gpu + at
             shifted = (address + 512) >> prep.shift
             _pack_q(host, at + prep.slot,
