@@ -422,3 +422,26 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     assert p.alloc_memory(0x1000, Memory.MAPPED) is None
     assert s.fbmem == {} and p.heap.free == free
     assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+
+
+def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
+    ga102: Booted,
+) -> None:
+    """GSP-RM's BAR 1 root may already name a PD2 of its own: the path reads it from video
+    memory, builds under it, keeps GSP-RM's entries and never frees it."""
+    from rig_nv_pci import mmu
+
+    s = ga102.sim_rm
+    gsp_pd2 = sim.gsp_rm.BAR1_PDB - 0x1000  # in the reserved region
+    s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] = mmu.U64.pack(mmu.pde(gsp_pd2))
+    theirs = mmu.U64.pack(mmu.pde(gsp_pd2 - 0x1000))
+    s.vram[gsp_pd2 + 40:gsp_pd2 + 48] = theirs  # PD2 entry 5: GSP-RM's
+    p = ga102.path()
+    a = p.alloc_memory(2 << 20, Memory.MAPPED)
+    assert a is not None and a.host is not None
+    view(a.host, 4)[:] = b"bar1"
+    assert bytes(s.vram[a.undo.fb:a.undo.fb + 4]) == b"bar1"
+    assert p.bar1_tables is not None and gsp_pd2 in p.bar1_tables.shadow.foreign
+    p.free_memory(a)
+    assert gsp_pd2 in p.bar1_tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
+    assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == mmu.U64.pack(mmu.pde(gsp_pd2))

@@ -201,33 +201,52 @@ def invalidate(bar0: Registers, root: int, *, downgrade: bool,
     idle()
 
 
+class Shadow(dict[int, bytearray]):
+    """The tables' contents by address; a table first met under another's entry (GSP-RM's,
+    under a root it made) is read from video memory by ``load`` and kept as foreign."""
+
+    def __init__(self, load: Callable[[int], bytes] | None) -> None:
+        super().__init__()
+        self.load = load
+        self.foreign: set[int] = set()
+
+    def __missing__(self, table: int) -> bytearray:
+        if self.load is None:
+            raise KeyError(table)
+        self[table] = data = bytearray(self.load(table))
+        self.foreign.add(table)
+        return data
+
+
 class PageTables:
     """One address space's page tables in video memory: ``take_page()`` gives the FB offset
     of a free 4 KiB page (or ``None``) and ``give_page(fb)`` takes back one emptied,
     ``write(fb, data)`` writes video memory, ``invalidate(root, downgrade)`` (if given)
-    follows every map and unmap; ``root`` an existing root level (its address and contents)
-    to build under instead of a new one. The tables'
+    follows every map and unmap; ``root`` an existing root level to build under instead of a
+    new one, its tables and those below it read by ``read(fb, n)`` when first used (and never
+    freed: they are another's). The tables'
     contents are shadowed here, so only changed entries are written."""
 
     def __init__(self, take_page: Callable[[], int | None],
                  write: Callable[[int, bytes], None],
                  invalidate: Callable[[int, bool], None] | None = None,
                  fmt: Format = VER2, give_page: Callable[[int], None] | None = None,
-                 root: tuple[int, bytes] | None = None) -> None:
+                 root: int | None = None,
+                 read: Callable[[int, int], bytes] | None = None) -> None:
         self._take, self._write, self._invalidate = take_page, write, invalidate
         self._give = give_page or (lambda page: None)
         self.fmt = fmt
         self.pinned: set[int] = set()  # the directories handed to GSP-RM: never freed
-        self.shadow: dict[int, bytearray] = {}
+        load = read
+        self.shadow = Shadow(None if load is None else lambda table: load(table, PAGE))
         # the 8-byte words changed since the last flush, per table: only they are written, so
         # entries GSP-RM writes in a shared directory (its range's, under the PD1 handed
         # over) are never overwritten from a stale shadow
         self._dirty: dict[int, set[int]] = {}
         if root is None:
             self.root = self._table()
-        else:  # another's root (BAR 1's, GSP-RM's), as read from video memory
-            self.root = root[0]
-            self.shadow[self.root] = bytearray(root[1].ljust(PAGE, b"\0")[:PAGE])
+        else:  # another's root (BAR 1's, GSP-RM's), read from video memory when first used
+            self.root = root
         self.pinned.add(self.root)
         self._flush()
 
@@ -342,7 +361,8 @@ class PageTables:
                         self._set(table, at, U128.pack(0, 0))
                         emptied.append(pt)
                 for above, at in reversed(path):  # PD0, then the directories, while empty
-                    if self.shadow[table] != ZERO_PAGE or table in self.pinned:
+                    if (self.shadow[table] != ZERO_PAGE or table in self.pinned
+                            or table in self.shadow.foreign):
                         break
                     self._set(above, at, U64.pack(0))
                     emptied.append(table)

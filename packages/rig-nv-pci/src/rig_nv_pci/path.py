@@ -294,17 +294,17 @@ class PciPath:
                 bar0 = pramin
                 window = mmu.Pramin(bar0, mmu_format.window)
 
-                def tables(root: tuple[int, bytes] | None = None) -> mmu.PageTables:
+                def tables(root: int | None = None) -> mmu.PageTables:
                     return mmu.PageTables(
                         lambda: self.heap.take(SMALL), window.write,
                         lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
-                        mmu_format, lambda page: self._give_fb(page, SMALL), root)
+                        mmu_format, lambda page: self._give_fb(page, SMALL), root, window.read)
 
                 self.tables = tables()
                 self._copy_server_pdes(self.tables)
                 if bar1 is not None:
                     root, size = bar1
-                    self.bar1_tables = tables((root, window.read(root, mmu.PAGE)))
+                    self.bar1_tables = tables(root)
                     self._bar1_addresses = Addresses(0, size)
         except BaseException:
             self._rm.free(self.h_device)
