@@ -30,10 +30,10 @@ rig_nv_pci or rig_nv:
   _gvaspacePopulatePDEentries sends; GMMU_APERTURE_VIDEO 1; each level's PDE naming the
   next), and from then on the PBDMA and copy engine translate GPU addresses by walking the
   tables from that root in video memory (sim/gmmu.py); MAP_MEMORY_DMA answers
-  NV_ERR_NOT_SUPPORTED. Translations are kept in a TLB (per PD3 and 4 KiB page) until
+  NV_ERR_NOT_SUPPORTED. Translations are kept in a TLB (per root and 4 KiB page) until
   the client invalidates them: NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE (BAR 0 0xB80000 +
   0x30B0, turing/tu102/dev_vm.h: ALL_VA 0:0, ALL_PDB 1:1, TRIGGER 31:31, read back clear once
-  done) for the PD3 named by _INVALIDATE_PDB (0x30A0, ADDR 31:4 of the address >> 12) and
+  done) for the root named by _INVALIDATE_PDB (0x30A0, ADDR 31:4 of the address >> 12) and
   _INVALIDATE_UPPER_PDB (0x30A4, ADDR 19:0 above it), or for all with ALL_PDB; an invalidate
   without ALL_VA is not simulated (an AssertionError);
 - for a GPU whose MMU is not simulated (``walks`` False: a test's) MAP_MEMORY_DMA (14) /
