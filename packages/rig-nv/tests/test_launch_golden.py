@@ -306,3 +306,21 @@ def test_a_region_address_no_pointer_holds_leaves_the_launch_arena_as_it_was(
     d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
     blob = len(img["vadd"].prepared[((4,), (256,), 0, d._slm)].blob)
     assert d._arena.head == -(-head // 256) * 256 + blob  # the next blob, right after the last
+
+
+def test_the_fast_paths_points_are_points(dev: tuple[Any, Any]) -> None:
+    """Launches and steps after compute work make their points without Point's __init__:
+    they must be the same as the ones it makes."""
+    from rig_nv.device import Point
+
+    d, _ = dev
+    img = d.load(CUBIN.read_bytes())
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    step = d.step()
+    step.launch(img["vadd"], (1,), (32,), (a, a, a, 1))
+    for p in (d.launch(img["vadd"], (4,), (256,), (a, a, a, 1)),
+              d.launch(img["vadd"], (4,), (256,), (a, a, a, 2)), step.submit(), step.submit()):
+        made = Point(d, p.value)
+        assert type(p) is Point and p == made and hash(p) == hash(made)
+        assert vars(p) == vars(made) and repr(p) == repr(made)
+    p.wait()

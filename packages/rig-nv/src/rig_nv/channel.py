@@ -9,6 +9,7 @@ usermode doorbell. No ioctl. Layouts: GP entry per clc86f.h (NVC86F_GP_ENTRY0/1:
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -113,8 +114,12 @@ class Channel:
         """Send ``words`` (little-endian 32-bit, any buffer) as one GPFIFO entry; ``value`` is
         the timeline value whose completion means the GPU is done reading them. Submissions
         up to ``completed`` are forgotten first (:meth:`retire`)."""
-        data = memoryview(words).cast("B")
-        n = len(data)
+        data: Any
+        if type(words) is array and words.typecode == "I":  # written through the word view
+            data, n = words, len(words) << 2
+        else:
+            data = memoryview(words).cast("B")
+            n = len(data)
         pending, count = self.pending, self.count
         arena = self.arena
         inflight = arena.inflight
@@ -133,7 +138,10 @@ class Channel:
             end = start + n
         else:
             arena.head = end
-        self._pb_view[start:end] = data
+        if data is words:
+            self.pb_words[start >> 2 : end >> 2] = data
+        else:
+            self._pb_view[start:end] = data
         put = self.put
         self.entries[put % count] = self._pb_entry + start + ((n >> 2) << 42)
         self.put = put = put + 1

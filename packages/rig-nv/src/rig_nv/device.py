@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import operator
 import struct
 import threading
 import time
@@ -66,6 +67,7 @@ CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reus
 CACHE_BYTES = 1 << 30  # and at most this much in all
 KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
 _pack_q = struct.Struct("<Q").pack_into
+_new = object.__new__
 
 
 @dataclass(frozen=True)
@@ -305,8 +307,11 @@ class Device:
             self._next = value + 1
             compute = self.compute
             if self._last is compute and self._profile is None:  # the common case
-                compute.submit_at(address, ndwords, value, int(self._word[0]))
-                return Point(self, value)
+                compute.submit_at(address, ndwords, value, self._word[0])
+                point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
+                fields = point.__dict__
+                fields["device"], fields["value"] = self, value
+                return point
             compute.retire(self.completed())
             before = Push()
             if self._last is not None and self._last is not self.compute:
@@ -496,7 +501,11 @@ class Device:
             type(grid) is tuple and type(block) is tuple and type(fn) is Function) else None
         if prep is None or fn.image.device is not self or self._profile is not None:
             return launching.launch(self, fn, grid, block, args, shared)
-        st, values = launching.arg_values(fn, args)
+        packer = fn.packers.get(tuple(map(type, args))) if type(args) is tuple else None
+        if packer is None or packer[1] is not None:
+            st, values = launching.arg_values(fn, args)
+        else:  # launching.arg_values' common case: a tuple, in the parameters' order
+            st, values = packer[0], list(map(operator.call, packer[2], args))
         return self._launch_blob(prep, prep.blob, "launch", st, values, fn.kernel.param_offset)
 
     def _launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
@@ -512,7 +521,7 @@ class Device:
             inflight = arena.inflight
             n = len(blob)
             head = arena.head
-            done = int(self._word[0])
+            done = self._word[0]
             while inflight and inflight[0][0] <= done:  # Arena.retire
                 inflight.popleft()
             # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
@@ -553,7 +562,9 @@ class Device:
                 words[7] = value & 0xFFFFFFFF
                 words[8] = value >> 32
                 compute.submit(words, value, done)
-                point = Point(self, value)
+                point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
+                fields = point.__dict__
+                fields["device"], fields["value"] = self, value
             inflight.append((point.value, at, end))  # Arena.used
             return point
 
