@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from sim.gsp_rm import GA102_CLASSES, SimRm
+from sim.gsp_rm import GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
 from test_stop import stop, stop_rig
 
@@ -33,6 +34,7 @@ from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
+from rig_nv.setup import CHANNEL_AREA
 from rig_nv_pci import boot, chips, gspmem, layout, vidmem
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
@@ -275,9 +277,11 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
     # the stop freed the device and everything under it on the GSP, and gave back the memory
     assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
     assert s.fbmem == {} and s.sysmem == {} and s.mappings == {} and s.channels == {}
-    # system memory: the timeline, two pushbuffers, two error notifiers, the launch arena
+    # system memory: the timeline, two pushbuffers, two error notifiers, the launch arena,
+    # the channel group's method buffer
     made = ga102.rig.gpu.host.buffers[before:]
-    assert sorted(b.length for b in made) == [4096] * 3 + [2 << 20] * 2 + [4 << 20]
+    assert sorted(b.length for b in made) == [4096] * 3 + [METHOD_BUFFER_SIZE] + [
+        2 << 20] * 2 + [4 << 20]
     assert all(b.freed for b in made)
 
 
@@ -445,3 +449,102 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     p.free_memory(a)
     assert gsp_pd2 in p.bar1_tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
     assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == mmu.U64.pack(mmu.pde(gsp_pd2))
+
+
+def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
+        ga102: Booted) -> None:
+    """As CPU-RM does for a GSP client (kernel_channel.c _kchannelSendChannelAllocRpc): the
+    instance block (4 KiB, aligned, zeroed, from the path's heap) and its RAMFC, USERD where
+    the caller put it, the group's method buffer in system memory, the error notifier; the
+    simulated GSP-RM writes the address space's root into the instance block and its PBDMA
+    translates the channel's addresses through it."""
+    p, s = ga102.path(), ga102.sim_rm.start()
+    free_before = p.heap.free
+    d = rig_nv.make(p)
+    try:
+        held = p.rm.channels
+        assert held is not None and p.tables is not None
+        assert set(held.channels) == set(s.channels) and len(s.channels) == 2
+        assert set(held.method_buffers) == {d._tsg}
+        (mthd,) = held.method_buffers.values()
+        for handle, ch in s.channels.items():
+            at = held.channels[handle].instance
+            assert ch.instance == at and at % 0x1000 == 0 and s.usable(at, 0x1000)
+            assert ch.mthdbuf == mthd.bus_address(0)
+            lo, hi = struct.unpack_from("<II", s.vram, at + 128 * 4)  # NV_RAMIN_PAGE_DIR_BASE
+            assert (lo & ~0xFFF) | hi << 32 == p.tables.root
+        # the USERD GSP-RM was given is the one GP_PUT is written to: the submissions ran
+        assert d.completed() == 2 and s.faults == []
+        userds = sorted(ch.userd for ch in s.channels.values())
+        assert userds[1] - userds[0] == CHANNEL_AREA and all(u % 0x200 == 0 for u in userds)
+    finally:
+        d.stop()
+    assert p.rm.channels is not None and p.rm.channels.channels == {}
+    assert p.rm.channels.method_buffers == {} and mthd.freed  # type: ignore[attr-defined]
+    assert p.heap.free == free_before
+
+
+def test_the_simulated_gsp_refuses_a_channel_whose_memory_is_missing_or_wrong(
+        ga102: Booted) -> None:
+    from rig_nv import classes as cls
+    from rig_nv.layouts import Params
+
+    p, s = ga102.path(), ga102.sim_rm
+    held = p.rm.channels
+    assert held is not None
+    tsg = p.rm.new_handle()
+    p.rm.alloc(p.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
+               Params(p.ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=1).buf)
+    area = p.alloc_memory(2 << 20, Memory.MAPPED)
+    notifier = p.alloc_notifier()
+    assert area is not None
+    asked = Params(p.ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
+                   hObjectBuffer=area.handle, gpFifoOffset=area.gpu, gpFifoEntries=0x400)
+    asked.p.hUserdMemory[0] = area.handle
+    asked.p.userdOffset[0] = 0x2000
+    assert p.ffi.sizeof("NV_CHANNEL_ALLOC_PARAMS") == 368  # the sizes sim/gsp_rm.py works out
+    assert p.ffi.offsetof("NV_CHANNEL_ALLOC_PARAMS", "instanceMem") == 144
+    assert p.ffi.offsetof("NV_CHANNEL_ALLOC_PARAMS", "errorNotifierMem") == 248
+
+    def refused(change: str, value: int) -> None:
+        handle = p.rm.new_handle()
+        sent = held.params(tsg, handle, asked.buf)
+        fields = p.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent)
+        where, _, name = change.rpartition(".")
+        setattr(getattr(fields, where) if where else fields, name, value)
+        with pytest.raises(RMError) as e:
+            p.rm.rpc_rm.alloc(tsg, handle, 0xC56F, sent)
+        assert e.value.status == 0x1F, change
+        held.failed(handle)
+
+    refused("instanceMem.size", 0)  # no instance block
+    refused("instanceMem.base", 0x1000)  # in GSP-RM's reserved region, not the heap's
+    refused("instanceMem.base", area.gpu)  # not an FB address of the heap
+    refused("ramfcMem.base", 0x0)
+    refused("userdMem.base", 0x100)  # not where hUserdMemory[0] + userdOffset[0] lies
+    refused("mthdbufMem.size", 0)  # no method buffer
+    refused("errorNotifierMem.base", 0)
+    refused("hObjectBuffer", area.handle)  # CPU-RM sends 0
+    handle = p.rm.new_handle()
+    sent = held.params(tsg, handle, asked.buf)
+    misaligned = p.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent)
+    misaligned.instanceMem.base += 0x200
+    misaligned.ramfcMem.base += 0x200
+    with pytest.raises(RMError):
+        p.rm.rpc_rm.alloc(tsg, handle, 0xC56F, sent)
+    held.failed(handle)
+    # the path's own alloc is taken; freeing the channel gives its instance block back
+    before = p.heap.free
+    channel = p.rm.new_handle()
+    p.rm.alloc(tsg, channel, 0xC56F, asked.buf)
+    assert channel in s.channels and channel in held.channels
+    p.rm.free(channel)
+    assert channel not in held.channels and p.heap.free == before
+    # a USERD the path does not know is refused before the GSP hears of it
+    asked.p.hUserdMemory[0] = 0x1234
+    with pytest.raises(RMError, match="USERD 0x1234 is not memory of this path"):
+        p.rm.alloc(tsg, p.rm.new_handle(), 0xC56F, asked.buf)
+    assert p.heap.free == before
+    p.rm.free(tsg)
+    assert held.method_buffers == {}
+    p.closed()

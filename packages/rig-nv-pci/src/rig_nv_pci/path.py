@@ -46,9 +46,11 @@ GPU addresses come from the path's own range; a region's host and GPU addresses 
 Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: the TLB invalidate after
 a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
 GSP-RM leaves it to a GSP client is not in the open sources); the page tables are written
-word by word through PRAMIN, not through BAR 2. Channels as a GSP client also give the GSP
-their instance block, RAMFC, USERD and method buffer (kernel_channel.c
-_kchannelSendChannelAllocRpc: instanceMem, ramfcMem, userdMem, mthdbufMem), not built yet.
+word by word through PRAMIN, not through BAR 2. A channel's alloc (the GPFIFO classes) hands
+GSP-RM its instance block, RAMFC, USERD, its group's method buffer and its error notifier as
+CPU-RM does (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), but
+leaves the channel's ChID to GSP-RM, which CPU-RM picks itself; the compute engine's context
+buffers (NV2080_CTRL_CMD_GPU_PROMOTE_CTX) are not given yet.
 """
 
 from __future__ import annotations
@@ -66,7 +68,8 @@ from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.hostmem import view
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import RM, Allocation, RMError, page_rounded
-from rig_nv_pci import mmu, vidmem
+from rig_nv_pci import channels, mmu, vidmem
+from rig_nv_pci.channels import GPFIFO_CLASSES, ChannelMemory, Placed
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
@@ -155,6 +158,8 @@ class PciRM:
 
     def __init__(self, rm: rpc.RpcRM) -> None:
         self.rpc_rm = rm
+        # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.channels)
+        self.channels: ChannelMemory | None = None
 
     @property
     def client(self) -> int:
@@ -172,10 +177,19 @@ class PciRM:
         return self.rpc_rm.new_handle()
 
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
-        return self.rpc_rm.alloc(parent, handle, cls, params)
+        if self.channels is None or cls not in GPFIFO_CLASSES or params is None:
+            return self.rpc_rm.alloc(parent, handle, cls, params)
+        sent = self.channels.params(parent, handle, params)
+        try:
+            return self.rpc_rm.alloc(parent, handle, cls, sent)
+        except BaseException:
+            self.channels.failed(handle)
+            raise
 
     def free(self, obj: int) -> None:
         self.rpc_rm.free(obj)
+        if self.channels is not None:
+            self.channels.freed(obj)
 
     def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
         if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
@@ -269,6 +283,7 @@ class PciPath:
         self._addresses = Addresses(VA_BASE, VA_LIMIT)
         # video memory: the path's own heap over the FB regions GSP-RM reported
         self.heap = Heap(fb_regions)
+        self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
         self.ffi = rm_ffi(rm.layouts)
         client = rm.client
         self.h_device = self._rm.new_handle()
@@ -290,6 +305,7 @@ class PciPath:
             self.bar1_tables: mmu.PageTables | None = None
             self._bar1_addresses = Addresses(0, 0)
             self._tables_lock = threading.Lock()
+            self._zero_fb: Callable[[int, int], None] | None = None
             if pramin is not None:
                 bar0 = pramin
                 window = mmu.Pramin(bar0, mmu_format.window)
@@ -302,10 +318,21 @@ class PciPath:
 
                 self.tables = tables()
                 self._copy_server_pdes(self.tables)
+
+                def zero_fb(at: int, size: int) -> None:
+                    with self._tables_lock:  # the window the tables are written through
+                        window.write(at, bytes(size))
+
+                self._zero_fb = zero_fb
                 if bar1 is not None:
                     root, size = bar1
                     self.bar1_tables = tables(root)
                     self._bar1_addresses = Addresses(0, size)
+            self._rm.channels = ChannelMemory(
+                name, self.ffi, take_fb=self._take_fb, give_fb=self._give_fb,
+                zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,
+                method_buffer_size=self._method_buffer_size)
+            self._rm.channels.roots.update((client, self.h_device))
         except BaseException:
             self._rm.free(self.h_device)
             raise
@@ -406,6 +433,21 @@ class PciPath:
         with self._lock:
             self.heap.give(at, size)
 
+    def _take_fb(self, size: int, align: int) -> int | None:
+        with self._lock:
+            return self.heap.take(size, align)
+
+    def _method_buffer_size(self) -> int:
+        """A channel group's fault method buffer's size, as GSP-RM answers CPU-RM
+        (kernel_ce.c kceGetFaultMethodBufferSize)."""
+        params = bytearray(4)
+        self._rm.control(self.h_subdevice, channels.NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE,
+                         params)
+        size = int.from_bytes(params, "little")
+        if not size:
+            raise RigError(f"{self.name}: GSP-RM reports no channel method buffer size")
+        return size
+
     # -- memory ---------------------------------------------------------------------------
 
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
@@ -445,9 +487,13 @@ class PciPath:
                     host = address_of(undo.view)
             if undo.dma is not None:
                 self._map(handle, size, va, huge, undo.dma.bus_address, False)
+                self._placed[handle] = Placed(channels.ADDR_SYSMEM, undo.dma.bus_address, size,
+                                              channels.NV_MEMORY_CACHED)
             else:
                 fb = fb_offset
                 self._map(handle, size, va, huge, lambda o: fb + o, True)
+                self._placed[handle] = Placed(channels.ADDR_FBMEM, lambda o: fb + o, size,
+                                              channels.NV_MEMORY_UNCACHED)
         except BaseException as e:
             if self.tables is not None:
                 self._unmap(handle or 0, va, size, huge)  # what was written of it
@@ -504,6 +550,8 @@ class PciPath:
         except BaseException:
             dma.free()
             raise
+        self._placed[handle] = Placed(channels.ADDR_SYSMEM, dma.bus_address, SMALL,
+                                      channels.NV_MEMORY_CACHED)
         return Allocation(0, address_of(dma.view()), SMALL, Memory.PINNED, handle,
                           Undo(dma, None, SMALL))
 
@@ -527,6 +575,7 @@ class PciPath:
             at = undo.bar1
             step("bar1", lambda: self._unmap_bar1(at, undo.size, undo.huge))
         step("free", lambda: self._rm.free(a.handle))
+        self._placed.pop(a.handle, None)
         if undo.dma is not None:
             dma = undo.dma
             step("dma", dma.free)

@@ -48,8 +48,20 @@ rig_nv_pci or rig_nv:
   NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's id);
 - a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
   gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
-  64); the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) reads GP_PUT from
-  its USERD (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
+  64, the NV_MEMORY_DESC_PARAMS of :data:`CH_INSTANCE` ...) only with the memory a GSP
+  client's CPU-RM hands over (kernel_channel.c _kchannelSendChannelAllocRpc), else
+  NV_ERR_INVALID_ARGUMENT: hObjectBuffer 0; instanceMem 4 KiB of FBMEM (ADDR_FBMEM 2), 4 KiB
+  aligned, zeroed, in a usable FB region and overlapping no registered memory nor another
+  channel's instance block; ramfcMem its first 512 bytes; userdMem 512 bytes of FBMEM where
+  hUserdMemory[0] + userdOffset[0] lies; mthdbufMem system memory (ADDR_SYSMEM 1) of the size
+  NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (0x20802a08) answers
+  (:data:`METHOD_BUFFER_SIZE`); errorNotifierMem the first page of hObjectError's system
+  memory. It writes the address space's root into the instance block (gm107 dev_ram.h
+  NV_RAMIN_PAGE_DIR_BASE_LO 128*32+31:12, _HI 129*32+7:0) and the PBDMA translates the
+  channel's addresses through the root it reads back from there; the error notifier it
+  writes is the errorNotifierMem given;
+  the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) reads GP_PUT from
+  the USERD given (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
   entry (clc56f.h GP_ENTRY0_GET 31:2, GP_ENTRY1_GET_HI 7:0, GP_ENTRY1_LENGTH 30:10 in
   dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
   SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
@@ -105,6 +117,24 @@ SEND_PCAS_A = 0x2B4
 USERMODE_BAR0 = 0xB80000
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
+# NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (ctrl2080ce.h): {NvU32 size}; the size the
+# simulated GSP-RM answers is its own (the real one is GSP-RM's, not in the open sources)
+CTRL_CE_METHOD_BUFFER_SIZE, METHOD_BUFFER_SIZE = 0x20802A08, 0x3000
+# NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h), worked by hand: hObjectError 0, hObjectBuffer 4,
+# gpFifoOffset 8, gpFifoEntries 16, flags 20, hContextShare 24, hVASpace 28,
+# hUserdMemory[8] 32, userdOffset[8] 64, engineType 128, cid 132, subDeviceId 136,
+# hObjectEccError 140, then NV_MEMORY_DESC_PARAMS {base u64, size u64, addressSpace u32,
+# cacheAttrib u32} instanceMem 144, userdMem 168, ramfcMem 192, mthdbufMem 216,
+# hPhysChannelGroup 240, internalFlags 244, errorNotifierMem 248, eccErrorNotifierMem 272,
+# ProcessID 296, SubProcessID 300, encryptIv[3] 304, decryptIv[3] 316, hmacNonce[8] 328,
+# tpcConfigID 360: 368 bytes with the 8-byte alignment
+MEM_DESC = struct.Struct("<QQII")
+CH_INSTANCE, CH_USERD, CH_RAMFC, CH_MTHDBUF, CH_ERROR_NOTIFIER = 144, 168, 192, 216, 248
+CHANNEL_PARAMS_SIZE = 368
+ADDR_SYSMEM, ADDR_FBMEM = 1, 2  # NV_ADDRESS_SPACE (mem_desc.h)
+# dev_ram.h: NV_RAMIN_ALLOC_SIZE 4096 (aligned to 1 << NV_RAMIN_BASE_SHIFT 12), NV_RAMIN_RAMFC
+# its first 128 words, NV_RAMUSERD_CHAN_SIZE 512, NV_RAMIN_PAGE_DIR_BASE_LO (128*32+31:12)
+INSTANCE_SIZE, RAMFC_SIZE, USERD_SIZE, RAMIN_PAGE_DIR_BASE = 0x1000, 0x200, 0x200, 128 * 4
 CTRL_COPY_SERVER_RESERVED_PDES = 0x90F10106
 VF, VF_MMU_INVALIDATE_PDB, VF_MMU_INVALIDATE_UPPER_PDB, VF_MMU_INVALIDATE = (
     0xB80000, 0x30A0, 0x30A4, 0x30B0)
@@ -152,9 +182,11 @@ class Channel:
     chid: int
     gpfifo: int  # GPU address
     entries: int
-    userd: tuple[int, int]  # memory handle, offset
+    userd: int  # USERD's FB address (userdMem)
     group: int  # the channel group's handle
-    notifier: int  # hObjectError
+    notifier: int  # the error notifier's bus address (errorNotifierMem)
+    instance: int  # the instance block's FB address (instanceMem)
+    mthdbuf: int  # the method buffer's bus address (mthdbufMem)
     get: int = 0
     pending: list[tuple[int, int]] = field(default_factory=list)  # (method, data) to run
     sem: dict[int, int] = field(default_factory=dict)  # the semaphore methods' last data
@@ -191,6 +223,7 @@ class SimRm:
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
         self.channels: dict[int, Channel] = {}
+        self.running: int | None = None  # the instance block of the channel the PBDMA runs
         self.usermode = bytearray(0x10000)
         self.log: list[str] = []
         self.refuse: set[int] = set()
@@ -279,15 +312,54 @@ class SimRm:
             size, _, offset = struct.unpack_from("<QQQ", params, 64)
             self.virtual[handle] = (offset, size)
         if cls in GPFIFO_CLASSES:
-            gpfifo, entries = struct.unpack_from("<QI", params, 8)
-            userd_handle = struct.unpack_from("<I", params, 32)[0]
-            userd_offset = struct.unpack_from("<Q", params, 64)[0]
-            if userd_handle not in self.fbmem:
-                return NV_ERR_INVALID_OBJECT_HANDLE, params
-            (notifier,) = struct.unpack_from("<I", params, 0)
-            self.channels[handle] = Channel(handle, len(self.channels) + 1, gpfifo, entries,
-                                            (userd_handle, userd_offset), parent, notifier)
+            return self._alloc_channel(parent, handle, params), params
         return 0, params
+
+    def _alloc_channel(self, parent: int, handle: int, params: bytes) -> int:
+        """A GSP client's channel: its memory as the client's CPU-RM hands it over
+        (kernel_channel.c _kchannelSendChannelAllocRpc), checked, the instance block's page
+        directory base written (dev_ram.h NV_RAMIN_PAGE_DIR_BASE, as GSP-RM sets up the
+        instance block it was given)."""
+        if len(params) < CHANNEL_PARAMS_SIZE:
+            return NV_ERR_INVALID_ARGUMENT
+        notifier, buffer, gpfifo, entries = struct.unpack_from("<IIQI", params, 0)
+        userd_handle = struct.unpack_from("<I", params, 32)[0]
+        userd_offset = struct.unpack_from("<Q", params, 64)[0]
+        inst, userd, ramfc, mthd = (MEM_DESC.unpack_from(params, at)
+                                    for at in (CH_INSTANCE, CH_USERD, CH_RAMFC, CH_MTHDBUF))
+        error = MEM_DESC.unpack_from(params, CH_ERROR_NOTIFIER)
+        if userd_handle not in self.fbmem:
+            return NV_ERR_INVALID_OBJECT_HANDLE
+        base = inst[0]
+        taken = [(at, n) for at, n in self.fbmem.values()] + [
+            (c.instance, INSTANCE_SIZE) for c in self.channels.values()]
+        if (buffer or inst[1:3] != (INSTANCE_SIZE, ADDR_FBMEM) or base % INSTANCE_SIZE
+                or not self.usable(base, INSTANCE_SIZE)
+                or any(a < base + INSTANCE_SIZE and base < a + n for a, n in taken)
+                or any(self.vram[base:base + INSTANCE_SIZE])):  # the client zeroes it
+            return NV_ERR_INVALID_ARGUMENT
+        if ramfc[:3] != (base, RAMFC_SIZE, ADDR_FBMEM):
+            return NV_ERR_INVALID_ARGUMENT
+        fb, length = self.fbmem[userd_handle]
+        if (userd[:3] != (fb + userd_offset, USERD_SIZE, ADDR_FBMEM) or userd[0] % USERD_SIZE
+                or userd_offset + USERD_SIZE > length):
+            return NV_ERR_INVALID_ARGUMENT
+        if (mthd[1:3] != (METHOD_BUFFER_SIZE, ADDR_SYSMEM)
+                or self.gpu.host.view(mthd[0], METHOD_BUFFER_SIZE) is None):
+            return NV_ERR_INVALID_ARGUMENT
+        pages = self.sysmem.get(notifier)
+        if not pages or error[0] != pages[0] or error[2] != ADDR_SYSMEM or error[1] < 16:
+            return NV_ERR_INVALID_ARGUMENT
+        if self.walks:
+            if not self.roots:
+                return NV_ERR_INVALID_ARGUMENT
+            root = list(self.roots.values())[-1]
+            # TARGET 1:0 VID_MEM 0, LO 31:12, HI 7:0 of the next word
+            struct.pack_into("<II", self.vram, base + RAMIN_PAGE_DIR_BASE,
+                             root & 0xFFFFF000, root >> 32 & 0xFF)
+        self.channels[handle] = Channel(handle, len(self.channels) + 1, gpfifo, entries,
+                                        userd[0], parent, error[0], base, mthd[0])
+        return 0
 
     def _on_control(self, obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
         if cmd == CTRL_CLASSLIST_V2:
@@ -307,6 +379,8 @@ class SimRm:
             return 0, bytes(out)
         if cmd == CTRL_COPY_SERVER_RESERVED_PDES:
             return self._copy_pdes(obj, params), params
+        if cmd == CTRL_CE_METHOD_BUFFER_SIZE:
+            return 0, struct.pack("<I", METHOD_BUFFER_SIZE)
         if cmd == CTRL_WORK_SUBMIT_TOKEN:
             channel = self.channels.get(obj)
             if channel is None:
@@ -351,9 +425,13 @@ class SimRm:
     def translate(self, va: int) -> gmmu.Translation:
         """``va`` through the TLB, else the page tables, of the latest address space handed
         over."""
-        if not self.roots:
+        if self.running is not None:  # the running channel's, from its instance block
+            lo, hi = struct.unpack_from("<II", self.vram, self.running + RAMIN_PAGE_DIR_BASE)
+            root = (lo & 0xFFFFF000) | (hi & 0xFF) << 32
+        elif not self.roots:
             raise gmmu.MmuFault(f"0x{va:x}: no page tables handed over")
-        root = list(self.roots.values())[-1]
+        else:
+            root = list(self.roots.values())[-1]
         key = (root, va >> 12)
         with self._lock:
             page = self.tlb.get(key)
@@ -495,9 +573,7 @@ class SimRm:
     # -- the PBDMA -----------------------------------------------------------------------
 
     def _userd(self, ch: Channel) -> memoryview:
-        handle, offset = ch.userd
-        fb, _ = self.fbmem[handle]
-        return memoryview(self.vram)[fb + offset:fb + offset + 0x200]
+        return memoryview(self.vram)[ch.userd:ch.userd + USERD_SIZE]
 
     def step(self) -> int:
         """Run every channel as far as it goes; how many methods ran."""
@@ -505,21 +581,22 @@ class SimRm:
         with self._lock:
             for ch in list(self.channels.values()):
                 try:
+                    self.running = ch.instance if self.walks else None
                     ran += self._run(ch)
                 except LookupError as e:
                     fault = e if isinstance(e, SimFault) else SimFault(str(e))
                     self.faults.append(f"channel {ch.chid}: {e}")
                     self._recover(ch, fault)
+                finally:
+                    self.running = None
         return ran
 
     def _recover(self, ch: Channel, fault: SimFault) -> None:
         """Robust-channel recovery of ``ch``'s group (RC_NOTIFIER_SCOPE_TSG)."""
         for other in [c for c in self.channels.values() if c.group == ch.group]:
             del self.channels[other.handle]
-            pages = self.sysmem.get(other.notifier)
-            if pages:
-                note = self.gpu.host.view(pages[0], 16)
-                assert note is not None
+            note = self.gpu.host.view(other.notifier, 16)
+            if note is not None:
                 struct.pack_into("<IHH", note, 8, fault.xid, fault.engine, 0xFFFF)
         if self.firmware is not None and self.firmware.peer is not None:
             peer = self.firmware.peer
