@@ -24,7 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from sim.gsp_rm import GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
+from sim.gsp_rm import CTX_PROPERTIES, GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
 from test_stop import stop, stop_rig
 
@@ -547,4 +547,80 @@ def test_the_simulated_gsp_refuses_a_channel_whose_memory_is_missing_or_wrong(
     assert p.heap.free == before
     p.rm.free(tsg)
     assert held.method_buffers == {}
+    p.closed()
+
+
+def test_the_compute_objects_context_buffers_are_promoted_to_gsp_rm_first(
+        ga102: Booted) -> None:
+    """As CPU-RM does for a GSP client (kernel_graphics_object.c _kgrAlloc,
+    kgrobjPromoteContext): before the compute object, the group's MAIN and PATCH buffers and
+    the GPU's FECS_EVENT and access maps, in the path's heap, mapped by its tables, handed
+    over by one NV2080_CTRL_CMD_GPU_PROMOTE_CTX; a compute object without them is refused."""
+    from rig_nv_pci import grctx
+
+    p, s = ga102.path(), ga102.sim_rm.start()
+    free_before = p.heap.free
+    d = rig_nv.make(p)
+    try:
+        g = p.rm.grctx
+        assert g is not None and set(g.groups) == {d._tsg}
+        assert set(g.groups[d._tsg].buffers) == {grctx.MAIN, grctx.PATCH}
+        assert set(g.globals) == set(grctx.GLOBAL_BUFFERS)
+        assert s.promoted == {d._tsg: {0, 2, 9, 10, 11}}
+        for buffer_id, b in [*g.groups[d._tsg].buffers.items(), *g.globals.items()]:
+            where = s.translate(b.va)
+            assert where.video and where.address == b.fb and s.usable(b.fb, b.size)
+            assert b.size >= CTX_PROPERTIES[grctx.ENGINE_ID[buffer_id]][1]
+        promotes = [rpc.decode_control(q.payload) for q in ga102.firmware.peer.requests
+                    if q.function == rpc.Function.GSP_RM_CONTROL
+                    and rpc.decode_control(q.payload).cmd == grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX]
+        assert len(promotes) == 1  # the compute channel's; the copy channel has no compute object
+        assert d.completed() == 2 and s.faults == []
+    finally:
+        d.stop()
+    assert s.promoted == {} and p.heap.free == free_before
+    assert p.rm.grctx is not None and p.rm.grctx.groups == {} and p.rm.grctx.globals == {}
+
+
+def test_the_simulated_gsp_refuses_a_compute_object_without_promoted_buffers(
+        ga102: Booted) -> None:
+    from rig_nv import classes as cls
+    from rig_nv.layouts import Params
+
+    p = ga102.path()
+    held = p.rm.channels
+    assert held is not None
+    tsg = p.rm.new_handle()
+    p.rm.alloc(p.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
+               Params(p.ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=1).buf)
+    area = p.alloc_memory(2 << 20, Memory.MAPPED)
+    notifier = p.alloc_notifier()
+    assert area is not None
+    asked = Params(p.ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
+                   gpFifoOffset=area.gpu, gpFifoEntries=0x400)
+    asked.p.hUserdMemory[0] = area.handle
+    asked.p.userdOffset[0] = 0x2000
+    channel = p.rm.new_handle()
+    p.rm.alloc(tsg, channel, 0xC56F, asked.buf)
+    with pytest.raises(RMError) as e:  # straight to the GSP: nothing promoted
+        p.rm.rpc_rm.alloc(channel, p.rm.new_handle(), 0xC7C0)
+    assert e.value.status == 0x40
+    from rig_nv_pci import grctx
+
+    fb = p.heap.take(0x48000, 0x1000)
+    assert fb is not None
+    for entry in ((0x1000, 0x48000, 4),  # GSP-RM's reserved region, not the heap
+                  (fb, 0x48000, 0),  # not VIDMEM / uncached by the GPU
+                  (fb, 0x1000, 4)):  # smaller than the engine's context
+        params = bytearray(grctx.PROMOTE.pack(1, p.rm.client, 0, p.rm.client, channel, 0, 0, 0,
+                                              1) + grctx.ENTRY.pack(entry[0], 0, entry[1],
+                                                                    entry[2], 0, 1, 1))
+        params += bytes(grctx.ENTRY.size * 15)
+        assert len(params) == 560  # sizeof(NV2080_CTRL_GPU_PROMOTE_CTX_PARAMS)
+        with pytest.raises(RMError) as e:
+            p.rm.control(p.h_subdevice, grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX, params)
+        assert e.value.status == 0x1F, entry
+    p.heap.give(fb, 0x48000)
+    p.rm.alloc(channel, p.rm.new_handle(), 0xC7C0)  # through the path: promoted first
+    p.rm.free(tsg)
     p.closed()

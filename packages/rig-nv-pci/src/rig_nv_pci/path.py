@@ -49,8 +49,11 @@ GSP-RM leaves it to a GSP client is not in the open sources); the page tables ar
 word by word through PRAMIN, not through BAR 2. A channel's alloc (the GPFIFO classes) hands
 GSP-RM its instance block, RAMFC, USERD, its group's method buffer and its error notifier as
 CPU-RM does (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), but
-leaves the channel's ChID to GSP-RM, which CPU-RM picks itself; the compute engine's context
-buffers (NV2080_CTRL_CMD_GPU_PROMOTE_CTX) are not given yet.
+leaves the channel's ChID to GSP-RM, which CPU-RM picks itself. Before a channel's first
+compute object the compute engine's context buffers are made, mapped and handed over with
+NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.grctx`, _kgrAlloc); their
+sizes come from NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, not CPU-RM's internal
+static copy.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import RM, Allocation, RMError, page_rounded
 from rig_nv_pci import channels, mmu, vidmem
 from rig_nv_pci.channels import GPFIFO_CLASSES, ChannelMemory, Placed
+from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
@@ -160,6 +164,8 @@ class PciRM:
         self.rpc_rm = rm
         # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.channels)
         self.channels: ChannelMemory | None = None
+        # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
+        self.grctx: GrContexts | None = None
 
     @property
     def client(self) -> int:
@@ -177,6 +183,12 @@ class PciRM:
         return self.rpc_rm.new_handle()
 
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        if (cls in COMPUTE_CLASSES and self.grctx is not None and self.channels is not None
+                and parent in self.channels.channels):
+            try:
+                self.grctx.promote(parent, self.channels.channels[parent].group)
+            except MemoryError as e:
+                raise RMError(f"{self.rpc_rm.rpc.name}: {e}", channels.NV_ERR_NO_MEMORY) from e
         if self.channels is None or cls not in GPFIFO_CLASSES or params is None:
             return self.rpc_rm.alloc(parent, handle, cls, params)
         sent = self.channels.params(parent, handle, params)
@@ -190,6 +202,8 @@ class PciRM:
         self.rpc_rm.free(obj)
         if self.channels is not None:
             self.channels.freed(obj)
+            if self.grctx is not None:
+                self.grctx.freed(obj, obj in self.channels.roots)
 
     def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
         if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
@@ -333,6 +347,11 @@ class PciPath:
                 zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,
                 method_buffer_size=self._method_buffer_size)
             self._rm.channels.roots.update((client, self.h_device))
+            if self.tables is not None:
+                self._rm.grctx = GrContexts(
+                    client, self.h_device, self.h_subdevice, control=self._rm.control,
+                    take_fb=self._take_fb, give_fb=self._give_fb, map_fb=self._map_fb,
+                    unmap=self._unmap_fb)
         except BaseException:
             self._rm.free(self.h_device)
             raise
@@ -436,6 +455,25 @@ class PciPath:
     def _take_fb(self, size: int, align: int) -> int | None:
         with self._lock:
             return self.heap.take(size, align)
+
+    def _map_fb(self, fb: int, size: int) -> int | None:
+        """Video memory ``[fb, fb+size)`` (not a memory object: a context buffer) mapped at a
+        GPU address of the path's range by its page tables; ``None`` without room."""
+        with self._lock:
+            va = self._addresses.take(size, SMALL)
+        if va is None:
+            return None
+        try:
+            self._map(0, size, va, False, lambda o: fb + o, True)
+        except mmu.NoRoom:
+            self._unmap(0, va, size, False)
+            self._give_va(va, size)
+            return None
+        return va
+
+    def _unmap_fb(self, va: int, size: int) -> None:
+        self._unmap(0, va, size, False)
+        self._give_va(va, size)
 
     def _method_buffer_size(self) -> int:
         """A channel group's fault method buffer's size, as GSP-RM answers CPU-RM

@@ -74,6 +74,9 @@ rig_nv_pci or rig_nv:
   REMAP_ENABLE 10:10 are not simulated and fault the channel); on a subchannel bound to a
   compute class a launch (clc7c0.h SEND_PCAS_A 0x2b4) faults the channel, since no SM is
   simulated; other methods are accepted and ignored;
+- a compute object on a channel answers NV_ERR_INVALID_STATE until the channel's group has its
+  context buffers promoted (NV2080_CTRL_CMD_GPU_PROMOTE_CTX, :meth:`SimRm._promote`, sizes
+  from :data:`CTX_PROPERTIES`);
 - a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch;
   an MMU fault, Xid 31, for an address nothing maps) stops, and as GSP-RM does without
   confidential computing (kernel_gsp.c _kgspRpcRCTriggered leaves the notifiers to it) every
@@ -135,6 +138,24 @@ ADDR_SYSMEM, ADDR_FBMEM = 1, 2  # NV_ADDRESS_SPACE (mem_desc.h)
 # dev_ram.h: NV_RAMIN_ALLOC_SIZE 4096 (aligned to 1 << NV_RAMIN_BASE_SHIFT 12), NV_RAMIN_RAMFC
 # its first 128 words, NV_RAMUSERD_CHAN_SIZE 512, NV_RAMIN_PAGE_DIR_BASE_LO (128*32+31:12)
 INSTANCE_SIZE, RAMFC_SIZE, USERD_SIZE, RAMIN_PAGE_DIR_BASE = 0x1000, 0x200, 0x200, 128 * 4
+# NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES (ctrl0080fifo.h: {engineId, alignment,
+# size}): the simulated sizes of ENGINE_ID_GRAPHICS 0x0, _PATCH 0x10, _FECS_EVENT 0x17,
+# _PRIV_ACCESS_MAP 0x18 (the real ones are GSP-RM's)
+CTRL_ENGINE_CONTEXT_PROPERTIES = 0x801707
+CTX_PROPERTIES = {0x0: (0x1000, 0x48000), 0x10: (0x1000, 0x10000), 0x17: (0x1000, 0x4000),
+                  0x18: (0x1000, 0x2000)}
+# NV2080_CTRL_CMD_GPU_PROMOTE_CTX (ctrl2080gpu.h): engineType, hClient, ChID, hChanClient,
+# hObject, hVirtMemory, virtAddress u64 at 24, size u64 at 32, entryCount at 40, then from 48
+# 16 entries {gpuPhysAddr u64, gpuVirtAddr u64, size u64, physAttr u32, bufferId u16,
+# bInitialize u8, bNonmapped u8}; buffer ids MAIN 0, PATCH 2, FECS_EVENT 9,
+# PRIV_ACCESS_MAP 10, UNRESTRICTED_PRIV_ACCESS_MAP 11 (what a compute object needs,
+# kgrobjGetPromoteIds_FWCLIENT), each with its engine id above
+CTRL_PROMOTE_CTX = 0x2080012B
+PROMOTE_HEAD, PROMOTE_ENTRY = struct.Struct("<6IQQI4x"), struct.Struct("<QQQIHBB")
+CTX_ENGINE = {0: 0x0, 2: 0x10, 9: 0x17, 10: 0x18, 11: 0x18}
+GROUP_CTX, GLOBAL_CTX = (0, 2), (9, 10, 11)
+CTX_PHYS_ATTR = 4  # NV2080_CTRL_GPU_INITIALIZE_CTX_APERTURE_VIDMEM 0, GPU_CACHEABLE_NO 2:2
+NV_ERR_INVALID_STATE = 0x40
 CTRL_COPY_SERVER_RESERVED_PDES = 0x90F10106
 VF, VF_MMU_INVALIDATE_PDB, VF_MMU_INVALIDATE_UPPER_PDB, VF_MMU_INVALIDATE = (
     0xB80000, 0x30A0, 0x30A4, 0x30B0)
@@ -224,6 +245,9 @@ class SimRm:
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
         self.channels: dict[int, Channel] = {}
         self.running: int | None = None  # the instance block of the channel the PBDMA runs
+        self.contexts: dict[int, dict[int, tuple[int, int]]] = {}  # group -> id -> (fb, size)
+        self.promoted: dict[int, set[int]] = {}  # group -> buffer ids whose VA it was given
+        self.global_ctx: dict[int, tuple[int, int]] = {}  # the GPU's buffers, initialized
         self.usermode = bytearray(0x10000)
         self.log: list[str] = []
         self.refuse: set[int] = set()
@@ -313,7 +337,54 @@ class SimRm:
             self.virtual[handle] = (offset, size)
         if cls in GPFIFO_CLASSES:
             return self._alloc_channel(parent, handle, params), params
+        if cls in COMPUTE_CLASSES and parent in self.channels and self.walks:
+            group = self.channels[parent].group
+            if set(GROUP_CTX + GLOBAL_CTX) - self.promoted.get(group, set()):
+                return NV_ERR_INVALID_STATE, params  # no context buffers promoted
         return 0, params
+
+    def _promote(self, params: bytes) -> int:
+        """NV2080_CTRL_CMD_GPU_PROMOTE_CTX of a GSP client: each buffer's video memory
+        checked (usable, aligned, of the engine's size, free of registered memory and instance
+        blocks), initialized once, and its GPU address walked to it."""
+        if len(params) < PROMOTE_HEAD.size + 16 * PROMOTE_ENTRY.size:
+            return NV_ERR_INVALID_ARGUMENT
+        engine, _, _, _, channel, _, _, _, count = PROMOTE_HEAD.unpack_from(params)
+        if engine != 1 or channel not in self.channels or not 0 < count <= 16:
+            return NV_ERR_INVALID_ARGUMENT
+        group = self.channels[channel].group
+        mine = self.contexts.setdefault(group, {})
+        taken = list(self.fbmem.values()) + [(c.instance, INSTANCE_SIZE)
+                                             for c in self.channels.values()]
+        done: list[tuple[int, int, int, bool]] = []
+        for i in range(count):
+            fb, va, size, attr, buffer_id, initialize, nonmapped = PROMOTE_ENTRY.unpack_from(
+                params, PROMOTE_HEAD.size + i * PROMOTE_ENTRY.size)
+            if buffer_id not in CTX_ENGINE:
+                return NV_ERR_INVALID_ARGUMENT
+            align, need = CTX_PROPERTIES[CTX_ENGINE[buffer_id]]
+            known = (self.global_ctx if buffer_id in GLOBAL_CTX else mine).get(buffer_id)
+            if (known is None and not initialize) or (known is not None and known != (fb, size)):
+                return NV_ERR_INVALID_ARGUMENT
+            if (attr != CTX_PHYS_ATTR or fb % align or size < need
+                    or not self.usable(fb, size)
+                    or any(a < fb + size and fb < a + n for a, n in taken)):
+                return NV_ERR_INVALID_ARGUMENT
+            if not nonmapped:
+                try:
+                    for page in (va, va + size - PAGE):
+                        where = self.translate(page)
+                        if not where.video or where.address != fb + page - va:
+                            return NV_ERR_INVALID_ARGUMENT
+                except gmmu.MmuFault:
+                    return NV_ERR_INVALID_ARGUMENT
+            done.append((buffer_id, fb, size, not nonmapped))
+        with self._lock:
+            for buffer_id, fb, size, mapped in done:
+                (self.global_ctx if buffer_id in GLOBAL_CTX else mine)[buffer_id] = (fb, size)
+                if mapped:
+                    self.promoted.setdefault(group, set()).add(buffer_id)
+        return 0
 
     def _alloc_channel(self, parent: int, handle: int, params: bytes) -> int:
         """A GSP client's channel: its memory as the client's CPU-RM hands it over
@@ -379,6 +450,13 @@ class SimRm:
             return 0, bytes(out)
         if cmd == CTRL_COPY_SERVER_RESERVED_PDES:
             return self._copy_pdes(obj, params), params
+        if cmd == CTRL_ENGINE_CONTEXT_PROPERTIES:
+            (engine,) = struct.unpack_from("<I", params)
+            if engine not in CTX_PROPERTIES:
+                return NV_ERR_INVALID_ARGUMENT, params
+            return 0, struct.pack("<III", engine, *CTX_PROPERTIES[engine])
+        if cmd == CTRL_PROMOTE_CTX:
+            return self._promote(params), params
         if cmd == CTRL_CE_METHOD_BUFFER_SIZE:
             return 0, struct.pack("<I", METHOD_BUFFER_SIZE)
         if cmd == CTRL_WORK_SUBMIT_TOKEN:
@@ -461,6 +539,8 @@ class SimRm:
             self.sysmem.pop(handle, None)
             self.virtual.pop(handle, None)
             self.channels.pop(handle, None)
+            self.contexts.pop(handle, None)
+            self.promoted.pop(handle, None)
             for va in [va for va, (h, _) in self.mappings.items() if h == handle]:
                 del self.mappings[va]
 

@@ -1,0 +1,162 @@
+"""The compute engine's context buffers, as a GSP client's CPU-RM gives them to GSP-RM.
+
+NVIDIA's CPU-RM (open-gpu-kernel-modules 570.144 / 570.211.01) allocates a GSP client's
+graphics context buffers itself, maps them into the channel's address space and hands them to
+GSP-RM with NV2080_CTRL_CMD_GPU_PROMOTE_CTX (ctrl2080gpu.h 0x2080012b) before the first
+object of a graphics or compute class is made on a channel (kernel_graphics_object.c
+_kgrAlloc: kgrctxAllocCtxBuffers, kgrctxMapCtxBuffers, then kgrobjPromoteContext):
+
+- which: kgrobjGetPromoteIds_FWCLIENT's list for a compute object in a channel group
+  (promoteNon3d): MAIN, PM, PATCH, FECS_EVENT, PRIV_ACCESS_MAP, UNRESTRICTED_PRIV_ACCESS_MAP;
+  PM only when allocated (it is not here). MAIN is the channel group's
+  (ppEngCtxDesc), PATCH its graphics context's, the last three the GPU's global buffers
+  (allocated once, kgraphicsAllocGrGlobalCtxBuffers_GM200);
+- where: every buffer defaults to video memory, NV_MEMORY_UNCACHED (kernel_graphics.c
+  kgraphicsConstruct_IMPL: "default to uncached FB preferred"), so each entry's physAttr is
+  NV2080_CTRL_GPU_INITIALIZE_CTX_APERTURE_VIDMEM (1:0 = 0) | GPU_CACHEABLE_NO (2:2 = 1)
+  (kgrctxPrepareInitializeCtxBuffer_IMPL); its size and alignment are the engine's context
+  properties (NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, ctrl0080fifo.h 0x801707:
+  GRAPHICS 0x0, GRAPHICS_PATCH 0x10, GRAPHICS_FECS_EVENT 0x17, GRAPHICS_PRIV_ACCESS_MAP 0x18
+  for both access maps), which the path asks where CPU-RM reads its static copy of the same
+  table (NV2080_CTRL_CMD_INTERNAL_STATIC_KGR_GET_CONTEXT_BUFFERS_INFO);
+- how: one entry per buffer, {gpuPhysAddr, gpuVirtAddr, size, physAttr, bufferId,
+  bInitialize, bNonmapped}: bInitialize for a buffer not yet initialized, the virtual address
+  for one not yet promoted in this address space (kgrctxPreparePromoteCtxBuffer_IMPL);
+  engineType NV2080_ENGINE_TYPE_GR0 (1), hChanClient the client, hObject the channel, sent
+  on the subdevice.
+
+A group's buffers go back once GSP-RM freed the group; the global ones once the device is.
+Not confirmed on hardware: the sizes GSP-RM reports, whether it initializes the buffers as
+the simulated GSP-RM takes them.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rig_nv import classes
+
+NV2080_CTRL_CMD_GPU_PROMOTE_CTX = 0x2080012B
+NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES = 0x801707
+# NV2080_CTRL_GPU_PROMOTE_CTX_BUFFER_ID_* (ctrl2080gpu.h)
+MAIN, PATCH, FECS_EVENT, PRIV_ACCESS_MAP, UNRESTRICTED_PRIV_ACCESS_MAP = 0, 2, 9, 10, 11
+# NV0080_CTRL_FIFO_GET_ENGINE_CONTEXT_PROPERTIES_ENGINE_ID_* (ctrl0080fifo.h) of each
+ENGINE_ID = {MAIN: 0x0, PATCH: 0x10, FECS_EVENT: 0x17, PRIV_ACCESS_MAP: 0x18,
+             UNRESTRICTED_PRIV_ACCESS_MAP: 0x18}
+GROUP_BUFFERS = (MAIN, PATCH)
+GLOBAL_BUFFERS = (FECS_EVENT, PRIV_ACCESS_MAP, UNRESTRICTED_PRIV_ACCESS_MAP)
+PHYS_ATTR = 0 | 1 << 2  # APERTURE_VIDMEM, GPU_CACHEABLE_NO
+NV2080_ENGINE_TYPE_GR0 = 1  # ctrl2080gpu.h / cl2080_notification.h
+# NV2080_CTRL_GPU_PROMOTE_CTX_PARAMS: engineType, hClient, ChID, hChanClient, hObject,
+# hVirtMemory, virtAddress u64, size u64, entryCount (padded to 8), then
+# NV2080_CTRL_GPU_PROMOTE_CONTEXT_MAX_ENTRIES (16) entries of 32 bytes: 560 bytes
+PROMOTE = struct.Struct("<6IQQI4x")
+ENTRY = struct.Struct("<QQQIHBB")
+MAX_ENTRIES = 16
+COMPUTE_CLASSES = frozenset(classes.COMPUTE)
+
+
+@dataclass
+class Buffer:
+    fb: int
+    size: int
+    va: int
+    initialized: bool = False
+
+
+@dataclass
+class Group:
+    buffers: dict[int, Buffer] = field(default_factory=dict)
+    promoted: set[int] = field(default_factory=set)
+
+
+class GrContexts:
+    """The path's graphics context buffers. ``control(obj, cmd, params)`` the RM's,
+    ``take_fb(size, align)`` / ``give_fb`` the heap, ``map_fb(fb, size)`` maps video memory
+    at a GPU address of the path (``None``: no room) and ``unmap(va, size)`` unmaps it."""
+
+    def __init__(self, client: int, h_device: int, h_subdevice: int, *,
+                 control: Callable[[int, int, bytearray], None],
+                 take_fb: Callable[[int, int], int | None], give_fb: Callable[[int, int], None],
+                 map_fb: Callable[[int, int], int | None],
+                 unmap: Callable[[int, int], None]) -> None:
+        self.client, self.h_device, self.h_subdevice = client, h_device, h_subdevice
+        self._control, self._take_fb, self._give_fb = control, take_fb, give_fb
+        self._map_fb, self._unmap = map_fb, unmap
+        self.groups: dict[int, Group] = {}
+        self.globals: dict[int, Buffer] = {}
+        self._properties: dict[int, tuple[int, int]] = {}
+
+    def properties(self, engine: int) -> tuple[int, int]:
+        """(size, alignment) of an engine's context (NV0080_CTRL_FIFO_GET_ENGINE_CONTEXT_
+        PROPERTIES_PARAMS {engineId, alignment, size})."""
+        if engine not in self._properties:
+            params = bytearray(struct.pack("<III", engine, 0, 0))
+            self._control(self.h_device, NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES,
+                          params)
+            _, align, size = struct.unpack("<III", params)
+            self._properties[engine] = (size, align)
+        return self._properties[engine]
+
+    def _buffer(self, buffer_id: int) -> Buffer:
+        size, align = self.properties(ENGINE_ID[buffer_id])
+        size = -(-size // 4096) * 4096
+        if not size:
+            raise MemoryError(f"GSP-RM reports no size for context buffer {buffer_id}")
+        fb = self._take_fb(size, max(align, 4096))
+        if fb is None:
+            raise MemoryError(f"no video memory for context buffer {buffer_id}")
+        va = self._map_fb(fb, size)
+        if va is None:
+            self._give_fb(fb, size)
+            raise MemoryError(f"no GPU addresses for context buffer {buffer_id}")
+        return Buffer(fb, size, va)
+
+    def promote(self, channel: int, group: int) -> None:
+        """Before the first compute object on ``channel`` (of ``group``): its group's and the
+        GPU's buffers made, mapped and handed over with one NV2080_CTRL_CMD_GPU_PROMOTE_CTX;
+        nothing when all of them already were."""
+        g = self.groups.setdefault(group, Group())
+        for buffer_id in GROUP_BUFFERS:
+            if buffer_id not in g.buffers:
+                g.buffers[buffer_id] = self._buffer(buffer_id)
+        for buffer_id in GLOBAL_BUFFERS:
+            if buffer_id not in self.globals:
+                self.globals[buffer_id] = self._buffer(buffer_id)
+        entries = []
+        for buffer_id in GROUP_BUFFERS + GLOBAL_BUFFERS:
+            b = g.buffers[buffer_id] if buffer_id in g.buffers else self.globals[buffer_id]
+            if b.initialized and buffer_id in g.promoted:
+                continue
+            entries.append((buffer_id, b))
+        if not entries:
+            return
+        # hClient, ChID, hVirtMemory, virtAddress and size stay 0 as kgrobjPromoteContext
+        # leaves them: the entries say it all
+        params = bytearray(PROMOTE.pack(NV2080_ENGINE_TYPE_GR0, 0, 0, self.client, channel, 0,
+                                        0, 0, len(entries)))
+        for buffer_id, b in entries:
+            va = 0 if buffer_id in g.promoted else b.va
+            params += ENTRY.pack(b.fb, va, b.size, PHYS_ATTR, buffer_id, int(not b.initialized),
+                                 int(not va))
+        params += bytes(ENTRY.size * (MAX_ENTRIES - len(entries)))
+        self._control(self.h_subdevice, NV2080_CTRL_CMD_GPU_PROMOTE_CTX, params)
+        for buffer_id, b in entries:  # kgrctxMarkCtxBufferInitialized
+            b.initialized = True
+            g.promoted.add(buffer_id)
+
+    def freed(self, handle: int, every: bool) -> None:
+        """GSP-RM freed ``handle``: a group's buffers go back; with ``every`` all of them."""
+        for group in [h for h in self.groups if every or h == handle]:
+            for b in self.groups.pop(group).buffers.values():
+                self._release(b)
+        if every:
+            for b in self.globals.values():
+                self._release(b)
+            self.globals.clear()
+
+    def _release(self, b: Buffer) -> None:
+        self._unmap(b.va, b.size)
+        self._give_fb(b.fb, b.size)
