@@ -624,3 +624,139 @@ def test_the_simulated_gsp_refuses_a_compute_object_without_promoted_buffers(
     p.rm.alloc(channel, p.rm.new_handle(), 0xC7C0)  # through the path: promoted first
     p.rm.free(tsg)
     p.closed()
+
+
+def _channel_kit(p: pp.PciPath, engine: int) -> tuple[int, bytearray]:
+    """A channel group of ``engine`` (NV2080_ENGINE_TYPE_GRAPHICS 1, _COPY0 9,
+    cl2080_notification.h) and the NV_CHANNEL_ALLOC_PARAMS for a channel of it."""
+    from rig_nv import classes as cls
+    from rig_nv.layouts import Params
+
+    tsg = p.rm.new_handle()
+    p.rm.alloc(p.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
+               Params(p.ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=engine).buf)
+    area, notifier = p.alloc_memory(2 << 20, Memory.MAPPED), p.alloc_notifier()
+    assert area is not None
+    asked = Params(p.ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
+                   gpFifoOffset=area.gpu, gpFifoEntries=0x400)
+    asked.p.hUserdMemory[0] = area.handle
+    asked.p.userdOffset[0] = 0x2000
+    return tsg, asked.buf
+
+
+def _token(p: pp.PciPath, channel: int) -> int:
+    from rig_nv.layouts import Params
+
+    token = Params(p.ffi, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS")
+    p.rm.control(channel, 0xC36F0108, token.buf)
+    return int(token.p.workSubmitToken)
+
+
+def test_the_flags_name_the_chid_as_cpu_rm_does() -> None:
+    """alloc_channel.h: NVOS04_FLAGS_CHANNEL_USERD_INDEX_VALUE 10:8, _USERD_INDEX_FIXED 11:11
+    (FALSE), _USERD_INDEX_PAGE_VALUE 20:12, _USERD_INDEX_PAGE_FIXED 21:21 (TRUE); ChID 11 is
+    page 1, index 3 (kernel_channel.c: ChID / 8, ChID % 8); the other bits stay."""
+    from rig_nv_pci import channels
+
+    assert channels.chid_flags(0, 11) == 1 << 21 | 1 << 12 | 3 << 8
+    full = 1 << 21 | 0x1FF << 12 | 7 << 8 | 1
+    assert channels.chid_flags(1 << 11 | 0x1FF << 12 | 1, 4095) == full
+
+
+def test_two_devices_channels_take_the_gr_runlists_lowest_free_chids_in_sequence(
+        ga102: Booted) -> None:
+    """One ChID space per runlist (kernel_channel_gm107.c kchannelAllocHwID_GM107 GROW_UP,
+    kernel_fifo.c kfifoChidMgrAllocChid_IMPL above KFIFO_NUM_GSP_RESERVED_CHANNELS 1): the
+    compute and copy channels of each device's GR group share it, the first device's get 1
+    and 2, the second's 3 and 4; GSP-RM uses the ChIDs the flags name and its work-submit
+    token follows them."""
+    p, s = ga102.path(), ga102.sim_rm.start()
+    held = p.rm.channels
+    assert held is not None
+    d1 = rig_nv.make(p)
+    d2 = rig_nv.make(p)
+    for d, expected in ((d1, [1, 2]), (d2, [3, 4])):
+        chans = (d.compute, d.copy_channel)
+        assert [held.channels[c.handle].chid for c in chans] == expected
+        assert [s.channels[c.handle].chid for c in chans] == expected
+        assert [c.token for c in chans] == expected
+        assert {held.channels[c.handle].runlist for c in chans} == {1}  # the GR group's
+    assert d2.completed() == 2 and s.faults == []
+    d2.stop()  # the path's device goes, and every ChID with it
+    assert held.channels == {} and held.groups == {} and s.channels == {}
+
+
+def test_a_freed_chid_is_taken_again_lowest_first_and_each_runlist_has_its_own(
+        ga102: Booted) -> None:
+    p, s = ga102.path(), ga102.sim_rm
+    held = p.rm.channels
+    assert held is not None
+    gr, params = _channel_kit(p, 1)
+    made = []
+    for _ in range(3):
+        made.append(p.rm.new_handle())
+        p.rm.alloc(gr, made[-1], 0xC56F, params)
+    assert [s.channels[h].chid for h in made] == [1, 2, 3]
+    p.rm.free(made[0])
+    assert made[0] not in held.channels and made[0] not in s.channels
+    again, fourth = p.rm.new_handle(), p.rm.new_handle()
+    p.rm.alloc(gr, again, 0xC56F, params)  # the lowest free: 1 again
+    p.rm.alloc(gr, fourth, 0xC56F, params)
+    assert (s.channels[again].chid, s.channels[fourth].chid) == (1, 4)
+    assert (_token(p, again), _token(p, fourth)) == (1, 4)
+    # a second GR group shares the runlist; a COPY0 group has a runlist of its own
+    gr2, params2 = _channel_kit(p, 1)
+    ce, params_ce = _channel_kit(p, 9)
+    in_gr2, in_ce = p.rm.new_handle(), p.rm.new_handle()
+    p.rm.alloc(gr2, in_gr2, 0xC56F, params2)
+    p.rm.alloc(ce, in_ce, 0xC56F, params_ce)
+    assert (s.channels[in_gr2].chid, s.channels[in_ce].chid) == (5, 1)
+    assert (held.channels[in_gr2].chid, held.channels[in_ce].chid) == (5, 1)
+    p.rm.free(gr)  # the group's channels give their ChIDs back
+    assert {h.chid for h in held.channels.values()} == {5, 1}
+    assert gr not in held.groups and gr not in s.groups
+    later = p.rm.new_handle()
+    p.rm.alloc(gr2, later, 0xC56F, params2)
+    assert s.channels[later].chid == held.channels[later].chid == 1
+    p.closed()
+    assert held.channels == {} and held.groups == {} and s.channels == {}
+
+
+def test_the_simulated_gsp_refuses_a_chid_in_use_gsp_rms_own_or_none(ga102: Booted) -> None:
+    """A ChID in use on the runlist, or GSP-RM's reserved 0: NV_ERR_NO_MEMORY (eheap_old.c
+    eheapAlloc of a fixed offset that is not free); INDEX_FIXED with PAGE_FIXED:
+    NV_ERR_INVALID_STATE (kernel_channel_gm107.c kchannelAllocHwID_GM107); no PAGE_FIXED: the
+    simulated GSP-RM's NV_ERR_INVALID_ARGUMENT (the real one would pick one itself)."""
+    from rig_nv_pci import channels
+
+    p = ga102.path()
+    held = p.rm.channels
+    assert held is not None
+    gr, params = _channel_kit(p, 1)
+    first = p.rm.new_handle()
+    p.rm.alloc(gr, first, 0xC56F, params)
+    assert held.channels[first].chid == 1
+
+    def refused(flags: int, status: int) -> None:
+        handle = p.rm.new_handle()
+        sent = held.params(gr, handle, params)
+        p.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent).flags = flags
+        with pytest.raises(RMError) as e:
+            p.rm.rpc_rm.alloc(gr, handle, 0xC56F, sent)
+        assert e.value.status == status, hex(flags)
+        held.failed(handle)
+
+    refused(channels.chid_flags(0, 1), 0x51)  # in use
+    refused(channels.chid_flags(0, 0), 0x51)  # GSP-RM's own
+    refused(channels.chid_flags(0, 2) | 1 << 11, 0x40)  # INDEX_FIXED too
+    refused(0, 0x1F)  # none named
+    second = p.rm.new_handle()
+    p.rm.alloc(gr, second, 0xC56F, params)  # the refusals took nothing
+    assert held.channels[second].chid == 2 and ga102.sim_rm.channels[second].chid == 2
+    # GSP-RM takes the ChID named, whatever it is, and its token follows
+    named = p.rm.new_handle()
+    sent = held.params(gr, named, params)
+    p.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent).flags = channels.chid_flags(0, 11)
+    p.rm.rpc_rm.alloc(gr, named, 0xC56F, sent)
+    assert ga102.sim_rm.channels[named].chid == 11 == _token(p, named)
+    p.closed()

@@ -23,10 +23,20 @@ alloc_channel.h):
   hObjectEccError lies, and its size (kernel_channel.c kchannelConstruct_IMPL);
 - ``hObjectBuffer`` 0, ``ProcessID`` the process's id, ``internalFlags`` PRIVILEGE USER (0).
 
-Memory goes back once GSP-RM freed the channel (its group's method buffer once the group
-is freed; everything once the device is). Not yet as CPU-RM does: it also picks the channel's
-ChID itself and sends it in ``flags`` (NVOS04_FLAGS_CHANNEL_USERD_INDEX_PAGE_FIXED and the
-index / page values); here GSP-RM picks it.
+- ``flags``: the channel's ChID, which CPU-RM picks itself and GSP-RM then uses
+  (kernel_channel.c _kchannelSendChannelAllocRpc, its IS_GSP_CLIENT branch: "make the Physical
+  RMAPI use our ChID"): NVOS04_FLAGS_CHANNEL_USERD_INDEX_FIXED FALSE, _USERD_INDEX_PAGE_FIXED
+  TRUE, _USERD_INDEX_VALUE ChID % 8, _USERD_INDEX_PAGE_VALUE ChID / 8 (alloc_channel.h 10:8,
+  11:11, 20:12, 21:21). The ChID comes from the channel's runlist's space
+  (kernel_channel_gm107.c kchannelAllocHwID_GM107: CHANNEL_HW_ID_ALLOC_MODE_GROW_UP, the
+  CHID_MGR of kchannelGetRunlistId), lowest free first above the
+  KFIFO_NUM_GSP_RESERVED_CHANNELS (1) a GSP client leaves to GSP-RM (kernel_fifo.c
+  kfifoChidMgrAllocChid_IMPL: rangeLo += KFIFO_NUM_GSP_RESERVED_CHANNELS); a channel of a
+  group is on its group's runlist, here the group's engineType stands for it (rig's compute
+  and copy channels share their GR group's), a channel without a known group its own.
+
+Memory and the ChID go back once GSP-RM freed the channel (its group's method buffer once the
+group is freed; everything once the device is).
 """
 
 from __future__ import annotations
@@ -48,6 +58,23 @@ USERD_SIZE = 512  # NV_RAMUSERD_CHAN_SIZE (gm107/dev_ram.h)
 NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE = 0x20802A08  # ctrl2080ce.h: {NvU32 size}
 NV_ERR_NO_MEMORY, NV_ERR_INVALID_ARGUMENT = 0x51, 0x1F
 GPFIFO_CLASSES = frozenset(classes.GPFIFO)
+KEPLER_CHANNEL_GROUP_A = classes.KEPLER_CHANNEL_GROUP_A
+# alloc_channel.h: NVOS04_FLAGS_CHANNEL_USERD_INDEX_VALUE 10:8, _USERD_INDEX_FIXED 11:11,
+# _USERD_INDEX_PAGE_VALUE 20:12, _USERD_INDEX_PAGE_FIXED 21:21 (TRUE 1)
+USERD_INDEX_SHIFT, USERD_INDEX_FIXED = 8, 1 << 11
+USERD_PAGE_SHIFT, USERD_PAGE_FIXED = 12, 1 << 21
+CHANNELS_PER_USERD_PAGE = 1 << 3  # NVBIT(DRF_SIZE(NVOS04_FLAGS_CHANNEL_USERD_INDEX_VALUE))
+CHID_FLAGS = (7 << USERD_INDEX_SHIFT | USERD_INDEX_FIXED | 0x1FF << USERD_PAGE_SHIFT
+              | USERD_PAGE_FIXED)
+CHIDS = CHANNELS_PER_USERD_PAGE << 9  # what the flags can name
+GSP_RESERVED_CHANNELS = 1  # kernel_fifo.c KFIFO_NUM_GSP_RESERVED_CHANNELS
+
+
+def chid_flags(flags: int, chid: int) -> int:
+    """``flags`` naming ``chid`` as CPU-RM does for a GSP client."""
+    return (flags & ~CHID_FLAGS | USERD_PAGE_FIXED
+            | chid % CHANNELS_PER_USERD_PAGE << USERD_INDEX_SHIFT
+            | chid // CHANNELS_PER_USERD_PAGE << USERD_PAGE_SHIFT)
 
 
 class Dma(Protocol):
@@ -76,6 +103,8 @@ class Placed:
 class Held:
     group: int
     instance: int  # FB offset
+    runlist: int = 0  # the engine type standing for its runlist
+    chid: int = 0
 
 
 class ChannelMemory:
@@ -98,6 +127,22 @@ class ChannelMemory:
         self.channels: dict[int, Held] = {}
         self.method_buffers: dict[int, Dma] = {}  # channel group -> its runqueue 0's
         self.roots: set[int] = set()  # handles whose free frees every channel (device, client)
+        self.groups: dict[int, int] = {}  # channel group -> its engineType (its runlist)
+
+    def grouped(self, group: int, params: bytes | bytearray) -> None:
+        """GSP-RM made channel group ``group`` from NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS
+        ``params``: its channels go on its engine's runlist."""
+        p = self.ffi.from_buffer("NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS *", params)
+        self.groups[group] = int(p.engineType)
+
+    def _chid(self, runlist: int) -> int:
+        """The runlist's lowest free ChID (kfifoChidMgrAllocChid_IMPL, GROW_UP)."""
+        taken = {h.chid for h in self.channels.values() if h.runlist == runlist}
+        for chid in range(GSP_RESERVED_CHANNELS, CHIDS):
+            if chid not in taken:
+                return chid
+        raise RMError(f"{self.name}: no free ChID on the runlist of engine {runlist}",
+                      NV_ERR_NO_MEMORY)
 
     def params(self, group: int, handle: int, params: bytearray) -> bytearray:
         """The NV_CHANNEL_ALLOC_PARAMS to send for channel ``handle`` of ``group``, made from
@@ -105,6 +150,8 @@ class ChannelMemory:
         back what it took) where there is no room or a named object is not the path's."""
         sent = bytearray(params)
         p = self.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent)
+        runlist = self.groups.get(group, int(p.engineType))
+        chid = self._chid(runlist)
         userd = self._where(p.hUserdMemory[0], "USERD")
         mthd = self._method_buffer(group)
         at = self._take_fb(INSTANCE_SIZE, INSTANCE_SIZE)
@@ -116,6 +163,7 @@ class ChannelMemory:
                 self._zero_fb(at, INSTANCE_SIZE)
             p.hObjectBuffer = 0
             p.ProcessID = os.getpid()
+            p.flags = chid_flags(int(p.flags), chid)
             _describe(p.instanceMem, at, INSTANCE_SIZE, ADDR_FBMEM, NV_MEMORY_UNCACHED)
             _describe(p.ramfcMem, at, RAMFC_SIZE, ADDR_FBMEM, NV_MEMORY_UNCACHED)
             offset = int(p.userdOffset[0])
@@ -134,7 +182,7 @@ class ChannelMemory:
         except BaseException:
             self._give_fb(at, INSTANCE_SIZE)
             raise
-        self.channels[handle] = Held(group, at)
+        self.channels[handle] = Held(group, at, runlist, chid)
         return sent
 
     def _where(self, handle: int, what: str) -> Placed:
@@ -178,6 +226,8 @@ class ChannelMemory:
             self.failed(ch)
         for group in [g for g in self.method_buffers if every or g == handle]:
             self.method_buffers.pop(group).free()
+        for group in [g for g in self.groups if every or g == handle]:
+            del self.groups[group]
 
 
 def _describe(desc: Any, base: int, size: int, space: int, cache: int) -> None:

@@ -48,12 +48,12 @@ a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU
 GSP-RM leaves it to a GSP client is not in the open sources); the page tables are written
 word by word through PRAMIN, not through BAR 2. A channel's alloc (the GPFIFO classes) hands
 GSP-RM its instance block, RAMFC, USERD, its group's method buffer and its error notifier as
-CPU-RM does (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), but
-leaves the channel's ChID to GSP-RM, which CPU-RM picks itself. Before a channel's first
-compute object the compute engine's context buffers are made, mapped and handed over with
-NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.grctx`, _kgrAlloc); their
-sizes come from NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, not CPU-RM's internal
-static copy.
+CPU-RM does (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), and
+the channel's ChID, picked from its runlist's space as CPU-RM does, in its flags. Before a
+channel's first compute object the compute engine's context buffers are made, mapped and
+handed over with NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.grctx`,
+_kgrAlloc); their sizes come from NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, not
+CPU-RM's internal static copy.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ from rig_nv.hostmem import view
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import RM, Allocation, RMError, page_rounded
 from rig_nv_pci import channels, mmu, vidmem
-from rig_nv_pci.channels import GPFIFO_CLASSES, ChannelMemory, Placed
+from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory, Placed
 from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
@@ -189,6 +189,10 @@ class PciRM:
                 self.grctx.promote(parent, self.channels.channels[parent].group)
             except MemoryError as e:
                 raise RMError(f"{self.rpc_rm.rpc.name}: {e}", channels.NV_ERR_NO_MEMORY) from e
+        if self.channels is not None and cls == KEPLER_CHANNEL_GROUP_A and params is not None:
+            made = self.rpc_rm.alloc(parent, handle, cls, params)
+            self.channels.grouped(handle, params)
+            return made
         if self.channels is None or cls not in GPFIFO_CLASSES or params is None:
             return self.rpc_rm.alloc(parent, handle, cls, params)
         sent = self.channels.params(parent, handle, params)

@@ -45,7 +45,7 @@ rig_nv_pci or rig_nv:
 - controls: NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 (0x800292, numClasses then 100 class
   numbers), NV2080_CTRL_CMD_GR_GET_INFO_V2 (0x20801228) and NV2080_CTRL_CMD_FB_GET_INFO_V2
   (0x20801303) (a count, then {index, data} pairs answered from the tables given),
-  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's id);
+  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's ChID);
 - a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
   gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
   64, the NV_MEMORY_DESC_PARAMS of :data:`CH_INSTANCE` ...) only with the memory a GSP
@@ -56,10 +56,10 @@ rig_nv_pci or rig_nv:
   hUserdMemory[0] + userdOffset[0] lies; mthdbufMem system memory (ADDR_SYSMEM 1) of the size
   NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (0x20802a08) answers
   (:data:`METHOD_BUFFER_SIZE`); errorNotifierMem the first page of hObjectError's system
-  memory. It writes the address space's root into the instance block (gm107 dev_ram.h
-  NV_RAMIN_PAGE_DIR_BASE_LO 128*32+31:12, _HI 129*32+7:0) and the PBDMA translates the
-  channel's addresses through the root it reads back from there; the error notifier it
-  writes is the errorNotifierMem given;
+  memory; the ChID its flags name, free on its runlist (sim/chid.py). It writes the root
+  into the instance block (gm107 dev_ram.h NV_RAMIN_PAGE_DIR_BASE_LO 128*32+31:12, _HI
+  129*32+7:0) and the PBDMA translates the channel's addresses through the root it reads back
+  from there; the error notifier it writes is the errorNotifierMem given;
   the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) reads GP_PUT from
   the USERD given (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
   entry (clc56f.h GP_ENTRY0_GET 31:2, GP_ENTRY1_GET_HI 7:0, GP_ENTRY1_LENGTH 30:10 in
@@ -100,7 +100,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import gmmu
+from . import chid, gmmu
 from .gpu import SimGpu
 
 if TYPE_CHECKING:
@@ -214,6 +214,7 @@ class Channel:
     bound: dict[int, int] = field(default_factory=dict)  # subchannel -> class (SET_OBJECT)
     ce: dict[int, int] = field(default_factory=dict)  # copy engine methods' last data
     stalled_on: str = ""
+    runlist: int = 0  # the engine type standing for its runlist (sim/chid.py)
 
 
 class SimRm:
@@ -244,6 +245,7 @@ class SimRm:
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
         self.channels: dict[int, Channel] = {}
+        self.groups: dict[int, int] = {}  # channel group -> its engineType (its runlist)
         self.running: int | None = None  # the instance block of the channel the PBDMA runs
         self.contexts: dict[int, dict[int, tuple[int, int]]] = {}  # group -> id -> (fb, size)
         self.promoted: dict[int, set[int]] = {}  # group -> buffer ids whose VA it was given
@@ -335,6 +337,8 @@ class SimRm:
         if cls == MEMORY_VIRTUAL:
             size, _, offset = struct.unpack_from("<QQQ", params, 64)
             self.virtual[handle] = (offset, size)
+        if cls == chid.KEPLER_CHANNEL_GROUP_A:
+            self.groups[handle] = chid.group_engine(params)
         if cls in GPFIFO_CLASSES:
             return self._alloc_channel(parent, handle, params), params
         if cls in COMPUTE_CLASSES and parent in self.channels and self.walks:
@@ -401,6 +405,10 @@ class SimRm:
         error = MEM_DESC.unpack_from(params, CH_ERROR_NOTIFIER)
         if userd_handle not in self.fbmem:
             return NV_ERR_INVALID_OBJECT_HANDLE
+        runlist = chid.runlist(self.groups, parent, params)
+        status, channel_id = chid.named(params, runlist, self.channels.values())
+        if status:
+            return status
         base = inst[0]
         taken = [(at, n) for at, n in self.fbmem.values()] + [
             (c.instance, INSTANCE_SIZE) for c in self.channels.values()]
@@ -428,8 +436,8 @@ class SimRm:
             # TARGET 1:0 VID_MEM 0, LO 31:12, HI 7:0 of the next word
             struct.pack_into("<II", self.vram, base + RAMIN_PAGE_DIR_BASE,
                              root & 0xFFFFF000, root >> 32 & 0xFF)
-        self.channels[handle] = Channel(handle, len(self.channels) + 1, gpfifo, entries,
-                                        userd[0], parent, error[0], base, mthd[0])
+        self.channels[handle] = Channel(handle, channel_id, gpfifo, entries, userd[0], parent,
+                                        error[0], base, mthd[0], runlist=runlist)
         return 0
 
     def _on_control(self, obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
@@ -539,6 +547,7 @@ class SimRm:
             self.sysmem.pop(handle, None)
             self.virtual.pop(handle, None)
             self.channels.pop(handle, None)
+            self.groups.pop(handle, None)
             self.contexts.pop(handle, None)
             self.promoted.pop(handle, None)
             for va in [va for va, (h, _) in self.mappings.items() if h == handle]:
