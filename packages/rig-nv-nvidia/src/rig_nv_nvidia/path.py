@@ -170,18 +170,23 @@ class NvidiaPath:
 
     # -- UVM ----------------------------------------------------------------------------------
 
-    def _uvm_map(self, va: int, size: int, handle: int) -> None:
-        ffi, uvm = self.rm.ffi, PROCESS.unified_memory()
-        r = cnew(ffi, "UVM_CREATE_EXTERNAL_RANGE_PARAMS *", {"base": va, "length": size})
-        uvm_check(uvm, lay.UVM_CREATE_EXTERNAL_RANGE, ffi, r, "UVM_CREATE_EXTERNAL_RANGE")
+    def _uvm_map_here(self, va: int, size: int, handle: int) -> int:
+        """Map RM memory ``handle`` for this GPU at ``va`` in UVM's range there; the RM status."""
+        ffi = self.rm.ffi
         m = cnew(ffi, "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *", {
             "base": va, "length": size, "gpuAttributesCount": 1, "rmCtrlFd": self.rm.ctl,
             "hClient": self.rm.client, "hMemory": handle})
         ffi.memmove(m.perGpuAttributes[0].gpuUuid.uuid, self.gpu.uuid, 16)
         m.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
+        return uvm_ioctl(PROCESS.unified_memory(), lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
+                         "UVM_MAP_EXTERNAL_ALLOCATION")
+
+    def _uvm_map(self, va: int, size: int, handle: int) -> None:
+        ffi, uvm = self.rm.ffi, PROCESS.unified_memory()
+        r = cnew(ffi, "UVM_CREATE_EXTERNAL_RANGE_PARAMS *", {"base": va, "length": size})
+        uvm_check(uvm, lay.UVM_CREATE_EXTERNAL_RANGE, ffi, r, "UVM_CREATE_EXTERNAL_RANGE")
         try:
-            status = uvm_ioctl(uvm, lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
-                               "UVM_MAP_EXTERNAL_ALLOCATION")
+            status = self._uvm_map_here(va, size, handle)
         except BaseException:
             # The range exists now: left, it would refuse the next range at this address
             # (NV_ERR_UVM_ADDRESS_IN_USE) once the caller gives the address back.
@@ -407,14 +412,7 @@ class NvidiaPath:
             raise RigError(f"{self.name}: a peer must be opened through the kernel driver too")
         peers = PROCESS.enable_peers(self.gpu, owner.gpu)
         undo: Undo = a.undo
-        ffi = self.rm.ffi
-        m = cnew(ffi, "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS *", {
-            "base": a.gpu, "length": undo.size, "gpuAttributesCount": 1,
-            "rmCtrlFd": self.rm.ctl, "hClient": self.rm.client, "hMemory": a.handle})
-        ffi.memmove(m.perGpuAttributes[0].gpuUuid.uuid, self.gpu.uuid, 16)
-        m.perGpuAttributes[0].gpuMappingType = 1  # UvmGpuMappingTypeReadWriteAtomic
-        status = uvm_ioctl(PROCESS.unified_memory(), lay.UVM_MAP_EXTERNAL_ALLOCATION, ffi, m,
-                           "UVM_MAP_EXTERNAL_ALLOCATION")
+        status = self._uvm_map_here(a.gpu, undo.size, a.handle)
         if status:
             why = f"mapping {owner.name}'s memory at 0x{a.gpu:x}"
             if peers:
