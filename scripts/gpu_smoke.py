@@ -25,7 +25,9 @@ def step(name: str, fn):  # type: ignore[no-untyped-def]
     try:
         out = fn()
         dt = (time.perf_counter() - t) * 1e3
-        shown = "" if out is None else repr(out)[:160]
+        # Bytes show as their length: repr of 64 MiB would take longer than the download.
+        shown = ("" if out is None else f"{len(out)} bytes"
+                 if isinstance(out, bytes | bytearray | memoryview) else repr(out)[:160])
         rows.append((name, f"ok {dt:.2f} ms {shown}"))
         print(f"[ok] {name}: {shown} ({dt:.2f} ms)", flush=True)
         return out
