@@ -61,9 +61,14 @@ SPIN_S = 100e-6  # a wait spins this long on the timeline word before it sleeps
 NAP_FIRST_S, NAP_LAST_S = 20e-6, 1e-3
 VIDEO = (Memory.DEVICE, Memory.MAPPED)
 LAUNCH_ARENA = 4 << 20
-# Where the GPU reads launches' QMDs and banks, and the channels' commands, from.
-ARENA_KIND = Memory.PINNED
-PUSHBUFFER_KIND = Memory.PINNED
+# Where the GPU reads launches' QMDs and banks, and the channels' commands, from: video
+# memory the host writes through BAR 1 (write-combined; nothing reads it back). Measured on
+# the H200 (scripts/latency_probe.py, 2026-11-30): a one-block launch's wait after the
+# submission took 7.9-8.1 us with both in pinned host memory, 3.8-4.0 us with the arena in
+# video memory and 3.1-3.4 us with the pushbuffers too; an empty submission's round trip
+# 1.9 -> 1.35 us. The GPU fetches each from host memory over PCIe otherwise.
+ARENA_KIND = Memory.MAPPED
+PUSHBUFFER_KIND = Memory.MAPPED
 # The shared and local memory windows: GPU addresses where a kernel sees its block's shared
 # memory and its threads' local memory, never backed by allocations. Hopper wants the shared
 # window 4 GiB aligned (NVK nvk_cmd_dispatch.c). They take the top 8 GiB below 2^40.
