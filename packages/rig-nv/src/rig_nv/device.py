@@ -48,7 +48,7 @@ from rig_nv.push import (
     header,
     hi_lo,
 )
-from rig_nv.rm import Allocation, Path, RMError, page_rounded
+from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, RMError
 from rig_nv.setup import (
     INVALIDATE_CODE_AND_DATA,
     LOCAL_WINDOW,
@@ -348,35 +348,39 @@ class Device:
         :class:`rig_edge.Misuse` if ``n`` is not a positive whole number or ``kind`` no
         :class:`rig_edge.Memory`.
         """
-        n = checks.whole("an allocation's size", n)
-        if not isinstance(kind, Memory):
-            raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
-        if n <= 0:
-            raise Misuse(f"an allocation's size must be positive, not {n}")
+        if type(n) is not int or type(kind) is not Memory or n <= 0:
+            n = checks.whole("an allocation's size", n)
+            if not isinstance(kind, Memory):
+                raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
+            if n <= 0:
+                raise Misuse(f"an allocation's size must be positive, not {n}")
+        a = None
+        if kind is Memory.DEVICE and n <= CACHE_LARGEST:
+            # The common case of a caching allocator, in one hold of the lock: memory of this
+            # size freed earlier, its last user done.
+            page = HUGE_PAGE if n >= HUGE_PAGE else SMALL_PAGE
+            with self._lock:
+                if self._lost is not None or self._stopped:
+                    self._check()
+                kept = self._cache.get((n + page - 1) // page * page)
+                if kept and kept[0][0] <= self._word[0]:
+                    a = kept.pop(0)[1]
+                    self._cached_bytes -= a.length
+                    region = _new(Region)  # Region(a.gpu, a.host, n, kind), n checked above
+                    region.__dict__.update(gpu=a.gpu, host=a.host, length=n, kind=kind)
+                    self._allocs[region] = a
+                    return region
         self._check()
-        a = self._from_cache(n, kind)
+        a = self.path.alloc_memory(n, kind, contiguous=False)
         if a is None:
+            self.trim()  # what the cache holds may be what the RM lacks
             a = self.path.alloc_memory(n, kind, contiguous=False)
             if a is None:
-                self.trim()  # what the cache holds may be what the RM lacks
-                a = self.path.alloc_memory(n, kind, contiguous=False)
-                if a is None:
-                    return None
+                return None
         region = Region(a.gpu, a.host, n, kind)
         with self._lock:
             self._allocs[region] = a
         return region
-
-    def _from_cache(self, n: int, kind: Memory) -> Allocation | None:
-        if kind is not Memory.DEVICE or n > CACHE_LARGEST:
-            return None
-        with self._lock:
-            kept = self._cache.get(page_rounded(n, kind))
-            if kept and kept[0][0] <= self.completed():
-                a = kept.pop(0)[1]
-                self._cached_bytes -= a.length
-                return a
-        return None
 
     def free(self, region: Region) -> None:
         """Give back a region ``alloc`` or ``map_host`` made. Raises :class:`Misuse` for a
@@ -386,8 +390,9 @@ class Device:
         its size, once the work submitted before the free is done, as CUDA's and PyTorch's
         caching allocators do; :meth:`trim` gives it back to the RM.
         """
-        checks.region_of("free's region", region)
-        if region in self._peer_in:
+        if type(region) is not Region:
+            checks.region_of("free's region", region)
+        if self._peer_in and region in self._peer_in:
             peers.unmap_peer(self, region)
             return
         if self._peer_out:
