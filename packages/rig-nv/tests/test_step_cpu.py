@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rig_edge import Memory, Misuse
+from rig_edge import Memory, Misuse, RigError
 from rig_nv import push, setup
 from rig_nv import step as step_module
 from rig_nv.hostmem import view
@@ -266,3 +266,25 @@ def test_a_step_more_than_one_entry_holds_is_misuse(dev: tuple[Any, Any],
     with pytest.raises(Misuse, match="more than one GPFIFO entry holds"):
         s.submit()
     assert s._memory is None and d.compute.put == put
+
+
+def test_a_full_profile_refuses_before_a_timeline_value_is_taken(dev: tuple[Any, Any]) -> None:
+    """A step's commands add one to the timeline word: a value taken but never submitted would
+    leave every later step one short, its point never done. A full profile refuses a launch, a
+    copy and a step (first or later submission) having taken no value."""
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    b = d.alloc(1 << 16, Memory.PINNED)
+    s, fresh = _step(d, img, a, b), _step(d, img, a, b)
+    s.submit()
+    with d.profile(capacity=1):
+        d.launch(img["vadd"], (4,), (256,), (a, a, b, 1))
+        taken, puts = d._next, (d.compute.put, d.copy_channel.put)
+        for refused in (lambda: d.launch(img["vadd"], (4,), (256,), (a, a, b, 2)),
+                        lambda: d.copy(b, a, 64), s.submit, fresh.submit):
+            with pytest.raises(RigError, match="the profile holds 1 events"):
+                refused()
+            assert d._next == taken and (d.compute.put, d.copy_channel.put) == puts
+    assert s.submit().value == taken and fresh.submit().value == taken + 1

@@ -279,7 +279,6 @@ class Device:
             if self._lost is not None or self._stopped:
                 self._check()
             value = self._next
-            self._next = value + 1
             words = array("I")
             if self._last is not channel and self._last is not None:
                 words.extend(Push().semaphore_acquire(self.timeline.gpu, value - 1).words)
@@ -296,6 +295,9 @@ class Device:
             rel[3] = value & 0xFFFFFFFF
             rel[4] = value >> 32
             words.extend(rel)
+            # Taken only now that nothing can refuse (a full profile): a value never submitted
+            # would leave every later step's addition to the timeline one short.
+            self._next = value + 1
             channel.retire(int(self._word[0]))
             channel.submit(words, value)
             self._last = channel
