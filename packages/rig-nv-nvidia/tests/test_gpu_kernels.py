@@ -224,6 +224,41 @@ def test_step_arguments_update_between_submissions(device: Device) -> None:
     np.testing.assert_array_equal(get(device, out2, np.float32, n), a + a)
 
 
+@pytest.mark.parametrize("copied", [True, False], ids=["copied", "waited"])
+def test_steps_between_copies_each_one_gpfifo_entry_in_order(
+        device: Device, copied: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 5 ("Steps"): "submit the step many times, each submission one GPFIFO entry".
+    200 rounds sent with no wait between: a copy of the round's fresh data into x on the copy
+    channel, the step (y = x + x) on the compute channel, a copy of y into the round's own
+    slot on the copy channel. Each step is one entry, which waits for the copy before it; each
+    slot must hold twice its round's data. "copied": the step's wait and commands go through
+    the pushbuffer; "waited": as for a step too large for that, the CPU waits for the copy
+    instead and the entry names the step's own memory."""
+    from rig_nv import device as device_module
+
+    if not copied:
+        monkeypatch.setattr(device_module, "AROUND", 1 << 40)
+    img = device.load(cubin())
+    n, rounds = 1 << 16, 200
+    data = rng.random(n * rounds, dtype=np.float32)
+    src = device.alloc(data.nbytes, Memory.PINNED)
+    out = device.alloc(data.nbytes, Memory.PINNED)
+    rx, ry = device.alloc(4 * n, Memory.DEVICE), device.alloc(4 * n, Memory.DEVICE)
+    assert src and out and rx and ry
+    device.upload(src, data.tobytes())
+    step = device.step()
+    step.launch(img["vadd"], (n // 256,), (256,), (rx, rx, ry, n))
+    compute, copy = device.compute, device.copy_channel
+    for i in range(rounds):
+        device.copy(rx, src, 4 * n, src_offset=4 * n * i)
+        puts = compute.put, copy.put
+        step.submit()
+        assert (compute.put - puts[0], copy.put - puts[1]) == (1, 0)
+        device.copy(out, ry, 4 * n, dst_offset=4 * n * i)
+    got = np.frombuffer(bytes(device.download(out)), dtype=np.float32)
+    np.testing.assert_array_equal(got, data + data)
+
+
 def test_cubin_of_another_architecture_is_refused(device: Device) -> None:
     with pytest.raises(CubinError, match=r"sm_120.*sm_90"):
         device.load(cubin("sm_120"))

@@ -360,6 +360,48 @@ def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Bo
     assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
 
 
+def test_a_step_is_one_entry_and_after_a_copy_waits_for_it_on_the_simulated_pbdma(
+        ga102: Booted) -> None:
+    """Issue 5 ("Steps"): "submit the step many times, each submission one GPFIFO entry", in
+    device order. A step (here one copy on the compute channel's copy engine, since no SM is
+    simulated) submitted after a copy on the copy channel is one entry on the compute channel:
+    the PBDMA, running the compute channel first, stops at its acquire until the copy channel's
+    release; then the step copies what the copy wrote and adds one to the timeline. After
+    compute work the entry names the step's commands in its mapped memory."""
+    p, s = ga102.path(), ga102.sim_rm.start()
+    d = rig_nv.make(p)
+    try:
+        data = os.urandom(4096)
+        src, out = d.alloc(4096, Memory.PINNED), d.alloc(4096, Memory.PINNED)
+        mid = d.alloc(4096, Memory.DEVICE)
+        assert src is not None and out is not None and mid is not None and out.host is not None
+        step = d.step()
+        step.copy(out, mid, 4096)
+        step.submit().wait(timeout_s=5.0)  # after make's work on the copy channel
+        s.stop()  # the PBDMA runs only when the test steps it
+        d.upload(src, data)
+        compute = next(c for c in s.channels.values() if c.chid == d.compute.token)
+        assert next(iter(s.channels.values())) is compute  # the PBDMA's order
+        puts = d.compute.put, d.copy_channel.put
+        copied = d.copy(mid, src, engine="copy")
+        point = step.submit()
+        assert (d.compute.put - puts[0], d.copy_channel.put - puts[1]) == (1, 1)
+        s.step()
+        assert compute.stalled_on == f"acquire 0x{d.timeline.gpu:x} >= {copied.value}"
+        assert d.completed() == copied.value and bytes(view(out.host, 4096)) == bytes(4096)
+        s.step()
+        assert d.completed() == point.value and bytes(view(out.host, 4096)) == data
+        view(out.host, 4096)[:] = bytes(4096)
+        again = step.submit()  # after compute work: the step's own commands
+        entry = int(d.compute.entries[(d.compute.put - 1) % d.compute.count])
+        assert entry & 0xFF_FFFF_FFFC == step._pb and (entry >> 42) & 0x1FFFFF == step._words
+        s.step()
+        assert d.completed() == again.value and bytes(view(out.host, 4096)) == data
+        assert s.faults == []
+    finally:
+        d.stop()
+
+
 def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all_back(
     ga102: Booted,
 ) -> None:

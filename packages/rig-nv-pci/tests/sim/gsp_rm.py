@@ -66,7 +66,8 @@ rig_nv_pci or rig_nv:
   dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
   SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
   the host semaphore (SEM_ADDR_LO 0x5c ... SEM_EXECUTE 0x6c: OPERATION 2:0 RELEASE 1,
-  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, PAYLOAD_SIZE 24:24 64-bit), SET_OBJECT (0x0) binding a
+  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, REDUCTION 6 with REDUCTION 30:27 IADD 5 only,
+  PAYLOAD_SIZE 24:24 64-bit), SET_OBJECT (0x0) binding a
   class to the subchannel, and on a subchannel bound to a copy class the copy engine's
   one-line copy (clc7b5.h: OFFSET_IN_UPPER 0x400 ... OFFSET_OUT_LOWER 0x40c, LINE_LENGTH_IN
   0x418, LAUNCH_DMA 0x300 with DATA_TRANSFER_TYPE 1:0 not NONE, SEMAPHORE_TYPE 4:3 NONE or a
@@ -757,6 +758,13 @@ class SimRm:
                     if not done:
                         ch.stalled_on = f"acquire 0x{address:x} >= {payload}"
                         return ran
+                elif operation == 6:
+                    if data >> 27 & 0xF != 5:
+                        raise LookupError(f"SEM_EXECUTE reduction {data >> 27 & 0xF} not "
+                                          "simulated")
+                    value = int.from_bytes(self.read(address, width), "little")
+                    self.write(address, ((value + payload) % (1 << 8 * width)).to_bytes(
+                        width, "little"))
                 else:
                     raise LookupError(f"SEM_EXECUTE operation {operation} not simulated")
             ch.pending.pop(0)

@@ -59,7 +59,7 @@ from rig_nv.setup import (
     SPIN_S,
     VIDEO,
 )
-from rig_nv.step import Step
+from rig_nv.step import AROUND, RELEASE_WORDS, Step
 
 # NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
 GONE = (0x31, 0x33, 0x57)
@@ -136,6 +136,7 @@ class Device:
         self._arena: Arena
         self._tsg: int
         self._release: array[int]
+        self._acquire: array[int]
         self._launch_words: array[int]
         self._qmd_layout: Any
         self.sm_count: int
@@ -159,6 +160,8 @@ class Device:
 
     def _build(self) -> None:
         setup.build(self)
+        # A wait for the previous value (at [3] and [4]), for steps after the copy channel's work.
+        self._acquire = Push().semaphore_acquire(self.timeline.gpu, 0).words
 
     def _boost(self, flags: int, duration: int) -> None:
         setup.boost(self, flags, duration)
@@ -276,7 +279,6 @@ class Device:
             if self._lost is not None or self._stopped:
                 self._check()
             value = self._next
-            self._next = value + 1
             words = array("I")
             if self._last is not channel and self._last is not None:
                 words.extend(Push().semaphore_acquire(self.timeline.gpu, value - 1).words)
@@ -293,41 +295,83 @@ class Device:
             rel[3] = value & 0xFFFFFFFF
             rel[4] = value >> 32
             words.extend(rel)
+            # Taken only now that nothing can refuse (a full profile): a value never submitted
+            # would leave every later step's addition to the timeline one short.
+            self._next = value + 1
             channel.retire(int(self._word[0]))
             channel.submit(words, value)
             self._last = channel
             return Point(self, value)
 
-    def _submit_step(self, address: int, ndwords: int) -> Point:
-        """Submit a sealed step's commands (they add one to the timeline themselves)."""
+    def _submit_step(self, step: Step) -> Point:
+        """Submit a sealed step (its commands add one to the timeline themselves) as one
+        GPFIFO entry on the compute channel.
+
+        After compute work (the common case), or with no work before it, the entry names the
+        step's commands where they lie in its memory. When the previous value went to the copy
+        channel the step must first acquire that value, and under a profile stamps bracket it:
+        then the acquire, the stamps and a copy of the step's commands (end stamp before its
+        release) go through the compute channel's pushbuffer as one entry. An entry names one
+        run of words, so the acquire must lie right before the commands; it is not kept in the
+        step's memory, since its value changes with every submission while the GPU may still
+        read that memory for an earlier one (patching it there would wait for that, and stall
+        a copy-step-copy-step pipeline). The pushbuffer hands out only bytes no submission
+        still reads (Arena), and the step's commands never change once sealed (set_args
+        changes a bank only once the step's submissions are done). A step whose copy would
+        fill more than half the pushbuffer (some 20,000 copies) is the exception: the CPU
+        waits for the work before it (so for its own earlier submissions), then sends its
+        commands, with no acquire, or between stamps in memory of its own (Step._stamped).
+        """
         with self._lock:
             if self._lost is not None or self._stopped:
                 self._check()
-            value = self._next
-            self._next = value + 1
             compute = self.compute
             if self._last is compute and self._profile is None:  # the common case
-                compute.submit_at(address, ndwords, value, self._word[0])
+                value = self._next
+                self._next = value + 1
+                compute.submit_at(step._pb, step._words, value, self._word[0])
                 point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
                 fields = point.__dict__
                 fields["device"], fields["value"] = self, value
                 return point
-            compute.retire(self.completed())
-            before = Push()
-            if self._last is not None and self._last is not self.compute:
-                before.semaphore_acquire(self.timeline.gpu, value - 1)
-            stamps = self._profile.take("step", "compute") if self._profile else None
-            if stamps is not None:
-                assert self._profile is not None
-                self._profile.value(value)
-                before.timestamp(stamps[0])
-            if len(before):
-                self.compute.submit(memoryview(before.words), value)
-            self.compute.submit_at(address, ndwords, value)
-            if stamps is not None:
-                # The step's commands end with its release; the end stamp follows them.
-                self.compute.submit(memoryview(Push().timestamp(stamps[1]).words), value)
-            self._last = self.compute
+            # What may fail comes before the value is taken: a value never submitted would
+            # leave the next step's addition one short.
+            after = self._last is not None and self._last is not compute
+            cmds = step._cmds
+            fits = (len(cmds) + AROUND) * 4 <= compute.pb.length >> 1
+            profile = self._profile
+            if profile is not None and not fits:
+                self._wait_value(self._next - 1)
+                step._stamp_room()
+            stamps = profile.take("step", "compute") if profile is not None else None
+            value = self._next
+            self._next = value + 1
+            if profile is not None:
+                profile.value(value)
+            done = self._word[0]
+            if not after and stamps is None:
+                compute.submit_at(step._pb, step._words, value, done)
+            elif fits:
+                words = array("I")
+                if after:
+                    acquire = self._acquire
+                    acquire[3], acquire[4] = (value - 1) & 0xFFFFFFFF, (value - 1) >> 32
+                    words.extend(acquire)
+                if stamps is None:
+                    words.extend(cmds)
+                else:
+                    words.extend(Push().timestamp(stamps[0]).words)
+                    words.extend(cmds[:-RELEASE_WORDS])
+                    words.extend(Push().timestamp(stamps[1]).words)
+                    words.extend(cmds[-RELEASE_WORDS:])
+                compute.submit(words, value, done)
+            else:
+                self._wait_value(value - 1)  # done already under a profile
+                if stamps is None:
+                    compute.submit_at(step._pb, step._words, value, self._word[0])
+                else:
+                    compute.submit_at(*step._stamped(*stamps), value, self._word[0])
+            self._last = compute
             return Point(self, value)
 
     def step(self) -> Step:

@@ -1,16 +1,18 @@
 """Steps: launches and copies recorded once and submitted again and again (what CUDA graphs
 are for).
 
-A step's commands, QMDs and constant banks are written once into pinned memory the GPU reads.
-Each submission is one GPFIFO entry naming those commands (plus one more holding a wait when
-the device's previous submission went to the copy channel). The commands end by adding one to
-the timeline word (a 64-bit unsigned IADD reduction, clc56f.h SEM_EXECUTE), so they never
-change between submissions. Launches inside a step run one after another: a host WFI between
-them waits for the compute engine before the next starts.
+A step's commands, QMDs and constant banks are written once into memory the GPU reads. Each
+submission is one GPFIFO entry (:meth:`rig_nv.Device._submit_step`): after compute work it
+names the step's commands where they lie; after the copy channel's work, or under a profile,
+it names a copy of them in the compute channel's pushbuffer behind the wait and the stamps.
+The commands end by adding one to the timeline word (a 64-bit unsigned IADD reduction,
+clc56f.h SEM_EXECUTE), so they never change between submissions. Launches inside a step run
+one after another: a host WFI between them waits for the compute engine before the next starts.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,9 @@ WFI_SCOPE_ALL = 1
 INVALIDATE_CODE_AND_DATA = 0x1011
 CHAIN = True  # consecutive launches chained as dependent QMDs (False: each sent, unordered)
 PCAS_ACTION = 3  # SEND_SIGNALING_PCAS2_B INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK sends
+RELEASE_WORDS = 8  # the commands' last words: the timeline's reduction, the non-stall interrupt
+ENTRY_MOST = 0x1FFFFF  # dwords one GPFIFO entry names (clc86f.h NVC86F_GP_ENTRY1_LENGTH 30:10)
+AROUND = 18  # words a submission may put around the commands: an acquire and two stamps
 
 
 @dataclass
@@ -69,7 +74,10 @@ class Step:
         self.device = device
         self._items: list[_Launch | _Copy] = []
         self._memory: Region | None = None
-        self._words = 0
+        self._pb = 0  # GPU address of the commands in the step's memory, once sealed
+        self._words = 0  # and their number of words
+        self._cmds = array("I")  # the commands, for submissions that copy them
+        self._stamped_memory: Region | None = None  # see _stamped
         self._last: Point | None = None
 
     def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
@@ -114,7 +122,12 @@ class Step:
         for x in launches:
             x.at = at
             at += -(-(512 + len(x.bank)) // 256) * 256
-        size = at + len(self._commands(0, None)) * 4
+        n = len(self._commands(0, None))
+        if n + AROUND > ENTRY_MOST:
+            raise Misuse(f"a step of {len(self._items)} items makes {n} words of commands, more "
+                         f"than one GPFIFO entry holds ({ENTRY_MOST - AROUND} with its wait and "
+                         "stamps): record them as several steps")
+        size = at + n * 4
         # Video memory seen through BAR1: the GPU fetches QMDs and commands from its own memory.
         memory = d.alloc(size, Memory.MAPPED)
         if memory is None:
@@ -126,6 +139,7 @@ class Step:
         host[at : at + len(data)] = data
         self._pb = memory.gpu + at
         self._words = len(words)
+        self._cmds = words.words
 
     def _commands(self, base: int, host: memoryview | None) -> Push:
         """The step's commands for its memory at GPU address ``base`` (QMDs and banks are
@@ -183,16 +197,42 @@ class Step:
             host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
 
     def submit(self) -> Point:
-        """Run the step once more; returns its point on the device's timeline."""
+        """Run the step once more, as one GPFIFO entry; returns its point on the device's
+        timeline."""
         if self._memory is None:
             self._seal()
-        self._last = self.device._submit_step(self._pb, self._words)
+        self._last = self.device._submit_step(self)
         return self._last
+
+    def _stamp_room(self) -> None:
+        """Make sure of the memory :meth:`_stamped` writes: mapped memory of the step's own
+        for its commands and two stamps. Raises :class:`RigError` when there is none."""
+        if self._stamped_memory is None:
+            d, n = self.device, (len(self._cmds) + 12) * 4
+            memory = d.alloc(n, Memory.MAPPED)
+            if memory is None:
+                raise RigError(f"{d.facts.name}: no mapped memory for a profiled step of "
+                               f"{n} bytes")
+            self._stamped_memory = memory
+
+    def _stamped(self, start: int, end: int) -> tuple[int, int]:
+        """(GPU address, dwords) of the step's commands between a start and an end stamp
+        (GPU addresses of a profile's slots), the end stamp before their release, in the
+        memory :meth:`_stamp_room` made: for a step whose commands are too many to copy into
+        the pushbuffer. The device calls it only once every earlier submission is done, so
+        no GPU reads that memory while it changes."""
+        cmds, memory = self._cmds, self._stamped_memory
+        assert memory is not None and memory.host is not None
+        words = (Push().timestamp(start).words + cmds[:-RELEASE_WORDS]
+                 + Push().timestamp(end).words + cmds[-RELEASE_WORDS:])
+        view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
+        return memory.gpu, len(words)
 
     def free(self) -> None:
         """Give back the step's memory once its submissions are done."""
         if self._last is not None:
             self._last.wait()
-        if self._memory is not None:
-            self.device.free(self._memory)
-            self._memory = None
+        for memory in (self._memory, self._stamped_memory):
+            if memory is not None:
+                self.device.free(memory)
+        self._memory = self._stamped_memory = None
