@@ -30,6 +30,14 @@ from rig_nv.rm import Allocation, RMError, page_rounded
 
 HOPPER = {0xC661, 0xC86F, 0xC56F, 0xCBC0, 0xC8B5, 0x80, 0x2080, 0x90F1, 0xA06C, 0x9067}
 BASE = 512 << 30  # where the stand-in puts its memory (inside the kernel path's reservation)
+H_DEVICE = 0x10  # the device object the path made (FakePath.h_device)
+GT200_DEBUGGER = 0x83DE
+COMPUTE_CLASSES = {0xCBC0}
+# NV_STATUS codes the stand-in answers with (nvstatuscodes.h)
+NV_ERR_INVALID_ARGUMENT = 0x1F
+NV_ERR_INVALID_CLIENT = 0x23
+NV_ERR_INVALID_OBJECT = 0x31
+NV_ERR_INVALID_OBJECT_PARENT = 0x36
 
 
 class FakeRM:
@@ -49,6 +57,14 @@ class FakeRM:
         # RM clears its record when read): (address, faultType, faultString), or an NV_STATUS
         # the control fails with. A channel without one answers zeros, as the RM with no record.
         self.mmu_faults: dict[int, tuple[int, int, str] | int] = {}
+        self.parents: dict[int, int] = {}  # handle -> parent handle
+        # compute object handle -> its graphics context's MMU fault records, oldest first, as
+        # NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO answers them (not cleared when read):
+        # (faultAddress, faultType, accessType).
+        self.fault_records: dict[int, list[tuple[int, int, int]]] = {}
+        # "alloc", "control" or "free" of a GT200_DEBUGGER -> the NV_STATUS the RM refuses with
+        self.debugger_refusals: dict[str, int] = {}
+        self.debuggers: list[tuple[int, int, bytes]] = []  # (parent, handle, params) made
 
     def new_handle(self) -> int:
         with self.lock:
@@ -56,10 +72,37 @@ class FakeRM:
             return self.handle
 
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        if cls == GT200_DEBUGGER:
+            self._debugger(parent, handle, params)
         self.objects[handle] = cls
+        self.parents[handle] = parent
         return handle
 
+    def _debugger(self, parent: int, handle: int, params: bytearray | None) -> None:
+        """What the RM checks before it makes a GT200_DEBUGGER: its parent is a device
+        (resource_list.h), its parameters NV83DE_ALLOC_PARAMETERS, hAppClient this client or 0,
+        hClass3dObject a compute object of that client (ksmdbgssnConstruct_IMPL)."""
+        what = f"making RM object 0x{handle:x} of class 0x{GT200_DEBUGGER:x}"
+        if "alloc" in self.debugger_refusals:
+            raise RMError(what, self.debugger_refusals["alloc"])
+        if parent != H_DEVICE:
+            raise RMError(what, NV_ERR_INVALID_OBJECT_PARENT)
+        if params is None or len(params) != 12:
+            raise RMError(what, NV_ERR_INVALID_ARGUMENT)
+        obsolete, app_client, obj = struct.unpack("<III", params)
+        if obsolete:
+            raise RMError(what, NV_ERR_INVALID_ARGUMENT)
+        if app_client not in (0, self.client):
+            raise RMError(what, NV_ERR_INVALID_CLIENT)
+        if obj not in self.objects:
+            raise RMError(what, NV_ERR_INVALID_OBJECT_PARENT)
+        if self.objects[obj] not in COMPUTE_CLASSES:
+            raise RMError(what, NV_ERR_INVALID_OBJECT)
+        self.debuggers.append((parent, handle, bytes(params)))
+
     def free(self, obj: int) -> None:
+        if self.objects.get(obj) == GT200_DEBUGGER and "free" in self.debugger_refusals:
+            raise RMError(f"freeing RM object 0x{obj:x}", self.debugger_refusals["free"])
         self.objects.pop(obj, None)
 
     def _buf(self, address: int, n: int) -> Any:
@@ -97,6 +140,18 @@ class FakeRM:
                 address, fault_type, text = answer
                 struct.pack_into("<III32s", params, 0, address >> 32, address & 0xFFFF_FFFF,
                                  fault_type, text.encode())
+        elif cmd == 0x83DE0328:  # DEBUG_READ_MMU_FAULT_INFO: 4 x {faultAddress, faultType,
+            # accessType} of 16 bytes, then count (72 bytes)
+            assert self.objects.get(obj) == GT200_DEBUGGER and len(params) == 72
+            if "control" in self.debugger_refusals:
+                raise RMError(f"RM control 0x{cmd:x} of object 0x{obj:x}",
+                              self.debugger_refusals["control"])
+            debuggee = struct.unpack_from("<8xI", next(p for _, h, p in self.debuggers
+                                                       if h == obj))[0]
+            records = self.fault_records.get(debuggee, [])[-4:]
+            for i, (address, fault_type, access) in enumerate(records):
+                struct.pack_into("<QII", params, 16 * i, address, fault_type, access)
+            struct.pack_into("<I", params, 64, len(records))
 
 
 class FakePath:
@@ -104,7 +159,7 @@ class FakePath:
 
     name = "NV"
     bus = "0000:00:06.0"
-    h_device, h_subdevice, h_vaspace = 0x10, 0x11, 0x12
+    h_device, h_subdevice, h_vaspace = H_DEVICE, 0x11, 0x12
     hang_ms = 30_000
     maps_host = True
 
@@ -186,7 +241,8 @@ class FakePath:
 def rc(d: Any, xid: int, engine: int = 1) -> None:
     """The RM's robust-channel recovery as a device sees it: every channel of the group gets its
     error notifier written (RC_NOTIFIER_SCOPE_TSG; NvNotification info32 = the Xid, info16 = the
-    NV2080 engine type, status 0xFFFF). What GET_MMU_FAULT_INFO answers is FakeRM.mmu_faults."""
+    NV2080 engine type, status 0xFFFF). What GET_MMU_FAULT_INFO answers is FakeRM.mmu_faults,
+    what a GT200_DEBUGGER's READ_MMU_FAULT_INFO answers FakeRM.fault_records."""
     for note in d._notifiers:
         struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
 

@@ -113,6 +113,17 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     "NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS": (104, {
         "addrHi": 0, "addrLo": 4, "faultType": 8, "faultString": 12, "shaderProgramVA": 48,
     }),
+    # class/cl83de.h @570.211.01, @580.142 (gcc, sizeof/offsetof)
+    "NV83DE_ALLOC_PARAMETERS": (12, {
+        "hDebuggerClient_Obsolete": 0, "hAppClient": 4, "hClass3dObject": 8,
+    }),
+    # ctrl/ctrl83de/ctrl83dedebug.h @570.211.01, @580.142 (gcc, sizeof/offsetof)
+    "NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_ENTRY": (16, {
+        "faultAddress": 0, "faultType": 8, "accessType": 12,
+    }),
+    # ctrl/ctrl83de/ctrl83dedebug.h @570.211.01, @580.142: 4 entries of 16, count at 64, padded
+    # to 72 by the entries' 8-byte alignment
+    "NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS": (72, {"mmuFaultInfoList": 0, "count": 64}),
     # ctrl/ctrl2080/ctrl2080tmr.h @570.211.01, @580.142
     "NV2080_CTRL_TIMER_GET_TIME_PARAMS": (8, {"time_nsec": 0}),
     # nvgputypes.h @570.211.01, @580.142 (timeStamp.nanoseconds[2] flattened)
@@ -186,6 +197,8 @@ def test_array_lengths_and_nested_offsets(key: str) -> None:
     mmu = "NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS"
     assert ffi.offsetof(mmu, "faultString", 31) == 43
     assert ffi.offsetof(mmu, "shaderProgramVA", 6) == 96
+    dbg = "NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS"
+    assert ffi.offsetof(dbg, "mmuFaultInfoList", 3, "accessType") == 60  # [4]
 
 
 def test_release_differences() -> None:

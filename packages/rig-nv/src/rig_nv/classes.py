@@ -27,6 +27,8 @@ NV01_MEMORY_SYSTEM_OS_DESCRIPTOR = 0x71
 FERMI_VASPACE_A = 0x90F1
 KEPLER_CHANNEL_GROUP_A = 0xA06C
 FERMI_CONTEXT_SHARE_A = 0x9067
+# Made only to read an MMU fault's access type, after a fault (rig_nv.faults; class/cl83de.h).
+GT200_DEBUGGER = 0x83DE
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from rig_nv.rm import Path
 
 # Control commands (ctrl0080gpu.h, ctrl2080gr.h, ctrl2080fb.h, ctrlc36f.h, ctrla06fgpfifo.h,
-# ctrl906f.h).
+# ctrl906f.h, ctrl83dedebug.h).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
 NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
 NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
@@ -24,6 +24,10 @@ NV2080_CTRL_CMD_PERF_BOOST = 0x2080200A
 # A channel's last MMU fault (rig_nv.faults): exported by every GPFIFO channel class (KernelChannel,
 # g_kernel_channel_nvoc.c: flags NON_PRIVILEGED | ROUTE_TO_PHYSICAL, so the GSP answers it).
 NV906F_CTRL_CMD_GET_MMU_FAULT_INFO = 0x906F0106
+# A graphics context's MMU faults with their access types (rig_nv.faults), a control of a
+# GT200_DEBUGGER object (ctrl/ctrl83de/ctrl83dedebug.h; g_kernel_sm_debugger_session_nvoc.c:
+# flags NON_PRIVILEGED, forwarded to the GSP by its handler on a GSP client).
+NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO = 0x83DE0328
 # NV2080_CTRL_PERF_BOOST_FLAGS (ctrl2080perf.h): CMD 1:0 BOOST_TO_MAX (2), CUDA 4:4 YES,
 # CUDA_PRIORITY 6:6 HIGH; CLEAR (0) drops the request. DURATION_INFINITE lasts until cleared or
 # until the client goes (the RM tracks boosts per client).

@@ -32,7 +32,7 @@ from rig_nv.channel import Arena, Channel
 from rig_nv.controls import (
     PERF_BOOST_CLEAR,
 )
-from rig_nv.faults import channel_fault, notified
+from rig_nv.faults import Debuggee, channel_fault, notified
 from rig_nv.hostmem import round_up, view
 from rig_nv.launch import Function, Image, Prepared, builtin_cubin
 from rig_nv.layouts import rm_ffi
@@ -201,8 +201,16 @@ class Device:
                     self._fault = channel_fault(self.path.rm, self.ffi, [
                         (ch.name, ch.handle, note)
                         for ch, note in zip(self._channels, self._notifiers, strict=True)
-                        if notified(note)])
+                        if notified(note)], self._debuggee())
         return self._fault
+
+    def _debuggee(self) -> Debuggee | None:
+        """The compute channel and its compute-class object, whose graphics context the RM
+        keeps MMU faults' access types of (rig_nv.faults): setup.channel makes that object
+        right after the channel, so its handle follows the channel's in ``_handles``."""
+        handles, h = self._handles, self.compute.handle
+        at = handles.index(h) + 1 if h in handles else len(handles)
+        return Debuggee(self.path.h_device, h, handles[at]) if at < len(handles) else None
 
     def _lose(self, why: Lost) -> Lost:
         with self._lock:

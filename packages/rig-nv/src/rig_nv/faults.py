@@ -13,19 +13,57 @@ by every GPFIFO channel class, non-privileged, routed to the GSP (ROUTE_TO_PHYSI
 kchannelCtrlCmdGetMmuFaultInfo_IMPL, is in the GSP firmware, not in the open source; the GSP
 services the channel's MMU faults). The header says the record is cleared once read. Its
 answer holds the faulting address (the MMU's, at page granularity), the fault type
-(NV_PFAULT_FAULT_TYPE_*) and its name; it carries neither the access type nor the MMU client
-(the RM's record has them, the control's struct does not), so :func:`channel_fault` names an
-access only where the fault type implies it.
+(NV_PFAULT_FAULT_TYPE_*) and its name, but neither the access type nor the MMU client.
+
+The access type (read, write, atomic, prefetch) the RM keeps per graphics context:
+kgrctxRecordMmuFault_IMPL (gpu/gr/kernel_graphics_context.c) puts {faultAddress, faultType,
+accessType} of a GPC client's (an SM's) MMU fault in a ring of four in the context's state
+(head == tail is empty, so three at most are read back); it is never cleared, only overwritten
+by newer faults ("repeat data may be returned", ctrl83dedebug.h). The published CPU-RM records
+there only on an SR-IOV guest's path (kern_gmmu_gv100.c, kgmmuServiceMmuFault_GV100); on a GSP
+client the GSP services the fault (kgmmuServiceChannelMmuFault_GV100 is a stub in the kernel
+module) and the read below is forwarded to the GSP, whose record-keeping is not published: a
+GPU test shows whether it answers. The record is read through a GT200_DEBUGGER object
+(class/cl83de.h), with its control NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO (ctrl83dedebug.h;
+NON_PRIVILEGED, forwarded to the GSP by ksmdbgssnCtrlCmdDebugReadMMUFaultInfo_IMPL,
+gpu/gr/kernel_sm_debugger_session_ctrl.c); all of it alike in 570.211.01 and 580.142:
+
+- the object's parent is the device (rmapi/resource_list.h: Parents RS_LIST(classId(Device)),
+  flags RS_FLAGS_ALLOC_NON_PRIVILEGED | RS_FLAGS_ALLOC_RPC_TO_ALL: made by the kernel module's
+  RM and by the GSP, no access right required), its NV83DE_ALLOC_PARAMETERS
+  {hDebuggerClient_Obsolete 0, hAppClient: the client owning the object (0 means the caller),
+  hClass3dObject: the compute-class object of the channel whose context is read};
+- its constructor (ksmdbgssnConstruct_IMPL, gpu/gr/kernel_sm_debugger_session.c) asks the kernel
+  module's RM for RS_ACCESS_DEBUG on that object, a right its owner has (RS_ACCESS_FLAG_ALLOW_OWNER
+  on the client, libraries/resserv/src/rs_access_rights.c; an object inherits its client's rights,
+  rs_access_map.c), and the GSP for matching security tokens of the two clients (one client
+  here): no root, and RmProfilingAdminOnly is not asked (it gates profilers: kern_profiler_v1.c,
+  kern_profiler_v2.c, gpu_register_access_map.c);
+- it puts the session on the context's debugger list, makes an internal RM client with a device
+  and subdevice, and ties itself to the object; it sets no debug mode (SM debug, MMU debug and
+  the like are controls of their own) and stops no work. Freeing it undoes all of that
+  (ksmdbgssnFreeCallback_IMPL). It needs the context, which lives until its object is freed,
+  faulted channel or not.
+
+:func:`channel_fault` makes one only once an MMU fault was found on the compute channel
+(nothing of it runs for a device that does not fault), reads, and frees it; any refusal leaves
+the :class:`rig_edge.Fault` as it was without it: with the access the fault type implies, if
+any. packages/rig-nv-nvidia/tests/test_gpu_faults.py says what an H200's RM answers.
 """
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import RigError
 from rig_edge.errors import Fault
-from rig_nv.controls import NV906F_CTRL_CMD_GET_MMU_FAULT_INFO
+from rig_nv.classes import GT200_DEBUGGER
+from rig_nv.controls import (
+    NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO,
+    NV906F_CTRL_CMD_GET_MMU_FAULT_INFO,
+)
 from rig_nv.layouts import Params
 
 if TYPE_CHECKING:
@@ -88,6 +126,18 @@ FAULT_TYPE = {
 # violation. A PDE/PTE fault (nothing mapped) says nothing of the access.
 ACCESS_OF_TYPE = {0x6: "write or atomic", 0xF: "atomic"}
 
+# NV_PFAULT_ACCESS_TYPE_* (src/common/inc/swref/published/volta/gv100/dev_fault.h; the same
+# numbers in blackwell/gb100 and gb202/dev_fault.h): the access the MMU's fault packet carries
+# (NVC369_BUF_ENTRY_ACCESS_TYPE, clc369.h) and the RM records. Named after
+# kfifoGetFaultAccessTypeString_GV100 (kernel_fifo_gv100.c), which also makes one of
+# VIRT_ATOMIC_STRONG (2) and VIRT_ATOMIC_WEAK (4); PHYS_* are accesses without translation.
+ACCESS_TYPE = {
+    0x0: "read", 0x1: "write", 0x2: "atomic", 0x3: "prefetch", 0x4: "atomic",
+    0x8: "physical read", 0x9: "physical write", 0xA: "physical atomic",
+    0xB: "physical prefetch",
+}
+PAGE_SHIFT = 12  # the MMU reports faulting addresses by 4 KiB page
+
 
 @dataclass(frozen=True)
 class MmuFault:
@@ -122,19 +172,85 @@ def read_mmu_fault(rm: RM, ffi: FFI, channel: int) -> MmuFault | None:
     return decode_mmu_fault(ffi, p.p)
 
 
+@dataclass(frozen=True)
+class Debuggee:
+    """A channel whose graphics context the RM keeps MMU fault records of, with their access
+    types: ``graphics_object`` is the channel's compute-class object (the hClass3dObject of a
+    GT200_DEBUGGER), ``device`` the device object the debugger is made under."""
+
+    device: int
+    channel: int
+    graphics_object: int
+
+
+@dataclass(frozen=True)
+class FaultRecord:
+    """An entry of NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO's answer
+    (NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_ENTRY)."""
+
+    address: int
+    fault_type: int  # the RM's FAULT_TYPE (g_kern_gmmu_nvoc.h), numbered as NV_PFAULT_FAULT_TYPE_*
+    access_type: int  # NV_PFAULT_ACCESS_TYPE_*
+
+    @property
+    def access(self) -> str:
+        """The access's name: "read", "write", "atomic", "prefetch", "physical read"..."""
+        return ACCESS_TYPE.get(self.access_type, f"access type {self.access_type}")
+
+
+def read_fault_records(rm: RM, ffi: FFI, debuggee: Debuggee) -> list[FaultRecord]:
+    """The MMU faults the RM recorded for ``debuggee``'s graphics context, oldest first.
+
+    Makes a GT200_DEBUGGER on the graphics object, asks it NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO
+    and frees it, whatever the control answered. Raises :class:`rig_edge.RigError` (an
+    :class:`rig_nv.rm.RMError` with the RM's status where the RM answered) if the object or the
+    control is refused; a refused free raises nothing (the object goes with the client).
+    """
+    made = Params(ffi, "NV83DE_ALLOC_PARAMETERS", hAppClient=rm.client,
+                  hClass3dObject=debuggee.graphics_object)
+    handle = rm.new_handle()
+    rm.alloc(debuggee.device, handle, GT200_DEBUGGER, made.buf)
+    try:
+        p = Params(ffi, "NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS")
+        rm.control(handle, NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO, p.buf)
+    finally:
+        with contextlib.suppress(RigError):
+            rm.free(handle)
+    entries = p.p.mmuFaultInfoList
+    return [FaultRecord(int(e.faultAddress), int(e.faultType), int(e.accessType))
+            for e in (entries[i] for i in range(min(int(p.p.count), len(entries))))]
+
+
+def fault_access(rm: RM, ffi: FFI, debuggee: Debuggee, address: int) -> str | None:
+    """The access of the newest fault the RM recorded for ``debuggee``'s context in the page of
+    ``address``; ``None`` where the RM refuses (any :class:`rig_edge.RigError`) or recorded
+    none there."""
+    try:
+        records = read_fault_records(rm, ffi, debuggee)
+    except RigError:
+        return None
+    for r in reversed(records):
+        if r.address >> PAGE_SHIFT == address >> PAGE_SHIFT:
+            return r.access
+    return None
+
+
 def notified(note: memoryview) -> bool:
     """Whether an error notifier (NvNotification) has been written: its status is not zero."""
     return bool(note[14] or note[15])
 
 
-def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]]) -> Fault:
+def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]],
+                  debuggee: Debuggee | None = None) -> Fault:
     """The :class:`rig_edge.Fault` of channels whose error notifiers the RM wrote.
 
     ``faulted``: (name, RM handle, notifier) of each such channel, the one to name first. Its
     notifier gives the Xid and the engine. For an MMU fault the RM is asked for the fault's
     address and type, channel by channel (the RM writes the notifiers of every channel of the
     group, but keeps the MMU's record on the channel that faulted); the channel that answers is
-    the one named. Where none answers, the Fault is the notifier's alone.
+    the one named. Where that is ``debuggee``'s channel, the access is the one the RM recorded
+    for its graphics context in the fault's page (:func:`fault_access`), else the one the fault
+    type implies, if any. Where none answers, the Fault is the notifier's alone.
     """
     name, _, note = faulted[0]
     xid = int.from_bytes(note[8:12], "little")
@@ -143,6 +259,9 @@ def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]]) 
         for ch_name, handle, _ in faulted:
             mmu = read_mmu_fault(rm, ffi, handle)
             if mmu is not None:
+                access = mmu.access
+                if debuggee is not None and handle == debuggee.channel:
+                    access = fault_access(rm, ffi, debuggee, mmu.address) or access
                 return Fault(f"{xid_name(xid)} on the {ch_name} channel: {mmu.kind}",
-                             address=mmu.address, access=mmu.access, engine=engine)
+                             address=mmu.address, access=access, engine=engine)
     return Fault(f"{xid_name(xid)} on the {name} channel", engine=engine)

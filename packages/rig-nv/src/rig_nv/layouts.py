@@ -7,7 +7,8 @@ open-gpu-kernel-modules headers under src/common/sdk/nvidia/inc at tags 570.211.
 nvos.h, alloc/alloc_channel.h, class/cl0080.h, class/cl2080.h, nvgputypes.h,
 ctrl/ctrl0000/ctrl0000system.h, ctrl0000gpu.h, ctrl/ctrl0080/ctrl0080gpu.h,
 ctrl/ctrl2080/ctrl2080gpu.h, ctrl2080fb.h, ctrl2080gr.h, ctrl2080perf.h, ctrl2080gpumon.h,
-ctrl2080bus.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h, ctrl/ctrl906f.h.
+ctrl2080bus.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h, ctrl/ctrl906f.h,
+class/cl83de.h, ctrl/ctrl83de/ctrl83dedebug.h.
 NvP64 is declared as uint64_t, which has its 8-byte alignment on x86-64. The sizes are asserted
 by the tests against those headers, compiled with gcc.
 """
@@ -102,6 +103,18 @@ typedef struct {
     uint32_t addrHi; uint32_t addrLo; uint32_t faultType; char faultString[32];
     uint64_t shaderProgramVA[7];
 } NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS;
+/* class/cl83de.h @570.211.01 and @580.142 alike: GT200_DEBUGGER's alloc parameters (12 bytes). */
+typedef struct {
+    uint32_t hDebuggerClient_Obsolete; uint32_t hAppClient; uint32_t hClass3dObject;
+} NV83DE_ALLOC_PARAMETERS;
+/* ctrl/ctrl83de/ctrl83dedebug.h @570.211.01 and @580.142 alike: entries of 16 bytes (faultAddress
+   NV_DECLARE_ALIGNED 8), NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_MAX_ENTRIES 4, count at 64, 72 bytes. */
+typedef struct {
+    uint64_t faultAddress; uint32_t faultType; uint32_t accessType;
+} NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_ENTRY;
+typedef struct {
+    NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_ENTRY mmuFaultInfoList[4]; uint32_t count;
+} NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS;
 typedef struct { uint64_t time_nsec; } NV2080_CTRL_TIMER_GET_TIME_PARAMS;
 typedef struct {
     uint32_t nanoseconds[2]; uint32_t info32; uint16_t info16; uint16_t status;
