@@ -23,7 +23,7 @@ from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
 import rig_pci.driver
-from rig_edge import Lost, OpenRefused, Refusal, RigError
+from rig_edge import Fault, Lost, Memory, OpenRefused, Refusal, Region, RigError
 from rig_nv import Device
 from rig_nv_pci import boot, chips, held, lock
 from rig_pci import FunctionInfo, Machine, Window, firmware
@@ -145,18 +145,126 @@ def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
         assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
 
 
-def test_the_gsps_events_are_kept_for_messages(ga102: Opened) -> None:
+def every_use_is_lost(d: Device, region: Region) -> None:
+    """After a fault: every use of ``d`` raises Lost (its facts still answer). (rig_nv's
+    synchronize, with nothing left to wait for, returns without a look.)"""
+    for use in (lambda: d.alloc(4096), lambda: d.upload(region, b"x"),
+                lambda: d.copy(region, region, engine="copy"), lambda: d.sleep(0.0),
+                lambda: d.download(region), d.step):
+        with pytest.raises(Lost):
+            use()
+    assert d.facts.arch == "sm_86"
+
+
+def reopens(ga102: Opened) -> None:
+    """The GPU opens again and copies as it should."""
+    d = ga102.open()
+    try:
+        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
+        assert a is not None and b is not None
+        d.upload(a, b"again" * 8)
+        d.copy(b, a, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(b, 40)) == b"again" * 8
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("notifiers", [True, False], ids=["notified", "event-only"])
+def test_a_compute_launch_the_gsp_stopped_is_a_fault_from_its_rc_triggered(
+    ga102: Opened, notifiers: bool,
+) -> None:
+    """rig's copy kernels are a compute launch, which the simulated GPU does not run: GSP-RM
+    stops the group (writing its error notifiers, or not, as with confidential computing) and
+    posts RC_TRIGGERED, which the device raises from its wait as a Fault naming the Xid, its
+    channel and the engine; every later use is Lost, the stop gives the GPU back, and it opens
+    again."""
+    ga102.sim_rm.notifiers = notifiers
     d = ga102.open()
     try:
         a, b = d.alloc(2 << 20), d.alloc(2 << 20)
         assert a is not None and b is not None
-        with pytest.raises(Lost):
-            d.copy(a, b).wait(timeout_s=5.0)  # rig's copy kernels: no SM is simulated
+        with pytest.raises(Fault) as e:
+            d.copy(a, b).wait(timeout_s=5.0)
+        assert e.value.channel_error == ("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on the compute "
+                                         "channel")
+        assert e.value.engine == "graphics/compute" and e.value.address is None
+        every_use_is_lost(d, a)
     finally:
         d.stop()  # its RPCs read what the GSP sent meanwhile
+    assert ga102.stops == [None] and ga102.sim_rm.channels == {}
     assert isinstance(d.path, held.PciPath) and d.path.events is not None
     assert "RC_TRIGGERED: ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on channel 1" in (
         d.path.events.text())
+    reopens(ga102)
+
+
+def test_a_copy_from_an_address_nothing_maps_is_a_fault_naming_it(ga102: Opened) -> None:
+    """The copy engine reads a page whose mapping the test took away behind the device: the
+    simulated MMU faults, GSP-RM stops the group and posts RC_TRIGGERED with the page's address
+    and the fault type, then MMU_FAULT_QUEUED; the device's wait raises the Fault with them."""
+    d = ga102.open()
+    try:
+        src, dst = d.alloc(0x10000), d.alloc(0x10000)
+        assert src is not None and dst is not None
+        assert isinstance(d.path, held.PciPath) and d.path.tables is not None
+        d.path.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
+        with pytest.raises(Fault) as e:
+            d.copy(dst, src, engine="copy").wait(timeout_s=5.0)
+        f = e.value
+        assert f.channel_error == ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on the copy "
+                                   "channel: FAULT_PTE")  # the page table stays, its PTE not
+        assert f.address == src.gpu + 0x3000 and f.engine == "copy engine 0"
+        assert f.access is None  # the event carries no access type; a PTE fault implies none
+        assert ga102.sim_rm.faults == [f"channel 2: 0x{src.gpu + 0x3000:x}: PTE 0x0 is not valid"]
+        every_use_is_lost(d, dst)
+        with pytest.raises(Fault, match="FAULT_PTE"):  # the first cause, kept
+            d.sleep(0.0)
+    finally:
+        d.stop()
+    events = d.path.events
+    assert events is not None and events.text(2).splitlines() == [
+        f"RC_TRIGGERED: ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on channel 2 of copy "
+        f"engine 0 at 0x{src.gpu + 0x3000:x}", "MMU_FAULT_QUEUED"]
+    assert ga102.stops == [None]
+    reopens(ga102)
+
+
+def test_an_rc_triggered_for_a_channel_not_the_devices_changes_nothing(ga102: Opened) -> None:
+    """GSP-RM's own channels, another function's (gfid not 0): kept as lines only."""
+    d = ga102.open()
+    try:
+        peer = ga102.firmware.peer
+        compute = ga102.sim_rm.chid(d.compute.handle)
+        ga102.sim_rm.event(0x1004, peer.rc_triggered(compute + 40, xid=13))
+        ga102.sim_rm.event(0x1004, peer.rc_triggered(compute, xid=13, gfid=1))
+        d.sleep(0.0)
+        a = d.alloc(0x1000, Memory.PINNED)
+        assert a is not None
+        d.upload(a, b"still")
+        d.copy(a, a, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(a, 5)) == b"still"
+    finally:
+        d.stop()
+
+
+def test_a_lockdown_notice_loses_the_device(ga102: Opened) -> None:
+    """GSP_LOCKDOWN_NOTICE engaging: the device's next sleep (or wait) raises Lost, not a
+    Fault, and the device stays lost after lockdown is released; the GPU opens again."""
+    d = ga102.open()
+    try:
+        region = d.alloc(0x1000)
+        assert region is not None
+        peer = ga102.firmware.peer
+        ga102.sim_rm.event(0x101C, peer.lockdown_notice(True))
+        with pytest.raises(Lost, match="the GSP engaged lockdown") as e:
+            d.sleep(0.0)
+        assert not isinstance(e.value, Fault)
+        ga102.sim_rm.event(0x101C, peer.lockdown_notice(False))
+        every_use_is_lost(d, region)
+    finally:
+        d.stop()
+    assert ga102.stops == [None]
+    reopens(ga102)
 
 
 def test_no_fb_size_is_refused_before_the_boot(ga102: Opened) -> None:

@@ -40,6 +40,13 @@ open-gpu-kernel-modules 570.144, with no UVM:
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
 
+- Faults: GSP-RM stops a faulted channel's group itself, writes the error notifiers the path
+  handed it and posts RC_TRIGGERED; the device asks :meth:`PciPath.fault` (rig_nv's
+  optional :class:`rig_nv.rm.ReportsFaults`) where it tests its notifiers, which drains the
+  GSP's status queue into ``events`` and answers the Fault of an RC_TRIGGERED of one of the
+  device's channels (by ChID), or Lost while the GSP is in lockdown
+  (:mod:`rig_nv_pci.gsp.events` says what each event becomes).
+
 GPU addresses come from the path's own range; a region's host and GPU addresses differ here
 (the spec's coinciding addresses need the process's reservation, not built yet).
 
@@ -61,11 +68,11 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rig_edge import Dmabuf, Memory, Refusal, RigError
+from rig_edge import Dmabuf, Lost, Memory, Refusal, RigError
 from rig_nv import classes as cls
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.hostmem import view
@@ -75,7 +82,7 @@ from rig_nv_pci import channels, mmu, vidmem
 from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory, Placed
 from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.gsp.events import EventLog
+from rig_nv_pci.gsp.events import EventLog, RcTriggered
 from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.vidmem import Addresses, Heap
 
@@ -97,6 +104,9 @@ VA_LIMIT = (1 << 40) - (8 << 30)
 NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET = 0x00B80000  # turing/tu102/dev_vm.h, 0xBBFFFF:0xB80000
 USERMODE_SIZE = 0x10000
 HUGE, SMALL = 2 << 20, 4 << 10
+# How long a device that found an error notifier written drains the GSP's queue for the
+# RC_TRIGGERED that follows it (rig's own bound; past it the notifier alone is the fault).
+REPORT_S = 0.1
 
 # The server RM's part of every address space (g_gpu_vaspace_nvoc.h
 # SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
@@ -293,8 +303,8 @@ class PciPath:
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
         self._map_dma = map_dma
-        # What the GSP's events said (its boot's on_event), kept for messages: the GSP writes
-        # a stopped channel's error notifiers itself, which is how the device learns of it.
+        # What the GSP's events said (its boot's on_event): the faults the device raises
+        # (fault), and text for messages.
         self.events = events
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
@@ -686,6 +696,42 @@ class PciPath:
     def detach_channel(self, h_channel: int) -> None:
         """Nothing to do (see :meth:`attach_channel`)."""
 
+    def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
+        """What the GSP reported (:class:`rig_nv.rm.ReportsFaults`): its status queue drained,
+        the :class:`rig_edge.Fault` of an RC_TRIGGERED for one of ``channels`` (RM handle to
+        the device's name), found by its ChID, else :class:`rig_edge.Lost` while the GSP is
+        in lockdown (:meth:`rig_nv_pci.gsp.events.EventLog.fault`), else ``None``. GSP-RM
+        writes a stopped channel's error notifiers before it sends RC_TRIGGERED (kernel_gsp.c
+        _kgspRpcRCTriggered writes them on the CPU only with confidential computing), so with
+        ``notified`` the queue is drained for up to :data:`REPORT_S` for the report."""
+        if self.events is None:
+            return None
+        events = self.events
+        deadline = time.monotonic() + REPORT_S
+        while True:
+            if self._poll is not None:
+                self._poll()
+            found = events.fault(lambda rc: self._channel_of(rc, channels))
+            if found is not None or not notified or time.monotonic() > deadline:
+                return found
+            time.sleep(50e-6)
+
+    def _channel_of(self, rc: RcTriggered, channels: Mapping[int, str]) -> str | None:
+        """The name in ``channels`` of the channel ``rc`` stopped: CPU-RM looks a channel up by
+        its ChID in the ChID space of the event's engine, and only for the PF's own (gfid 0,
+        _kgspRpcRCTriggered's IS_GFID_PF). The path keys its ChID spaces by the group's engine
+        type and cannot tell which runlist a copy engine serves, so a ChID that one channel of
+        ``channels`` holds names it whatever the engine; two holding it, the engine's space
+        decides."""
+        held = self._rm.channels
+        if rc.gfid or held is None:
+            return None
+        mine = [(h, held.channels[h].runlist) for h in channels
+                if h in held.channels and held.channels[h].chid == rc.chid]
+        if len(mine) > 1:
+            mine = [(h, runlist) for h, runlist in mine if runlist == rc.engine_type]
+        return channels[mine[0][0]] if len(mine) == 1 else None
+
     def sleep(self, timeout_s: float) -> None:
         """Hand on the GSP's events, then nap (the GPU's non-stall interrupts do not reach a
         process that holds the function without a kernel driver)."""
@@ -704,7 +750,8 @@ class PciPath:
 
 
 def _is_path(p: PciPath) -> Any:  # mypy proves PciPath implements rig_nv.rm.Path
-    from rig_nv.rm import Path
+    from rig_nv.rm import Path, ReportsFaults
 
     checked: Path = p
-    return checked
+    reports: ReportsFaults = p
+    return checked, reports
