@@ -76,7 +76,10 @@ rig_nv_pci or rig_nv:
   simulated; other methods are accepted and ignored;
 - a compute object on a channel answers NV_ERR_INVALID_STATE until the channel's group has its
   context buffers promoted (NV2080_CTRL_CMD_GPU_PROMOTE_CTX, :meth:`SimRm._promote`, sizes
-  from :data:`CTX_PROPERTIES`);
+  from :data:`CTX_PROPERTIES`); the GPU's global buffers, once initialized, must be promoted
+  at the same place again until the device (NV01_DEVICE_0) is freed, with which a GSP client
+  gives them back (the simulator's choice: when the real GSP-RM forgets them is not in the
+  open sources);
 - a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch,
   by NV2080_ENGINE_TYPE_GRAPHICS 1; an MMU fault, Xid 31, for an address nothing maps, by the
   copy engine, :data:`ENGINE_GRCE`, for a copy's read or write, else by the channel's runlist's
@@ -119,6 +122,7 @@ if TYPE_CHECKING:
 
 FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
 LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_LIST_FBMEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x82, 0x50A0
+NV01_DEVICE_0 = 0x80  # cl0080.h
 LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvos.h)
 RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
 BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
@@ -274,6 +278,7 @@ class SimRm:
         self.contexts: dict[int, dict[int, tuple[int, int]]] = {}  # group -> id -> (fb, size)
         self.promoted: dict[int, set[int]] = {}  # group -> buffer ids whose VA it was given
         self.global_ctx: dict[int, tuple[int, int]] = {}  # the GPU's buffers, initialized
+        self.devices: set[int] = set()  # NV01_DEVICE_0 objects: freeing one forgets global_ctx
         self.usermode = bytearray(0x10000)
         self.log: list[str] = []
         self.refuse: set[int] = set()
@@ -364,6 +369,8 @@ class SimRm:
             self.virtual[handle] = (offset, size)
         if cls == chid.KEPLER_CHANNEL_GROUP_A:
             self.groups[handle] = chid.group_engine(params)
+        if cls == NV01_DEVICE_0:
+            self.devices.add(handle)
         if cls in GPFIFO_CLASSES:
             return self._alloc_channel(parent, handle, params), params
         if cls in COMPUTE_CLASSES and parent in self.channels and self.walks:
@@ -576,6 +583,9 @@ class SimRm:
             self.groups.pop(handle, None)
             self.contexts.pop(handle, None)
             self.promoted.pop(handle, None)
+            if handle in self.devices:  # the client gives the GPU's buffers back with it
+                self.devices.discard(handle)
+                self.global_ctx.clear()
             for va in [va for va, (h, _) in self.mappings.items() if h == handle]:
                 del self.mappings[va]
 
