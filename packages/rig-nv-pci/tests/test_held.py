@@ -25,8 +25,10 @@ import rig_nv_pci
 import rig_pci.driver
 from rig_edge import Fault, Lost, Memory, OpenRefused, Refusal, Region, RigError
 from rig_nv import Device
-from rig_nv_pci import boot, chips, held, lock
-from rig_pci import FunctionInfo, Machine, Window, firmware
+from rig_nv.hostmem import view
+from rig_nv.setup import WINDOWS
+from rig_nv_pci import addresses, boot, chips, held, lock
+from rig_pci import FunctionInfo, Machine, Window, firmware, libc
 from rig_pci.listing import Bar
 
 BUS = "0000:41:00.0"
@@ -77,8 +79,8 @@ class SimFunction:
         assert length is not None
         return ViewWindow(self.sim_rm.bar(bar, offset, length))
 
-    def alloc_dma(self, n: int) -> sim.SimDma:
-        return self.gpu.host.alloc_dma(n)
+    def alloc_dma(self, n: int, *, at: int | None = None) -> sim.SimDma:
+        return self.gpu.host.alloc_dma(n, at=at)
 
     def map_host(self, address: int, length: int) -> sim.SimDma:
         return self.gpu.host.map_host(address, length)
@@ -120,13 +122,19 @@ class Opened:
                                 on_stopped=self.stops.append, timeout_s=0.2, init_timeout_s=1.0)
 
 
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
+def simulated_ga102(tmp: Path) -> Opened:
+    """A simulated GA102 to open, its PBDMA running (stop it with ``sim_rm.stop()``)."""
     r, firmware, _, unload = stop_rig()
     r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
     s = SimRm(r.gpu).install(firmware).start()
-    yield Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp_path, r, unload), [])
-    s.stop()
+    return Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp, r, unload), [])
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    opened = simulated_ga102(tmp_path)
+    yield opened
+    opened.sim_rm.stop()
 
 
 def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
@@ -281,6 +289,88 @@ def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> Non
     with pytest.raises(RigError, match=f"not laid out as its format says: {bootloader}: "
                        "nvfw_bin_hdr magic 0x0, not 0x10de"):
         held.read_images(chip, ga102.files)
+
+
+# ---- the process's addresses (rig_nv_pci.addresses) -------------------------------------------
+
+
+def overlaps(a: Region, b: Region) -> bool:
+    return a.gpu < b.gpu + b.length and b.gpu < a.gpu + a.length
+
+
+def test_pinned_memory_lies_at_one_address_for_the_process_and_the_gpu(ga102: Opened) -> None:
+    """The spec: the GPU's and the process's addresses of system memory coincide, from 64 GiB
+    to Rig_nv.windows, which the first open reserves. Pinned memory (the device's own too:
+    its timeline) lies at its GPU address in the process; every region's GPU address lies in
+    the range; what the host writes there the simulated GPU reads at the same address."""
+    d = ga102.open()
+    try:
+        assert addresses.PROCESS.reserved
+        pinned, mapped, device = (d.alloc(0x3000, Memory.PINNED), d.alloc(0x3000, Memory.MAPPED),
+                                  d.alloc(0x3000, Memory.DEVICE))
+        assert pinned is not None and mapped is not None and device is not None
+        assert pinned.host == pinned.gpu and d.timeline.host == d.timeline.gpu
+        for r in (pinned, mapped, device):
+            assert r.gpu >= addresses.LOW and r.gpu + r.length <= WINDOWS
+        view(pinned.host + 0x1FF8, 16)[:] = bytes(range(16))  # across a page
+        assert ga102.sim_rm.read(pinned.gpu + 0x1FF8, 16) == bytes(range(16))
+        ga102.sim_rm.write(pinned.gpu + 0x2000, b"the GPU")
+        assert bytes(view(pinned.host + 0x2000, 7)) == b"the GPU"
+        d.copy(device, pinned, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(device, 16, 0x1FF8)) == bytes(range(8)) + b"the GPU\x0f"
+    finally:
+        d.stop()
+
+
+def test_two_gpus_take_their_addresses_from_one_range_and_a_stop_gives_them_back(
+    ga102: Opened, tmp_path: Path,
+) -> None:
+    """Every GPU the process opens takes its addresses from the one range, so no two of its
+    regions share one; each device's stop gives back every address its open took."""
+    before = addresses.PROCESS.addresses().free
+    second = simulated_ga102(tmp_path / "second")
+    try:
+        d1, d2 = ga102.open(), second.open()
+        try:
+            regions = [r for d in (d1, d2) for kind in Memory
+                       for r in (d.alloc(0x3000, kind), d.alloc(3 << 20, kind))
+                       if r is not None]
+            assert len(regions) == 12
+            assert not any(overlaps(a, b) for i, a in enumerate(regions)
+                           for b in regions[i + 1:])
+            assert not overlaps(Region(d1.timeline.gpu, None, 4096, Memory.PINNED),
+                                Region(d2.timeline.gpu, None, 4096, Memory.PINNED))
+            assert addresses.PROCESS.free != before
+        finally:
+            d1.stop()
+            d2.stop()
+    finally:
+        second.sim_rm.stop()
+    assert addresses.PROCESS.free == before
+
+
+def test_an_open_is_refused_when_the_processs_addresses_cannot_be_reserved(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Something of the process mapped in the range (as a kernel-path open's reservation from
+    384 GiB would be): the open is refused naming the range, before the GPU is touched."""
+    size = 4 << 20
+    low = libc.mmap(0, size, libc.PROT_NONE,
+                    libc.MAP_PRIVATE | libc.MAP_ANONYMOUS | libc.MAP_NORESERVE)
+    try:
+        monkeypatch.setattr(addresses, "PROCESS", addresses.Reservation(low, low + size))
+        with pytest.raises(RigError, match=rf"GPU 0: the process's addresses from 0x{low:x} to "
+                           rf"0x{low + size:x} cannot be reserved \(File exists\)"):
+            ga102.open()
+        assert ga102.firmware.boots == 0 and ga102.rig.gpu.reads == []
+        assert not addresses.PROCESS.reserved
+    finally:
+        libc.munmap(low, size)
+    reserved = addresses.PROCESS.addresses()  # once nothing is there
+    assert reserved.take(0x1000, 0x1000) == low
+    reserved.give(low, 0x1000)
+    assert reserved.free == [(low, size)]
+    libc.munmap(low, size)
 
 
 # ---- through the opener ------------------------------------------------------------------------

@@ -47,8 +47,13 @@ open-gpu-kernel-modules 570.144, with no UVM:
   device's channels (by ChID), or Lost while the GSP is in lockdown
   (:mod:`rig_nv_pci.gsp.events` says what each event becomes).
 
-GPU addresses come from the path's own range; a region's host and GPU addresses differ here
-(the spec's coinciding addresses need the process's reservation, not built yet).
+GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
+reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.addresses`, the spec's 64
+GiB to Rig_nv.windows), where Pinned memory is placed at its GPU address (``place_dma``), so
+that its host and GPU addresses coincide; Mapped memory's host address is its BAR 1 window's,
+wherever the process maps it (rig_pci maps a window where the kernel puts it), and so differs
+from its GPU address. Without ``addresses`` (a path the tests make) the range is the path's
+own and Pinned memory lies where ``alloc_dma`` puts it.
 
 Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: the TLB invalidate after
 a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
@@ -166,6 +171,15 @@ class Dma(Protocol):
     def free(self) -> None: ...
 
 
+class Range(Protocol):
+    """GPU addresses to take and give back (:class:`rig_nv_pci.vidmem.Addresses`,
+    :class:`rig_nv_pci.addresses.Reservation`)."""
+
+    def take(self, size: int, align: int) -> int | None: ...
+
+    def give(self, at: int, size: int) -> None: ...
+
+
 class PciRM:
     """The RM interface over RPCs, with the pointer-carrying list controls sent as their _V2
     twins (see the module's docstring)."""
@@ -277,10 +291,12 @@ class PciPath:
     """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
     a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
     ``events`` the log its boot's events go to, ``map_dma(address, length)`` the process's
-    own pages for the GPU (behind an IOMMU:
-    rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
-    ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
-    runs once the device stopped, ``fb_regions`` the FB regions GSP-RM reported (the
+    own pages for the GPU (behind an IOMMU: rig_pci.Function.map_host), ``alloc_dma(n)``
+    system memory the GPU reaches (or ``None`` when there is none), ``addresses`` the GPU
+    addresses it takes (its own range by default), ``place_dma(n, at)`` system memory at
+    process address ``at`` (Pinned memory at its GPU address) in whole ``dma_granule``s,
+    ``poll()`` hands the GSP's pending events on, ``on_closed`` runs once the device stopped,
+    ``fb_regions`` the FB regions GSP-RM reported (the
     path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
     ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
     root and the BAR's size (``None``: BAR 1 shows video memory one to one). Makes the device,
@@ -297,7 +313,9 @@ class PciPath:
                  map_dma: Callable[[int, int], Dma | None] | None = None,
                  events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
                  pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
-                 bar1: tuple[int, int] | None = None) -> None:
+                 bar1: tuple[int, int] | None = None, addresses: Range | None = None,
+                 place_dma: Callable[[int, int], Dma | None] | None = None,
+                 dma_granule: int = SMALL) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -308,7 +326,8 @@ class PciPath:
         self.events = events
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
-        self._addresses = Addresses(VA_BASE, VA_LIMIT)
+        self._addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
+        self._place_dma, self._dma_granule = place_dma, dma_granule
         # video memory: the path's own heap over the FB regions GSP-RM reported
         self.heap = Heap(fb_regions)
         self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
@@ -508,8 +527,13 @@ class PciPath:
         memory have no room."""
         size = page_rounded(n, kind)
         huge = size >= HUGE and kind is not Memory.PINNED
+        align = HUGE if huge else SMALL
+        place = self._place_dma if kind is Memory.PINNED else None
+        if place is not None:  # the whole granules the memory comes in, at its GPU address
+            size = -(-size // self._dma_granule) * self._dma_granule
+            align = max(align, self._dma_granule)
         with self._lock:
-            va = self._addresses.take(size, HUGE if huge else SMALL)
+            va = self._addresses.take(size, align)
         if va is None:
             return None
         undo = Undo(None, va, size, huge=huge)
@@ -517,13 +541,16 @@ class PciPath:
         try:
             host: int | None = None
             if kind is Memory.PINNED:
-                dma = self._alloc_dma(size)
+                dma = self._alloc_dma(size) if place is None else place(size, va)
                 if dma is None:
                     self._give_va(va, size)
                     return None
                 undo.dma = dma
-                handle = self._describe(dma, size)
                 host = address_of(dma.view())
+                if place is not None and host != va:
+                    raise RigError(f"{self.name}: system memory asked for at 0x{va:x} lies at "
+                                   f"0x{host:x}")
+                handle = self._describe(dma, size)
             else:
                 made = self._vidmem(size, huge)  # every heap block is contiguous
                 if made is None:
