@@ -103,12 +103,41 @@ def test_rc_triggered_with_xid_31_raises_fault() -> None:
     peer.event(0x1006, peer_module().Peer.os_error_log(31, 5, "MMU Fault"), now=False)
     rm.alloc(rm.client, rm.new_handle(), 0x80)  # the events do not fail the RPC
     with pytest.raises(Fault, match=r"ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT \(Xid 31\) on "
-                       r"channel 5 at 0x1234567000 by graphics/compute") as e:
+                       r"channel 5: FAULT_PDE at 0x1234567000 by graphics/compute") as e:
         log.raise_pending()
     assert e.value.channel_error.startswith("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31)")
     assert e.value.address == 0x12_3456_7000 and e.value.engine == "graphics/compute"
+    assert e.value.access is None  # a PDE fault implies no access
     log.raise_pending()  # raised once
     assert "MMU Fault" in log.text()
+
+
+def test_the_device_is_answered_for_its_own_channels_only() -> None:
+    """EventLog.fault names the channel the device's callback names; an RC_TRIGGERED it names
+    none of (another's channel) is left a line. The fault type names the access it implies;
+    address 0 of an MMU fault is an address; a fault other than an MMU fault has none."""
+    log = ev.EventLog("GPU 0")
+    rpc, peer = connect(log.take)
+    p = peer_module().Peer
+    mine = {3: "copy", 4: "compute"}
+    assert log.fault(lambda rc: mine.get(rc.chid)) is None
+    peer.event(0x1004, p.rc_triggered(9, xid=13))  # not the device's
+    peer.event(0x1004, p.rc_triggered(3, xid=31, engine=0x9, fault_address=0, fault_type=0x6))
+    peer.event(0x1004, p.rc_triggered(4, xid=13))
+    rpc.poll()
+    first = log.fault(lambda rc: mine.get(rc.chid))
+    assert isinstance(first, Fault)
+    assert first.channel_error == ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on the copy "
+                                   "channel: FAULT_RO_VIOLATION")
+    assert (first.address, first.access, first.engine) == (0, "write or atomic", "copy engine 0")
+    assert log.fault(lambda rc: mine.get(rc.chid)) is None  # answered once, the rest dropped
+    peer.event(0x1004, p.rc_triggered(4, xid=13))
+    rpc.poll()
+    gr = log.fault(lambda rc: mine.get(rc.chid))
+    assert isinstance(gr, Fault) and gr.reason == (
+        "ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on the compute channel by graphics/compute")
+    assert gr.address is None
+    assert "RC_TRIGGERED: ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on channel 9" in log.text(8)
 
 
 def test_lockdown_engaging_raises_lost_until_released() -> None:

@@ -23,10 +23,12 @@ from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
 import rig_pci.driver
-from rig_edge import Lost, OpenRefused, Refusal, RigError
+from rig_edge import Fault, Lost, Memory, OpenRefused, Refusal, Region, RigError
 from rig_nv import Device
-from rig_nv_pci import boot, chips, held, lock
-from rig_pci import FunctionInfo, Machine, Window, firmware
+from rig_nv.hostmem import view
+from rig_nv.setup import WINDOWS
+from rig_nv_pci import addresses, boot, chips, held, lock
+from rig_pci import FunctionInfo, Machine, Window, firmware, libc
 from rig_pci.listing import Bar
 
 BUS = "0000:41:00.0"
@@ -77,8 +79,8 @@ class SimFunction:
         assert length is not None
         return ViewWindow(self.sim_rm.bar(bar, offset, length))
 
-    def alloc_dma(self, n: int) -> sim.SimDma:
-        return self.gpu.host.alloc_dma(n)
+    def alloc_dma(self, n: int, *, at: int | None = None) -> sim.SimDma:
+        return self.gpu.host.alloc_dma(n, at=at)
 
     def map_host(self, address: int, length: int) -> sim.SimDma:
         return self.gpu.host.map_host(address, length)
@@ -120,13 +122,19 @@ class Opened:
                                 on_stopped=self.stops.append, timeout_s=0.2, init_timeout_s=1.0)
 
 
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
+def simulated_ga102(tmp: Path) -> Opened:
+    """A simulated GA102 to open, its PBDMA running (stop it with ``sim_rm.stop()``)."""
     r, firmware, _, unload = stop_rig()
     r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
     s = SimRm(r.gpu).install(firmware).start()
-    yield Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp_path, r, unload), [])
-    s.stop()
+    return Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp, r, unload), [])
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    opened = simulated_ga102(tmp_path)
+    yield opened
+    opened.sim_rm.stop()
 
 
 def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
@@ -145,18 +153,126 @@ def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
         assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
 
 
-def test_the_gsps_events_are_kept_for_messages(ga102: Opened) -> None:
+def every_use_is_lost(d: Device, region: Region) -> None:
+    """After a fault: every use of ``d`` raises Lost (its facts still answer). (rig_nv's
+    synchronize, with nothing left to wait for, returns without a look.)"""
+    for use in (lambda: d.alloc(4096), lambda: d.upload(region, b"x"),
+                lambda: d.copy(region, region, engine="copy"), lambda: d.sleep(0.0),
+                lambda: d.download(region), d.step):
+        with pytest.raises(Lost):
+            use()
+    assert d.facts.arch == "sm_86"
+
+
+def reopens(ga102: Opened) -> None:
+    """The GPU opens again and copies as it should."""
+    d = ga102.open()
+    try:
+        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
+        assert a is not None and b is not None
+        d.upload(a, b"again" * 8)
+        d.copy(b, a, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(b, 40)) == b"again" * 8
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("notifiers", [True, False], ids=["notified", "event-only"])
+def test_a_compute_launch_the_gsp_stopped_is_a_fault_from_its_rc_triggered(
+    ga102: Opened, notifiers: bool,
+) -> None:
+    """rig's copy kernels are a compute launch, which the simulated GPU does not run: GSP-RM
+    stops the group (writing its error notifiers, or not, as with confidential computing) and
+    posts RC_TRIGGERED, which the device raises from its wait as a Fault naming the Xid, its
+    channel and the engine; every later use is Lost, the stop gives the GPU back, and it opens
+    again."""
+    ga102.sim_rm.notifiers = notifiers
     d = ga102.open()
     try:
         a, b = d.alloc(2 << 20), d.alloc(2 << 20)
         assert a is not None and b is not None
-        with pytest.raises(Lost):
-            d.copy(a, b).wait(timeout_s=5.0)  # rig's copy kernels: no SM is simulated
+        with pytest.raises(Fault) as e:
+            d.copy(a, b).wait(timeout_s=5.0)
+        assert e.value.channel_error == ("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on the compute "
+                                         "channel")
+        assert e.value.engine == "graphics/compute" and e.value.address is None
+        every_use_is_lost(d, a)
     finally:
         d.stop()  # its RPCs read what the GSP sent meanwhile
+    assert ga102.stops == [None] and ga102.sim_rm.channels == {}
     assert isinstance(d.path, held.PciPath) and d.path.events is not None
     assert "RC_TRIGGERED: ROBUST_CHANNEL_GR_EXCEPTION (Xid 13) on channel 1" in (
         d.path.events.text())
+    reopens(ga102)
+
+
+def test_a_copy_from_an_address_nothing_maps_is_a_fault_naming_it(ga102: Opened) -> None:
+    """The copy engine reads a page whose mapping the test took away behind the device: the
+    simulated MMU faults, GSP-RM stops the group and posts RC_TRIGGERED with the page's address
+    and the fault type, then MMU_FAULT_QUEUED; the device's wait raises the Fault with them."""
+    d = ga102.open()
+    try:
+        src, dst = d.alloc(0x10000), d.alloc(0x10000)
+        assert src is not None and dst is not None
+        assert isinstance(d.path, held.PciPath) and d.path.tables is not None
+        d.path.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
+        with pytest.raises(Fault) as e:
+            d.copy(dst, src, engine="copy").wait(timeout_s=5.0)
+        f = e.value
+        assert f.channel_error == ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on the copy "
+                                   "channel: FAULT_PTE")  # the page table stays, its PTE not
+        assert f.address == src.gpu + 0x3000 and f.engine == "copy engine 0"
+        assert f.access is None  # the event carries no access type; a PTE fault implies none
+        assert ga102.sim_rm.faults == [f"channel 2: 0x{src.gpu + 0x3000:x}: PTE 0x0 is not valid"]
+        every_use_is_lost(d, dst)
+        with pytest.raises(Fault, match="FAULT_PTE"):  # the first cause, kept
+            d.sleep(0.0)
+    finally:
+        d.stop()
+    events = d.path.events
+    assert events is not None and events.text(2).splitlines() == [
+        f"RC_TRIGGERED: ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on channel 2 of copy "
+        f"engine 0 at 0x{src.gpu + 0x3000:x}", "MMU_FAULT_QUEUED"]
+    assert ga102.stops == [None]
+    reopens(ga102)
+
+
+def test_an_rc_triggered_for_a_channel_not_the_devices_changes_nothing(ga102: Opened) -> None:
+    """GSP-RM's own channels, another function's (gfid not 0): kept as lines only."""
+    d = ga102.open()
+    try:
+        peer = ga102.firmware.peer
+        compute = ga102.sim_rm.chid(d.compute.handle)
+        ga102.sim_rm.event(0x1004, peer.rc_triggered(compute + 40, xid=13))
+        ga102.sim_rm.event(0x1004, peer.rc_triggered(compute, xid=13, gfid=1))
+        d.sleep(0.0)
+        a = d.alloc(0x1000, Memory.PINNED)
+        assert a is not None
+        d.upload(a, b"still")
+        d.copy(a, a, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(a, 5)) == b"still"
+    finally:
+        d.stop()
+
+
+def test_a_lockdown_notice_loses_the_device(ga102: Opened) -> None:
+    """GSP_LOCKDOWN_NOTICE engaging: the device's next sleep (or wait) raises Lost, not a
+    Fault, and the device stays lost after lockdown is released; the GPU opens again."""
+    d = ga102.open()
+    try:
+        region = d.alloc(0x1000)
+        assert region is not None
+        peer = ga102.firmware.peer
+        ga102.sim_rm.event(0x101C, peer.lockdown_notice(True))
+        with pytest.raises(Lost, match="the GSP engaged lockdown") as e:
+            d.sleep(0.0)
+        assert not isinstance(e.value, Fault)
+        ga102.sim_rm.event(0x101C, peer.lockdown_notice(False))
+        every_use_is_lost(d, region)
+    finally:
+        d.stop()
+    assert ga102.stops == [None]
+    reopens(ga102)
 
 
 def test_no_fb_size_is_refused_before_the_boot(ga102: Opened) -> None:
@@ -173,6 +289,88 @@ def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> Non
     with pytest.raises(RigError, match=f"not laid out as its format says: {bootloader}: "
                        "nvfw_bin_hdr magic 0x0, not 0x10de"):
         held.read_images(chip, ga102.files)
+
+
+# ---- the process's addresses (rig_nv_pci.addresses) -------------------------------------------
+
+
+def overlaps(a: Region, b: Region) -> bool:
+    return a.gpu < b.gpu + b.length and b.gpu < a.gpu + a.length
+
+
+def test_pinned_memory_lies_at_one_address_for_the_process_and_the_gpu(ga102: Opened) -> None:
+    """The spec: the GPU's and the process's addresses of system memory coincide, from 64 GiB
+    to Rig_nv.windows, which the first open reserves. Pinned memory (the device's own too:
+    its timeline) lies at its GPU address in the process; every region's GPU address lies in
+    the range; what the host writes there the simulated GPU reads at the same address."""
+    d = ga102.open()
+    try:
+        assert addresses.PROCESS.reserved
+        pinned, mapped, device = (d.alloc(0x3000, Memory.PINNED), d.alloc(0x3000, Memory.MAPPED),
+                                  d.alloc(0x3000, Memory.DEVICE))
+        assert pinned is not None and mapped is not None and device is not None
+        assert pinned.host == pinned.gpu and d.timeline.host == d.timeline.gpu
+        for r in (pinned, mapped, device):
+            assert r.gpu >= addresses.LOW and r.gpu + r.length <= WINDOWS
+        view(pinned.host + 0x1FF8, 16)[:] = bytes(range(16))  # across a page
+        assert ga102.sim_rm.read(pinned.gpu + 0x1FF8, 16) == bytes(range(16))
+        ga102.sim_rm.write(pinned.gpu + 0x2000, b"the GPU")
+        assert bytes(view(pinned.host + 0x2000, 7)) == b"the GPU"
+        d.copy(device, pinned, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(device, 16, 0x1FF8)) == bytes(range(8)) + b"the GPU\x0f"
+    finally:
+        d.stop()
+
+
+def test_two_gpus_take_their_addresses_from_one_range_and_a_stop_gives_them_back(
+    ga102: Opened, tmp_path: Path,
+) -> None:
+    """Every GPU the process opens takes its addresses from the one range, so no two of its
+    regions share one; each device's stop gives back every address its open took."""
+    before = addresses.PROCESS.addresses().free
+    second = simulated_ga102(tmp_path / "second")
+    try:
+        d1, d2 = ga102.open(), second.open()
+        try:
+            regions = [r for d in (d1, d2) for kind in Memory
+                       for r in (d.alloc(0x3000, kind), d.alloc(3 << 20, kind))
+                       if r is not None]
+            assert len(regions) == 12
+            assert not any(overlaps(a, b) for i, a in enumerate(regions)
+                           for b in regions[i + 1:])
+            assert not overlaps(Region(d1.timeline.gpu, None, 4096, Memory.PINNED),
+                                Region(d2.timeline.gpu, None, 4096, Memory.PINNED))
+            assert addresses.PROCESS.free != before
+        finally:
+            d1.stop()
+            d2.stop()
+    finally:
+        second.sim_rm.stop()
+    assert addresses.PROCESS.free == before
+
+
+def test_an_open_is_refused_when_the_processs_addresses_cannot_be_reserved(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Something of the process mapped in the range (as a kernel-path open's reservation from
+    384 GiB would be): the open is refused naming the range, before the GPU is touched."""
+    size = 4 << 20
+    low = libc.mmap(0, size, libc.PROT_NONE,
+                    libc.MAP_PRIVATE | libc.MAP_ANONYMOUS | libc.MAP_NORESERVE)
+    try:
+        monkeypatch.setattr(addresses, "PROCESS", addresses.Reservation(low, low + size))
+        with pytest.raises(RigError, match=rf"GPU 0: the process's addresses from 0x{low:x} to "
+                           rf"0x{low + size:x} cannot be reserved \(File exists\)"):
+            ga102.open()
+        assert ga102.firmware.boots == 0 and ga102.rig.gpu.reads == []
+        assert not addresses.PROCESS.reserved
+    finally:
+        libc.munmap(low, size)
+    reserved = addresses.PROCESS.addresses()  # once nothing is there
+    assert reserved.take(0x1000, 0x1000) == low
+    reserved.give(low, 0x1000)
+    assert reserved.free == [(low, size)]
+    libc.munmap(low, size)
 
 
 # ---- through the opener ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import boot, boot_fsp, chips, fwimage, gspmem, layout, mmu
+from rig_nv_pci import addresses, boot, boot_fsp, chips, fwimage, gspmem, layout, mmu
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
@@ -44,7 +44,7 @@ class Taken(Protocol):
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
                write_combined: bool = False) -> Window: ...
 
-    def alloc_dma(self, n: int) -> Dma | None: ...
+    def alloc_dma(self, n: int, *, at: int | None = None) -> Dma | None: ...
 
     def map_host(self, address: int, length: int) -> Dma | None: ...
 
@@ -95,7 +95,13 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     opener's name; ``name``, which the boot's errors say, by default). The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
     :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``. Raises
-    :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted)."""
+    :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
+    before the GPU is touched, where the process's addresses cannot be reserved
+    (:mod:`rig_nv_pci.addresses`)."""
+    try:
+        reserved = addresses.PROCESS.addresses()
+    except RigError as e:
+        raise RigError(f"{name}: {e}") from e
     bar0 = f.window(0, 0, BAR0_SIZE)
     fb_mib = bar0.read32(NV_USABLE_FB_SIZE_IN_MB)
     if fb_mib in (0, 0xFFFFFFFF):
@@ -173,7 +179,11 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # version-3 format (kgmmuFmtFamiliesInit_GH100)
                        pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
                        # BAR 1's tables under GSP-RM's root (kbusPatchBar1Pdb_GSPCLIENT)
-                       bar1=(booted.static.bar1_pde_base, bar1_size))
+                       bar1=(booted.static.bar1_pde_base, bar1_size),
+                       # GPU addresses from the process's range, Pinned memory at its own
+                       # (in 2 MiB huge pages when taken physically, rig_pci.Function.alloc_dma)
+                       addresses=reserved, place_dma=lambda n, at: f.alloc_dma(n, at=at),
+                       dma_granule=mmu.PAGE if f.maps_host else mmu.HUGE_PAGE)
     except BaseException:
         stop()
         raise

@@ -40,8 +40,20 @@ open-gpu-kernel-modules 570.144, with no UVM:
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
 
-GPU addresses come from the path's own range; a region's host and GPU addresses differ here
-(the spec's coinciding addresses need the process's reservation, not built yet).
+- Faults: GSP-RM stops a faulted channel's group itself, writes the error notifiers the path
+  handed it and posts RC_TRIGGERED; the device asks :meth:`PciPath.fault` (rig_nv's
+  optional :class:`rig_nv.rm.ReportsFaults`) where it tests its notifiers, which drains the
+  GSP's status queue into ``events`` and answers the Fault of an RC_TRIGGERED of one of the
+  device's channels (by ChID), or Lost while the GSP is in lockdown
+  (:mod:`rig_nv_pci.gsp.events` says what each event becomes).
+
+GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
+reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.addresses`, the spec's 64
+GiB to Rig_nv.windows), where Pinned memory is placed at its GPU address (``place_dma``), so
+that its host and GPU addresses coincide; Mapped memory's host address is its BAR 1 window's,
+wherever the process maps it (rig_pci maps a window where the kernel puts it), and so differs
+from its GPU address. Without ``addresses`` (a path the tests make) the range is the path's
+own and Pinned memory lies where ``alloc_dma`` puts it.
 
 Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: the TLB invalidate after
 a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
@@ -61,11 +73,11 @@ from __future__ import annotations
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rig_edge import Dmabuf, Memory, Refusal, RigError
+from rig_edge import Dmabuf, Lost, Memory, Refusal, RigError
 from rig_nv import classes as cls
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.hostmem import view
@@ -75,7 +87,7 @@ from rig_nv_pci import channels, mmu, vidmem
 from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory, Placed
 from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.gsp.events import EventLog
+from rig_nv_pci.gsp.events import EventLog, RcTriggered
 from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.vidmem import Addresses, Heap
 
@@ -97,6 +109,9 @@ VA_LIMIT = (1 << 40) - (8 << 30)
 NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET = 0x00B80000  # turing/tu102/dev_vm.h, 0xBBFFFF:0xB80000
 USERMODE_SIZE = 0x10000
 HUGE, SMALL = 2 << 20, 4 << 10
+# How long a device that found an error notifier written drains the GSP's queue for the
+# RC_TRIGGERED that follows it (rig's own bound; past it the notifier alone is the fault).
+REPORT_S = 0.1
 
 # The server RM's part of every address space (g_gpu_vaspace_nvoc.h
 # SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
@@ -154,6 +169,15 @@ class Dma(Protocol):
     def bus_address(self, offset: int) -> int: ...
 
     def free(self) -> None: ...
+
+
+class Range(Protocol):
+    """GPU addresses to take and give back (:class:`rig_nv_pci.vidmem.Addresses`,
+    :class:`rig_nv_pci.addresses.Reservation`)."""
+
+    def take(self, size: int, align: int) -> int | None: ...
+
+    def give(self, at: int, size: int) -> None: ...
 
 
 class PciRM:
@@ -267,10 +291,12 @@ class PciPath:
     """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
     a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
     ``events`` the log its boot's events go to, ``map_dma(address, length)`` the process's
-    own pages for the GPU (behind an IOMMU:
-    rig_pci.Function.map_host), ``alloc_dma(n)`` system memory the GPU reaches (or
-    ``None`` when there is none), ``poll()`` hands the GSP's pending events on, ``on_closed``
-    runs once the device stopped, ``fb_regions`` the FB regions GSP-RM reported (the
+    own pages for the GPU (behind an IOMMU: rig_pci.Function.map_host), ``alloc_dma(n)``
+    system memory the GPU reaches (or ``None`` when there is none), ``addresses`` the GPU
+    addresses it takes (its own range by default), ``place_dma(n, at)`` system memory at
+    process address ``at`` (Pinned memory at its GPU address) in whole ``dma_granule``s,
+    ``poll()`` hands the GSP's pending events on, ``on_closed`` runs once the device stopped,
+    ``fb_regions`` the FB regions GSP-RM reported (the
     path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
     ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
     root and the BAR's size (``None``: BAR 1 shows video memory one to one). Makes the device,
@@ -287,18 +313,21 @@ class PciPath:
                  map_dma: Callable[[int, int], Dma | None] | None = None,
                  events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
                  pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
-                 bar1: tuple[int, int] | None = None) -> None:
+                 bar1: tuple[int, int] | None = None, addresses: Range | None = None,
+                 place_dma: Callable[[int, int], Dma | None] | None = None,
+                 dma_granule: int = SMALL) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
         self._map_dma = map_dma
-        # What the GSP's events said (its boot's on_event), kept for messages: the GSP writes
-        # a stopped channel's error notifiers itself, which is how the device learns of it.
+        # What the GSP's events said (its boot's on_event): the faults the device raises
+        # (fault), and text for messages.
         self.events = events
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
-        self._addresses = Addresses(VA_BASE, VA_LIMIT)
+        self._addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
+        self._place_dma, self._dma_granule = place_dma, dma_granule
         # video memory: the path's own heap over the FB regions GSP-RM reported
         self.heap = Heap(fb_regions)
         self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
@@ -498,8 +527,13 @@ class PciPath:
         memory have no room."""
         size = page_rounded(n, kind)
         huge = size >= HUGE and kind is not Memory.PINNED
+        align = HUGE if huge else SMALL
+        place = self._place_dma if kind is Memory.PINNED else None
+        if place is not None:  # the whole granules the memory comes in, at its GPU address
+            size = -(-size // self._dma_granule) * self._dma_granule
+            align = max(align, self._dma_granule)
         with self._lock:
-            va = self._addresses.take(size, HUGE if huge else SMALL)
+            va = self._addresses.take(size, align)
         if va is None:
             return None
         undo = Undo(None, va, size, huge=huge)
@@ -507,13 +541,16 @@ class PciPath:
         try:
             host: int | None = None
             if kind is Memory.PINNED:
-                dma = self._alloc_dma(size)
+                dma = self._alloc_dma(size) if place is None else place(size, va)
                 if dma is None:
                     self._give_va(va, size)
                     return None
                 undo.dma = dma
-                handle = self._describe(dma, size)
                 host = address_of(dma.view())
+                if place is not None and host != va:
+                    raise RigError(f"{self.name}: system memory asked for at 0x{va:x} lies at "
+                                   f"0x{host:x}")
+                handle = self._describe(dma, size)
             else:
                 made = self._vidmem(size, huge)  # every heap block is contiguous
                 if made is None:
@@ -686,6 +723,42 @@ class PciPath:
     def detach_channel(self, h_channel: int) -> None:
         """Nothing to do (see :meth:`attach_channel`)."""
 
+    def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
+        """What the GSP reported (:class:`rig_nv.rm.ReportsFaults`): its status queue drained,
+        the :class:`rig_edge.Fault` of an RC_TRIGGERED for one of ``channels`` (RM handle to
+        the device's name), found by its ChID, else :class:`rig_edge.Lost` while the GSP is
+        in lockdown (:meth:`rig_nv_pci.gsp.events.EventLog.fault`), else ``None``. GSP-RM
+        writes a stopped channel's error notifiers before it sends RC_TRIGGERED (kernel_gsp.c
+        _kgspRpcRCTriggered writes them on the CPU only with confidential computing), so with
+        ``notified`` the queue is drained for up to :data:`REPORT_S` for the report."""
+        if self.events is None:
+            return None
+        events = self.events
+        deadline = time.monotonic() + REPORT_S
+        while True:
+            if self._poll is not None:
+                self._poll()
+            found = events.fault(lambda rc: self._channel_of(rc, channels))
+            if found is not None or not notified or time.monotonic() > deadline:
+                return found
+            time.sleep(50e-6)
+
+    def _channel_of(self, rc: RcTriggered, channels: Mapping[int, str]) -> str | None:
+        """The name in ``channels`` of the channel ``rc`` stopped: CPU-RM looks a channel up by
+        its ChID in the ChID space of the event's engine, and only for the PF's own (gfid 0,
+        _kgspRpcRCTriggered's IS_GFID_PF). The path keys its ChID spaces by the group's engine
+        type and cannot tell which runlist a copy engine serves, so a ChID that one channel of
+        ``channels`` holds names it whatever the engine; two holding it, the engine's space
+        decides."""
+        held = self._rm.channels
+        if rc.gfid or held is None:
+            return None
+        mine = [(h, held.channels[h].runlist) for h in channels
+                if h in held.channels and held.channels[h].chid == rc.chid]
+        if len(mine) > 1:
+            mine = [(h, runlist) for h, runlist in mine if runlist == rc.engine_type]
+        return channels[mine[0][0]] if len(mine) == 1 else None
+
     def sleep(self, timeout_s: float) -> None:
         """Hand on the GSP's events, then nap (the GPU's non-stall interrupts do not reach a
         process that holds the function without a kernel driver)."""
@@ -704,7 +777,8 @@ class PciPath:
 
 
 def _is_path(p: PciPath) -> Any:  # mypy proves PciPath implements rig_nv.rm.Path
-    from rig_nv.rm import Path
+    from rig_nv.rm import Path, ReportsFaults
 
     checked: Path = p
-    return checked
+    reports: ReportsFaults = p
+    return checked, reports

@@ -20,6 +20,12 @@ APERTURE 2:1, PCF 7:3, KIND 11:8, ADDRESS 51:12 in place (ADDRESS_VID 39:12).
 
 The page tables themselves must lie in video memory (a PDE naming system memory faults: the
 path keeps its tables in video memory).
+
+A fault says what the MMU would put in its fault packet's FAULT_TYPE (pascal/gp100/dev_fault.h
+NV_PFAULT_FAULT_TYPE_*): PDE (0) where a directory entry, PD0's included, maps nothing, PTE (2)
+where the page table's entry is not valid, VA_LIMIT_VIOLATION (3) beyond the address space,
+UNSUPPORTED_APERTURE (0xa) for a peer's memory; what the simulator does not model (PD1 PTEs,
+big pages, a PCF) is a PDE fault.
 """
 
 from __future__ import annotations
@@ -35,8 +41,17 @@ class Translation(NamedTuple):
     kind: int
 
 
+# NV_PFAULT_FAULT_TYPE_* (pascal/gp100/dev_fault.h)
+FAULT_PDE, FAULT_PTE, FAULT_VA_LIMIT_VIOLATION = 0x0, 0x2, 0x3
+FAULT_UNBOUND_INST_BLOCK, FAULT_UNSUPPORTED_APERTURE = 0x4, 0xA
+
+
 class MmuFault(LookupError):
-    pass
+    """A translation that faults: the address asked for and the fault type."""
+
+    def __init__(self, why: str, va: int, fault_type: int = FAULT_PDE) -> None:
+        super().__init__(why)
+        self.va, self.fault_type = va, fault_type
 
 
 def _field(value: int, hi: int, lo: int) -> int:
@@ -54,7 +69,8 @@ def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
     level that does not map it."""
     bits = 49 if version == 2 else 57
     if va >> bits:
-        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space")
+        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space", va,
+                       FAULT_VA_LIMIT_VIOLATION)
     levels = ((("PD3", 48, 47), ("PD2", 46, 38), ("PD1", 37, 29)) if version == 2 else
               (("PD4", 56, 56), ("PD3", 55, 47), ("PD2", 46, 38), ("PD1", 37, 29)))
     table = root
@@ -62,10 +78,10 @@ def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
         entry = read64(table + 8 * _field(va, hi, lo))
         aperture = _field(entry, 2, 1)
         if entry & 1:
-            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated")
+            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated", va)
         if aperture != 1:
             raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
-                           f"{'invalid' if aperture == 0 else 'in system memory'}")
+                           f"{'invalid' if aperture == 0 else 'in system memory'}", va)
         table = _next(entry, version)
     at = table + 16 * _field(va, 28, 21)
     low, high = read64(at), read64(at + 8)
@@ -74,17 +90,18 @@ def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
     if _field(high, 2, 1) == 1:
         entry = read64(_next(high, version) + 8 * _field(va, 20, 12))
         if not entry & 1:
-            raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} is not valid")
+            raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} is not valid", va, FAULT_PTE)
         return _page(entry, va, 4 << 10, version)
     if _field(low, 2, 1):
-        raise MmuFault(f"0x{va:x}: a big-page table, not simulated")
-    raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing")
+        raise MmuFault(f"0x{va:x}: a big-page table, not simulated", va)
+    raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing", va)
 
 
 def _page(entry: int, va: int, size: int, version: int) -> Translation:
     aperture = _field(entry, 2, 1)
     if aperture == 1:
-        raise MmuFault(f"0x{va:x}: a peer's memory, not simulated")
+        raise MmuFault(f"0x{va:x}: a peer's memory, not simulated", va,
+                       FAULT_UNSUPPORTED_APERTURE)
     video = aperture == 0
     if version == 2:
         frame = _field(entry, 32, 8) if video else _field(entry, 53, 8)
@@ -93,8 +110,9 @@ def _page(entry: int, va: int, size: int, version: int) -> Translation:
         frame = _field(entry, 39, 12) if video else _field(entry, 51, 12)
         kind = _field(entry, 11, 8)
         if _field(entry, 7, 3) not in (0, 1):  # REGULAR_RW_ATOMIC_(UN)CACHED_ACE
-            raise MmuFault(f"0x{va:x}: PTE 0x{entry:x}'s PCF is not simulated")
+            raise MmuFault(f"0x{va:x}: PTE 0x{entry:x}'s PCF is not simulated", va)
     base = frame << 12
     if base % size:
-        raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} names 0x{base:x}, not aligned to its page")
+        raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} names 0x{base:x}, not aligned to its page",
+                       va)
     return Translation(video, base + va % size, size, kind)

@@ -10,7 +10,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rig_pci import Window
+from rig_pci import Window, libc
 
 from . import regs
 from .falcon import SimFalcon
@@ -32,9 +32,19 @@ class HostMemory:
         self.next = base
         self.buffers: list[SimDma] = []
 
-    def alloc_dma(self, n: int) -> SimDma:
+    def alloc_dma(self, n: int, *, at: int | None = None) -> SimDma:
+        """``n`` bytes (whole pages) at the next bus address; with ``at``, at that address of
+        the process, over a range the caller reserved, which freeing it reserves again (as
+        rig_pci.Function.alloc_dma places memory)."""
         n = -(-n // 4096) * 4096
-        buf = SimDma(self.next, bytearray(n))
+        if at is None:
+            buf = SimDma(self.next, bytearray(n))
+        else:
+            got = libc.mmap(at, n, libc.PROT_READ | libc.PROT_WRITE,
+                            libc.MAP_PRIVATE | libc.MAP_ANONYMOUS | libc.MAP_FIXED)
+            assert got == at
+            buf = SimDma(self.next, libc.view(at, n),  # type: ignore[arg-type]
+                         on_free=lambda: libc.reserve(at, n))
         self.next += n + 0x10000
         self.buffers.append(buf)
         return buf
@@ -67,6 +77,7 @@ class SimDma:
     bus: int
     data: bytearray
     freed: bool = False
+    on_free: Callable[[], None] | None = None
 
     @property
     def length(self) -> int:
@@ -81,6 +92,9 @@ class SimDma:
         return self.bus + offset
 
     def free(self) -> None:
+        if not self.freed and self.on_free is not None:
+            self.data = bytearray()  # no view of memory that is gone
+            self.on_free()
         self.freed = True
 
 

@@ -77,13 +77,27 @@ rig_nv_pci or rig_nv:
   simulated; other methods are accepted and ignored;
 - a compute object on a channel answers NV_ERR_INVALID_STATE until the channel's group has its
   context buffers promoted (NV2080_CTRL_CMD_GPU_PROMOTE_CTX, :meth:`SimRm._promote`, sizes
-  from :data:`CTX_PROPERTIES`);
-- a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch;
-  an MMU fault, Xid 31, for an address nothing maps) stops, and as GSP-RM does without
-  confidential computing (kernel_gsp.c _kgspRpcRCTriggered leaves the notifiers to it) every
-  channel of its group gets its error notifier written (NvNotification of the hObjectError
-  memory, nvgputypes.h: info32 the Xid at 8, info16 the NV2080 engine type at 12, status
-  0xFFFF at 14), then RC_TRIGGERED (0x1004, rpc_rc_triggered_v17_02) is sent;
+  from :data:`CTX_PROPERTIES`); the GPU's global buffers, once initialized, must be promoted
+  at the same place again until the device (NV01_DEVICE_0) is freed, with which a GSP client
+  gives them back (the simulator's choice: when the real GSP-RM forgets them is not in the
+  open sources);
+- a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch,
+  by NV2080_ENGINE_TYPE_GRAPHICS 1; an MMU fault, Xid 31, for an address nothing maps, by the
+  copy engine, :data:`ENGINE_GRCE`, for a copy's read or write, else by the channel's runlist's
+  engine, as the PBDMA's own fetches) stops, and as GSP-RM does without confidential computing
+  (kernel_gsp.c _kgspRpcRCTriggered leaves the notifiers to it; :attr:`SimRm.notifiers` False
+  stands for a GSP-RM that writes none) every channel of its group gets its error notifier
+  written (NvNotification of the hObjectError memory, nvgputypes.h: info32 the Xid at 8,
+  info16 the NV2080 engine type at 12, status 0xFFFF at 14), then RC_TRIGGERED (0x1004,
+  rpc_rc_triggered_v17_02: the faulting channel's ChID, gfid 0 (the PF), scope
+  RC_NOTIFIER_SCOPE_TSG 1 (g_kernel_rc_nvoc.h), no journal; for an MMU fault
+  mmuFaultAddrLo/Hi the faulting page's address (the MMU reports 4 KiB pages: NVC369_BUF_ENTRY
+  ADDR_LO 31:12) and mmuFaultType the NV_PFAULT_FAULT_TYPE of the walk, sim/gmmu.py) is sent,
+  and after it, for an MMU fault, MMU_FAULT_QUEUED (0x1005, no payload): kern_gmmu_gv100.c
+  kgmmuServiceNonReplayableFault_GV100 services the RM's fault packets (the RC) first and
+  notifies the client after (kgmmuNotifyNonReplayableFault_GV100); the real GSP-RM notifies
+  only a client whose fault buffer object (UVM's) has events, which rig never makes, so the
+  simulated one sends more than the real one would;
 - the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
   writes its doorbell into; BAR 1 shows video memory as the page tables under GSP-RM's BAR 1
   root (the static info's bar1PdeBase, :data:`BAR1_PDB`, in the reserved region) map it, as
@@ -109,6 +123,7 @@ if TYPE_CHECKING:
 
 FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
 LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_LIST_FBMEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x82, 0x50A0
+NV01_DEVICE_0 = 0x80  # cl0080.h
 LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvos.h)
 RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
 BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
@@ -183,15 +198,28 @@ GA102_FB = {0x9: 23 << 20, 0x16: 23 << 20, 0x7: 24 << 20}
 
 
 class SimFault(LookupError):
-    """What stops a channel: the Xid (nverror.h) and the NV2080 engine type."""
+    """What stops a channel: the Xid (nverror.h), the NV2080 engine type and, for an MMU fault,
+    the faulting page's address and the NV_PFAULT_FAULT_TYPE."""
 
-    def __init__(self, why: str, xid: int = 31, engine: int = 1) -> None:
+    def __init__(self, why: str, xid: int = 31, engine: int = 1, address: int | None = None,
+                 fault_type: int = 0) -> None:
         super().__init__(why)
         self.xid, self.engine = xid, engine
+        self.address, self.fault_type = address, fault_type
+
+    @classmethod
+    def mmu(cls, fault: gmmu.MmuFault, engine: int) -> SimFault:
+        """An MMU fault (Xid 31) of ``engine``, at the page of the address that faulted."""
+        return cls(str(fault), XID_MMU_FAULT, engine, fault.va & ~(PAGE - 1), fault.fault_type)
 
 
-XID_GR_EXCEPTION = 13
-EV_RC_TRIGGERED = 0x1004
+XID_GR_EXCEPTION, XID_MMU_FAULT = 13, 31  # ROBUST_CHANNEL_GR_EXCEPTION, _FIFO_ERROR_MMU_ERR_FLT
+ENGINE_GRAPHICS = 1  # NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h)
+# The copy engine a GR group's copies run on (GRCE): NV2080_ENGINE_TYPE_COPY0 (0x9), the
+# simulator's choice (which COPYn a chip's GRCE is, is the chip's)
+ENGINE_GRCE = 0x9
+EV_RC_TRIGGERED, EV_MMU_FAULT_QUEUED = 0x1004, 0x1005
+RC_NOTIFIER_SCOPE_TSG = 1  # g_kernel_rc_nvoc.h RC_NOTIFIER_SCOPE
 
 
 def _put32(buf: bytearray | memoryview, at: int, value: int) -> None:
@@ -251,10 +279,12 @@ class SimRm:
         self.contexts: dict[int, dict[int, tuple[int, int]]] = {}  # group -> id -> (fb, size)
         self.promoted: dict[int, set[int]] = {}  # group -> buffer ids whose VA it was given
         self.global_ctx: dict[int, tuple[int, int]] = {}  # the GPU's buffers, initialized
+        self.devices: set[int] = set()  # NV01_DEVICE_0 objects: freeing one forgets global_ctx
         self.usermode = bytearray(0x10000)
         self.log: list[str] = []
         self.refuse: set[int] = set()
         self.faults: list[str] = []
+        self.notifiers = True  # a faulted group's error notifiers are written (not with CC)
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
@@ -340,6 +370,8 @@ class SimRm:
             self.virtual[handle] = (offset, size)
         if cls == chid.KEPLER_CHANNEL_GROUP_A:
             self.groups[handle] = chid.group_engine(params)
+        if cls == NV01_DEVICE_0:
+            self.devices.add(handle)
         if cls in GPFIFO_CLASSES:
             return self._alloc_channel(parent, handle, params), params
         if cls in COMPUTE_CLASSES and parent in self.channels and self.walks:
@@ -516,7 +548,8 @@ class SimRm:
             lo, hi = struct.unpack_from("<II", self.vram, self.running + RAMIN_PAGE_DIR_BASE)
             root = (lo & 0xFFFFF000) | (hi & 0xFF) << 32
         elif not self.roots:
-            raise gmmu.MmuFault(f"0x{va:x}: no page tables handed over")
+            raise gmmu.MmuFault(f"0x{va:x}: no page tables handed over", va,
+                                gmmu.FAULT_UNBOUND_INST_BLOCK)
         else:
             root = list(self.roots.values())[-1]
         key = (root, va >> 12)
@@ -551,6 +584,9 @@ class SimRm:
             self.groups.pop(handle, None)
             self.contexts.pop(handle, None)
             self.promoted.pop(handle, None)
+            if handle in self.devices:  # the client gives the GPU's buffers back with it
+                self.devices.discard(handle)
+                self.global_ctx.clear()
             for va in [va for va, (h, _) in self.mappings.items() if h == handle]:
                 del self.mappings[va]
 
@@ -674,7 +710,12 @@ class SimRm:
                     self.running = ch.instance if self.walks else None
                     ran += self._run(ch)
                 except LookupError as e:
-                    fault = e if isinstance(e, SimFault) else SimFault(str(e))
+                    # what the PBDMA itself read (GPFIFO entries, methods, semaphores) faults
+                    # as the channel's runlist's engine
+                    engine = ch.runlist or ENGINE_GRAPHICS
+                    fault = (e if isinstance(e, SimFault) else
+                             SimFault.mmu(e, engine) if isinstance(e, gmmu.MmuFault) else
+                             SimFault(str(e), XID_MMU_FAULT, engine))
                     self.faults.append(f"channel {ch.chid}: {e}")
                     self._recover(ch, fault)
                 finally:
@@ -682,15 +723,30 @@ class SimRm:
         return ran
 
     def _recover(self, ch: Channel, fault: SimFault) -> None:
-        """Robust-channel recovery of ``ch``'s group (RC_NOTIFIER_SCOPE_TSG)."""
+        """Robust-channel recovery of ``ch``'s group (RC_NOTIFIER_SCOPE_TSG): its channels
+        stopped, their notifiers written, RC_TRIGGERED (and MMU_FAULT_QUEUED) sent."""
         for other in [c for c in self.channels.values() if c.group == ch.group]:
             del self.channels[other.handle]
             note = self.gpu.host.view(other.notifier, 16)
-            if note is not None:
+            if note is not None and self.notifiers:
                 struct.pack_into("<IHH", note, 8, fault.xid, fault.engine, 0xFFFF)
         if self.firmware is not None and self.firmware.peer is not None:
             peer = self.firmware.peer
-            peer.event(EV_RC_TRIGGERED, peer.rc_triggered(ch.chid, fault.xid, fault.engine))
+            peer.event(EV_RC_TRIGGERED, peer.rc_triggered(
+                ch.chid, fault.xid, fault.engine, fault.address or 0,
+                fault_type=fault.fault_type, scope=RC_NOTIFIER_SCOPE_TSG))
+            if fault.address is not None:
+                peer.event(EV_MMU_FAULT_QUEUED)
+
+    def event(self, fn: int, payload: bytes = b"") -> None:
+        """Send GSP event ``fn`` now, between the PBDMA's steps (as a test's GSP-RM would)."""
+        assert self.firmware is not None and self.firmware.peer is not None
+        with self._lock:
+            self.firmware.peer.event(fn, payload)
+
+    def chid(self, handle: int) -> int:
+        """The ChID of channel ``handle`` (while it runs)."""
+        return self.channels[handle].chid
 
     def _run(self, ch: Channel) -> int:
         ran = 0
@@ -739,7 +795,10 @@ class SimRm:
                 ch.bound[subc] = data
             elif method >= 0x100:
                 if ch.bound.get(subc) in COPY_CLASSES:
-                    self._copy_engine(ch, method, data)
+                    try:
+                        self._copy_engine(ch, method, data)
+                    except gmmu.MmuFault as e:  # the copy engine's own access
+                        raise SimFault.mmu(e, ENGINE_GRCE) from e
                 elif ch.bound.get(subc) in COMPUTE_CLASSES and method == SEND_PCAS_A:
                     raise SimFault("a compute launch: no SM is simulated", XID_GR_EXCEPTION)
             elif method in (0x5C, 0x60, 0x64, 0x68):

@@ -24,7 +24,6 @@ from typing import Any
 from cffi import FFI
 
 from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
-from rig_edge.errors import Fault
 from rig_nv import checks, copies, peers, setup
 from rig_nv import classes as cls
 from rig_nv import launch as launching
@@ -48,7 +47,7 @@ from rig_nv.push import (
     header,
     hi_lo,
 )
-from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, RMError
+from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, ReportsFaults, RMError
 from rig_nv.setup import (
     INVALIDATE_CODE_AND_DATA,
     LOCAL_WINDOW,
@@ -107,7 +106,9 @@ class Device:
         self._attached: list[int] = []  # channels the path was told of
         self._notifiers: list[memoryview] = []
         self._lost: Lost | None = None
-        self._fault: Fault | None = None  # the channels' fault, read once (the RM's record clears)
+        self._fault: Lost | None = None  # the channels' fault, read once (the RM's record clears)
+        # a path whose RM also reports faults by message (rig_nv.rm.ReportsFaults)
+        self._reports = path if isinstance(path, ReportsFaults) else None
         self._fault_lock = threading.Lock()
         self._stopped = False
         self._next = 1
@@ -191,13 +192,18 @@ class Device:
         return int(self._word[0])
 
     def _faulted(self) -> Lost | None:
-        """The Fault of a channel whose error notifier the RM wrote, else ``None`` (a test of
-        each notifier's status; the RM is asked about an MMU fault once, when first seen)."""
+        """The fault the path reports (:class:`rig_nv.rm.ReportsFaults`), else the Fault of a
+        channel whose error notifier the RM wrote, else ``None`` (a test of each notifier's
+        status; the RM is asked about an MMU fault once, when first seen)."""
         if self._fault is None:
-            if not any(notified(note) for note in self._notifiers):
+            seen = any(notified(note) for note in self._notifiers)
+            if not seen and self._reports is None:
                 return None
             with self._fault_lock:
-                if self._fault is None:
+                if self._fault is None and self._reports is not None:
+                    self._fault = self._reports.fault(
+                        {ch.handle: ch.name for ch in self._channels}, seen)
+                if self._fault is None and seen:
                     self._fault = channel_fault(self.path.rm, self.ffi, [
                         (ch.name, ch.handle, note)
                         for ch, note in zip(self._channels, self._notifiers, strict=True)

@@ -8,10 +8,11 @@ of the structs in :mod:`rig_nv.layouts`; the RM writes its answers back into the
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
-from rig_edge import Dmabuf, Memory, Refusal, RigError
+from rig_edge import Dmabuf, Lost, Memory, Refusal, RigError
 from rig_nv.status import status_name
 
 HUGE_PAGE = 2 << 20
@@ -145,4 +146,18 @@ class Path(Protocol):
 
     def closed(self) -> None:
         """The device stopped: the GPU may be opened again."""
+        ...
+
+
+@runtime_checkable
+class ReportsFaults(Protocol):
+    """A path whose RM also reports faults by message, beside the channels' error notifiers
+    (the PCI path: the GSP's RC_TRIGGERED and lockdown notices). A path need not be one; the
+    device asks one where it tests its notifiers, while it waits and sleeps."""
+
+    def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
+        """What the RM reported since the device's last question: a :class:`rig_edge.Fault`
+        of one of ``channels`` (a channel's RM handle to the device's name of it), or the
+        :class:`rig_edge.Lost` of the GPU, else ``None``. ``notified``: an error notifier
+        of the device's channels is written, and the report may follow it."""
         ...

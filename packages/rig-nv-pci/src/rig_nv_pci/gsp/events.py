@@ -5,7 +5,20 @@ to its ``on_event``): a channel it stopped (RC_TRIGGERED, the Xid of the kernel 
 non-replayable MMU fault waiting to be serviced (MMU_FAULT_QUEUED), an Xid's text
 (OS_ERROR_LOG), a ucode's LibOS print (UCODE_LIBOS_PRINT), lockdown engaging or released
 (GSP_LOCKDOWN_NOTICE) and an RM event for a client (POST_EVENT). :class:`EventLog` keeps what
-they say until the device asks (:meth:`EventLog.raise_pending`).
+they say until the device asks (:meth:`EventLog.fault`, through
+:meth:`rig_nv_pci.path.PciPath.fault`).
+
+What a device makes of them: an RC_TRIGGERED for one of its channels is a
+:class:`rig_edge.Fault` naming the Xid, the channel and, for an MMU fault (Xid 31), the fault
+type, its address and the engine the event carries (rpc_rc_triggered_v17_02 has
+mmuFaultAddrLo/Hi and mmuFaultType since 560.35.03, gfid since 565.57.01, and nouveau's r570
+fifo.c r570_fifo_rc_triggered prints them; it has no access type, so the access is named only
+where the fault type implies one, as :mod:`rig_nv.faults` names it). A lockdown notice engaging is
+the device's :class:`rig_edge.Lost`: CPU-RM only stops touching the GSP's registers meanwhile
+(kernel_gsp.c _kgspRpcGspLockdownNotice sets bInLockdown, kernel_gsp_tu102.c's ISR returns
+early), and rig, which has nothing else to wait for, takes it as the GPU gone. MMU_FAULT_QUEUED
+carries nothing and stops nothing (CPU-RM only schedules UVM's fault handler,
+_kgspRpcMMUFaultQueued): it is kept as a line.
 
 Sources, open-gpu-kernel-modules 570.144: src/nvidia/generated/g_rpc-structures.h
 (rpc_rc_triggered_v17_02, rpc_os_error_log_v17_00, rpc_ucode_libos_print_v1E_08,
@@ -25,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rig_edge import Fault, Lost, RigError
-from rig_nv.faults import ENGINE, xid_name
+from rig_nv.faults import ACCESS_OF_TYPE, ENGINE, FAULT_TYPE, MMU_FAULT, xid_name
 from rig_nv_pci.gsp.rpc import Event, Incoming
 
 # Each layout is its struct up to a flexible array member (which follows at .size). NvBool is
@@ -200,19 +213,29 @@ def decode(event: Incoming) -> Decoded | None:
     return None if decoder is None else decoder(event.payload)
 
 
-def rc_fault(rc: RcTriggered) -> Fault:
-    """The :class:`rig_edge.Fault` an RC_TRIGGERED stands for, as rig_nv's device names it."""
-    return Fault(f"{xid_name(rc.except_type)} on channel {rc.chid}",
-                 address=rc.mmu_fault_address or None, engine=rc.engine)
+def rc_fault(rc: RcTriggered, channel: str | None = None) -> Fault:
+    """The :class:`rig_edge.Fault` an RC_TRIGGERED stands for, named as rig_nv's device names
+    a channel's fault (:func:`rig_nv.faults.channel_fault`): the Xid, the channel (``channel``,
+    the device's name of it, else its ChID), the engine; for an MMU fault (Xid 31) the fault
+    type's name (NV_PFAULT_FAULT_TYPE_*, whose numbers RM's FAULT_TYPE shares up to 0xf), the
+    faulting address (the MMU's, at page granularity; 0 too) and the access the type implies."""
+    where = f"on the {channel} channel" if channel else f"on channel {rc.chid}"
+    text = f"{xid_name(rc.except_type)} {where}"
+    if rc.except_type == MMU_FAULT:
+        kind = FAULT_TYPE.get(rc.mmu_fault_type, f"MMU fault type {rc.mmu_fault_type}")
+        return Fault(f"{text}: {kind}", address=rc.mmu_fault_address,
+                     access=ACCESS_OF_TYPE.get(rc.mmu_fault_type), engine=rc.engine)
+    return Fault(text, address=rc.mmu_fault_address or None, engine=rc.engine)
 
 
 class EventLog:
     """What the GSP's events said, kept until the device asks.
 
     :meth:`take` (an :class:`Rpc`'s ``on_event``) records an event; a payload that does not
-    decode raises :class:`EventError` naming the event. :meth:`raise_pending` raises
-    :class:`rig_edge.Fault` for the first RC_TRIGGERED since the last call, else
-    :class:`rig_edge.Lost` while the GSP's last lockdown notice said engaging. OS_ERROR_LOG,
+    decode raises :class:`EventError` naming the event. :meth:`fault` answers the device:
+    the :class:`rig_edge.Fault` of the first RC_TRIGGERED since the last question that names
+    one of its channels, else :class:`rig_edge.Lost` while the GSP's last lockdown notice
+    said engaging (:meth:`raise_pending` raises the same for any channel). OS_ERROR_LOG,
     LibOS prints and the others are kept as text (:attr:`lines`, the last
     :data:`LINES_KEPT`) for error messages.
     """
@@ -222,7 +245,7 @@ class EventLog:
         self.lines: deque[str] = deque(maxlen=keep)
         self.events: deque[Decoded] = deque(maxlen=keep)
         self.in_lockdown = False
-        self._faults: list[RcTriggered] = []
+        self._faults: deque[RcTriggered] = deque(maxlen=keep)
         self._lock = threading.Lock()
 
     def take(self, event: Incoming) -> Decoded | None:
@@ -239,14 +262,28 @@ class EventLog:
                 self.in_lockdown = decoded.engaging
             return decoded
 
-    def raise_pending(self) -> None:
+    def fault(self, channel: Callable[[RcTriggered], str | None]) -> Lost | None:
+        """The :class:`rig_edge.Fault` of the first RC_TRIGGERED since the last call (of this
+        or :meth:`raise_pending`) that ``channel`` names (the device's name of the channel it
+        stopped; one it names none of, not the device's, stays a line), else
+        :class:`rig_edge.Lost` while lockdown is engaged, else ``None``."""
         with self._lock:
-            faults, self._faults = self._faults, []
+            faults = list(self._faults)
+            self._faults.clear()
             lockdown = self.in_lockdown
-        if faults:
-            raise rc_fault(faults[0])
+        for rc in faults:
+            name = channel(rc)
+            if name is not None:
+                return rc_fault(rc, name)
         if lockdown:
-            raise Lost(f"{self.name}: the GSP engaged lockdown (GSP_LOCKDOWN_NOTICE)")
+            return Lost(f"{self.name}: the GSP engaged lockdown (GSP_LOCKDOWN_NOTICE)")
+        return None
+
+    def raise_pending(self) -> None:
+        """Raise what :meth:`fault` answers, any channel's RC_TRIGGERED named by its ChID."""
+        lost = self.fault(lambda rc: "")
+        if lost is not None:
+            raise lost
 
     def text(self, last: int = 8) -> str:
         """The last ``last`` lines, one per line, for an error message."""
