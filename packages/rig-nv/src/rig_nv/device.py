@@ -228,6 +228,8 @@ class Device:
 
     def _wait_value(self, value: int, timeout_s: float | None = None) -> None:
         if self.completed() >= value:
+            if self._lost is not None:  # a lost device's every use raises, done work's too
+                raise copy.copy(self._lost)
             return
         start = time.perf_counter()
         while time.perf_counter() - start < SPIN_S:
