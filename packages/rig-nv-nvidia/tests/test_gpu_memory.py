@@ -88,6 +88,31 @@ def test_timeline_values_complete_in_order_across_queues(device: Device) -> None
     assert all(p.signaled for p in points)
 
 
+def test_copies_run_on_an_async_copy_engine_in_a_group_of_their_own(device: Device) -> None:
+    """rig_nv.engines / rig_nv.setup: the GPU reports asynchronous copy engines; the copy
+    channel has a channel group of its own on the one chosen (no GRCE), and host, Device and
+    Pinned copies run there. Prints the RM's copy engine table and UVM's picks."""
+    from rig_nv import engines
+
+    ces = engines.query(device.path)
+    assert ces is not None
+    for ce in ces:
+        print(f"{ce}: caps {ce.caps.hex()} PCEs 0x{ce.pce_mask:x}"
+              f"{' usable' if ce.usable else ''}")
+    chosen = engines.choose(ces)
+    print(f"UVM's picks {engines.pick(ces)}; rig's copies on {chosen}")
+    assert chosen is not None and device.copy_engine == chosen.index
+    assert device._copy_tsg is not None and not chosen.has(engines.CE_GRCE)
+    n = (8 << 20) + 5
+    data = random_bytes(n)
+    a, b, pin = (device.alloc(n, k) for k in (Memory.DEVICE, Memory.DEVICE, Memory.PINNED))
+    assert a and b and pin
+    device.upload(a, data)  # host -> Device, staged through pinned memory
+    device.copy(b, a, engine="copy")
+    device.copy(pin, b, engine="copy").wait()
+    assert bytes(device.download(pin)) == data and bytes(device.download(b)) == data
+
+
 def _gpu_copy_of_host(device: Device, region_bytes: int, host: object) -> bytes:
     mapped = device.map_host(host)
     assert not isinstance(mapped, Refusal), mapped

@@ -221,9 +221,13 @@ def test_a_copy_from_an_address_nothing_maps_is_a_fault_naming_it(ga102: Opened)
         f = e.value
         assert f.channel_error == ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on the copy "
                                    "channel: FAULT_PTE")  # the page table stays, its PTE not
-        assert f.address == src.gpu + 0x3000 and f.engine == "copy engine 0"
+        # the copy channel's own group runs on the copy engine rig_nv.engines picked, its
+        # ChID the first of that engine's runlist
+        lce = d.copy_engine
+        assert isinstance(lce, int) and lce != 0
+        assert f.address == src.gpu + 0x3000 and f.engine == f"copy engine {lce}"
         assert f.access is None  # the event carries no access type; a PTE fault implies none
-        assert ga102.sim_rm.faults == [f"channel 2: 0x{src.gpu + 0x3000:x}: PTE 0x0 is not valid"]
+        assert ga102.sim_rm.faults == [f"channel 1: 0x{src.gpu + 0x3000:x}: PTE 0x0 is not valid"]
         every_use_is_lost(d, dst)
         with pytest.raises(Fault, match="FAULT_PTE"):  # the first cause, kept
             d.sleep(0.0)
@@ -231,8 +235,8 @@ def test_a_copy_from_an_address_nothing_maps_is_a_fault_naming_it(ga102: Opened)
         d.stop()
     events = d.path.events
     assert events is not None and events.text(2).splitlines() == [
-        f"RC_TRIGGERED: ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on channel 2 of copy "
-        f"engine 0 at 0x{src.gpu + 0x3000:x}", "MMU_FAULT_QUEUED"]
+        f"RC_TRIGGERED: ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on channel 1 of copy "
+        f"engine {lce} at 0x{src.gpu + 0x3000:x}", "MMU_FAULT_QUEUED"]
     assert ga102.stops == [None]
     reopens(ga102)
 

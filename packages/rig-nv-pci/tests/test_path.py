@@ -263,10 +263,14 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
         assert (d.classes.usermode, d.classes.gpfifo) == (0xC561, 0xC56F)
         assert (d.classes.compute, d.classes.copy) == (0xC7C0, 0xC7B5)
         assert d.sm_count == 41 * 2 and d.tpc_slots == 7 * 6
-        # two channels on the GSP, their tokens their ids, each ran its submission: the
-        # timeline's word shows the copy channel's release, which waited for the compute one's
-        assert sorted(c.chid for c in s.channels.values()) == [1, 2]
-        assert (d.compute.token, d.copy_channel.token) == (1, 2)
+        # two channels on the GSP, each the first of its group's runlist (the compute one's
+        # GRAPHICS 1, the copy one's its copy engine's: the GA102's sysmem LCE 2, COPY2 0x0b,
+        # sim/engines.py), their tokens their ids, each ran its submission: the timeline's
+        # word shows the copy channel's release, which waited for the compute one's
+        assert d.copy_engine == 2 and d._copy_tsg is not None
+        assert s.groups == {d._tsg: 0x01, d._copy_tsg: 0x0B}
+        assert sorted((c.runlist, c.chid) for c in s.channels.values()) == [(1, 1), (0x0B, 1)]
+        assert (d.compute.token, d.copy_channel.token) == (1, 1)
         assert d.completed() == 2 and s.faults == []
         assert all(c.pending == [] and c.get == 1 for c in s.channels.values())
         point = d._submit(d.compute, Push())
@@ -277,10 +281,10 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
     # the stop freed the device and everything under it on the GSP, and gave back the memory
     assert ga102.firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
     assert s.fbmem == {} and s.sysmem == {} and s.mappings == {} and s.channels == {}
-    # system memory: the timeline, two error notifiers, the channel group's method buffer
+    # system memory: the timeline, two error notifiers, the two channel groups' method buffers
     # (the pushbuffers and the launch arena lie in video memory: rig_nv.setup.ARENA_KIND)
     made = ga102.rig.gpu.host.buffers[before:]
-    assert sorted(b.length for b in made) == [4096] * 3 + [METHOD_BUFFER_SIZE]
+    assert sorted(b.length for b in made) == [4096] * 3 + [METHOD_BUFFER_SIZE] * 2
     assert all(b.freed for b in made)
 
 
@@ -506,12 +510,13 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
         held = p.rm.channels
         assert held is not None and p.tables is not None
         assert set(held.channels) == set(s.channels) and len(s.channels) == 2
-        assert set(held.method_buffers) == {d._tsg}
-        (mthd,) = held.method_buffers.values()
+        # one method buffer a group: the compute channel's group's and the copy channel's
+        assert set(held.method_buffers) == {d._tsg, d._copy_tsg}
+        buffers = list(held.method_buffers.values())
         for handle, ch in s.channels.items():
             at = held.channels[handle].instance
             assert ch.instance == at and at % 0x1000 == 0 and s.usable(at, 0x1000)
-            assert ch.mthdbuf == mthd.bus_address(0)
+            assert ch.mthdbuf == held.method_buffers[ch.group].bus_address(0)
             lo, hi = struct.unpack_from("<II", s.vram, at + 128 * 4)  # NV_RAMIN_PAGE_DIR_BASE
             assert (lo & ~0xFFF) | hi << 32 == p.tables.root
         # the USERD GSP-RM was given is the one GP_PUT is written to: the submissions ran
@@ -521,7 +526,8 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
     finally:
         d.stop()
     assert p.rm.channels is not None and p.rm.channels.channels == {}
-    assert p.rm.channels.method_buffers == {} and mthd.freed  # type: ignore[attr-defined]
+    assert p.rm.channels.method_buffers == {}
+    assert all(b.freed for b in buffers)  # type: ignore[attr-defined]
     assert p.heap.free == free_before
 
 
@@ -704,24 +710,49 @@ def test_the_flags_name_the_chid_as_cpu_rm_does() -> None:
     assert channels.chid_flags(1 << 11 | 0x1FF << 12 | 1, 4095) == full
 
 
-def test_two_devices_channels_take_the_gr_runlists_lowest_free_chids_in_sequence(
+def test_two_devices_channels_take_each_runlists_lowest_free_chids_in_sequence(
         ga102: Booted) -> None:
     """One ChID space per runlist (kernel_channel_gm107.c kchannelAllocHwID_GM107 GROW_UP,
-    kernel_fifo.c kfifoChidMgrAllocChid_IMPL above KFIFO_NUM_GSP_RESERVED_CHANNELS 1): the
-    compute and copy channels of each device's GR group share it, the first device's get 1
-    and 2, the second's 3 and 4; GSP-RM uses the ChIDs the flags name and its work-submit
-    token follows them."""
+    kernel_fifo.c kfifoChidMgrAllocChid_IMPL above KFIFO_NUM_GSP_RESERVED_CHANNELS 1): each
+    device's compute channel is on the GR runlist, its copy channel on its copy engine's
+    (COPY2 0x0b here); the first device's get 1 on each, the second's 2; GSP-RM uses the ChIDs
+    the flags name and its work-submit token follows them. Without a usable copy engine both
+    channels share the GR runlist: 1 and 2, then 3 and 4."""
     p, s = ga102.path(), ga102.sim_rm.start()
+    held = p.rm.channels
+    assert held is not None
+    d1 = rig_nv.make(p)
+    d2 = rig_nv.make(p)
+    for d, expected in ((d1, [1, 1]), (d2, [2, 2])):
+        chans = (d.compute, d.copy_channel)
+        assert [held.channels[c.handle].chid for c in chans] == expected
+        assert [s.channels[c.handle].chid for c in chans] == expected
+        assert [c.token for c in chans] == expected
+        assert [held.channels[c.handle].runlist for c in chans] == [1, 0x0B]
+    assert d2.completed() == 2 and s.faults == []
+    d2.stop()  # the path's device goes, and every ChID with it
+    assert held.channels == {} and held.groups == {} and s.channels == {}
+
+
+def test_without_a_usable_copy_engine_both_channels_share_the_gr_runlist(
+        ga102: Booted) -> None:
+    """A GPU that reports no copy engine but its GRCEs: the copy channel joins the graphics
+    group, on its GRCE (rig_nv.setup's fallback); the first device's channels get 1 and 2 of
+    the GR runlist, the second's 3 and 4."""
+    p, s = ga102.path(), ga102.sim_rm.start()
+    s.copy_engines = {i: s.copy_engines[i] for i in (0, 1)}  # the GRCEs only
     held = p.rm.channels
     assert held is not None
     d1 = rig_nv.make(p)
     d2 = rig_nv.make(p)
     for d, expected in ((d1, [1, 2]), (d2, [3, 4])):
         chans = (d.compute, d.copy_channel)
+        assert d.copy_engine is None and d._copy_tsg is None and set(s.groups) >= {d._tsg}
         assert [held.channels[c.handle].chid for c in chans] == expected
         assert [s.channels[c.handle].chid for c in chans] == expected
         assert [c.token for c in chans] == expected
         assert {held.channels[c.handle].runlist for c in chans} == {1}  # the GR group's
+    assert len(s.groups) == 2 and set(held.method_buffers) == {d1._tsg, d2._tsg}
     assert d2.completed() == 2 and s.faults == []
     d2.stop()  # the path's device goes, and every ChID with it
     assert held.channels == {} and held.groups == {} and s.channels == {}

@@ -39,6 +39,24 @@ NV_ERR_INVALID_CLIENT = 0x23
 NV_ERR_INVALID_OBJECT = 0x31
 NV_ERR_INVALID_OBJECT_PARENT = 0x36
 
+# The engines and copy engines an H200 on an x86 host without NVLink peers would report, as
+# kernel_ce_gh100.c (580.142) maps them: LCE 0 and 1 the GRCEs, sharing (kceMapPceLceForGRCE_GH100's
+# default case) the FBHUB PCEs 12,13 and 14,15 of LCE 2 and 3; LCE 4 the default async LCE with
+# NV_CE_NUM_PCES_NO_LINK_CASE (12) HSHUB PCEs (kceMapAsyncLceDefault_GH100; which 12 is made up).
+# Engine types (cl2080_notification.h): GRAPHICS 1, COPY0.. 0x09.., NVDEC0 0x13, SEC2 0x26,
+# NVJPG 0x2b, OFA 0x33. Caps (ctrl2080ce.h, byte 0): GRCE 0x01, SHARED 0x02, SYSMEM 0x20, P2P
+# 0x40, BL_SIZE_GT_64K 0x80; byte 1: SUPPORTS_NONPIPELINED_BL 0x01, _PIPELINED_BL 0x02. No
+# SYSMEM_READ/WRITE (NVLink-to-CPU caps) nor NVLINK_P2P (no peers).
+H200_ENGINES = [0x01, 0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x13, 0x26, 0x2B, 0x33]
+H200_COPY_ENGINES: dict[int, tuple[bytes, int]] = {  # LCE -> (capsTbl, pceMask)
+    0: (bytes((0x01 | 0x02 | 0x20 | 0x40 | 0x80, 0x03)), 0x3000),
+    1: (bytes((0x01 | 0x02 | 0x20 | 0x40 | 0x80, 0x03)), 0xC000),
+    2: (bytes((0x02 | 0x20 | 0x40 | 0x80, 0x03)), 0x3000),
+    3: (bytes((0x02 | 0x20 | 0x40 | 0x80, 0x03)), 0xC000),
+    4: (bytes((0x20 | 0x40 | 0x80, 0x03)), 0x0FFF),
+}
+NV_ERR_NOT_SUPPORTED = 0x56
+
 
 class FakeRM:
     """Answers the controls rig_nv.make sends with an H200's values."""
@@ -65,6 +83,12 @@ class FakeRM:
         # "alloc", "control" or "free" of a GT200_DEBUGGER -> the NV_STATUS the RM refuses with
         self.debugger_refusals: dict[str, int] = {}
         self.debuggers: list[tuple[int, int, bytes]] = []  # (parent, handle, params) made
+        # What NV2080_CTRL_CMD_GPU_GET_ENGINES_V2 lists (NV2080 engine types; None: the control
+        # answers NV_ERR_NOT_SUPPORTED), and what CE_GET_CAPS_V2 / CE_GET_CE_PCE_MASK answer per
+        # LCE index (a listed copy engine missing here answers NOT_SUPPORTED, as a stubbed one).
+        self.engines: list[int] | None = list(H200_ENGINES)
+        self.copy_engines: dict[int, tuple[bytes, int]] = dict(H200_COPY_ENGINES)
+        self.allocs: list[tuple[int, int, int, bytes]] = []  # (parent, handle, class, params)
 
     def new_handle(self) -> int:
         with self.lock:
@@ -76,6 +100,7 @@ class FakeRM:
             self._debugger(parent, handle, params)
         self.objects[handle] = cls
         self.parents[handle] = parent
+        self.allocs.append((parent, handle, cls, bytes(params or b"")))
         return handle
 
     def _debugger(self, parent: int, handle: int, params: bytearray | None) -> None:
@@ -130,6 +155,21 @@ class FakeRM:
                 for i in range(count):
                     if struct.unpack_from("<I", entries, 8 * i)[0] == 0x9:
                         struct.pack_into("<I", entries, 8 * i + 4, 140 << 20)
+        elif cmd == 0x20800170:  # GPU_GET_ENGINES_V2: {engineCount, engineList[0x54]}
+            if self.engines is None:
+                raise RMError(f"RM control 0x{cmd:x} of object 0x{obj:x}", NV_ERR_NOT_SUPPORTED)
+            struct.pack_into(f"<I{len(self.engines)}I", params, 0, len(self.engines),
+                             *self.engines)
+        elif cmd in (0x20802A03, 0x20802A02):  # CE_GET_CAPS_V2 {type, capsTbl[2]}, PCE_MASK
+            (engine,) = struct.unpack_from("<I", params)
+            index = engine - 0x09 if 0x09 <= engine <= 0x12 else engine - 0x34 + 10
+            if index not in self.copy_engines:
+                raise RMError(f"RM control 0x{cmd:x} of object 0x{obj:x}", NV_ERR_NOT_SUPPORTED)
+            caps, pces = self.copy_engines[index]
+            if cmd == 0x20802A03:
+                params[4:6] = caps
+            else:
+                struct.pack_into("<I", params, 4, pces)
         elif cmd == 0xC36F0108:  # work submit token
             struct.pack_into("<I", params, 0, 0x1234)
         elif cmd == 0x906F0106:  # GET_MMU_FAULT_INFO: {addrHi, addrLo, faultType, faultString[32]}

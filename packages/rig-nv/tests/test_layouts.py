@@ -51,6 +51,8 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     }),
     # nvos.h @570.211.01, @580.142
     "NV_HOPPER_USERMODE_A_PARAMS": (2, {"bBar1Mapping": 0, "bPriv": 1}),
+    # class/clb0b5sw.h @570.211.01, @580.142
+    "NVB0B5_ALLOCATION_PARAMETERS": (8, {"version": 0, "engineType": 4}),
     # ctrl/ctrl0000/ctrl0000system.h @570.211.01, @580.142
     "NV0000_CTRL_SYSTEM_GET_BUILD_VERSION_V2_PARAMS": (1032, {
         "driverVersionBuffer": 0, "versionBuffer": 256, "driverBranch": 512, "titleBuffer": 768,
@@ -70,6 +72,13 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     }),
     # ctrl/ctrl0080/ctrl0080gpu.h @570.211.01, @580.142 (the pointer form)
     "NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS": (16, {"numClasses": 0, "classList": 8}),
+    # ctrl/ctrl2080/ctrl2080gpu.h @570.211.01, @580.142 (NV2080_GPU_MAX_ENGINES_LIST_SIZE 0x54)
+    "NV2080_CTRL_GPU_GET_ENGINES_V2_PARAMS": (340, {"engineCount": 0, "engineList": 4}),
+    # ctrl/ctrl2080/ctrl2080ce.h @570.211.01, @580.142 (NV2080_CTRL_CE_CAPS_TBL_SIZE 2, then
+    # 2 bytes of padding)
+    "NV2080_CTRL_CE_GET_CAPS_V2_PARAMS": (8, {"ceEngineType": 0, "capsTbl": 4}),
+    # ctrl/ctrl2080/ctrl2080ce.h @570.211.01, @580.142
+    "NV2080_CTRL_CE_GET_CE_PCE_MASK_PARAMS": (8, {"ceEngineType": 0, "pceMask": 4}),
     # ctrl/ctrl2080/ctrl2080gpu.h @570.211.01, @580.142
     "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS": (268, {"index": 0, "flags": 4, "length": 8, "data": 12}),
     # ctrl/ctrl2080/ctrl2080gpu.h @570.211.01, @580.142 (NV2080_CTRL_GPU_INFO; FB_INFO is alike)
@@ -194,6 +203,8 @@ def test_array_lengths_and_nested_offsets(key: str) -> None:
     assert ffi.offsetof("NV2080_CTRL_BUS_GET_PCI_BAR_INFO_PARAMS", "pciBarInfo", 7) == 8 + 7 * 24
     assert ffi.offsetof("NV2080_CTRL_GPU_GET_GID_INFO_PARAMS", "data", 255) == 267
     assert ffi.offsetof("NvNotification", "nanoseconds", 1) == 4
+    assert ffi.offsetof("NV2080_CTRL_GPU_GET_ENGINES_V2_PARAMS", "engineList", 83) == 336
+    assert ffi.offsetof("NV2080_CTRL_CE_GET_CAPS_V2_PARAMS", "capsTbl", 1) == 5
     mmu = "NV906F_CTRL_GET_MMU_FAULT_INFO_PARAMS"
     assert ffi.offsetof(mmu, "faultString", 31) == 43
     assert ffi.offsetof(mmu, "shaderProgramVA", 6) == 96

@@ -329,6 +329,12 @@ def test_walks_reach_the_fallible_calls() -> None:
     assert {"rm", "mmap", "ioctl"} <= kinds["make"]
     assert {"rm", "ioctl"} <= kinds["stop"]
     assert all(CALLS[name] for name in WALKS)
+    # make's walk fails the copy engine queries and each call of the copy channel's own group
+    # (the stand-in reports an H200's copy engines: fake_gpu.py)
+    sites = [site for _, site in CALLS["make"]]
+    assert any(site.endswith(">query>control") for site in sites)
+    assert any(site.endswith("build>copy_group>alloc") for site in sites)
+    assert any(site.endswith("build>copy_group>control") for site in sites)
 
 
 def test_launch_again_makes_no_fallible_call() -> None:

@@ -65,7 +65,11 @@ the channel's ChID, picked from its runlist's space as CPU-RM does, in its flags
 channel's first compute object the compute engine's context buffers are made, mapped and
 handed over with NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.grctx`,
 _kgrAlloc); their sizes come from NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, not
-CPU-RM's internal static copy.
+CPU-RM's internal static copy. The copy engine queries a device makes to choose its copy
+channel's engine (rig_nv.engines: NV2080_CTRL_CMD_GPU_GET_ENGINES_V2, CE_GET_CAPS_V2) go to
+GSP-RM as they are, where CPU-RM answers them itself for a GSP client (their
+g_subdevice_nvoc.c flags have no ROUTE_TO_PHYSICAL); where GSP-RM refuses the first
+NOT_SUPPORTED the copy channel stays in the compute channel's group.
 """
 
 from __future__ import annotations

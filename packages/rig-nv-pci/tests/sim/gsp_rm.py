@@ -45,7 +45,8 @@ rig_nv_pci or rig_nv:
 - controls: NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 (0x800292, numClasses then 100 class
   numbers), NV2080_CTRL_CMD_GR_GET_INFO_V2 (0x20801228) and NV2080_CTRL_CMD_FB_GET_INFO_V2
   (0x20801303) (a count, then {index, data} pairs answered from the tables given),
-  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's ChID);
+  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's ChID), and the
+  engine and copy engine queries from ``copy_engines`` (sim/engines.py);
 - a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
   gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
   64, the NV_MEMORY_DESC_PARAMS of :data:`CH_INSTANCE` ...) only with the memory a GSP
@@ -115,7 +116,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import chid, gmmu
+from . import chid, engines, gmmu
 from .gpu import SimGpu
 
 if TYPE_CHECKING:
@@ -253,8 +254,10 @@ class SimRm:
 
     def __init__(self, gpu: SimGpu, *, fb_size: int = 24 << 30, bar1_size: int = 256 << 20,
                  classes: tuple[int, ...] = GA102_CLASSES, gr: dict[int, int] | None = None,
-                 fb: dict[int, int] | None = None) -> None:
+                 fb: dict[int, int] | None = None,
+                 copy_engines: dict[int, tuple[bytes, int]] | None = None) -> None:
         self.gpu = gpu
+        self.copy_engines = engines.GA102_COPY_ENGINES if copy_engines is None else copy_engines
         self.fb_size, self.bar1_size = fb_size, bar1_size
         self.classes, self.gr, self.fb = classes, gr or GA102_GR, fb or GA102_FB
         self.vram = mmap.mmap(-1, fb_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
@@ -505,7 +508,7 @@ class SimRm:
             if channel is None:
                 return NV_ERR_INVALID_OBJECT_HANDLE, params
             return 0, struct.pack("<I", channel.chid)
-        return None
+        return engines.answer(cmd, params, self.copy_engines)
 
     def _copy_pdes(self, vaspace: int, params: bytes) -> int:
         """The client's PD3/PD2/PD1 over the server's range, checked and mirrored."""
@@ -797,8 +800,10 @@ class SimRm:
                 if ch.bound.get(subc) in COPY_CLASSES:
                     try:
                         self._copy_engine(ch, method, data)
-                    except gmmu.MmuFault as e:  # the copy engine's own access
-                        raise SimFault.mmu(e, ENGINE_GRCE) from e
+                    except gmmu.MmuFault as e:  # the copy engine's own access: the LCE
+                        # of a copy group's runlist, or the GR group's GRCE
+                        lce = ch.runlist if ch.runlist not in (None, ENGINE_GRAPHICS) else None
+                        raise SimFault.mmu(e, lce or ENGINE_GRCE) from e
                 elif ch.bound.get(subc) in COMPUTE_CLASSES and method == SEND_PCAS_A:
                     raise SimFault("a compute launch: no SM is simulated", XID_GR_EXCEPTION)
             elif method in (0x5C, 0x60, 0x64, 0x68):

@@ -73,7 +73,7 @@ class Arena:
 
 
 class Channel:
-    """One GPFIFO channel of the device's channel group.
+    """One GPFIFO channel of the device (compute or copy).
 
     ``wait`` is the device's wait for a timeline value; the channel calls it before it reuses
     pushbuffer space or GPFIFO entries that work of that value still reads.

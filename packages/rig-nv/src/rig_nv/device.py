@@ -1,7 +1,8 @@
 """The NVIDIA device over an RM path: memory, copies, the timeline, stopping.
 
 ``make(path)`` builds a device on a GPU a path has opened: it reads the GPU's classes, makes a
-channel group with a compute and a copy channel, the usermode doorbell and the timeline word.
+compute and a copy channel (the copy one in a channel group of its own on an asynchronous copy
+engine, where the GPU has one: rig_nv.setup), the usermode doorbell and the timeline word.
 
 The timeline: every submission gets the next value; the GPU writes it (64 bits) into a word of
 host memory once the submission's work is done. A submission on one channel first waits for the
@@ -136,6 +137,8 @@ class Device:
         self.copy_channel: Channel
         self._arena: Arena
         self._tsg: int
+        self._copy_tsg: int | None = None  # the copy channel's group, where it has its own
+        self.copy_engine: int | None = None  # the LCE copies run on (None: the GRCE)
         self._release: array[int]
         self._acquire: array[int]
         self._launch_words: array[int]
@@ -179,7 +182,9 @@ class Device:
         return self._facts.arch
 
     def __repr__(self) -> str:
-        return f"<rig_nv.Device {self._facts.name} {self._facts.arch} {self._facts.bus}>"
+        on = "GRCE" if self.copy_engine is None else f"LCE {self.copy_engine}"
+        return (f"<rig_nv.Device {self._facts.name} {self._facts.arch} {self._facts.bus}, "
+                f"copies on {on}>")
 
     def _check(self) -> None:
         if self._lost is not None:

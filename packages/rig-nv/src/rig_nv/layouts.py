@@ -4,10 +4,10 @@ Both of rig's paths carry these structs to the resource manager (the kernel driv
 from user memory; the GSP receives them in RPCs). Field names, order and types follow NVIDIA's
 open-gpu-kernel-modules headers under src/common/sdk/nvidia/inc at tags 570.211.01 and 580.142
 (580.159.04 is not tagged there; 580.65.06 and 580.142 agree byte for byte):
-nvos.h, alloc/alloc_channel.h, class/cl0080.h, class/cl2080.h, nvgputypes.h,
-ctrl/ctrl0000/ctrl0000system.h, ctrl0000gpu.h, ctrl/ctrl0080/ctrl0080gpu.h,
+nvos.h, alloc/alloc_channel.h, class/cl0080.h, class/cl2080.h, class/clb0b5sw.h,
+nvgputypes.h, ctrl/ctrl0000/ctrl0000system.h, ctrl0000gpu.h, ctrl/ctrl0080/ctrl0080gpu.h,
 ctrl/ctrl2080/ctrl2080gpu.h, ctrl2080fb.h, ctrl2080gr.h, ctrl2080perf.h, ctrl2080gpumon.h,
-ctrl2080bus.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h, ctrl/ctrl906f.h,
+ctrl2080bus.h, ctrl2080ce.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h, ctrl/ctrl906f.h,
 class/cl83de.h, ctrl/ctrl83de/ctrl83dedebug.h.
 NvP64 is declared as uint64_t, which has its 8-byte alignment on x86-64. The sizes are asserted
 by the tests against those headers, compiled with gcc.
@@ -56,6 +56,9 @@ typedef struct {
     uint32_t encryptIv[3]; uint32_t decryptIv[3]; uint32_t hmacNonce[8]; uint32_t tpcConfigID;
 } NV_CHANNEL_ALLOC_PARAMS;
 typedef struct { uint8_t bBar1Mapping; uint8_t bPriv; } NV_HOPPER_USERMODE_A_PARAMS;
+/* class/clb0b5sw.h: a copy object's engine (version NVB0B5_ALLOCATION_PARAMETERS_VERSION_1: an
+   NV2080_ENGINE_TYPE) */
+typedef struct { uint32_t version; uint32_t engineType; } NVB0B5_ALLOCATION_PARAMETERS;
 
 typedef struct {
     char driverVersionBuffer[256]; char versionBuffer[256]; char driverBranch[256];
@@ -71,6 +74,11 @@ typedef struct {
     uint32_t sliStatus; uint32_t boardId; uint32_t gpuInstance; int32_t numaId;
 } NV0000_CTRL_GPU_GET_ID_INFO_V2_PARAMS;
 typedef struct { uint32_t numClasses; uint64_t classList; } NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS;
+/* ctrl2080gpu.h: NV2080_GPU_MAX_ENGINES_LIST_SIZE 0x54 */
+typedef struct { uint32_t engineCount; uint32_t engineList[84]; } NV2080_CTRL_GPU_GET_ENGINES_V2_PARAMS;
+/* ctrl2080ce.h: NV2080_CTRL_CE_CAPS_TBL_SIZE 2 */
+typedef struct { uint32_t ceEngineType; uint8_t capsTbl[2]; } NV2080_CTRL_CE_GET_CAPS_V2_PARAMS;
+typedef struct { uint32_t ceEngineType; uint32_t pceMask; } NV2080_CTRL_CE_GET_CE_PCE_MASK_PARAMS;
 typedef struct { uint32_t index; uint32_t flags; uint32_t length; uint8_t data[256]; } NV2080_CTRL_GPU_GET_GID_INFO_PARAMS;
 typedef struct { uint32_t index; uint32_t data; } NV2080_CTRL_INFO;
 typedef struct { uint32_t listSize; uint64_t list; } NV2080_CTRL_INFO_LIST_PARAMS;

@@ -1,5 +1,13 @@
-"""Building a device on an opened GPU: its channel group, channels, doorbell, timeline word
+"""Building a device on an opened GPU: its channel groups, channels, doorbell, timeline word
 and launch arena (what :func:`rig_nv.device.make` runs), and the clock boost it asks for.
+
+Two channel groups, as UVM runs its copies (and CUDA, by its copies' bandwidth): the compute
+channel in a group on the graphics runlist (NV2080_ENGINE_TYPE_GRAPHICS), which also drives
+that runlist's GR copy engine (GRCE) on subchannel 4 for steps; the copy channel in a group of
+its own on the runlist of the asynchronous copy engine :mod:`rig_nv.engines` chooses
+(NV2080_ENGINE_TYPE_COPY(n)), which has more physical copy engines behind it than the GRCE's
+one or two. Where the GPU reports no usable one, the copy channel is made in the graphics
+group, on its GRCE.
 
 Everything made is recorded on the device before the next fallible call, so that its
 ``stop`` gives back exactly what a failed build made.
@@ -10,8 +18,9 @@ from __future__ import annotations
 from array import array
 from typing import TYPE_CHECKING
 
-from rig_edge import Facts, Memory
+from rig_edge import Facts, Memory, RigError
 from rig_nv import classes as cls
+from rig_nv import engines
 from rig_nv import qmd as qmd_mod
 from rig_nv.channel import Arena, Channel, Ring
 from rig_nv.controls import (
@@ -50,8 +59,13 @@ if TYPE_CHECKING:
 # Whether make() asks for that boost. Measured on the H200 (docs/results): copies inside the
 # GPU 655 -> 1474 GB/s from idle clocks, but launch+wait 21.5 -> 46 us in the benchmark run.
 BOOST = True
-# NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the channel group runs on the GR runlist.
-ENGINE_GRAPHICS = 1
+# The copy engine make() puts the copy channel on: None the one rig_nv.engines.choose picks;
+# "grce" none of its own (the copy channel in the graphics group, on its GRCE); an LCE index
+# that one (for measuring one against another: the GPU must report it).
+COPY_ENGINE: int | str | None = None
+# NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the compute group runs on the GR runlist.
+ENGINE_GRAPHICS = engines.ENGINE_GRAPHICS
+NVB0B5_ALLOCATION_PARAMETERS_VERSION_1 = 1  # clb0b5sw.h: engineType is an NV2080_ENGINE_TYPE
 NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC = 1
 
 GPFIFO_ENTRIES = 0x4000  # a power of two (dev_pbdma GP_BASE_HI_LIMIT2 is log2 of it)
@@ -97,6 +111,7 @@ def build(d: Device) -> None:
     # Local memory is indexed by the TPC's physical number: size it for the chip's maxima.
     d.tpc_slots = gpcs * tpc_per_gpc
     (heap_kib,) = info_list(path, NV2080_CTRL_CMD_FB_GET_INFO, [FB_HEAP_SIZE], path.h_subdevice)
+    copy_engine = copy_engine_of(d)
     d.sm_count = tpcs * sm_per_tpc
     d.max_warps_per_sm = warps
     d._facts = Facts(
@@ -146,9 +161,14 @@ def build(d: Device) -> None:
     assert area.host is not None
     view(area.host, area.length)[:] = bytes(area.length)
     d.compute = channel(d, "compute", 0, area, tsg, ctxshare, d.classes.compute)
-    d.copy_channel = channel(d, "copy", 1, area, tsg, ctxshare, d.classes.copy)
+    if copy_engine is None:
+        # No asynchronous copy engine rig can use (or the RM answered GET_ENGINES_V2
+        # NOT_SUPPORTED): the copy channel joins the graphics group and copies on its GRCE.
+        d.copy_channel = channel(d, "copy", 1, area, tsg, ctxshare, d.classes.copy)
     rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
+    if copy_engine is not None:
+        d.copy_channel = copy_group(d, area, copy_engine)
     arena = d._own_memory(LAUNCH_ARENA, ARENA_KIND)
     assert arena.host is not None
     d._arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),
@@ -163,9 +183,53 @@ def build(d: Device) -> None:
     point = d._submit(d.copy_channel, Push().set_object(SUBC_COPY, d.classes.copy))
     d.wait(point, timeout_s=10.0)
 
+def copy_engine_of(d: Device) -> engines.CopyEngine | None:
+    """The copy engine the copy channel gets a group on (:data:`COPY_ENGINE`), or ``None``
+    for the graphics group's GRCE."""
+    if COPY_ENGINE == "grce":
+        return None
+    ces = engines.query(d.path)
+    if COPY_ENGINE is None:
+        return engines.choose(ces)
+    forced = next((ce for ce in ces or () if ce.index == COPY_ENGINE), None)
+    if forced is None:
+        raise RigError(f"{d.path.name}: rig_nv.setup.COPY_ENGINE is {COPY_ENGINE!r}, a copy "
+                       f"engine the GPU does not report (it reports "
+                       f"{', '.join(map(str, ces or ())) or 'none'})")
+    return forced
+
+
+def copy_group(d: Device, area: Allocation, ce: engines.CopyEngine) -> Channel:
+    """The copy channel, in a channel group of its own on ``ce``'s runlist, made as UVM makes
+    its copy channels (nv_gpu_ops.c nvGpuOpsTsgAllocate, channelAllocate, engineAllocate):
+    KEPLER_CHANNEL_GROUP_A with the address space and NV2080_ENGINE_TYPE_COPY(n), and no
+    FERMI_CONTEXT_SHARE_A: a channel naming none (hContextShare 0) puts its group in legacy
+    mode, where the RM makes the group's context shares on the group's address space itself
+    (kernel_channel.c kchannelConstruct_IMPL, kernel_channel_group_api.c
+    kchangrpapiSetLegacyMode_IMPL). Then the group is scheduled, as the graphics one."""
+    path, rm, ffi = d.path, d.path.rm, d.ffi
+    group = d._handle()
+    rm.alloc(
+        path.h_device, group, cls.KEPLER_CHANNEL_GROUP_A,
+        Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
+               engineType=ce.engine_type).buf,
+    )
+    d._copy_tsg = group
+    ch = channel(d, "copy", 1, area, group, 0, d.classes.copy, engine=ce.engine_type)
+    rm.control(group, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+               Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
+    d.copy_engine = ce.index
+    return ch
+
+
 def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxshare: int,
-        engine_class: int) -> Channel:
-    """One GPFIFO channel of ``d``'s group, on ``index``'s part of ``area``."""
+        engine_class: int, engine: int = 0) -> Channel:
+    """One GPFIFO channel of channel group ``tsg``, on ``index``'s part of ``area``.
+
+    ``engine``: for a channel of a copy engine's group, its NV2080_ENGINE_TYPE_COPY(n), named in
+    the channel's params (the group's engine type, which UVM's channelAllocate names too; a
+    different one the RM refuses) and in its copy object's (NVB0B5_ALLOCATION_PARAMETERS
+    version 1, as UVM's engineAllocate)."""
     path, rm, ffi = d.path, d.path.rm, d.ffi
     assert area.host is not None and d._doorbell is not None
     # Everything fallible that stop() could not find comes first: memory is in _own.
@@ -180,12 +244,17 @@ def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxsha
     userd = offset + GPFIFO_ENTRIES * 8
     p = Params(ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
                hObjectBuffer=area.handle, gpFifoOffset=area.gpu + offset,
-               gpFifoEntries=GPFIFO_ENTRIES, hContextShare=ctxshare)
+               gpFifoEntries=GPFIFO_ENTRIES, hContextShare=ctxshare, engineType=engine)
     p.p.hUserdMemory[0] = area.handle
     p.p.userdOffset[0] = userd
     handle = d._handle()
     rm.alloc(tsg, handle, d.classes.gpfifo, p.buf)
-    rm.alloc(handle, d._handle(), engine_class)
+    if engine:
+        rm.alloc(handle, d._handle(), engine_class,
+                 Params(ffi, "NVB0B5_ALLOCATION_PARAMETERS",
+                        version=NVB0B5_ALLOCATION_PARAMETERS_VERSION_1, engineType=engine).buf)
+    else:
+        rm.alloc(handle, d._handle(), engine_class)
     if engine_class == d.classes.compute:
         # The compute channel also drives its group's copy engine (GRCE) on subchannel 4,
         # so steps can copy between launches without leaving the channel.
