@@ -28,6 +28,7 @@ from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigEr
 from rig_nv import checks, copies, peers, setup
 from rig_nv import classes as cls
 from rig_nv import launch as launching
+from rig_nv import step as stepping
 from rig_nv.channel import Arena, Channel
 from rig_nv.controls import (
     PERF_BOOST_CLEAR,
@@ -59,7 +60,7 @@ from rig_nv.setup import (
     SPIN_S,
     VIDEO,
 )
-from rig_nv.step import AROUND, RELEASE_WORDS, Step
+from rig_nv.step import Step
 
 # NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
 GONE = (0x31, 0x33, 0x57)
@@ -326,23 +327,8 @@ class Device:
 
     def _submit_step(self, step: Step) -> Point:
         """Submit a sealed step (its commands add one to the timeline themselves) as one
-        GPFIFO entry on the compute channel.
-
-        After compute work (the common case), or with no work before it, the entry names the
-        step's commands where they lie in its memory. When the previous value went to the copy
-        channel the step must first acquire that value, and under a profile stamps bracket it:
-        then the acquire, the stamps and a copy of the step's commands (end stamp before its
-        release) go through the compute channel's pushbuffer as one entry. An entry names one
-        run of words, so the acquire must lie right before the commands; it is not kept in the
-        step's memory, since its value changes with every submission while the GPU may still
-        read that memory for an earlier one (patching it there would wait for that, and stall
-        a copy-step-copy-step pipeline). The pushbuffer hands out only bytes no submission
-        still reads (Arena), and the step's commands never change once sealed (set_args
-        changes a bank only once the step's submissions are done). A step whose copy would
-        fill more than half the pushbuffer (some 20,000 copies) is the exception: the CPU
-        waits for the work before it (so for its own earlier submissions), then sends its
-        commands, with no acquire, or between stamps in memory of its own (Step._stamped).
-        """
+        GPFIFO entry on the compute channel: after compute work (the common case) the entry
+        names the step's commands where they lie; otherwise :func:`rig_nv.step.submit_after`."""
         with self._lock:
             if self._lost is not None or self._stopped:
                 self._check()
@@ -355,45 +341,7 @@ class Device:
                 fields = point.__dict__
                 fields["device"], fields["value"] = self, value
                 return point
-            # What may fail comes before the value is taken: a value never submitted would
-            # leave the next step's addition one short.
-            after = self._last is not None and self._last is not compute
-            cmds = step._cmds
-            fits = (len(cmds) + AROUND) * 4 <= compute.pb.length >> 1
-            profile = self._profile
-            if profile is not None and not fits:
-                self._wait_value(self._next - 1)
-                step._stamp_room()
-            stamps = profile.take("step", "compute") if profile is not None else None
-            value = self._next
-            self._next = value + 1
-            if profile is not None:
-                profile.value(value)
-            done = self._word[0]
-            if not after and stamps is None:
-                compute.submit_at(step._pb, step._words, value, done)
-            elif fits:
-                words = array("I")
-                if after:
-                    acquire = self._acquire
-                    acquire[3], acquire[4] = (value - 1) & 0xFFFFFFFF, (value - 1) >> 32
-                    words.extend(acquire)
-                if stamps is None:
-                    words.extend(cmds)
-                else:
-                    words.extend(Push().timestamp(stamps[0]).words)
-                    words.extend(cmds[:-RELEASE_WORDS])
-                    words.extend(Push().timestamp(stamps[1]).words)
-                    words.extend(cmds[-RELEASE_WORDS:])
-                compute.submit(words, value, done)
-            else:
-                self._wait_value(value - 1)  # done already under a profile
-                if stamps is None:
-                    compute.submit_at(step._pb, step._words, value, self._word[0])
-                else:
-                    compute.submit_at(*step._stamped(*stamps), value, self._word[0])
-            self._last = compute
-            return Point(self, value)
+            return stepping.submit_after(self, step)
 
     def step(self) -> Step:
         """A new step to record launches and copies into (see :mod:`rig_nv.step`)."""

@@ -236,3 +236,64 @@ class Step:
             if memory is not None:
                 self.device.free(memory)
         self._memory = self._stamped_memory = None
+
+
+def submit_after(d: Device, step: Step) -> Point:
+    """Submit ``step`` after the copy channel's work, or under a profile (the caller holds
+    ``d``'s lock and has checked the device): one GPFIFO entry still.
+
+    The step must first acquire the previous value, and under a profile stamps bracket it: so
+    the acquire, the stamps and a copy of the step's commands (the end stamp before its
+    release) go through the compute channel's pushbuffer as one entry. An entry names one run
+    of words, so the acquire must lie right before the commands; it is not kept in the step's
+    memory, since its value changes with every submission while the GPU may still read that
+    memory for an earlier one (patching it there would wait for that, and stall a
+    copy-step-copy-step pipeline). The pushbuffer hands out only bytes no submission still
+    reads (Arena), and the step's commands never change once sealed (set_args changes a bank
+    only once the step's submissions are done). A step whose copy would fill more than half
+    the pushbuffer (some 20,000 copies) is the exception: the CPU waits for the work before it
+    (so for its own earlier submissions), then sends its commands, with no acquire, or between
+    stamps in memory of its own (Step._stamped).
+    """
+    from rig_nv.device import Point
+
+    compute = d.compute
+    # What may fail comes before the value is taken: a value never submitted would leave the
+    # next step's addition one short.
+    after = d._last is not None and d._last is not compute
+    cmds = step._cmds
+    fits = (len(cmds) + AROUND) * 4 <= compute.pb.length >> 1
+    profile = d._profile
+    if profile is not None and not fits:
+        d._wait_value(d._next - 1)
+        step._stamp_room()
+    stamps = profile.take("step", "compute") if profile is not None else None
+    value = d._next
+    d._next = value + 1
+    if profile is not None:
+        profile.value(value)
+    done = d._word[0]
+    if not after and stamps is None:
+        compute.submit_at(step._pb, step._words, value, done)
+    elif fits:
+        words = array("I")
+        if after:
+            acquire = d._acquire
+            acquire[3], acquire[4] = (value - 1) & 0xFFFFFFFF, (value - 1) >> 32
+            words.extend(acquire)
+        if stamps is None:
+            words.extend(cmds)
+        else:
+            words.extend(Push().timestamp(stamps[0]).words)
+            words.extend(cmds[:-RELEASE_WORDS])
+            words.extend(Push().timestamp(stamps[1]).words)
+            words.extend(cmds[-RELEASE_WORDS:])
+        compute.submit(words, value, done)
+    else:
+        d._wait_value(value - 1)  # done already under a profile
+        if stamps is None:
+            compute.submit_at(step._pb, step._words, value, d._word[0])
+        else:
+            compute.submit_at(*step._stamped(*stamps), value, d._word[0])
+    d._last = compute
+    return Point(d, value)
