@@ -19,6 +19,7 @@ _CDEF = """
     int pthread_spin_init(pthread_spinlock_t *lock, int pshared);
     int pthread_spin_lock(pthread_spinlock_t *lock);
     int pthread_spin_unlock(pthread_spinlock_t *lock);
+    int pthread_spin_trylock(pthread_spinlock_t *lock);
     """
 
 # Parsed once into a generated module (rig_nv.prebuilt; `python3 scripts/gen_ffi.py`), so that
@@ -34,19 +35,21 @@ MAP_FAILED = (1 << 64) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # A locked instruction drains the CPU's write-combining buffers (Intel SDM vol. 3, 11.3.1), so
-# a spin lock's lock/unlock pair is a full fence for BAR1 writes before a doorbell. libatomic's
-# atomic_thread_fence would do the same where it is installed; the spin lock is always in libc.
+# a spin lock's try is a full fence for BAR1 writes before a doorbell: glibc's
+# pthread_spin_trylock is one atomic exchange (xchg, locked) whatever the lock's state (nptl
+# pthread_spin_trylock.c, ATOMIC_EXCHANGE_USES_CAS is 0 on x86-64), musl's a lock cmpxchg. The
+# lock is taken once and never given back, so every try is that one instruction and fails;
+# one C call a submission (it was a lock and an unlock, two). libatomic's atomic_thread_fence
+# would do the same where it is installed; the spin lock is always in libc.
 _fence_lock = ffi.new("pthread_spinlock_t *")
 libc.pthread_spin_init(_fence_lock, 0)
-
-
-_spin_lock, _spin_unlock = libc.pthread_spin_lock, libc.pthread_spin_unlock
+libc.pthread_spin_lock(_fence_lock)
+_spin_trylock = libc.pthread_spin_trylock
 
 
 def fence() -> None:
     """Order every earlier store (write-combined ones too) before every later one."""
-    _spin_lock(_fence_lock)
-    _spin_unlock(_fence_lock)
+    _spin_trylock(_fence_lock)
 
 
 def mmap(addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
