@@ -286,10 +286,11 @@ if __name__ == "__main__" and "--regenerate" in sys.argv:
     regenerate()
 
 
-def test_a_region_address_no_pointer_holds_leaves_the_launch_arena_as_it_was(
+def test_a_region_address_no_pointer_holds_leaves_the_launch_as_it_was(
         dev: tuple[Any, Any]) -> None:
-    """Arguments go straight into the arena: one that fails there (a made-up Region whose
-    address is no 64-bit number) leaves the arena's next space where it was."""
+    """Arguments go straight into a slot (or the arena): one that fails there (a made-up
+    Region whose address is no 64-bit number) takes no slot, no arena space and no timeline
+    value, and sends nothing."""
     import pytest
 
     from rig_edge import Region
@@ -297,15 +298,16 @@ def test_a_region_address_no_pointer_holds_leaves_the_launch_arena_as_it_was(
     d, _ = dev
     img = d.load(CUBIN.read_bytes())
     a = d.alloc(1 << 16, Memory.DEVICE)
-    d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
-    head = d._arena.head
+    d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))  # the first: prepares, through the arena
+    d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))  # the second: makes the slots, uses one
+    slots = img["vadd"].prepared[((4,), (256,), 0, d._slm)].slots
+    head, turn, value, put = d._arena.head, slots.turn, d._next, d.compute.put
     bad = Region(-64, None, 64, Memory.DEVICE)
     with pytest.raises(struct.error):
         d.launch(img["vadd"], (4,), (256,), (a, a, bad, 1))
-    assert d._arena.head == head
+    assert (d._arena.head, slots.turn, d._next, d.compute.put) == (head, turn, value, put)
     d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
-    blob = len(img["vadd"].prepared[((4,), (256,), 0, d._slm)].blob)
-    assert d._arena.head == -(-head // 256) * 256 + blob  # the next blob, right after the last
+    assert slots.turn == turn + 1 and d._arena.head == head
 
 
 def test_the_fast_paths_points_are_points(dev: tuple[Any, Any]) -> None:

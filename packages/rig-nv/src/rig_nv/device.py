@@ -29,7 +29,7 @@ from rig_nv import checks, copies, peers, setup
 from rig_nv import classes as cls
 from rig_nv import launch as launching
 from rig_nv import step as stepping
-from rig_nv.channel import Arena, Channel
+from rig_nv.channel import Arena, Channel, Ring
 from rig_nv.controls import (
     PERF_BOOST_CLEAR,
 )
@@ -67,7 +67,6 @@ GONE = (0x31, 0x33, 0x57)
 CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
 CACHE_BYTES = 1 << 30  # and at most this much in all
 KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
-_pack_q = struct.Struct("<Q").pack_into
 _new = object.__new__
 
 
@@ -137,6 +136,8 @@ class Device:
         self.compute: Channel
         self.copy_channel: Channel
         self._arena: Arena
+        self._pool: Ring  # launch configurations' slots (rig_nv.launch.Slots), bump-allocated
+        self._pool_head = 0
         self._tsg: int
         self._copy_tsg: int | None = None  # the copy channel's group, where it has its own
         self.copy_engine: int | None = None  # the LCE copies run on (None: the GRCE)
@@ -529,17 +530,32 @@ class Device:
     def _launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
                      st: struct.Struct | None = None, values: Any = (),
                      params: int = 0) -> Point:
-        """Write ``blob`` (a QMD in its 512-byte slot, then its bank) into the launch arena,
-        with ``values`` packed by ``st`` at ``params`` in the bank, and send the QMD."""
+        """Send the QMD of ``blob`` (a QMD in its 512-byte slot, then its bank) with ``values``
+        packed by ``st`` at ``params`` in the bank: from one of the configuration's slots
+        (:class:`rig_nv.launch.Slots`, only the arguments written) when ``blob`` is the
+        prepared one and a slot is free, else written whole into the launch arena."""
         with self._lock:
             if self._lost is not None or self._stopped:
                 self._check()
+            done = self._word[0]
+            slots = prep.slots
+            k = slots.turn
+            if st is not None and blob is prep.blob and k >= 0:
+                if not slots.at:
+                    launching.make_slots(self, prep)
+                    k = slots.turn
+                if k >= 0 and slots.values[k] <= done:
+                    at = slots.at[k]
+                    st.pack_into(self._pool.view, at + 512 + params, *values)
+                    slots.turn = k + 1 if k + 1 < launching.SLOTS else 0
+                    point = self._send_qmd(self._pool.gpu + at, name, done)
+                    slots.values[k] = point.value
+                    return point
             arena = self._arena
             ring = arena.ring
             inflight = arena.inflight
             n = len(blob)
             head = arena.head
-            done = self._word[0]
             while inflight and inflight[0][0] <= done:  # Arena.retire
                 inflight.popleft()
             # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
@@ -559,32 +575,34 @@ class Device:
                 except BaseException:
                     arena.head = head
                     raise
-            address = ring.gpu + at
-            shifted = (address + 512) >> prep.shift
-            _pack_q(host, at + prep.slot,
-                    (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
-            value = self._next
-            compute = self.compute
-            if self._last is not compute or self._images_loaded or self._profile:
-                body: tuple[int, ...] = (self._pcas_a, address >> 8, self._pcas2_b,
-                                         PCAS_INVALIDATE_COPY_SCHEDULE)
-                if self._images_loaded:  # new code: the SMs' caches must not hold old bytes
-                    body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                            INVALIDATE_CODE_AND_DATA, *body)
-                    self._images_loaded = False
-                point = self._submit_words(compute, body, name)
-            else:
-                self._next = value + 1
-                words = self._launch_words
-                words[1] = address >> 8
-                words[7] = value & 0xFFFFFFFF
-                words[8] = value >> 32
-                compute.submit(words, value, done)
-                point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
-                fields = point.__dict__
-                fields["device"], fields["value"] = self, value
+            launching.point_cbuf0(prep, host, at, ring.gpu + at)
+            point = self._send_qmd(ring.gpu + at, name, done)
             inflight.append((point.value, at, end))  # Arena.used
             return point
+
+    def _send_qmd(self, address: int, name: str, done: int) -> Point:
+        """Launch the QMD at ``address`` on the compute channel as the next timeline value
+        (the caller holds the lock; ``done``: the timeline word it read)."""
+        value = self._next
+        compute = self.compute
+        if self._last is not compute or self._images_loaded or self._profile:
+            body: tuple[int, ...] = (self._pcas_a, address >> 8, self._pcas2_b,
+                                     PCAS_INVALIDATE_COPY_SCHEDULE)
+            if self._images_loaded:  # new code: the SMs' caches must not hold old bytes
+                body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+                        INVALIDATE_CODE_AND_DATA, *body)
+                self._images_loaded = False
+            return self._submit_words(compute, body, name)
+        self._next = value + 1
+        words = self._launch_words
+        words[1] = address >> 8
+        words[7] = value & 0xFFFFFFFF
+        words[8] = value >> 32
+        compute.submit(words, value, done)
+        point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
+        fields = point.__dict__
+        fields["device"], fields["value"] = self, value
+        return point
 
     def _grow_local(self, per_thread: int, body: Push) -> None:
         """Give the compute engine ``per_thread`` bytes of local memory per thread."""

@@ -75,6 +75,30 @@ def sass_version(arch: str) -> int:
     return ((n // 10) << 4) | (n % 10)
 
 
+_pack_q = struct.Struct("<Q").pack_into
+
+# Places a launch configuration keeps in the device's slot pool: a launch of it writes only its
+# arguments there while one of them is free (the GPU done with it), else goes through the arena.
+SLOTS = 8
+
+
+class Slots:
+    """A configuration's places in video memory, each a QMD pointed at the bank behind it.
+
+    The host writes video memory through BAR 1, write-combined, and the fence before a
+    doorbell waits for those writes to drain: on the H200 a launch's ~1 KiB QMD and bank cost
+    ~3 us of that wait (scripts/launch_cpu_probe.py), its arguments alone little. The QMD asks
+    the SMs to invalidate bank 0 (qmd.set_cbuf), so rewriting it in place is safe once the
+    GPU is done with the launch that last used it (``values``: its timeline value)."""
+
+    __slots__ = ("at", "turn", "values")
+
+    def __init__(self) -> None:
+        self.at: list[int] = []  # offsets in the pool
+        self.values: list[int] = []
+        self.turn = 0  # the next to use; -1: the pool had no room for them
+
+
 @dataclass(frozen=True)
 class Prepared:
     """A launch configuration made once: the QMD (constant buffer 0 still to point) and
@@ -87,6 +111,30 @@ class Prepared:
     slot: int = 0  # where constant buffer 0's address lies in the QMD
     keep: int = 0  # the bits above that address in its upper dword (its size, flags)
     shift: int = 0  # how far the QMD shifts constant-buffer addresses
+    slots: Slots = field(default_factory=Slots, compare=False)
+
+
+def point_cbuf0(prep: Prepared, host: memoryview, at: int, gpu: int) -> None:
+    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it."""
+    shifted = (gpu + 512) >> prep.shift
+    _pack_q(host, at + prep.slot, (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
+
+
+def make_slots(device: Device, prep: Prepared) -> None:
+    """Give ``prep`` its :data:`SLOTS` places in ``device``'s slot pool, each written once, or
+    mark it as having none (turn -1) when the pool is full."""
+    pool, slots = device._pool, prep.slots
+    size = -(-len(prep.blob) // 256) * 256
+    if device._pool_head + SLOTS * size > pool.length:
+        slots.turn = -1
+        return
+    for _ in range(SLOTS):
+        at = device._pool_head
+        device._pool_head = at + size
+        pool.view[at : at + len(prep.blob)] = prep.blob
+        point_cbuf0(prep, pool.view, at, pool.gpu + at)
+        slots.at.append(at)
+        slots.values.append(0)
 
 
 @dataclass(frozen=True)

@@ -75,6 +75,8 @@ SPIN_S = 100e-6  # a wait spins this long on the timeline word before it sleeps
 NAP_FIRST_S, NAP_LAST_S = 20e-6, 1e-3
 VIDEO = (Memory.DEVICE, Memory.MAPPED)
 LAUNCH_ARENA = 4 << 20
+# Launch configurations' slots (rig_nv.launch.Slots): some 500 configurations of small banks.
+SLOT_POOL = 4 << 20
 # Where the GPU reads launches' QMDs and banks, and the channels' commands, from: video
 # memory the host writes through BAR 1 (write-combined; nothing reads it back). Measured on
 # the H200 (scripts/latency_probe.py, 2026-11-30): a one-block launch's wait after the
@@ -169,6 +171,9 @@ def build(d: Device) -> None:
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
     if copy_engine is not None:
         d.copy_channel = copy_group(d, area, copy_engine)
+    pool = d._own_memory(SLOT_POOL, ARENA_KIND)
+    assert pool.host is not None
+    d._pool, d._pool_head = Ring(pool.gpu, view(pool.host, pool.length), pool.length), 0
     arena = d._own_memory(LAUNCH_ARENA, ARENA_KIND)
     assert arena.host is not None
     d._arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),

@@ -1,0 +1,111 @@
+"""Launch slots (rig_nv.launch.Slots) on the stand-in: a configuration launched again keeps its
+QMD and bank in video memory and writes only its arguments there, round robin over its slots
+while the GPU is done with them, through the launch arena otherwise."""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fake_gpu import FakePath, open_fake
+
+from rig_edge import Memory
+from rig_nv import launch as launching
+from rig_nv import qmd
+
+CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
+
+
+@pytest.fixture
+def dev() -> Iterator[tuple[Any, FakePath]]:
+    d, path = open_fake()
+    try:
+        yield d, path
+    finally:
+        path.complete()
+        d.stop()
+
+
+def sent_qmds(d: Any, since: int) -> list[int]:
+    """The QMD addresses of the compute channel's GPFIFO entries from ``since`` on (each
+    entry's SEND_PCAS_A: the word after its header, shifted by 8)."""
+    ch, out = d.compute, []
+    for i in range(since, ch.put):
+        entry = ch.entries[i % ch.count]
+        address, dwords = entry & ((1 << 40) - 1) & ~3, (entry >> 42) & 0x1FFFFF
+        start = address - ch.pb.gpu
+        body = ch.pb_words[start >> 2 : (start >> 2) + dwords]
+        out.append(body[list(body).index(d._pcas_a) + 1] << 8)
+    return out
+
+
+def test_a_configuration_launched_again_uses_its_slots_round_robin(
+        dev: tuple[Any, FakePath]) -> None:
+    d, path = dev
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    path.complete()
+    d.launch(fn, (2,), (64,), (a, a, a, 0))  # prepares the configuration (the arena)
+    prep = fn.prepared[((2,), (64,), 0, d._slm)]
+    head, put = d._arena.head, d.compute.put
+    for i in range(2 * launching.SLOTS):
+        d.launch(fn, (2,), (64,), (a, a, a, i + 1))
+        path.complete()
+    assert d._arena.head == head  # nothing more went through the arena
+    addresses = sent_qmds(d, put)
+    at = [d._pool.gpu + o for o in prep.slots.at]
+    assert addresses == at + at and len(set(at)) == launching.SLOTS
+    params = fn.kernel.param_offset
+    for k, o in enumerate(prep.slots.at):
+        # each slot's QMD names the bank behind it, and the bank holds the last launch's n
+        q = qmd.Qmd(d._qmd_layout, bytes(d._pool.view[o : o + d._qmd_layout.size]))
+        assert q.cbuf(0)[0] == d._pool.gpu + o + 512
+        n = struct.unpack_from("<i", d._pool.view, o + 512 + params + 24)[0]
+        assert n == launching.SLOTS + k + 1
+
+
+def test_a_slot_the_gpu_still_reads_is_not_written_the_launch_takes_the_arena(
+        dev: tuple[Any, FakePath]) -> None:
+    d, path = dev
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    path.complete()
+    d.launch(fn, (2,), (64,), (a, a, a, 0))
+    prep = fn.prepared[((2,), (64,), 0, d._slm)]
+    d.launch(fn, (2,), (64,), (a, a, a, 1))  # makes the slots, uses the first
+    # the GPU does nothing more: the other slots are free, then the first is busy
+    for i in range(launching.SLOTS - 1):
+        d.launch(fn, (2,), (64,), (a, a, a, 2 + i))
+    busy = bytes(d._pool.view[prep.slots.at[0] : prep.slots.at[0] + 1024])
+    head, put = d._arena.head, d.compute.put
+    d.launch(fn, (2,), (64,), (a, a, a, 99))
+    assert bytes(d._pool.view[prep.slots.at[0] : prep.slots.at[0] + 1024]) == busy
+    assert d._arena.head > head and sent_qmds(d, put) == [d._arena.ring.gpu + head
+                                                           + (-head) % 256]
+    assert prep.slots.turn == 0  # still waiting for the first
+    path.complete()
+    d.launch(fn, (2,), (64,), (a, a, a, 100))
+    assert prep.slots.turn == 1
+
+
+def test_a_full_slot_pool_leaves_configurations_to_the_arena(
+        dev: tuple[Any, FakePath]) -> None:
+    d, path = dev
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    path.complete()
+    d._pool_head = d._pool.length - 1024  # nearly full
+    d.launch(fn, (2,), (64,), (a, a, a, 0))
+    d.launch(fn, (2,), (64,), (a, a, a, 1))
+    prep = fn.prepared[((2,), (64,), 0, d._slm)]
+    assert prep.slots.turn == -1 and prep.slots.at == []
+    head = d._arena.head
+    d.launch(fn, (2,), (64,), (a, a, a, 2))
+    assert d._arena.head > head
