@@ -234,10 +234,10 @@ def test_steps_between_copies_each_one_gpfifo_entry_in_order(
     slot must hold twice its round's data. "copied": the step's wait and commands go through
     the pushbuffer; "waited": as for a step too large for that, the CPU waits for the copy
     instead and the entry names the step's own memory."""
-    from rig_nv import device as device_module
+    from rig_nv import step as step_module
 
     if not copied:
-        monkeypatch.setattr(device_module, "AROUND", 1 << 40)
+        monkeypatch.setattr(step_module, "AROUND", 1 << 40)
     img = device.load(cubin())
     n, rounds = 1 << 16, 200
     data = rng.random(n * rounds, dtype=np.float32)
