@@ -21,6 +21,7 @@ from pathlib import Path
 
 import rig_nv_nvidia
 from rig_edge import Memory
+from rig_nv import launch as launching
 from rig_nv import setup
 from rig_nv.hostmem import view
 from rig_nv.push import SEM_RELEASE_WFI
@@ -90,7 +91,8 @@ def run(arena: Memory, pushbuffer: Memory) -> list[tuple[str, float, float, floa
             for k, p in list(fn.prepared.items()):
                 b = bytearray(original[k])
                 edit(b)
-                fn.prepared[k] = dataclasses.replace(p, blob=bytes(b))
+                # new slots too: the old ones hold QMDs written from the old blob
+                fn.prepared[k] = dataclasses.replace(p, blob=bytes(b), slots=launching.Slots())
 
         def plain() -> Callable[[], None]:
             return d.launch(fn, (1,), (1,), args).wait
