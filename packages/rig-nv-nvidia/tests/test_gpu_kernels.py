@@ -237,7 +237,7 @@ def test_steps_between_copies_each_one_gpfifo_entry_in_order(
     from rig_nv import step as step_module
 
     if not copied:
-        monkeypatch.setattr(step_module, "AROUND", 1 << 40)
+        monkeypatch.setattr(step_module, "PUSHBUFFER_SHARE", 1 << 40)
     img = device.load(cubin())
     n, rounds = 1 << 16, 200
     data = rng.random(n * rounds, dtype=np.float32)

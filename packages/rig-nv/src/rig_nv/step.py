@@ -49,6 +49,8 @@ CHAIN = True  # consecutive launches chained as dependent QMDs (False: each sent
 PCAS_ACTION = 3  # SEND_SIGNALING_PCAS2_B INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK sends
 RELEASE_WORDS = 8  # the commands' last words: the timeline's reduction, the non-stall interrupt
 ENTRY_MOST = 0x1FFFFF  # dwords one GPFIFO entry names (clc86f.h NVC86F_GP_ENTRY1_LENGTH 30:10)
+# A step's commands copied into the pushbuffer take at most this part of it.
+PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around the commands: an acquire and two stamps
 
 
@@ -262,7 +264,7 @@ def submit_after(d: Device, step: Step) -> Point:
     # next step's addition one short.
     after = d._last is not None and d._last is not compute
     cmds = step._cmds
-    fits = (len(cmds) + AROUND) * 4 <= compute.pb.length >> 1
+    fits = (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE
     profile = d._profile
     if profile is not None and not fits:
         d._wait_value(d._next - 1)
