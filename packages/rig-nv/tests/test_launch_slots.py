@@ -5,32 +5,16 @@ while the GPU is done with them, through the launch arena otherwise."""
 from __future__ import annotations
 
 import struct
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fake_gpu import FakePath, open_fake
+from fake_gpu import FakePath
 
 from rig_edge import Memory
 from rig_nv import launch as launching
 from rig_nv import qmd
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
-
-
-@pytest.fixture
-def dev() -> Iterator[tuple[Any, FakePath]]:
-    d, path = open_fake()
-    try:
-        yield d, path
-    finally:
-        path.complete()
-        d.stop()
 
 
 def sent_qmds(d: Any, since: int) -> list[int]:
