@@ -510,12 +510,11 @@ class Device:
 
         ``args`` follow the kernel's parameters (see :func:`rig_nv.launch.pack_args`);
         ``shared`` is dynamic shared memory in bytes. No ioctl: the QMD and constant bank go
-        into host memory the GPU reads, and two methods to the compute channel. Raises
+        into video memory the GPU reads, and two methods to the compute channel. Raises
         :class:`rig_edge.Misuse` for grid, block, shared memory or arguments out of range.
         """
-        # The common case: a configuration launched before. Its QMD and bank lie in one
-        # prepared blob, copied into the arena; then the arguments (checked first: Misuse
-        # leaves everything as it was) and constant buffer 0's address go in there.
+        # The common case: a configuration launched before, prepared once (its QMD and bank
+        # in one blob); its arguments are checked first (Misuse leaves everything as it was).
         prep = fn.prepared.get((grid, block, shared, self._slm)) if (
             type(grid) is tuple and type(block) is tuple and type(fn) is Function) else None
         if prep is None or fn.image.device is not self or self._profile is not None:
@@ -525,6 +524,32 @@ class Device:
             st, values = launching.arg_values(fn, args)
         else:  # launching.arg_values' common case: a tuple, in the parameters' order
             st, values = packer[0], list(map(operator.call, packer[2], args))
+        slots = prep.slots
+        if slots.at:  # _launch_blob's common case inline: a free slot, after compute work
+            with self._lock:
+                if self._lost is not None or self._stopped:
+                    self._check()
+                k = slots.turn
+                done = self._word[0]
+                compute = self.compute
+                if (slots.values[k] <= done and self._last is compute
+                        and not self._images_loaded):
+                    at = slots.at[k]
+                    pool = self._pool
+                    st.pack_into(pool.view, at + 512 + fn.kernel.param_offset, *values)
+                    slots.turn = k + 1 if k + 1 < launching.SLOTS else 0
+                    value = self._next
+                    self._next = value + 1
+                    words = self._launch_words
+                    words[1] = (pool.gpu + at) >> 8
+                    words[7] = value & 0xFFFFFFFF
+                    words[8] = value >> 32
+                    compute.submit(words, value, done)
+                    slots.values[k] = value
+                    point = _new(Point)  # Point(self, value), without __init__'s calls
+                    fields = point.__dict__
+                    fields["device"], fields["value"] = self, value
+                    return point
         return self._launch_blob(prep, prep.blob, "launch", st, values, fn.kernel.param_offset)
 
     def _launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
