@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import operator
-import struct
 import threading
 import time
 from array import array
@@ -35,11 +34,10 @@ from rig_nv.controls import (
 )
 from rig_nv.faults import Debuggee, channel_fault, notified
 from rig_nv.hostmem import round_up, view
-from rig_nv.launch import Function, Image, Prepared, builtin_cubin
+from rig_nv.launch import Function, Image, builtin_cubin
 from rig_nv.layouts import rm_ffi
 from rig_nv.profile import Profile
 from rig_nv.push import (
-    COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
     COMPUTE_SEND_SIGNALING_PCAS2_B,
     COMPUTE_SET_SHADER_LOCAL_MEMORY_A,
@@ -51,11 +49,9 @@ from rig_nv.push import (
 )
 from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, ReportsFaults, RMError
 from rig_nv.setup import (
-    INVALIDATE_CODE_AND_DATA,
     LOCAL_WINDOW,
     NAP_FIRST_S,
     NAP_LAST_S,
-    PCAS_INVALIDATE_COPY_SCHEDULE,
     SHARED_WINDOW,
     SPIN_S,
     VIDEO,
@@ -525,7 +521,7 @@ class Device:
         else:  # launching.arg_values' common case: a tuple, in the parameters' order
             st, values = packer[0], list(map(operator.call, packer[2], args))
         slots = prep.slots
-        if slots.at:  # _launch_blob's common case inline: a free slot, after compute work
+        if slots.at:  # launching.launch_blob's common case inline: a free slot after compute
             with self._lock:
                 if self._lost is not None or self._stopped:
                     self._check()
@@ -550,84 +546,8 @@ class Device:
                     fields = point.__dict__
                     fields["device"], fields["value"] = self, value
                     return point
-        return self._launch_blob(prep, prep.blob, "launch", st, values, fn.kernel.param_offset)
-
-    def _launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
-                     st: struct.Struct | None = None, values: Any = (),
-                     params: int = 0) -> Point:
-        """Send the QMD of ``blob`` (a QMD in its 512-byte slot, then its bank) with ``values``
-        packed by ``st`` at ``params`` in the bank: from one of the configuration's slots
-        (:class:`rig_nv.launch.Slots`, only the arguments written) when ``blob`` is the
-        prepared one and a slot is free, else written whole into the launch arena."""
-        with self._lock:
-            if self._lost is not None or self._stopped:
-                self._check()
-            done = self._word[0]
-            slots = prep.slots
-            k = slots.turn
-            if st is not None and blob is prep.blob and k >= 0:
-                if not slots.at:
-                    launching.make_slots(self, prep)
-                    k = slots.turn
-                if k >= 0 and slots.values[k] <= done:
-                    at = slots.at[k]
-                    st.pack_into(self._pool.view, at + 512 + params, *values)
-                    slots.turn = k + 1 if k + 1 < launching.SLOTS else 0
-                    point = self._send_qmd(self._pool.gpu + at, name, done)
-                    slots.values[k] = point.value
-                    return point
-            arena = self._arena
-            ring = arena.ring
-            inflight = arena.inflight
-            n = len(blob)
-            head = arena.head
-            while inflight and inflight[0][0] <= done:  # Arena.retire
-                inflight.popleft()
-            # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
-            at = -(-head // 256) * 256
-            end = at + n
-            if end > ring.length or n > ring.length >> 1 or (
-                    inflight and inflight[0][1] < end and at < inflight[0][2]):
-                at = arena.take(n, 256)
-                end = at + n
-            else:
-                arena.head = end
-            host = ring.view
-            host[at:end] = blob
-            if st is not None:
-                try:  # values no Misuse check caught (a made-up Region's address): as it was
-                    st.pack_into(host, at + 512 + params, *values)
-                except BaseException:
-                    arena.head = head
-                    raise
-            launching.point_cbuf0(prep, host, at, ring.gpu + at)
-            point = self._send_qmd(ring.gpu + at, name, done)
-            inflight.append((point.value, at, end))  # Arena.used
-            return point
-
-    def _send_qmd(self, address: int, name: str, done: int) -> Point:
-        """Launch the QMD at ``address`` on the compute channel as the next timeline value
-        (the caller holds the lock; ``done``: the timeline word it read)."""
-        value = self._next
-        compute = self.compute
-        if self._last is not compute or self._images_loaded or self._profile:
-            body: tuple[int, ...] = (self._pcas_a, address >> 8, self._pcas2_b,
-                                     PCAS_INVALIDATE_COPY_SCHEDULE)
-            if self._images_loaded:  # new code: the SMs' caches must not hold old bytes
-                body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                        INVALIDATE_CODE_AND_DATA, *body)
-                self._images_loaded = False
-            return self._submit_words(compute, body, name)
-        self._next = value + 1
-        words = self._launch_words
-        words[1] = address >> 8
-        words[7] = value & 0xFFFFFFFF
-        words[8] = value >> 32
-        compute.submit(words, value, done)
-        point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
-        fields = point.__dict__
-        fields["device"], fields["value"] = self, value
-        return point
+        return launching.launch_blob(self, prep, prep.blob, "launch", st, values,
+                                     fn.kernel.param_offset)
 
     def _grow_local(self, per_thread: int, body: Push) -> None:
         """Give the compute engine ``per_thread`` bytes of local memory per thread."""

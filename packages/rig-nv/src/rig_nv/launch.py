@@ -22,6 +22,8 @@ from rig_edge import Memory, Misuse, Region, RigError
 from rig_nv import checks, qmd
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
+from rig_nv.push import COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, SUBC_COMPUTE, header
+from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
 
 if TYPE_CHECKING:
     from rig_nv.device import Device, Point
@@ -490,9 +492,85 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
         prep = prepare(device, fn, grid, block, shared)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
-    return device._launch_blob(prep, blob, name or fn.name)
+    return launch_blob(device, prep, blob, name or fn.name)
 
 
 def view_of(region: Region) -> memoryview:
     assert region.host is not None
     return view(region.host, region.length)
+
+
+def launch_blob(d: Device, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
+                st: struct.Struct | None = None, values: Any = (), params: int = 0) -> Point:
+    """Send the QMD of ``blob`` (a QMD in its 512-byte slot, then its bank) with ``values``
+    packed by ``st`` at ``params`` in the bank: from one of the configuration's slots
+    (:class:`rig_nv.launch.Slots`, only the arguments written) when ``blob`` is the
+    prepared one and a slot is free, else written whole into the launch arena."""
+    with d._lock:
+        if d._lost is not None or d._stopped:
+            d._check()
+        done = d._word[0]
+        slots = prep.slots
+        k = slots.turn
+        if st is not None and blob is prep.blob and k >= 0:
+            if not slots.at:
+                make_slots(d, prep)
+                k = slots.turn
+            if k >= 0 and slots.values[k] <= done:
+                at = slots.at[k]
+                st.pack_into(d._pool.view, at + 512 + params, *values)
+                slots.turn = k + 1 if k + 1 < SLOTS else 0
+                point = send_qmd(d, d._pool.gpu + at, name, done)
+                slots.values[k] = point.value
+                return point
+        arena = d._arena
+        ring = arena.ring
+        inflight = arena.inflight
+        n = len(blob)
+        head = arena.head
+        while inflight and inflight[0][0] <= done:  # Arena.retire
+            inflight.popleft()
+        # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
+        at = -(-head // 256) * 256
+        end = at + n
+        if end > ring.length or n > ring.length >> 1 or (
+                inflight and inflight[0][1] < end and at < inflight[0][2]):
+            at = arena.take(n, 256)
+            end = at + n
+        else:
+            arena.head = end
+        host = ring.view
+        host[at:end] = blob
+        if st is not None:
+            try:  # values no Misuse check caught (a made-up Region's address): as it was
+                st.pack_into(host, at + 512 + params, *values)
+            except BaseException:
+                arena.head = head
+                raise
+        point_cbuf0(prep, host, at, ring.gpu + at)
+        point = send_qmd(d, ring.gpu + at, name, done)
+        inflight.append((point.value, at, end))  # Arena.used
+        return point
+
+def send_qmd(d: Device, address: int, name: str, done: int) -> Point:
+    """Launch the QMD at ``address`` on the compute channel as the next timeline value
+    (the caller holds the lock; ``done``: the timeline word it read)."""
+    value = d._next
+    compute = d.compute
+    if d._last is not compute or d._images_loaded or d._profile:
+        body: tuple[int, ...] = (d._pcas_a, address >> 8, d._pcas2_b,
+                                 PCAS_INVALIDATE_COPY_SCHEDULE)
+        if d._images_loaded:  # new code: the SMs' caches must not hold old bytes
+            body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+                    INVALIDATE_CODE_AND_DATA, *body)
+            d._images_loaded = False
+        return d._submit_words(compute, body, name)
+    d._next = value + 1
+    words = d._launch_words
+    words[1] = address >> 8
+    words[7] = value & 0xFFFFFFFF
+    words[8] = value >> 32
+    compute.submit(words, value, done)
+    from rig_nv.device import Point
+
+    return Point(d, value)
