@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from rig_edge import Memory, Region, RigError
 from rig_nv import launch as launching
-from rig_nv.hostmem import view
+from rig_nv.hostmem import copy, view
 from rig_nv.push import Push
 from rig_nv.rm import Allocation
 
@@ -44,7 +44,7 @@ def staged_upload(d: Device, dst: Region, src: memoryview, offset: int) -> Point
             slot = i % 2
             d._wait_value(d._staging_busy[slot])
             chunk = src[off : off + half]
-            view(s.host + slot * half, len(chunk))[:] = chunk
+            copy(view(s.host + slot * half, len(chunk)), chunk)
             point = d._submit(d.copy_channel,
                               Push().copy(dst.gpu + offset + off, s.gpu + slot * half, len(chunk)),
                               "upload")
@@ -79,7 +79,7 @@ def _drain(d: Device, item: tuple[int, int, int, int], out: memoryview, s: Alloc
     off, size, slot, value = item
     d._wait_value(value)
     assert s.host is not None
-    out[off : off + size] = view(s.host + slot * (STAGING // 2), size)
+    copy(out[off : off + size], view(s.host + slot * (STAGING // 2), size))
 
 
 def _launch(d: Device, fn: Function, blocks: int, args: tuple[int, int, int]) -> Point:

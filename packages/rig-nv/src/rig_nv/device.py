@@ -24,7 +24,7 @@ from typing import Any
 from cffi import FFI
 
 from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
-from rig_nv import checks, copies, peers, setup
+from rig_nv import checks, copies, hostmem, peers, setup
 from rig_nv import classes as cls
 from rig_nv import launch as launching
 from rig_nv import step as stepping
@@ -642,7 +642,7 @@ class Device:
         dst, offset, n = checks.span(self, "destination", dst, offset, len(src))
         self._check()
         if dst.host is not None:
-            view(dst.host + offset, n)[:] = src
+            hostmem.copy(view(dst.host + offset, n), src)
             return Point(self, self._next - 1)
         return copies.staged_upload(self, dst, src, offset)
 
@@ -662,7 +662,7 @@ class Device:
         self._check()
         if src.host is not None:
             self.synchronize()
-            result[:n] = view(src.host + offset, n)
+            hostmem.copy(result[:n], view(src.host + offset, n))
             return result[:n]
         copies.staged_download(self, src, n, offset, result)
         return result[:n]
