@@ -58,11 +58,25 @@ class ViewWindow(Window):
 @dataclass
 class SimFunction:
     """The simulated GPU as a taken function: BAR 0 its registers, BARs 0 (usermode) and 1
-    as memory, DMA from its host memory."""
+    as memory, DMA from its host memory; taken physically on this machine, or through VFIO
+    where it maps the host's memory (``maps_host``), as rig_pci.memory reads a function."""
 
     gpu: sim.SimGpu
     sim_rm: SimRm
     maps_host: bool = False
+    closed: bool = False
+
+    @property
+    def bus(self) -> str:
+        return BUS
+
+    @property
+    def machine(self) -> Machine:
+        return Machine.this()
+
+    @property
+    def how(self) -> str:
+        return "VFIO" if self.maps_host else "physically"
 
     @property
     def info(self) -> FunctionInfo:
@@ -114,12 +128,17 @@ class Opened:
     function: SimFunction
     files: dict[str, os.PathLike[str]]
     stops: list[BaseException | None]
+    kept: int = 0  # stops that kept the GPU (Device.dma gave bus ranges)
 
     def open(self) -> Device:
         chip = chips.identify(self.rig.gpu.boot42)
         return held.open_device(self.function, name="GPU 0", chip=chip,
                                 images=held.read_images(chip, self.files),
-                                on_stopped=self.stops.append, timeout_s=0.2, init_timeout_s=1.0)
+                                on_stopped=self.stops.append, on_kept=self._kept,
+                                timeout_s=0.2, init_timeout_s=1.0)
+
+    def _kept(self) -> None:
+        self.kept += 1
 
 
 def simulated_ga102(tmp: Path) -> Opened:
@@ -401,7 +420,6 @@ class OffsetWindow(Window):
 class TakenSim(SimFunction):
     """:class:`SimFunction` as ``rig_nv_pci`` takes a function: closable, resettable."""
 
-    closed: bool = False
     resets: int = 0
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,

@@ -1,13 +1,16 @@
-"""rig_pci.memory on fixture trees: BAR bus ranges, and whether two functions reach each
-other across a switch (with and without ACS redirect) or only through the root complex."""
+"""rig_pci.memory on fixture trees: BAR and DMA memory bus ranges, and whether two functions
+reach each other across a switch (with and without ACS redirect) or only through the root
+complex."""
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from rig_edge import Bus, Misuse
-from rig_pci import Function, Machine, memory
+from rig_pci import Function, FunctionInfo, Machine, memory
+from rig_pci.dma import DmaMemory
 from rig_pci.sysfs import SysfsTransport
 from rig_pci.testing import add_function, config_space
 
@@ -86,4 +89,46 @@ def test_bus_ranges_of_a_bar(tmp_path: Path) -> None:
             memory.bus(f, 1, 32 * GiB - 0x1000, 0x2000)
     with Function.take(Machine.at(tmp_path), "0000:03:00.0") as f:
         reason = memory.bus(f, 1, 0, 0x1000).reason
+        assert reason is not None and "not this machine" in reason
+
+
+@dataclass
+class Vfio:
+    """A function as taken through VFIO, for what rig_pci.memory reads of it."""
+
+    bus: str
+    info: FunctionInfo
+    machine: Machine
+    how: str = "VFIO"
+    closed: bool = False
+
+
+def test_bus_ranges_of_dma_memory(tmp_path: Path) -> None:
+    """Taken physically: the memory's bus addresses (physical ones), page by page, adjacent
+    runs joined, from any offset; behind an IOMMU, on another machine or outside the memory:
+    the reason, or Misuse."""
+    switch_tree(tmp_path)
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/pagemap").touch()
+    here = Machine(SysfsTransport(tmp_path, shares_memory=True))
+    # three huge pages: the first two physically adjacent, the third elsewhere
+    dma = DmaMemory(0x7F00_0000_0000, 6 << 20, ((0x1_0000_0000, 4 << 20),
+                                                (0x3_0020_0000, 2 << 20)), lambda: None)
+    with Function.take(here, "0000:03:00.0") as f:
+        assert memory.dma_bus(f, dma, 0, 6 << 20) == Bus(ranges=(
+            (0x1_0000_0000, 4 << 20), (0x3_0020_0000, 2 << 20)))
+        assert memory.dma_bus(f, dma, (4 << 20) - 0x10, 0x20) == Bus(ranges=(
+            (0x1_0000_0000 + (4 << 20) - 0x10, 0x10), (0x3_0020_0000, 0x10)))
+        assert memory.dma_bus(f, dma, 0x123, 0x2000) == Bus(ranges=(
+            (0x1_0000_0123, 0x2000),))
+        with pytest.raises(Misuse):
+            memory.dma_bus(f, dma, (6 << 20) - 0x1000, 0x2000)
+        vfio = Vfio(f.bus, f.info, here)
+        reason = memory.dma_bus(vfio, dma, 0, 0x1000).reason
+        assert reason is not None and "through VFIO" in reason and "IOMMU domain" in reason
+        assert memory.bus(vfio, 1, 0, 0x1000).reason is not None
+    with pytest.raises(Misuse, match="released"):
+        memory.dma_bus(f, dma, 0, 0x1000)
+    with Function.take(Machine.at(tmp_path), "0000:03:00.0") as f:
+        reason = memory.dma_bus(f, dma, 0, 0x1000).reason
         assert reason is not None and "not this machine" in reason

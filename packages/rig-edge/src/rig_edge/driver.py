@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Protocol, runtime_checkable
 
 from rig_edge.facts import Facts
-from rig_edge.memory import Dmabuf, Memory, Refusal, Region
+from rig_edge.memory import Bus, Dmabuf, Memory, Refusal, Region
 
 
 @runtime_checkable
@@ -35,8 +35,10 @@ class Driver(Protocol):
         """Map the caller's memory for the GPU, or say why not."""
         ...
 
-    def dma(self, region: Region) -> Dmabuf:
-        """Export a region as a new dma-buf; raises :class:`rig_edge.RigError` if it can't."""
+    def dma(self, region: Region) -> Dmabuf | Bus:
+        """Give another device ``region``: a new dma-buf (:class:`Dmabuf`), or its bus ranges
+        or the reason it cannot reach them (:class:`Bus`), as the device's path does; raises
+        :class:`rig_edge.RigError` if it can do neither."""
         ...
 
     def sleep(self, timeout_s: float) -> None:

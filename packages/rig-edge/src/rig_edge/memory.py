@@ -67,7 +67,10 @@ class Dmabuf:
 class Bus:
     """Bus addresses another device may reach memory at, or why it can't.
 
-    ``ranges`` is a tuple of (bus address, length); ``reason`` says why there are none.
+    ``ranges`` is a tuple of (bus address, length), in the memory's order, together covering
+    it; ``reason`` says why there are none. A device's ``dma`` gives one of these where its
+    path hands out bus addresses (rig_nv_pci) and a :class:`Dmabuf` where it exports a dma-buf
+    (rig_nv_nvidia).
     """
 
     ranges: tuple[tuple[int, int], ...] = ()

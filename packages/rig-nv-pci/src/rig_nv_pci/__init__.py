@@ -10,8 +10,10 @@ its function can be taken, the machine is this one, its chip is one this library
 firmware files are there with their pinned digests, WPR2 is down), then reads the firmware
 images, boots the GSP (through booter_load on Ampere and Ada, through the FSP on Blackwell) and
 makes the device over the GSP's RPCs (:mod:`rig_nv_pci.held`, :mod:`rig_nv_pci.path`), whose
-stop stops the GSP again. This has run only against the simulated GPUs of the tests, never on
-hardware. :data:`NOT_BUILT` stays for callers that name the refusal of earlier releases.
+stop stops the GSP again, unless its ``dma`` gave another device a region's bus ranges: then
+the memory and the GPU stay the process's until it exits. This has run only against the
+simulated GPUs of the tests, never on hardware. :data:`NOT_BUILT` stays for callers that name
+the refusal of earlier releases.
 """
 
 from __future__ import annotations
@@ -100,6 +102,8 @@ def _function(machine: Machine, i: int) -> FunctionInfo:
 
 
 def _not_held(machine: Machine, bus: str, name: str) -> None:
+    if (machine.name, bus) in _kept:
+        raise RigError(f"{name}: {KEPT}")
     if function_held(machine, bus) or lock.held(machine, bus):
         raise RigError(f"{name}: this process holds it (an open of it, or its function taken)")
 
@@ -201,6 +205,16 @@ def _firmware(
 # the GSP's memory was taken): their next open resets them first (the spec's lost GPU).
 _lost: set[tuple[str, str]] = set()
 
+# GPUs whose device gave another device bus ranges (Device.dma) and then stopped, with what
+# keeps them: the function (its DMA memory, windows and files, which its release would give
+# back) and the GPU's lock (whose flock refuses every other process). The spec: "The region's
+# memory and the GPU then stay the process's until it exits, so no later open of the GPU, in
+# this process or another, succeeds meanwhile." Never emptied: the kernel lets both go when
+# the process exits.
+_kept: dict[tuple[str, str], tuple[Function, lock.BusLock]] = {}
+KEPT = ("this process keeps it: another device was given the bus ranges of its memory "
+        "(Device.dma), so the memory and the GPU stay the process's until it exits")
+
 
 def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> Device:
     info = _function(machine, i)
@@ -229,6 +243,11 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
             f.close()
         finally:
             taken.release()
+
+    def kept() -> None:  # the device stopped with memory another device may reach
+        nonlocal done
+        done = True
+        _kept[(machine.name, bus)] = (f, taken)
 
     try:
         if not machine.is_this:
@@ -264,7 +283,8 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
             # rig_pci.driver.hang_ms without progress (the spec's device hang_ms).
             device = held.open_device(f, name=name, chip=chip, images=images,
                                       device_name=opener_name(PATH, i),
-                                      hang_ms=driver.hang_ms, on_stopped=stopped)
+                                      hang_ms=driver.hang_ms, on_stopped=stopped,
+                                      on_kept=kept)
         except boot.BootError:
             _lost.add((machine.name, bus))  # the boot failed once the GSP's memory was taken
             raise
@@ -298,7 +318,10 @@ def gpu(
     first of the directories ``firmware`` (``[]`` by default), then
     :func:`rig_pci.firmware.directory`, then /lib/firmware that holds it with its pinned
     digest, and returns its :class:`rig_nv.Device`, which holds the function and the GPU's lock
-    until its stop, which stops the GSP (:mod:`rig_nv_pci.held`). A firmware image not laid out
+    until its stop, which stops the GSP (:mod:`rig_nv_pci.held`). Once its ``dma`` gave
+    another device bus ranges, its stop keeps the GSP running and the function, the lock and
+    that memory for the process until it exits, and every later open or change of the GPU is
+    refused saying so. A firmware image not laid out
     as its format says is refused naming the file; a boot that fails once the GSP's memory is
     taken, or a stop that could not take the boot down, leaves the GPU lost, and its next open
     resets it first.
@@ -306,7 +329,8 @@ def gpu(
     Before that it raises :class:`rig_edge.OpenRefused`, naming the GPU, then the reason,
     having given back what it took, if: the machine's PCI functions cannot be listed; the
     machine has no GPU i (saying how many it has); a kernel driver holds GPU i (detach it), this
-    process holds it already, or another process's open or change holds it; its function cannot
+    process holds it already (an open device, or one whose ``dma`` gave bus ranges), or another
+    process's open or change holds it; its function cannot
     be taken (:meth:`rig_pci.Function.take`'s reason: its IOMMU group, VFIO, lockdown,
     permissions); the machine is reached through a transport, whose memory is not this
     process's; its chip (NV_PMC_BOOT_42) is not one this library boots, naming it; on Ampere

@@ -27,13 +27,16 @@ from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
 from rig_nv_pci.stop import StopError, stop_gsp
 from rig_pci import FunctionInfo, Window
+from rig_pci import memory as pci_memory
 
 NV_USABLE_FB_SIZE_IN_MB = 0x001183A4
 BAR0_SIZE = 16 << 20
 
 
-class Taken(Protocol):
-    """What the open needs of a taken function (rig_pci.Function)."""
+class Taken(pci_memory.Taken, Protocol):
+    """What the open needs of a taken function (rig_pci.Function): beside what
+    rig_pci.memory reads of it for another device's access (``Device.dma``), its BARs and
+    DMA memory."""
 
     @property
     def info(self) -> FunctionInfo: ...
@@ -88,13 +91,16 @@ def read_images(chip: chips.Chip, files: dict[str, os.PathLike[str]]) -> Images:
 
 def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                 on_stopped: Callable[[BaseException | None], None],
+                on_kept: Callable[[], None] | None = None,
                 device_name: str | None = None, hang_ms: int | None = None,
                 timeout_s: float = boot.GFW_TIMEOUT_S,
                 init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S) -> Device:
     """Boot the GSP of the GPU behind ``f`` and make its device, named ``device_name`` (the
     opener's name; ``name``, which the boot's errors say, by default). The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
-    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``. Raises
+    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``; a stop after
+    ``Device.dma`` handed out bus ranges stops nothing and calls ``on_kept`` instead (the
+    memory and the GPU stay the process's, :meth:`rig_nv_pci.path.PciPath.closed`). Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
     before the GPU is touched, where the process's addresses cannot be reserved
     (:mod:`rig_nv_pci.addresses`)."""
@@ -183,7 +189,11 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # GPU addresses from the process's range, Pinned memory at its own
                        # (in 2 MiB huge pages when taken physically, rig_pci.Function.alloc_dma)
                        addresses=reserved, place_dma=lambda n, at: f.alloc_dma(n, at=at),
-                       dma_granule=mmu.PAGE if f.maps_host else mmu.HUGE_PAGE)
+                       dma_granule=mmu.PAGE if f.maps_host else mmu.HUGE_PAGE,
+                       # what another device reaches (Device.dma), as rig_pci.memory states
+                       bar_bus=lambda index, at, n: pci_memory.bus(f, index, at, n),
+                       dma_bus=lambda dma, at, n: pci_memory.dma_bus(f, dma, at, n),
+                       on_kept=on_kept)
     except BaseException:
         stop()
         raise

@@ -39,6 +39,15 @@ open-gpu-kernel-modules 570.144, with no UVM:
   then registered and mapped as Pinned memory; a GPU taken physically refuses them (NEVER).
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
+- Another device's access (:meth:`PciPath.export`, rig_nv's ``Device.dma``): the bus ranges
+  of a region, as the Rig_nv_pci spec has Rig_pci.Memory.bus state them (``bar_bus``,
+  ``dma_bus``: rig_pci.memory.bus and dma_bus of the function): GPU memory through BAR 1
+  (Mapped memory at its BAR 1 offset; Device memory mapped into BAR 1 by the path's BAR 1
+  tables first, as Mapped memory is), Pinned memory at its DMA bus addresses. Ranges once
+  given, the memory stays the process's (the spec: "The region's memory and the GPU then stay
+  the process's until it exits"): its free gives nothing back, and the device's stop leaves
+  the GSP running with every object of the device (so BAR 1 keeps showing the memory) and
+  calls ``on_kept`` instead of ``on_closed``, for the opener to keep the GPU.
 
 - Faults: GSP-RM stops a faulted channel's group itself, writes the error notifiers the path
   handed it and posts RC_TRIGGERED; the device asks :meth:`PciPath.fault` (rig_nv's
@@ -81,7 +90,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rig_edge import Dmabuf, Lost, Memory, Refusal, RigError
+from rig_edge import Bus, Lost, Memory, Misuse, Refusal, RigError
 from rig_nv import classes as cls
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.hostmem import view
@@ -303,7 +312,12 @@ class PciPath:
     ``fb_regions`` the FB regions GSP-RM reported (the
     path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
     ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
-    root and the BAR's size (``None``: BAR 1 shows video memory one to one). Makes the device,
+    root and the BAR's size (``None``: BAR 1 shows video memory one to one), ``bar_bus(bar,
+    offset, length)`` and ``dma_bus(dma, offset, length)`` the bus ranges another device
+    reaches a BAR's range and DMA memory at, or why not (rig_pci.memory.bus and dma_bus of
+    the function; ``None``: the path cannot say, and :meth:`export` answers so), ``on_kept``
+    what runs instead of ``on_closed`` at a stop once :meth:`export` handed out bus ranges
+    (the GPU stays the process's). Makes the device,
     subdevice, address space and its virtual range at once (and with ``pramin`` the page
     directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
     it made) if the GSP refuses them."""
@@ -319,8 +333,15 @@ class PciPath:
                  pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
                  bar1: tuple[int, int] | None = None, addresses: Range | None = None,
                  place_dma: Callable[[int, int], Dma | None] | None = None,
-                 dma_granule: int = SMALL) -> None:
+                 dma_granule: int = SMALL,
+                 bar_bus: Callable[[int, int, int], Bus] | None = None,
+                 dma_bus: Callable[[Dma, int, int], Bus] | None = None,
+                 on_kept: Callable[[], None] | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
+        self._bar_bus, self._dma_bus, self._on_kept = bar_bus, dma_bus, on_kept
+        # memory whose bus ranges another device was given (export): the process's for good
+        self.kept: list[Allocation] = []
+        self._export_lock = threading.Lock()
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
@@ -640,7 +661,12 @@ class PciPath:
 
     def free_memory(self, a: Allocation) -> None:
         """Give back ``a``: its mapping on the GSP, the GSP's memory object, the DMA memory,
-        the GPU addresses; a step that fails is retried by the next call, none repeated."""
+        the GPU addresses; a step that fails is retried by the next call, none repeated.
+        Memory whose bus ranges :meth:`export` gave another device (``a.held``) is kept
+        whole, its BAR 1 mapping and GSP-RM's object too: that device may still reach it, and
+        the spec has it stay the process's until it exits."""
+        if a.held:
+            return
         undo: Undo = a.undo
 
         def step(name: str, fn: Callable[[], object]) -> None:
@@ -712,8 +738,68 @@ class PciPath:
             raise
         return Allocation(va, address, length, Memory.PINNED, handle, Undo(dma, va, length))
 
-    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
-        raise RigError(f"{self.name}: exporting memory is not built on the PCI path yet")
+    def export(self, a: Allocation, offset: int, length: int) -> Bus:
+        """The bus ranges at which another device (a NIC the process drives over PCI) reaches
+        ``length`` bytes at ``offset`` of ``a``, or why it cannot (``Bus.reason``), as the
+        Rig_nv_pci spec has Rig_pci.Memory.bus state them: GPU memory through BAR 1, the
+        memory BAR; Pinned memory at its DMA memory's bus addresses (rig_pci.memory.dma_bus).
+        Mapped memory lies in BAR 1 already; Device memory is mapped into BAR 1 here by the
+        path's BAR 1 tables, as Mapped memory is (under GSP-RM's BAR 1 root,
+        kbusPatchBar1Pdb_GSPCLIENT), and the mapping is undone where the BAR is not
+        reachable. Once ranges are given ``a`` is held (:meth:`free_memory` keeps it, and a
+        stop keeps the GPU: :meth:`closed`)."""
+        undo: Undo = a.undo
+        if undo.dma is not None:
+            if self._dma_bus is None:
+                return Bus(reason=f"{self.name}: this path was made without its function's "
+                           "bus addresses")
+            found = self._dma_bus(undo.dma, offset, length)
+        else:
+            found = self._bar1_bus(a, undo, offset, length)
+        if found.ranges:
+            with self._lock:
+                if not a.held:
+                    a.held = True
+                    self.kept.append(a)
+        return found
+
+    def _bar1_bus(self, a: Allocation, undo: Undo, offset: int, length: int) -> Bus:
+        """GPU memory's bus ranges through BAR 1 (see :meth:`export`)."""
+        if self._bar_bus is None:
+            return Bus(reason=f"{self.name}: this path was made without its function's bus "
+                       "addresses")
+        assert undo.fb is not None
+        with self._export_lock:  # one BAR 1 mapping however many threads ask at once
+            at = undo.bar1  # Mapped memory's, or Device memory's from an earlier export
+            mapped_here = False
+            if at is None and self.bar1_tables is None:
+                at = undo.fb  # BAR 1 shows video memory one to one
+            if at is None:  # Device memory: into BAR 1 as Mapped memory goes
+                try:
+                    at = self._map_bar1(undo.fb, undo.size, undo.huge, undo)
+                except mmu.NoRoom:  # no video memory for a BAR 1 page table
+                    self._drop_bar1(undo)
+                if at is None:
+                    return Bus(reason=f"{self.name}: BAR 1 has no room for 0x{undo.size:x} "
+                               "bytes of Device memory")
+                mapped_here = True
+            try:
+                found = self._bar_bus(1, at + offset, length)
+            except Misuse:
+                if self.bar1_tables is not None:
+                    raise
+                # without BAR 1 tables the memory's FB offset may lie past the BAR's end
+                found = Bus(reason=f"{self.name}: BAR 1 does not show FB offset "
+                            f"0x{undo.fb + offset:x} (+0x{length:x})")
+            if found.reason is not None and mapped_here:  # no use to anyone: give it back
+                self._drop_bar1(undo)
+            return found
+
+    def _drop_bar1(self, undo: Undo) -> None:
+        """End the BAR 1 mapping (whole or partly written) an export made of Device memory."""
+        if undo.bar1 is not None:
+            self._unmap_bar1(undo.bar1, undo.size, undo.huge)
+            undo.bar1 = None
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         raise RigError(f"{self.name}: peer mappings are not built on the PCI path yet")
@@ -772,7 +858,17 @@ class PciPath:
 
     def closed(self) -> None:
         """The device stopped: free the device and everything under it on the GSP, then
-        whatever the opener does at a stop."""
+        whatever the opener does at a stop (``on_closed``: it stops the GSP). Where
+        :meth:`export` gave another device bus ranges, nothing is freed and the GSP is not
+        stopped, so that the memory, its GSP-RM objects and BAR 1's tables under GSP-RM's
+        root stay as they were (the spec: the region's memory and the GPU stay the process's
+        until it exits); ``on_kept`` runs instead, for the opener to keep the GPU."""
+        with self._lock:
+            kept = bool(self.kept)
+        if kept:
+            if self._on_kept is not None:
+                self._on_kept()
+            return
         try:
             self._rm.free(self.h_device)
         finally:

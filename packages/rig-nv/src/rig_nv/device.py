@@ -23,7 +23,7 @@ from typing import Any
 
 from cffi import FFI
 
-from rig_edge import Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
+from rig_edge import Bus, Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_nv import checks, copies, hostmem, peers, setup
 from rig_nv import classes as cls
 from rig_nv import launch as launching
@@ -412,7 +412,9 @@ class Device:
             if a is None:
                 raise Misuse(f"{region} is not a live region of {self._facts.name} (freed, "
                              "or another device's)")
-            if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST
+            # Memory whose bus addresses another device was given (held) must never go to
+            # another allocation: the path keeps it for the process.
+            if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST and not a.held
                     and self._cached_bytes + a.length <= CACHE_BYTES and not self._stopped):
                 self._cache.setdefault(a.length, []).append((self._next - 1, a))
                 self._cached_bytes += a.length
@@ -475,10 +477,29 @@ class Device:
             self._allocs[region] = a
         return region
 
-    def dma(self, region: Region) -> Dmabuf:
-        """Export the RM object ``region`` lies in as a new dma-buf, at the region's offset.
+    def dma(self, region: Region) -> Dmabuf | Bus:
+        """Give another device, such as a NIC a process drives over PCI, ``region``'s memory:
+        what the device's path gives (``rig_edge.Dmabuf | rig_edge.Bus``, the spec's
+        ``Rig_edge.dma``).
 
-        Raises :class:`Misuse` for a region that is not a live one of this device."""
+        - Through the kernel driver (rig_nv_nvidia): a new :class:`rig_edge.Dmabuf` of the RM
+          object the region lies in, at the region's offset in it, which holds the object
+          until its last reference goes; raises :class:`rig_edge.RigError` where the kernel
+          driver exports none (an :class:`rig_nv.rm.RMError` where the RM refuses).
+        - Over PCI (rig_nv_pci): a :class:`rig_edge.Bus`, as ``rig_pci.memory.bus`` states:
+          its ``ranges`` (bus address, length), in order, covering the region (GPU memory
+          through BAR 1: Mapped memory where it lies there, Device memory mapped into BAR 1
+          first; Pinned memory at its DMA bus addresses), or its ``reason`` where another
+          device cannot reach them (a GPU taken through VFIO, whose BAR and DMA addresses only
+          its own IOMMU domain translates; no room in BAR 1). Once ranges are given the
+          region's memory and the GPU stay the process's until it exits: :meth:`free` and
+          :meth:`stop` give none of it back (nor its BAR 1 mapping), and no later open of the
+          GPU, in this process or another, succeeds. Raises :class:`rig_edge.RigError` where
+          the GPU's BAR 1 page tables cannot be written.
+
+        Either way raises :class:`Misuse` for a region that is not a live one of this device
+        (freed, another device's, or a peer's mapped here), :class:`rig_edge.Lost` once the
+        device is lost and :class:`rig_edge.RigError` once it is stopped."""
         checks.region_of("dma's region", region)
         self._check()
         with self._lock:

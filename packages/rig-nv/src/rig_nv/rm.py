@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from rig_edge import Dmabuf, Lost, Memory, Refusal, RigError
+from rig_edge import Bus, Dmabuf, Lost, Memory, Refusal, RigError
 from rig_nv.status import status_name
 
 HUGE_PAGE = 2 << 20
@@ -72,7 +72,12 @@ class RM(Protocol):
 @dataclass
 class Allocation:
     """Memory a path made and mapped: GPU address, host address (or ``None``), length, kind,
-    the RM memory object's handle, and whatever the path needs to undo it."""
+    the RM memory object's handle, and whatever the path needs to undo it.
+
+    ``held``: the path handed the memory's bus addresses to another device (the PCI path's
+    :meth:`Path.export`), so it stays the process's: the device never keeps it for reuse, and
+    the path's ``free_memory`` gives none of it back (Rig_nv_pci: "The region's memory and the
+    GPU then stay the process's until it exits")."""
 
     gpu: int
     host: int | None
@@ -80,6 +85,7 @@ class Allocation:
     kind: Memory
     handle: int
     undo: Any = field(default=None, repr=False)
+    held: bool = False
 
 
 class Path(Protocol):
@@ -123,7 +129,11 @@ class Path(Protocol):
         """Map the caller's pages ``[address, address+length)`` for the GPU."""
         ...
 
-    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf: ...
+    def export(self, a: Allocation, offset: int, length: int) -> Dmabuf | Bus:
+        """Give another device ``length`` bytes at ``offset`` of ``a``: the kernel path exports
+        the RM object as a new dma-buf; the PCI path answers the bus ranges (or why it
+        cannot reach them), setting ``a.held`` once it hands ranges out."""
+        ...
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         """Map ``a``, memory of the GPU of path ``owner``, into this GPU's address space at

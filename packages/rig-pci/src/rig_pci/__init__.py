@@ -7,8 +7,8 @@ with their BARs, bound driver, IOMMU group and runtime power state.
 physically): config space and BAR :class:`Window` s with exact-width register access, DMA
 memory (:meth:`Function.alloc_dma`) and reset. :mod:`rig_pci.driver` detaches a function from
 its kernel driver and attaches it back; :mod:`rig_pci.firmware` finds firmware files by
-digest; :mod:`rig_pci.memory` tells BAR bus ranges and whether two functions reach each
-other; :mod:`rig_pci.testing` writes fixture machines.
+digest; :mod:`rig_pci.memory` tells the bus ranges of BARs and DMA memory and whether two
+functions reach each other; :mod:`rig_pci.testing` writes fixture machines.
 """
 
 import importlib

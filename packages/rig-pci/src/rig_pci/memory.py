@@ -1,5 +1,5 @@
-"""Memory behind a BAR that other devices reach: its bus ranges, and whether two functions'
-BARs reach each other (peer to peer).
+"""Memory that other devices reach: the bus ranges of memory behind a BAR and of DMA memory,
+and whether two functions' BARs reach each other (peer to peer).
 
 A function's BAR answers requests at its bus address whoever sends them, but whether a request
 from another device gets there depends on the path: requests that meet in a PCIe switch go
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Protocol
 
 from rig_edge import Bus, Misuse
 from rig_pci.function import Function
-from rig_pci.listing import Bar, parse_address
+from rig_pci.listing import Bar, FunctionInfo, parse_address
+from rig_pci.machine import Machine
 from rig_pci.sysfs import SysfsTransport
 
 # Linux include/uapi/linux/pci_regs.h
@@ -30,14 +32,45 @@ PCI_ACS_EC = 0x0020  # P2P Egress Control
 ACS_REDIRECTS = PCI_ACS_RR | PCI_ACS_CR | PCI_ACS_EC  # p2pdma.c: pci_bridge_has_acs_redir
 
 
-def _bar(f: Function, index: int) -> Bar:
+class Taken(Protocol):
+    """What :func:`bus` and :func:`dma_bus` read of a taken function (a
+    :class:`rig_pci.Function`): its address, what was listed of it, its machine, how it was
+    taken and whether it was released."""
+
+    @property
+    def bus(self) -> str: ...
+
+    @property
+    def info(self) -> FunctionInfo: ...
+
+    @property
+    def machine(self) -> Machine: ...
+
+    @property
+    def how(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+
+class Dma(Protocol):
+    """DMA memory a function reaches (a :class:`rig_pci.DmaMemory`): its length and the bus
+    address of each of its bytes."""
+
+    @property
+    def length(self) -> int: ...
+
+    def bus_address(self, offset: int) -> int: ...
+
+
+def _bar(f: Taken, index: int) -> Bar:
     for bar in f.info.bars:
         if bar.index == index:
             return bar
     raise Misuse(f"{f.bus} has no BAR {index}")
 
 
-def bus(f: Function, bar: int, offset: int, length: int) -> Bus:
+def bus(f: Taken, bar: int, offset: int, length: int) -> Bus:
     """The bus ranges at which another device reaches ``length`` bytes at ``offset`` of BAR
     ``bar`` of ``f``, or why it cannot (``Bus.reason``): the function must be taken
     physically on this machine (behind an IOMMU another device reaches a BAR only through a
@@ -59,6 +92,46 @@ def bus(f: Function, bar: int, offset: int, length: int) -> Bus:
     if b.address == 0:
         return Bus(reason=f"{f.bus} BAR {bar} has no bus address")
     return Bus(ranges=((b.address + offset, length),))
+
+
+DMA_PAGE = 4096  # the smallest page DMA memory comes in: its bus addresses run on within one
+
+
+def dma_bus(f: Taken, memory: Dma, offset: int, length: int) -> Bus:
+    """The bus ranges at which another device reaches ``length`` bytes at ``offset`` of DMA
+    memory ``memory`` that ``f`` was given (:meth:`rig_pci.Function.alloc_dma`,
+    :meth:`~rig_pci.Function.map_host`), in order, adjacent runs joined; or why it cannot
+    (``Bus.reason``), as :func:`bus` answers for a BAR: the function must be taken physically
+    on this machine, where the memory's bus addresses are its physical addresses, which any
+    device reaches. Behind an IOMMU they are I/O virtual addresses of ``f``'s own IOMMU
+    domain (its VFIO container's mappings, drivers/vfio/vfio_iommu_type1.c), which another
+    device's requests are not translated through; reaching the memory from there takes a
+    mapping in that device's own domain, which rig does not make. Raises
+    :class:`rig_edge.Misuse` for a range outside the memory, or a released function."""
+    if f.closed:
+        raise Misuse(f"dma_bus: {f.bus} was released")
+    if offset < 0 or length <= 0 or offset + length > memory.length:
+        raise Misuse(f"dma_bus: 0x{length:x} bytes at 0x{offset:x} are outside the "
+                     f"0x{memory.length:x} bytes of DMA memory")
+    if not f.machine.is_this:
+        return Bus(reason=f"{f.bus} lies on {f.machine.name}, not this machine")
+    if f.how != "physically":
+        return Bus(
+            reason=f"{f.bus} is taken through {f.how}: behind an IOMMU, its DMA memory's bus "
+            "addresses are I/O virtual addresses of its own IOMMU domain, which another "
+            "device reaches only through a mapping in that device's own domain"
+        )
+    runs: list[tuple[int, int]] = []
+    at, end = offset, offset + length
+    while at < end:  # page by page: memory.bus_address is all a DmaMemory promises
+        n = min(DMA_PAGE - at % DMA_PAGE, end - at)
+        address = memory.bus_address(at)
+        if runs and runs[-1][0] + runs[-1][1] == address:
+            runs[-1] = (runs[-1][0], runs[-1][1] + n)
+        else:
+            runs.append((address, n))
+        at += n
+    return Bus(ranges=tuple(runs))
 
 
 def _path(t: SysfsTransport, address: str) -> list[str]:
