@@ -32,6 +32,12 @@ def test_error_policy_classes() -> None:
     assert issubclass(rig_edge.Fault, rig_edge.Lost)
     lost = rig_edge.Fault("ROBUST_CHANNEL_GR_EXCEPTION", address=0x1000, access="write")
     assert lost.reason == "ROBUST_CHANNEL_GR_EXCEPTION at 0x1000 on write"
+    assert lost.pc is None
+    sm = rig_edge.Fault("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13): MISALIGNED_ADDR (SM 3)",
+                        address=0x7F00_0000_0001, engine="graphics/compute", pc=0x1230)
+    assert sm.reason == ("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13): MISALIGNED_ADDR (SM 3) at "
+                         "0x7f0000000001 by graphics/compute, pc 0x1230")
+    assert (sm.address, sm.access, sm.pc) == (0x7F00_0000_0001, None, 0x1230)
     assert "is lost" in str(lost)
     refused = rig_edge.OpenRefused("NV: no GPU 2", stays="the control file")
     assert str(refused) == "NV: no GPU 2 (the control file stays for the process)"
@@ -42,6 +48,8 @@ def test_error_policy_classes() -> None:
     rig_edge.Fault("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31)", address=0xDEAD0000,
                    access="write or atomic", engine="graphics/compute"),
     rig_edge.Fault("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13)"),
+    rig_edge.Fault("ROBUST_CHANNEL_GR_EXCEPTION (Xid 13): ILLEGAL_INSTR_ENCODING (SM 0)",
+                   engine="graphics/compute", pc=0),
 ])
 def test_lost_and_fault_copy_and_pickle_whole(error: rig_edge.Lost) -> None:
     """A device raises a copy of the Lost it keeps: the copy says the same, prefixed once."""

@@ -127,7 +127,8 @@ def test_illegal_address_is_a_fault_and_the_gpu_opens_again(address: int, kernel
 KIND_CHILD = textwrap.dedent("""
     import numpy as np, sys
     import rig_nv_nvidia
-    from rig_edge import Fault, Lost, Memory
+    from rig_edge import Fault, Lost, Memory, RigError
+    from rig_nv.faults import read_sm_error_states
     d = rig_nv_nvidia.gpu(0).open()
     img = d.load(open(sys.argv[1], "rb").read())
     out = d.alloc(4096, Memory.DEVICE)
@@ -136,24 +137,72 @@ KIND_CHILD = textwrap.dedent("""
         print("NO FAULT")
         sys.exit(1)
     except Fault as e:
-        print("FAULT", e.channel_error, "|", e.engine)
+        print("FAULT", e.channel_error, "|", e.address, "|", e.pc, "|", e.engine, "|", out.gpu)
     try:
         d.upload(out, bytes(16))
         print("NOT LOST")
         sys.exit(1)
     except Lost as e:
         print("LOST", e.reason)
+    # The RM's SM error states of the compute channel, asked again (a read clears nothing):
+    # the error's evidence, or why the Fault has none.
+    try:
+        got = read_sm_error_states(d.path.rm, d.ffi, d._debuggee(), d.sm_count)
+        shown = [(s.sm, hex(s.global_esr), hex(s.warp_esr), hex(s.pc), hex(s.esr_address),
+                  hex(s.cga_esr), s.error) for s in got if s.global_esr or s.warp_esr or s.cga_esr]
+        print("STATES", len(got), "SMs,", len(shown), "nonzero:", shown[:6])
+    except RigError as e:
+        print("REFUSED", e)
     vadd_cubin = sys.argv[3]
 """) + REOPEN
+
+# The error each kernel's SM should report (NV_PGRAPH_PRI_GPC0_TPC0_SM0_HWW_WARP_ESR_ERROR_* or the
+# global register's bits, as rig_nv.faults names them): a trap (PTX trap, "abort execution and
+# generate an interrupt to the host") and a breakpoint (PTX brkpt) are no warp errors but the
+# SM's breakpoint interrupt; an instruction of all-ones bits is an illegal encoding (or
+# parameter).
+EXPECTED = {
+    "trap": ("BPT_INT", "TRAP"),
+    "breakpoint": ("BPT_INT",),
+    "misaligned": ("MISALIGNED_ADDR",),
+    "plain_store": ("ILLEGAL_INSTR",),
+}
+
+
+def check_sm_error(kernel: str, lines: list[str]) -> None:
+    """What the Fault says the SM reported, checked against the kernel's kind (EXPECTED); an
+    xfail naming the RM's answer where it refused the debugger or recorded no SM error state."""
+    error, address, pc, _engine, out = lines[0].removeprefix("FAULT ").rsplit(" | ", 4)
+    assert "(Xid 13)" in error, error
+    states = lines[2]
+    assert states.startswith(("STATES ", "REFUSED ")), states
+    name = error.partition(" on the compute channel: ")[2].rpartition(" (SM ")[0]
+    print(f"SM ERROR {name or None} (expected {' or '.join(EXPECTED[kernel])}), address "
+          f"{address}, pc {pc}; the RM's states: {states}")
+    if not name:
+        if states.startswith("REFUSED "):
+            pytest.xfail("the RM refused the GT200_DEBUGGER or its READ_ALL_SM_ERROR_STATES: "
+                         + states.removeprefix("REFUSED "))
+        if " 0 nonzero" in states:
+            pytest.xfail("no SM error state recorded: the RM made the GT200_DEBUGGER and "
+                         f"answered READ_ALL_SM_ERROR_STATES with all ESRs zero ({states})")
+    assert any(e in name for e in EXPECTED[kernel]), (name, states)
+    if kernel == "misaligned" and address != "None":  # every thread stores at out + 1
+        print(f"ADDRESS out + {int(address) - int(out):#x}")
+        assert int(out) <= int(address) < int(out) + 4096, (hex(int(address)), hex(int(out)))
 
 
 @pytest.mark.parametrize("kernel", ["trap", "misaligned", "breakpoint"])
 def test_sm_exceptions_are_faults_and_the_gpu_opens_again(kernel: str) -> None:
     """A kernel that traps, makes a misaligned access or hits a breakpoint (cubins/faults.cu):
-    wait raises Fault naming the RM's channel error, the device is lost, and after its stop
-    the GPU opens again in the same process and computes right."""
+    wait raises Fault naming the RM's channel error and the error the SM reported (the RM's SM
+    error states, NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES of a GT200_DEBUGGER made after
+    the fault, rig_nv.faults), the device is lost, and after its stop the GPU opens again in the
+    same process and computes right. Where the RM refuses the debugger or recorded no SM error
+    state, an xfail naming its answer, not a pass."""
     lines = faulting_child(KIND_CHILD, str(FAULTS), kernel, str(CUBIN))
-    assert lines[2] == "REOPENED True"
+    assert lines[3] == "REOPENED True"
+    check_sm_error(kernel, lines)
 
 
 def illegal_instruction_cubin() -> bytes:
@@ -174,13 +223,15 @@ def illegal_instruction_cubin() -> bytes:
 
 
 def test_an_illegal_instruction_is_a_fault_and_the_gpu_opens_again(tmp_path: Path) -> None:
-    """plain_store, harmless as built, with an undecodable first instruction: a Fault, the
-    device lost, the GPU opening again. (Were the bytes some valid instruction, the kernel
-    would end without a fault and the child says NO FAULT: the test fails.)"""
+    """plain_store, harmless as built, with an undecodable first instruction: a Fault naming an
+    illegal instruction as the SM reported it (as in the SM exceptions' test), the device lost,
+    the GPU opening again. (Were the bytes some valid instruction, the kernel would end without
+    a fault and the child says NO FAULT: the test fails.)"""
     patched = tmp_path / "illegal.cubin"
     patched.write_bytes(illegal_instruction_cubin())
     lines = faulting_child(KIND_CHILD, str(patched), "plain_store", str(CUBIN))
-    assert lines[2] == "REOPENED True"
+    assert lines[3] == "REOPENED True"
+    check_sm_error("plain_store", lines)
 
 
 HANG_CHILD = textwrap.dedent("""

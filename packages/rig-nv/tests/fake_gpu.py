@@ -80,7 +80,15 @@ class FakeRM:
         # NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO answers them (not cleared when read):
         # (faultAddress, faultType, accessType).
         self.fault_records: dict[int, list[tuple[int, int, int]]] = {}
-        # "alloc", "control" or "free" of a GT200_DEBUGGER -> the NV_STATUS the RM refuses with
+        # channel handle -> SM number -> its error state as a GT200_DEBUGGER's
+        # NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES answers it (not cleared when read):
+        # (hwwGlobalEsr, hwwWarpEsr, hwwWarpEsrPc64, hwwEsrAddr). An SM without one answers
+        # zeros, as an SM that reported nothing.
+        self.sm_errors: dict[int, dict[int, tuple[int, int, int, int]]] = {}
+        self.sm_reads: list[tuple[int, int, int]] = []  # (hTargetChannel, startingSM, numSMsToRead)
+        # "alloc", "control", "sm_control" (READ_ALL_SM_ERROR_STATES alone; "control" refuses
+        # both) or "free" of a GT200_DEBUGGER -> the NV_STATUS the RM refuses with; "sm_from":
+        # the first startingSM READ_ALL_SM_ERROR_STATES refuses (with NV_ERR_INVALID_ARGUMENT)
         self.debugger_refusals: dict[str, int] = {}
         self.debuggers: list[tuple[int, int, bytes]] = []  # (parent, handle, params) made
         # What NV2080_CTRL_CMD_GPU_GET_ENGINES_V2 lists (NV2080 engine types; None: the control
@@ -192,6 +200,26 @@ class FakeRM:
             for i, (address, fault_type, access) in enumerate(records):
                 struct.pack_into("<QII", params, 16 * i, address, fault_type, access)
             struct.pack_into("<I", params, 64, len(records))
+        elif cmd == 0x83DE030C:  # DEBUG_READ_ALL_SM_ERROR_STATES: {hTargetChannel, numSMsToRead,
+            # 100 x 48-byte states from 8 (hwwGlobalEsr 0, hwwWarpEsr 4, hwwWarpEsrPc 8,
+            # hwwEsrAddr 24, hwwWarpEsrPc64 32), ..., startingSM at 4820}, 4824 bytes
+            assert self.objects.get(obj) == GT200_DEBUGGER and len(params) == 4824
+            what = f"RM control 0x{cmd:x} of object 0x{obj:x}"
+            for step in ("control", "sm_control"):
+                if step in self.debugger_refusals:
+                    raise RMError(what, self.debugger_refusals[step])
+            channel, n = struct.unpack_from("<II", params)
+            (start,) = struct.unpack_from("<I", params, 4820)
+            self.sm_reads.append((channel, start, n))
+            if n > 100 or start >= self.debugger_refusals.get("sm_from", 1 << 32):
+                raise RMError(what, NV_ERR_INVALID_ARGUMENT)
+            if self.objects.get(channel) is None:
+                raise RMError(what, NV_ERR_INVALID_OBJECT)
+            for sm, (global_esr, warp_esr, pc, address) in self.sm_errors.get(channel, {}).items():
+                if start <= sm < start + n:
+                    at = 8 + 48 * (sm - start)
+                    struct.pack_into("<III", params, at, global_esr, warp_esr, pc & 0xFFFF_FFFF)
+                    struct.pack_into("<QQ", params, at + 24, address, pc)
 
 
 class FakePath:
@@ -282,7 +310,8 @@ def rc(d: Any, xid: int, engine: int = 1) -> None:
     """The RM's robust-channel recovery as a device sees it: every channel of the group gets its
     error notifier written (RC_NOTIFIER_SCOPE_TSG; NvNotification info32 = the Xid, info16 = the
     NV2080 engine type, status 0xFFFF). What GET_MMU_FAULT_INFO answers is FakeRM.mmu_faults,
-    what a GT200_DEBUGGER's READ_MMU_FAULT_INFO answers FakeRM.fault_records."""
+    what a GT200_DEBUGGER's READ_MMU_FAULT_INFO answers FakeRM.fault_records, its
+    READ_ALL_SM_ERROR_STATES FakeRM.sm_errors."""
     for note in d._notifiers:
         struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
 

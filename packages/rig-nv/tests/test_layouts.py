@@ -133,6 +133,21 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     # ctrl/ctrl83de/ctrl83dedebug.h @570.211.01, @580.142: 4 entries of 16, count at 64, padded
     # to 72 by the entries' 8-byte alignment
     "NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS": (72, {"mmuFaultInfoList": 0, "count": 64}),
+    # ctrl/ctrl83de/ctrl83dedebug.h @570.211.01, @580.142 (gcc, sizeof/offsetof): 4 bytes of
+    # padding before hwwEsrAddr (NV_DECLARE_ALIGNED 8)
+    "NV83DE_SM_ERROR_STATE_REGISTERS": (48, {
+        "hwwGlobalEsr": 0, "hwwWarpEsr": 4, "hwwWarpEsrPc": 8, "hwwGlobalEsrReportMask": 12,
+        "hwwWarpEsrReportMask": 16, "hwwEsrAddr": 24, "hwwWarpEsrPc64": 32, "hwwCgaEsr": 40,
+        "hwwCgaEsrReportMask": 44,
+    }),
+    # ctrl/ctrl83de/ctrl83dedebug.h @570.211.01, @580.142 (gcc): NvBool valid, 3 bytes of padding
+    "NV83DE_MMU_FAULT_INFO": (8, {"valid": 0, "faultInfo": 4}),
+    # ctrl/ctrl83de/ctrl83dedebug.h @570.211.01, @580.142 (gcc, sizeof/offsetof):
+    # NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL (100) states of 48 from 8
+    "NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS": (4824, {
+        "hTargetChannel": 0, "numSMsToRead": 4, "smErrorStateArray": 8, "mmuFaultInfo": 4808,
+        "mmuFault": 4812, "startingSM": 4820,
+    }),
     # ctrl/ctrl2080/ctrl2080tmr.h @570.211.01, @580.142
     "NV2080_CTRL_TIMER_GET_TIME_PARAMS": (8, {"time_nsec": 0}),
     # nvgputypes.h @570.211.01, @580.142 (timeStamp.nanoseconds[2] flattened)
@@ -210,6 +225,10 @@ def test_array_lengths_and_nested_offsets(key: str) -> None:
     assert ffi.offsetof(mmu, "shaderProgramVA", 6) == 96
     dbg = "NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS"
     assert ffi.offsetof(dbg, "mmuFaultInfoList", 3, "accessType") == 60  # [4]
+    sm = "NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS"
+    assert ffi.offsetof(sm, "smErrorStateArray", 99, "hwwCgaEsrReportMask") == 8 + 99 * 48 + 44
+    assert ffi.offsetof(sm, "mmuFault", "faultInfo") == 4816
+    assert len(ffi.new(f"{sm} *").smErrorStateArray) == 100
 
 
 def test_release_differences() -> None:

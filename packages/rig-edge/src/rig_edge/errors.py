@@ -52,8 +52,11 @@ class Lost(RigError):
 class Fault(Lost):
     """The GPU's work faulted.
 
-    ``channel_error`` is NVIDIA's name of the channel error (a robust-channel / Xid name);
-    ``address``, ``access`` and ``engine`` say where, for SM and MMU faults, when known.
+    ``channel_error`` is NVIDIA's name of the channel error (a robust-channel / Xid name), with
+    what the GPU reported of it where known (an MMU fault's type, an SM exception's error);
+    ``address``, ``access`` and ``engine`` say where, for SM and MMU faults, when known; ``pc``
+    is the program counter of the warp whose error an SM exception reports, when known. Each is
+    ``None`` where unknown, and the message names those that are known.
     """
 
     def __init__(
@@ -63,6 +66,7 @@ class Fault(Lost):
         address: int | None = None,
         access: str | None = None,
         engine: str | None = None,
+        pc: int | None = None,
     ) -> None:
         parts = [channel_error]
         if address is not None:
@@ -71,15 +75,19 @@ class Fault(Lost):
             parts.append(f"on {access}")
         if engine:
             parts.append(f"by {engine}")
-        super().__init__(" ".join(parts))
+        text = " ".join(parts)
+        if pc is not None:
+            text += f", pc 0x{pc:x}"
+        super().__init__(text)
         self.channel_error = channel_error
         self.address = address
         self.access = access
         self.engine = engine
+        self.pc = pc
 
     def __reduce__(self) -> tuple[Any, ...]:
         rebuild = functools.partial(type(self), address=self.address, access=self.access,
-                                    engine=self.engine)
+                                    engine=self.engine, pc=self.pc)
         return (rebuild, (self.channel_error,), self.__dict__)
 
 

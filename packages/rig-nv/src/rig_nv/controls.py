@@ -28,6 +28,11 @@ NV906F_CTRL_CMD_GET_MMU_FAULT_INFO = 0x906F0106
 # GT200_DEBUGGER object (ctrl/ctrl83de/ctrl83dedebug.h; g_kernel_sm_debugger_session_nvoc.c:
 # flags NON_PRIVILEGED, forwarded to the GSP by its handler on a GSP client).
 NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO = 0x83DE0328
+# Its SM error states (rig_nv.faults): flags NON_PRIVILEGED | ROUTE_TO_PHYSICAL (the GSP answers
+# it on a GSP client; the kernel module's own handler serves only a vGPU guest), at most
+# NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL states a call from startingSM.
+NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES = 0x83DE030C
+NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL = 100
 # NV2080_CTRL_PERF_BOOST_FLAGS (ctrl2080perf.h): CMD 1:0 BOOST_TO_MAX (2), CUDA 4:4 YES,
 # CUDA_PRIORITY 6:6 HIGH; CLEAR (0) drops the request. DURATION_INFINITE lasts until cleared or
 # until the client goes (the RM tracks boosts per client).

@@ -210,13 +210,14 @@ class Device:
                     self._fault = channel_fault(self.path.rm, self.ffi, [
                         (ch.name, ch.handle, note)
                         for ch, note in zip(self._channels, self._notifiers, strict=True)
-                        if notified(note)], self._debuggee())
+                        if notified(note)], self._debuggee(), self.sm_count)
         return self._fault
 
     def _debuggee(self) -> Debuggee | None:
         """The compute channel and its compute-class object, whose graphics context the RM
-        keeps MMU faults' access types of (rig_nv.faults): setup.channel makes that object
-        right after the channel, so its handle follows the channel's in ``_handles``."""
+        keeps MMU faults' access types and SM error states of (rig_nv.faults): setup.channel
+        makes that object right after the channel, so its handle follows the channel's in
+        ``_handles``."""
         handles, h = self._handles, self.compute.handle
         at = handles.index(h) + 1 if h in handles else len(handles)
         return Debuggee(self.path.h_device, h, handles[at]) if at < len(handles) else None

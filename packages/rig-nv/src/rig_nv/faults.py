@@ -49,6 +49,46 @@ gpu/gr/kernel_sm_debugger_session_ctrl.c); all of it alike in 570.211.01 and 580
 (nothing of it runs for a device that does not fault), reads, and frees it; any refusal leaves
 the :class:`rig_edge.Fault` as it was without it: with the access the fault type implies, if
 any. packages/rig-nv-nvidia/tests/test_gpu_faults.py says what an H200's RM answers.
+
+Of an SM exception (Xid 13, ROBUST_CHANNEL_GR_EXCEPTION) the notifier says no more. What the
+SMs reported the RM keeps as SM error states, read through the same GT200_DEBUGGER with
+NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES (ctrl83dedebug.h, alike in 570.211.01 and
+580.142): per SM (numbered as the RM numbers them, 0 to the GPU's SM count less one), the global
+and warp error status registers (hwwGlobalEsr, hwwWarpEsr), the warp's PC (hwwWarpEsrPc64), the
+address of an address error (hwwEsrAddr), their report masks and, on Hopper, the CGA's; at most
+NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL (100) SMs a call, from startingSM (an H200 has 132: two
+calls). What the sources say of when the state is recorded:
+
+- the control is NON_PRIVILEGED | ROUTE_TO_PHYSICAL (flags 0x50048,
+  g_kernel_sm_debugger_session_nvoc.c): on a GSP client the kernel module forwards it to the
+  GSP before any handler of its own runs (rmresControl_Prologue_IMPL, rmapi/resource.c); its own
+  handler (ksmdbgssnCtrlCmdDebugReadAllSmErrorStates_IMPL, kernel_sm_debugger_session_ctrl.c)
+  serves only a vGPU guest and answers NV_ERR_NOT_SUPPORTED otherwise. The code that records
+  the states, the GSP's exception handling, is not published;
+- the header says the RM caches the state because the hardware's must be cleared early in the
+  exception handling, that a read returns that cache ("stale by design") and that only
+  NV83DE_CTRL_CMD_DEBUG_CLEAR_*_SM_ERROR_STATE(S) clears it, and that the read acts on the
+  resident graphics context. Nothing published says whether the cache is kept for a context
+  no debugger was attached to when the exception came (rig makes its debugger only afterwards:
+  a debugger attached beforehand could change how the RM handles the exception). NVIDIA's Tegra
+  driver (nvgpu, another RM) records a TSG's SM error state before it asks whether a debugger is
+  attached (nvgpu_gr_intr_handle_sm_exception, common/gr/gr_intr.c), which suggests, no more,
+  the same of the GSP. test_gpu_faults.py asks an H200's RM.
+
+The warp error's names (NV_PGRAPH_PRI_GPC0_TPC0_SM0_HWW_WARP_ESR_ERROR_*) and the global
+register's bits are not in the open kernel modules: numbers from NVIDIA's published nvgpu
+headers for Ampere (include/nvgpu/hw/ga100/hw_gr_ga100.h; ga10b alike), with Volta's codes
+that Ampere's header lists no more (gv11b). Hopper's header is not published; the RM's Xid 13
+logs print the registers beside its names of the errors, and those agree (warp error 9
+"Illegal Instruction Encoding", 0xb "Illegal Instruction Parameter", global 0x4 "Multiple
+Warp Errors").
+
+:func:`channel_fault` makes the debugger only for an Xid 13 of a device whose compute channel
+it knows (nothing of it runs for a device that does not fault), reads every SM's state, frees
+it, and names in the Fault the first SM with a warp error (else the first with a global error
+other than the pauses the RM makes every SM take): its error and number, its PC, and the
+address for the errors of an access. Any refusal, or an answer of no error, leaves the Fault as
+it was without it: the notifier's Xid and engine.
 """
 
 from __future__ import annotations
@@ -61,7 +101,9 @@ from rig_edge import RigError
 from rig_edge.errors import Fault
 from rig_nv.classes import GT200_DEBUGGER
 from rig_nv.controls import (
+    NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES,
     NV83DE_CTRL_CMD_DEBUG_READ_MMU_FAULT_INFO,
+    NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL,
     NV906F_CTRL_CMD_GET_MMU_FAULT_INFO,
 )
 from rig_nv.layouts import Params
@@ -221,6 +263,121 @@ def read_fault_records(rm: RM, ffi: FFI, debuggee: Debuggee) -> list[FaultRecord
             for e in (entries[i] for i in range(min(int(p.p.count), len(entries))))]
 
 
+GR_EXCEPTION = 13  # ROBUST_CHANNEL_GR_EXCEPTION
+
+# NV_PGRAPH_PRI_GPC0_TPC0_SM0_HWW_WARP_ESR_ERROR_* (bits 15:0 of the warp error status register):
+# nvgpu's hw_gr_ga100.h (Ampere; hw_gr_ga10b.h alike), with the codes only Volta's hw_gr_gv11b.h
+# lists (STACK_ERROR, PC_WRAP, STACK_OVERFLOW). Bits 23:16 are the warp's id, 27:24 the kind of
+# address error.
+WARP_ERROR = {
+    0x01: "STACK_ERROR", 0x02: "API_STACK_ERROR", 0x04: "PC_WRAP", 0x05: "MISALIGNED_PC",
+    0x06: "PC_OVERFLOW", 0x08: "MISALIGNED_REG", 0x09: "ILLEGAL_INSTR_ENCODING",
+    0x0B: "ILLEGAL_INSTR_PARAM", 0x0D: "OOR_REG", 0x0E: "OOR_ADDR", 0x0F: "MISALIGNED_ADDR",
+    0x10: "INVALID_ADDR_SPACE", 0x12: "INVALID_CONST_ADDR_LDC", 0x16: "STACK_OVERFLOW",
+    0x17: "MMU_FAULT", 0x18: "TEX_FORMAT", 0x19: "TEX_LAYOUT", 0x20: "MMU_NACK", 0x21: "ARRIVE",
+}
+WARP_ERROR_MASK = 0xFFFF
+# The warp errors of a memory access, whose address the RM reports as hwwEsrAddr.
+ADDRESS_ERRORS = frozenset({0x0E, 0x0F, 0x10, 0x12, 0x17, 0x20})
+# NV_PGRAPH_PRI_GPC0_TPC0_SM0_HWW_GLOBAL_ESR_* bits (hw_gr_ga100.h, hw_gr_gv11b.h): the SM's own
+# errors, and the pauses a debugger or the RM's handling makes an SM take (an RM log of one
+# SM's warp error shows BPT_PAUSE on every other SM), which say nothing of what went wrong.
+GLOBAL_ERROR = {0x4: "MULTIPLE_WARP_ERRORS", 0x10: "BPT_INT", 0x100: "ERROR_IN_TRAP",
+                0x1000: "POISON_DATA"}
+GLOBAL_PAUSES = 0x20 | 0x40  # BPT_PAUSE, SINGLE_STEP_COMPLETE
+
+
+@dataclass(frozen=True)
+class SmErrorState:
+    """An SM's entry of NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES' answer
+    (NV83DE_SM_ERROR_STATE_REGISTERS), with the SM's number."""
+
+    sm: int
+    global_esr: int  # hwwGlobalEsr
+    warp_esr: int  # hwwWarpEsr
+    pc: int  # hwwWarpEsrPc64 (the 32-bit hwwWarpEsrPc where that is 0)
+    esr_address: int  # hwwEsrAddr
+    cga_esr: int = 0  # hwwCgaEsr
+
+    @property
+    def warp_error(self) -> int:
+        """The warp error's code (NV_PGRAPH_PRI_GPC0_TPC0_SM0_HWW_WARP_ESR_ERROR_*); 0 is NONE."""
+        return self.warp_esr & WARP_ERROR_MASK
+
+    @property
+    def global_errors(self) -> int:
+        """The global register's bits that are errors, not pauses."""
+        return self.global_esr & ~GLOBAL_PAUSES
+
+    @property
+    def error(self) -> str | None:
+        """The SM's error's name: its warp error's (e.g. "MISALIGNED_ADDR"), else its global
+        errors' ("BPT_INT", joined by "+"); ``None`` for an SM that reported neither."""
+        if self.warp_error:
+            return WARP_ERROR.get(self.warp_error, f"warp error 0x{self.warp_error:x}")
+        bits = [1 << i for i in range(32) if self.global_errors >> i & 1]
+        if not bits:
+            return None
+        return "+".join(GLOBAL_ERROR.get(b, f"global error 0x{b:x}") for b in bits)
+
+    @property
+    def address(self) -> int | None:
+        """The address of a warp error that has one (an access: misaligned, out of range...);
+        ``None`` for another error, or where the RM reports 0."""
+        if self.warp_error in ADDRESS_ERRORS and self.esr_address:
+            return self.esr_address
+        return None
+
+
+def read_sm_error_states(rm: RM, ffi: FFI, debuggee: Debuggee, sm_count: int
+                         ) -> list[SmErrorState]:
+    """The SM error states the RM keeps for ``debuggee``'s channel, SMs 0 to ``sm_count`` - 1.
+
+    Makes a GT200_DEBUGGER on the graphics object, asks it
+    NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES (NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL SMs a
+    call, hTargetChannel the channel) and frees it, whatever the controls answered. Raises
+    :class:`rig_edge.RigError` (an :class:`rig_nv.rm.RMError` with the RM's status where the RM
+    answered) if the object or any call is refused; a refused free raises nothing (the object
+    goes with the client).
+    """
+    made = Params(ffi, "NV83DE_ALLOC_PARAMETERS", hAppClient=rm.client,
+                  hClass3dObject=debuggee.graphics_object)
+    handle = rm.new_handle()
+    rm.alloc(debuggee.device, handle, GT200_DEBUGGER, made.buf)
+    states: list[SmErrorState] = []
+    try:
+        for start in range(0, sm_count, NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL):
+            n = min(NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL, sm_count - start)
+            p = Params(ffi, "NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS",
+                       hTargetChannel=debuggee.channel, numSMsToRead=n, startingSM=start)
+            rm.control(handle, NV83DE_CTRL_CMD_DEBUG_READ_ALL_SM_ERROR_STATES, p.buf)
+            for i in range(n):
+                e = p.p.smErrorStateArray[i]
+                states.append(SmErrorState(
+                    start + i, int(e.hwwGlobalEsr), int(e.hwwWarpEsr),
+                    int(e.hwwWarpEsrPc64) or int(e.hwwWarpEsrPc), int(e.hwwEsrAddr),
+                    int(e.hwwCgaEsr)))
+    finally:
+        with contextlib.suppress(RigError):
+            rm.free(handle)
+    return states
+
+
+def first_sm_error(states: list[SmErrorState]) -> SmErrorState | None:
+    """The first SM with a warp error, else the first with a global error; ``None`` if none."""
+    return (next((s for s in states if s.warp_error), None)
+            or next((s for s in states if s.global_errors), None))
+
+
+def sm_error(rm: RM, ffi: FFI, debuggee: Debuggee, sm_count: int) -> SmErrorState | None:
+    """The SM error the RM recorded for ``debuggee``'s channel (:func:`first_sm_error`);
+    ``None`` where the RM refuses (any :class:`rig_edge.RigError`) or recorded none."""
+    try:
+        return first_sm_error(read_sm_error_states(rm, ffi, debuggee, sm_count))
+    except RigError:
+        return None
+
+
 def fault_access(rm: RM, ffi: FFI, debuggee: Debuggee, address: int) -> str | None:
     """The access of the newest fault the RM recorded for ``debuggee``'s context in the page of
     ``address``; ``None`` where the RM refuses (any :class:`rig_edge.RigError`) or recorded
@@ -241,7 +398,7 @@ def notified(note: memoryview) -> bool:
 
 
 def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]],
-                  debuggee: Debuggee | None = None) -> Fault:
+                  debuggee: Debuggee | None = None, sm_count: int = 0) -> Fault:
     """The :class:`rig_edge.Fault` of channels whose error notifiers the RM wrote.
 
     ``faulted``: (name, RM handle, notifier) of each such channel, the one to name first. Its
@@ -250,7 +407,11 @@ def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]],
     group, but keeps the MMU's record on the channel that faulted); the channel that answers is
     the one named. Where that is ``debuggee``'s channel, the access is the one the RM recorded
     for its graphics context in the fault's page (:func:`fault_access`), else the one the fault
-    type implies, if any. Where none answers, the Fault is the notifier's alone.
+    type implies, if any. For an SM exception the RM is asked for the SM error states of
+    ``debuggee``'s channel, SMs 0 to ``sm_count`` - 1 (:func:`sm_error`): the first SM's error
+    and number follow the channel error, its PC is the Fault's ``pc`` and the address of its
+    access, where the error has one, the Fault's ``address``. Where none answers, the Fault is
+    the notifier's alone.
     """
     name, _, note = faulted[0]
     xid = int.from_bytes(note[8:12], "little")
@@ -264,4 +425,9 @@ def channel_fault(rm: RM, ffi: FFI, faulted: list[tuple[str, int, memoryview]],
                     access = fault_access(rm, ffi, debuggee, mmu.address) or access
                 return Fault(f"{xid_name(xid)} on the {ch_name} channel: {mmu.kind}",
                              address=mmu.address, access=access, engine=engine)
+    if xid == GR_EXCEPTION and debuggee is not None and sm_count > 0:
+        sm = sm_error(rm, ffi, debuggee, sm_count)
+        if sm is not None:
+            return Fault(f"{xid_name(xid)} on the {name} channel: {sm.error} (SM {sm.sm})",
+                         address=sm.address, engine=engine, pc=sm.pc or None)
     return Fault(f"{xid_name(xid)} on the {name} channel", engine=engine)

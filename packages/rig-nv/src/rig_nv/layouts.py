@@ -123,6 +123,22 @@ typedef struct {
 typedef struct {
     NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_ENTRY mmuFaultInfoList[4]; uint32_t count;
 } NV83DE_CTRL_DEBUG_READ_MMU_FAULT_INFO_PARAMS;
+/* ctrl/ctrl83de/ctrl83dedebug.h @570.211.01 and @580.142 alike: an SM's error state of 48 bytes
+   (hwwEsrAddr and hwwWarpEsrPc64 NV_DECLARE_ALIGNED 8, at 24 and 32); NV83DE_MMU_FAULT_INFO
+   {NvBool valid; NvU32 faultInfo} of 8; READ_ALL_SM_ERROR_STATES' parameters with
+   NV83DE_CTRL_DEBUG_MAX_SMS_PER_CALL (100) states from 8, mmuFaultInfo at 4808, mmuFault at 4812,
+   startingSM at 4820, 4824 bytes. */
+typedef struct {
+    uint32_t hwwGlobalEsr; uint32_t hwwWarpEsr; uint32_t hwwWarpEsrPc;
+    uint32_t hwwGlobalEsrReportMask; uint32_t hwwWarpEsrReportMask; uint64_t hwwEsrAddr;
+    uint64_t hwwWarpEsrPc64; uint32_t hwwCgaEsr; uint32_t hwwCgaEsrReportMask;
+} NV83DE_SM_ERROR_STATE_REGISTERS;
+typedef struct { uint8_t valid; uint32_t faultInfo; } NV83DE_MMU_FAULT_INFO;
+typedef struct {
+    uint32_t hTargetChannel; uint32_t numSMsToRead;
+    NV83DE_SM_ERROR_STATE_REGISTERS smErrorStateArray[100];
+    uint32_t mmuFaultInfo; NV83DE_MMU_FAULT_INFO mmuFault; uint32_t startingSM;
+} NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS;
 typedef struct { uint64_t time_nsec; } NV2080_CTRL_TIMER_GET_TIME_PARAMS;
 typedef struct {
     uint32_t nanoseconds[2]; uint32_t info32; uint16_t info16; uint16_t status;
