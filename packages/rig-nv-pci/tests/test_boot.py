@@ -24,12 +24,13 @@ SEC_FUSE = sim.regs.FUSE_SEC2_UCODE1_VERSION
 
 
 class Rig:
-    """A simulated GA102 with a synthetic VBIOS, booter and WPR meta, scripted to boot."""
+    """A simulated GA102 with a synthetic VBIOS, booter and WPR meta, scripted to boot; GPUs
+    given one ``host`` lie on one machine (sim.HostMemory)."""
 
-    def __init__(self) -> None:
+    def __init__(self, host: sim.HostMemory | None = None) -> None:
         self.sv = fb.build_vbios()
         self.sb = fb.build_booter()
-        self.gpu = sim.SimGpu(vbios=self.sv.data)
+        self.gpu = sim.SimGpu(vbios=self.sv.data, host=host or sim.HostMemory())
         g = self.gpu
         g.fuses[GSP_FUSE + 4 * (self.sv.ucode_id - 1)] = 0b10  # fuse version 2
         g.gsp.signatures = {self.sv.signatures[1]}  # versions 0b0110: 2 is the second
@@ -167,8 +168,9 @@ GSP_IMAGE = b"\x7f" * 0x5000
 BOOTLOADER = b"\xb0" * 0x2000
 
 
-def gsp_rig(**fw: object) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory]:
-    r = Rig()
+def gsp_rig(*, host: sim.HostMemory | None = None, **fw: object
+            ) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory]:
+    r = Rig(host)
     firmware = sim.GspFirmware(r.gpu, **fw).install()  # type: ignore[arg-type]
     plan = layout.fb_layout(chips.AMPERE, FB_SIZE, len(GSP_IMAGE), len(BOOTLOADER))
     memory = gspmem.build(r.gpu.host.alloc_dma, image=GSP_IMAGE, bootloader=BOOTLOADER,

@@ -82,7 +82,7 @@ class SimFunction:
     def info(self) -> FunctionInfo:
         g = self.gpu
         bars = tuple(Bar(i, a, s, IORESOURCE_MEM) for i, a, s in (
-            (0, g.bar0_address, 16 << 20), (1, g.bar1_address, 256 << 20),
+            (0, g.bar0_address, 16 << 20), (1, g.bar1_address, self.sim_rm.bar1_size),
             (3, g.bar3_address, 32 << 20)))
         return FunctionInfo(BUS, 0x10DE, 0x2204, 0x030200, bars, None, None, "active")
 
@@ -141,11 +141,16 @@ class Opened:
         self.kept += 1
 
 
-def simulated_ga102(tmp: Path) -> Opened:
-    """A simulated GA102 to open, its PBDMA running (stop it with ``sim_rm.stop()``)."""
-    r, firmware, _, unload = stop_rig()
+def simulated_ga102(tmp: Path, *, host: sim.HostMemory | None = None,
+                    bar1_address: int | None = None, **sim_rm: int) -> Opened:
+    """A simulated GA102 to open, its PBDMA running (stop it with ``sim_rm.stop()``); GPUs
+    given one ``host`` lie on one machine (its memory and bus), each at its ``bar1_address``;
+    ``sim_rm`` as :class:`SimRm` takes it (``fb_size``, ``bar1_size``)."""
+    r, firmware, _, unload = stop_rig(host=host)
+    if bar1_address is not None:
+        r.gpu.bar1_address = bar1_address
     r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
-    s = SimRm(r.gpu).install(firmware).start()
+    s = SimRm(r.gpu, **sim_rm).install(firmware).start()
     return Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp, r, unload), [])
 
 

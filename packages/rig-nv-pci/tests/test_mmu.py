@@ -26,6 +26,9 @@ def test_entries_as_the_manual_lays_them_out() -> None:
     # PTE: VALID 0:0, APERTURE 2:1 (VIDEO 0, SYSTEM_COHERENT 2), ADDRESS 53:8 (>> 12), KIND 63:56
     assert mmu.pte(0x1234_5000, video=True, kind=6) == 0x0600_0000_0123_4501
     assert mmu.pte(0x12_3456_7000, video=False, kind=0) == 0x0000_0001_2345_6705
+    # a peer's BAR 1 (BAR1 P2P): SYSTEM_NON_COHERENT 3, VOL 3:3 set, KIND GENERIC_MEMORY 6
+    assert mmu.pte(0x38_0000_1000, video=False, kind=6, coherent=False,
+                   volatile=True) == 0x0600_0003_8000_010F
     # PDE: APERTURE 2:1 VIDEO_MEMORY 1, ADDRESS 53:8 (>> 12)
     assert mmu.pde(0x20_3000) == 0x2_0302
     assert [lv.shift for lv in (mmu.PD3, mmu.PD2, mmu.PD1, mmu.PD0, mmu.PT)] == [47, 38, 29,
@@ -176,6 +179,9 @@ def test_version_3_entries_and_tables_as_hoppers_manual_lays_them_out() -> None:
     # PTE: VALID 0:0, APERTURE 2:1, PCF 7:3 (0), KIND 11:8, ADDRESS 51:12 in place
     assert mmu.pte3(0x1234_5000, video=True, kind=6) == 0x1234_5601
     assert mmu.pte3(0x12_3456_7000, video=False, kind=0) == 0x12_3456_7005
+    # a peer's BAR 1: SYSTEM_NON_COHERENT 3, PCF REGULAR_RW_ATOMIC_UNCACHED_ACE 1, KIND 6
+    assert mmu.pte3(0x38_0000_1000, video=False, kind=6, coherent=False,
+                    volatile=True) == 0x38_0000_160F
     assert mmu.pde3(0x20_3000) == 0x20_3002  # APERTURE VIDEO 1, ADDRESS 51:12
     assert [lv.shift for lv in mmu.VER3.directories] == [56, 47, 38, 29]
     vram = bytearray(64 * MiB)

@@ -29,9 +29,10 @@ from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
 UNLOAD_UCODE_ID = 4
 
 
-def stop_rig(**fw: object) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory, fb.SyntheticBooter]:
+def stop_rig(*, host: sim.HostMemory | None = None, **fw: object
+             ) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory, fb.SyntheticBooter]:
     """:func:`test_boot.gsp_rig` with a booter_unload (ucode id 4) SEC2 accepts."""
-    r, firmware, memory = gsp_rig(**fw)
+    r, firmware, memory = gsp_rig(host=host, **fw)
     unload = fb.build_booter(meta=(1, 1, UNLOAD_UCODE_ID))
     g = r.gpu
     g.sec2.ucode_id = None  # SEC2 runs both booters, each under its own ucode id

@@ -26,7 +26,7 @@ from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
 from rig_nv_pci.stop import StopError, stop_gsp
-from rig_pci import FunctionInfo, Window
+from rig_pci import Function, FunctionInfo, Window
 from rig_pci import memory as pci_memory
 
 NV_USABLE_FB_SIZE_IN_MB = 0x001183A4
@@ -94,9 +94,12 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                 on_kept: Callable[[], None] | None = None,
                 device_name: str | None = None, hang_ms: int | None = None,
                 timeout_s: float = boot.GFW_TIMEOUT_S,
-                init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S) -> Device:
+                init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S,
+                function: Function | None = None) -> Device:
     """Boot the GSP of the GPU behind ``f`` and make its device, named ``device_name`` (the
-    opener's name; ``name``, which the boot's errors say, by default). The device's stop (or a
+    opener's name; ``name``, which the boot's errors say, by default). ``function`` is the
+    rig_pci function behind ``f`` (``f`` itself when it is one), which the device's peer
+    mappings ask :func:`rig_pci.memory.why_apart` about. The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
     :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``; a stop after
     ``Device.dma`` handed out bus ranges stops nothing and calls ``on_kept`` instead (the
@@ -193,7 +196,12 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # what another device reaches (Device.dma), as rig_pci.memory states
                        bar_bus=lambda index, at, n: pci_memory.bus(f, index, at, n),
                        dma_bus=lambda dma, at, n: pci_memory.dma_bus(f, dma, at, n),
-                       on_kept=on_kept)
+                       on_kept=on_kept,
+                       # what map_peer asks rig_pci.memory.why_apart: the function, and the
+                       # GPU's memory, all of which its BAR 1 must reach (the spec)
+                       function=function if function is not None else
+                       f if isinstance(f, Function) else None,
+                       fb_size=fb_mib << 20)
     except BaseException:
         stop()
         raise

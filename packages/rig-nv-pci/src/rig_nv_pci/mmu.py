@@ -15,14 +15,21 @@ instance one 4 KiB page of video memory here,
   (APERTURE_SMALL 66:65, ADDRESS_SMALL 117:72 >> 12); or a 2 MiB page's PTE in bits 63:0 (IS_PTE
   0:0 set, the PTE's VALID);
 - PT (20:12, 512): 8-byte PTEs, NV_MMU_VER2_PTE_VALID 0:0, APERTURE 2:1 (VIDEO_MEMORY 0,
-  SYSTEM_COHERENT_MEMORY 2), VOL 3:3, ADDRESS 53:8 (>> 12), KIND 63:56.
+  SYSTEM_COHERENT_MEMORY 2, SYSTEM_NON_COHERENT_MEMORY 3), VOL 3:3, ADDRESS 53:8 (>> 12),
+  KIND 63:56.
 
 Version 3 (NV_MMU_VER3_*, hopper/gh100/dev_mmu.h; levels as kern_gmmu_fmt_gh10x.c
 kgmmuFmtInitLevels_GH10X lays them out): six levels over 57 bits, PD4 (bit 56, 2 entries),
 PD3 (55:47), PD2, PD1, PD0 and PT as above; PDEs APERTURE 2:1, PCF 5:3 (0: valid, cached,
 ATS allowed), ADDRESS 51:12 in place; the dual PDE's small half APERTURE_SMALL 66:65,
 ADDRESS_SMALL 115:76 (so bits 127:64 are a PDE); PTEs VALID 0:0, APERTURE 2:1, PCF 7:3 (0:
-REGULAR_RW_ATOMIC_CACHED_ACE), KIND 11:8, ADDRESS 51:12 in place.
+REGULAR_RW_ATOMIC_CACHED_ACE, 1: REGULAR_RW_ATOMIC_UNCACHED_ACE), KIND 11:8, ADDRESS 51:12 in
+place.
+
+A peer's memory seen through its BAR 1 (:meth:`rig_nv_pci.path.PciPath.map_peer`) is mapped as
+NVIDIA's RM maps BAR1 P2P: system memory at the peer's BAR 1 bus addresses, non-coherent (no
+snoop) and uncached (volatile in version 2, an UNCACHED PCF in version 3), kind
+GENERIC_MEMORY (``pte(..., coherent=False, volatile=True)``).
 
 The memory is written through BAR 0's PRAMIN window (:class:`Pramin`): NV_PBUS_BAR0_WINDOW
 (0x1700, dev_bus.ref.txt: BASE 23:0 in 64 KiB units, TARGET 25:24 VID_MEM 0), from Hopper on
@@ -61,8 +68,11 @@ DIRECTORIES = (PD3, PD2, PD1)
 
 # NV_MMU_VER2_PDE_APERTURE / NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL values
 PDE_VIDEO = 1
-# NV_MMU_VER2_PTE_APERTURE values
-PTE_VIDEO, PTE_SYSTEM_COHERENT = 0, 2
+# NV_MMU_VER2_PTE_APERTURE values (and NV_MMU_VER3_PTE_APERTURE's, hopper/gh100/dev_mmu.h)
+PTE_VIDEO, PTE_SYSTEM_COHERENT, PTE_SYSTEM_NON_COHERENT = 0, 2, 3
+PTE_VOL = 1 << 3  # NV_MMU_VER2_PTE_VOL 3:3: the GPU's L2 does not cache the page
+# NV_MMU_VER3_PTE_PCF 7:3 values (hopper/gh100/dev_mmu.h)
+PCF_REGULAR_RW_ATOMIC_CACHED_ACE, PCF_REGULAR_RW_ATOMIC_UNCACHED_ACE = 0x0, 0x1
 KIND_PITCH = 0x00  # NV_MMU_PTE_KIND_PITCH: system memory's
 U64, U128 = struct.Struct("<Q"), struct.Struct("<QQ")
 ZERO_PAGE = bytes(4 << 10)
@@ -77,11 +87,19 @@ def pde(address: int) -> int:
     return PDE_VIDEO << 1 | (address >> 12) << 8
 
 
-def pte(address: int, *, video: bool, kind: int) -> int:
-    """A valid PTE of the page at ``address`` (video memory, or system memory by bus
-    address, coherent and not volatile: cached, as the path registers it)."""
-    aperture = PTE_VIDEO if video else PTE_SYSTEM_COHERENT
-    return 1 | aperture << 1 | (address >> 12) << 8 | (kind & 0xFF) << 56
+def _aperture(video: bool, coherent: bool) -> int:
+    if video:
+        return PTE_VIDEO
+    return PTE_SYSTEM_COHERENT if coherent else PTE_SYSTEM_NON_COHERENT
+
+
+def pte(address: int, *, video: bool, kind: int, coherent: bool = True,
+        volatile: bool = False) -> int:
+    """A valid PTE of the page at ``address``: video memory, or system memory by bus address,
+    coherent (snooped) unless ``coherent`` is false; cached in the GPU's L2 unless
+    ``volatile`` (by default as the path registers its memory)."""
+    return (1 | _aperture(video, coherent) << 1 | (PTE_VOL if volatile else 0)
+            | (address >> 12) << 8 | (kind & 0xFF) << 56)
 
 
 def index(level: Level, va: int) -> int:
@@ -96,10 +114,13 @@ def pde3(address: int) -> int:
     return PDE_VIDEO << 1 | address & ADDRESS_51_12
 
 
-def pte3(address: int, *, video: bool, kind: int) -> int:
-    """A valid version-3 PTE, PCF REGULAR_RW_ATOMIC_CACHED_ACE (0)."""
-    aperture = PTE_VIDEO if video else PTE_SYSTEM_COHERENT
-    return 1 | aperture << 1 | (kind & 0xF) << 8 | address & ADDRESS_51_12
+def pte3(address: int, *, video: bool, kind: int, coherent: bool = True,
+         volatile: bool = False) -> int:
+    """A valid version-3 PTE, PCF REGULAR_RW_ATOMIC_CACHED_ACE (0), or its UNCACHED twin (1)
+    for a ``volatile`` page (the version-2 VOL bit's place in version 3)."""
+    pcf = PCF_REGULAR_RW_ATOMIC_UNCACHED_ACE if volatile else PCF_REGULAR_RW_ATOMIC_CACHED_ACE
+    return (1 | _aperture(video, coherent) << 1 | pcf << 3 | (kind & 0xF) << 8
+            | address & ADDRESS_51_12)
 
 
 NV_PBUS_BAR0_WINDOW = 0x00001700  # dev_bus.ref.txt: BASE 23:0 (>> 16), TARGET 25:24 VID_MEM 0
@@ -300,16 +321,18 @@ class PageTables:
         return table
 
     def map(self, va: int, size: int, address: Callable[[int], int], *, video: bool,
-            kind: int, huge: bool) -> None:
+            kind: int, huge: bool, coherent: bool = True, volatile: bool = False) -> None:
         """Map ``[va, va+size)`` to the pages ``address(offset)`` gives, 2 MiB pages if
-        ``huge``. Raises :class:`rig_edge.RigError` where video memory has no room for a
-        table (the entries written so far stay: :meth:`unmap` clears them)."""
+        ``huge`` (``coherent`` and ``volatile`` as :func:`pte` takes them). Raises
+        :class:`rig_edge.RigError` where video memory has no room for a table (the entries
+        written so far stay: :meth:`unmap` clears them)."""
         step = HUGE_PAGE if huge else PAGE
         if va % step or size % step:
             raise ValueError(f"0x{size:x} bytes at 0x{va:x} are not whole 0x{step:x} pages")
         try:
             for off in range(0, size, step):
-                entry = self.fmt.pte(address(off), video=video, kind=kind)
+                entry = self.fmt.pte(address(off), video=video, kind=kind, coherent=coherent,
+                                     volatile=volatile)
                 pd0 = self._pd0(va + off)
                 at = index(self.fmt.pd0, va + off) * self.fmt.pd0.entry_size
                 lo, hi = U128.unpack_from(self.shadow[pd0], at)

@@ -37,6 +37,10 @@ open-gpu-kernel-modules 570.144, with no UVM:
   (rpcAllocMemory_v13_01's IS_GSP_CLIENT branch), freed by FREE; then mapped.
 - The caller's own pages (map_host): behind an IOMMU mapped by it (rig_pci.Function.map_host),
   then registered and mapped as Pinned memory; a GPU taken physically refuses them (NEVER).
+- Peers (:meth:`PciPath.map_peer`): another GPU's region, mapped at its own GPU address into
+  this GPU's tables as NVIDIA's BAR1 P2P maps it, only where rig_pci.memory.why_apart finds
+  the two GPUs reach each other (the spec's rule): its video memory through the owner's
+  BAR 1, by bus address, as non-coherent volatile system memory.
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
 - Another device's access (:meth:`PciPath.export`, rig_nv's ``Device.dma``): the bus ranges
@@ -83,6 +87,7 @@ NOT_SUPPORTED the copy channel stays in the compute channel's group.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import threading
 import time
@@ -103,6 +108,8 @@ from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog, RcTriggered
 from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.vidmem import Addresses, Heap
+from rig_pci import Function
+from rig_pci import memory as pci_memory
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
 NV01_MEMORY_LIST_SYSTEM = 0x81  # cl84a0.h
@@ -298,6 +305,9 @@ class Undo:
     fb: int | None = None  # video memory: its offset in the path's heap
     bar1: int | None = None  # Mapped memory: its offset in BAR 1 (the path's BAR 1 tables)
     huge: bool = False  # mapped with 2 MiB pages
+    # a peer mapping of another GPU's Device memory: that GPU's path and the BAR 1 offset it
+    # mapped the memory at for this mapping (given back with it)
+    lent: tuple[PciPath, int] | None = None
 
 
 class PciPath:
@@ -309,6 +319,9 @@ class PciPath:
     addresses it takes (its own range by default), ``place_dma(n, at)`` system memory at
     process address ``at`` (Pinned memory at its GPU address) in whole ``dma_granule``s,
     ``poll()`` hands the GSP's pending events on, ``on_closed`` runs once the device stopped,
+    ``function`` the GPU's PCI function as rig_pci took it and ``fb_size`` the bytes of its
+    memory (what :meth:`map_peer` asks :func:`rig_pci.memory.why_apart` about; ``None``: the
+    path maps no peer's memory),
     ``fb_regions`` the FB regions GSP-RM reported (the
     path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
     ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
@@ -336,12 +349,14 @@ class PciPath:
                  dma_granule: int = SMALL,
                  bar_bus: Callable[[int, int, int], Bus] | None = None,
                  dma_bus: Callable[[Dma, int, int], Bus] | None = None,
-                 on_kept: Callable[[], None] | None = None) -> None:
+                 on_kept: Callable[[], None] | None = None,
+                 function: Function | None = None, fb_size: int = 0) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         self._bar_bus, self._dma_bus, self._on_kept = bar_bus, dma_bus, on_kept
         # memory whose bus ranges another device was given (export): the process's for good
         self.kept: list[Allocation] = []
         self._export_lock = threading.Lock()
+        self.function, self.fb_size = function, fb_size
         self._rm = PciRM(rm)
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
@@ -439,14 +454,19 @@ class PciPath:
                          params)
 
     def _map(self, handle: int, size: int, va: int, huge: bool,
-             address: Callable[[int], int], video: bool) -> None:
+             address: Callable[[int], int], video: bool, *, kind: int | None = None,
+             coherent: bool = True, volatile: bool = False) -> None:
         """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
-        offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory),
-        else by the GSP."""
+        offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory;
+        ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.mmu.PageTables.map`
+        takes them, the kind GENERIC for video memory and PITCH for system memory by
+        default), else by the GSP."""
         if self.tables is not None:
+            if kind is None:
+                kind = vidmem.KIND_GENERIC if video else mmu.KIND_PITCH
             with self._tables_lock:
-                self.tables.map(va, size, address, video=video, huge=huge,
-                                kind=vidmem.KIND_GENERIC if video else mmu.KIND_PITCH)
+                self.tables.map(va, size, address, video=video, huge=huge, kind=kind,
+                                coherent=coherent, volatile=volatile)
             return
         payload = rpc.encode_map_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
                                      size, MAP_FIXED | (MAP_HUGE if huge else MAP_4KB), va)
@@ -801,11 +821,138 @@ class PciPath:
             self._unmap_bar1(undo.bar1, undo.size, undo.huge)
             undo.bar1 = None
 
+    # -- peers ----------------------------------------------------------------------------
+
+    def _apart(self, owner: PciPath) -> str | None:
+        """Why this GPU and ``owner``'s cannot map each other's memory (the spec: both taken
+        physically, on one machine, each BAR 1 reaching all of its GPU's memory, and the bus
+        carrying requests between them: :func:`rig_pci.memory.why_apart`), or ``None``."""
+        for path in (self, owner):
+            if path.function is None or not path.fb_size:
+                return (f"{path.name}'s path was not given its PCI function and memory size, "
+                        "so whether the GPUs reach each other cannot be asked")
+        assert self.function is not None and owner.function is not None
+        return pci_memory.why_apart(self.function, owner.function, bar=1,
+                                    memory=(self.fb_size, owner.fb_size))
+
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
-        raise RigError(f"{self.name}: peer mappings are not built on the PCI path yet")
+        """Map ``a``, memory of the GPU of ``owner`` (another GPU opened over PCI), into this
+        GPU's address space at ``a.gpu``, the address it has on its own GPU: every GPU the
+        process opens over PCI takes its addresses from one range, so no region of this GPU
+        lies there (:mod:`rig_nv_pci.addresses`).
+
+        As NVIDIA's RM maps a peer's memory over PCIe with BAR1 P2P (open-gpu-kernel-modules
+        570.144: virtual_mem.c virtmemMapTo_IMPL, whose bBar1P2P case calls
+        mem_mgr/arch/hopper/virt_mem_allocator_gh100.c dmaAllocBar1P2PMapping_GH100): the
+        memory is mapped into the owner's BAR 1 (kbusMapFbApertureSingle on the owner), and
+        this GPU's PTEs name it as system memory (ADDR_SYSMEM) at the owner's BAR 1 bus
+        address, NV_MMU_PTE_KIND_GENERIC_MEMORY, with NVOS46_FLAGS_CACHE_SNOOP_DISABLE, so
+        that virt_mem_allocator_gm107.c dmaAllocMapping_GM107 picks
+        NV_MMU_PTE_APERTURE_SYSTEM_NON_COHERENT_MEMORY; its memdesc keeps memdescCreate's GPU
+        cache attribute NV_MEMORY_UNCACHED, which makes dmaUpdateVASpace_GF100 write the PTE
+        volatile. So here: Mapped memory is reached at the BAR 1 offset the owner mapped it
+        at; Device memory is mapped into the owner's BAR 1 by the owner's BAR 1 tables for
+        this mapping (given back by :meth:`unmap_peer`), or refused where BAR 1 has no room;
+        the bus address is :func:`rig_pci.memory.bus`'s, and this GPU's PTEs are
+        SYSTEM_NON_COHERENT_MEMORY, volatile, kind GENERIC, in the owner's memory's page size
+        (as the GH100 code copies the page size from the peer's memory). Pinned memory is the
+        machine's system memory: it is mapped at the bus addresses the owner maps it at,
+        coherent, as the owner maps it (both GPUs are taken physically, so no IOMMU stands
+        between either GPU and it).
+
+        NVIDIA's RM uses BAR1 P2P only on GH100 and the GB10x/GB20x chips (g_kern_bus_nvoc.c
+        kbusCreateP2PMappingForBar1P2P's HAL, kern_bus_gh100.c
+        kbusIsPcieBar1P2PMappingSupported_GH100: both GPUs' BAR 1 statically mapping all of
+        their memory); Ampere and Ada get its mailbox P2P, with the PEER aperture
+        (kern_bus_gp100.c kbusCreateP2PMapping_GP100, their HAL, has no PCIE_BAR1 case). That the
+        Ampere and Ada chips this path opens also carry BAR1 P2P with a BAR 1 that reaches all
+        of their memory is what tinygrad's patched driver reports (tinygrad/
+        open-gpu-kernel-modules, issue 28, quoting its README), not what NVIDIA documents.
+
+        Refused with :class:`rig_edge.RigError` naming the reason where the GPUs cannot map
+        each other's memory (:meth:`_apart`, the spec's rule, for every kind), ``owner`` is no
+        GPU opened over PCI, their addresses are not one range, this path does not write its
+        page tables, or BAR 1 or video memory (for a page table) has no room; what it made is
+        given back first."""
+        if not isinstance(owner, PciPath):
+            raise RigError(f"{self.name}: a peer of a GPU opened over PCI must be opened over "
+                           f"PCI too, not through {type(owner).__name__}")
+        why = self._apart(owner)
+        if why is not None:
+            raise RigError(f"{self.name}: {owner.name}'s memory cannot be mapped here: {why}")
+        if self.tables is None:
+            raise RigError(f"{self.name}: the path does not write its page tables, so it maps "
+                           "no peer's memory")
+        if self._addresses is not owner._addresses:
+            raise RigError(f"{self.name}: {owner.name} takes its GPU addresses from another "
+                           f"range, so 0x{a.gpu:x} may be this GPU's own")
+        undo: Undo = a.undo
+        mine = Undo(None, a.gpu, undo.size, huge=undo.huge)
+        try:
+            if a.kind is Memory.PINNED:
+                if undo.dma is None:
+                    raise RigError(f"{self.name}: {owner.name}'s region at 0x{a.gpu:x} has no "
+                                   "system memory")
+                self._map(0, undo.size, a.gpu, undo.huge, undo.dma.bus_address, False)
+                return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
+            start = self._peer_bar1_bus(a, owner, mine)
+            self._map(0, undo.size, a.gpu, undo.huge, lambda o: start + o, False,
+                      kind=vidmem.KIND_GENERIC, coherent=False, volatile=True)
+        except BaseException:
+            with contextlib.suppress(RigError):  # what was made, given back; the first
+                self._unmap_peer(mine)            # failure is the one to tell
+            raise
+        return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
+
+    def _peer_bar1_bus(self, a: Allocation, owner: PciPath, mine: Undo) -> int:
+        """The bus address at which ``owner``'s video memory ``a`` lies in its BAR 1, mapped
+        there for this mapping if it is not (Device memory; noted in ``mine.lent``)."""
+        undo: Undo = a.undo
+        if undo.fb is None:
+            raise RigError(f"{self.name}: {owner.name}'s region at 0x{a.gpu:x} has no video "
+                           "memory")
+        if undo.bar1 is not None:  # Mapped memory, at its BAR 1 offset
+            at = undo.bar1
+        elif owner.bar1_tables is None:  # BAR 1 shows video memory one to one
+            at = undo.fb
+        else:
+            lent = Undo(None, None, undo.size, huge=undo.huge)
+            try:
+                got = owner._map_bar1(undo.fb, undo.size, undo.huge, lent)
+            finally:  # a range taken (and maybe part mapped) is the mapping's to give back
+                if lent.bar1 is not None:
+                    mine.lent = (owner, lent.bar1)
+            if got is None:
+                raise RigError(f"{self.name}: {owner.name}'s BAR 1 has no room for the 0x"
+                               f"{undo.size:x} bytes at 0x{a.gpu:x}")
+            at = got
+        assert owner.function is not None
+        bus = pci_memory.bus(owner.function, 1, at, undo.size)
+        if bus.reason is not None or len(bus.ranges) != 1:
+            raise RigError(f"{self.name}: {owner.name}'s BAR 1 at 0x{at:x} cannot be reached: "
+                           f"{bus.reason or 'not one run of bus addresses'}")
+        start, _ = bus.ranges[0]
+        return start
 
     def unmap_peer(self, p: Allocation) -> None:
-        raise RigError(f"{self.name}: peer mappings are not built on the PCI path yet")
+        """End a mapping :meth:`map_peer` made: this GPU's PTEs cleared (and its TLB
+        invalidated), then the owner's BAR 1 range lent for it given back, as
+        dmaFreeBar1P2PMapping_GH100 unmaps it after the mapping; a step that fails is retried
+        by the next call, none repeated."""
+        self._unmap_peer(p.undo)
+
+    def _unmap_peer(self, undo: Undo) -> None:
+        def step(name: str, fn: Callable[[], object]) -> None:
+            if name not in undo.done:
+                fn()
+                undo.done.add(name)
+
+        va = undo.va
+        assert va is not None
+        step("unmap", lambda: self._unmap(0, va, undo.size, undo.huge))
+        if undo.lent is not None:
+            owner, at = undo.lent
+            step("lent", lambda: owner._unmap_bar1(at, undo.size, undo.huge))
 
     def attach_channel(self, h_channel: int) -> None:
         """Nothing to do: there is no UVM to register the channel with."""

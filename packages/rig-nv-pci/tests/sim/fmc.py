@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from . import regs
 from .fsp import FSP_ERR_INVALID_DATA, SimFsp, cot_field
-from .gpu import GB202_BOOT42, SimGpu
+from .gpu import GB202_BOOT42, HostMemory, SimGpu
 
 FMC_BAD_ARGS = 0x000000E1  # an FMC error code the simulated FMC reports for bad arguments
 BOOT_PARAMS_SIZE = 80  # sizeof(GSP_FMC_BOOT_PARAMS), 570.144
@@ -35,9 +35,10 @@ COHERENT_SYSTEM, NONCOHERENT_SYSTEM = 1, 2  # GSP_DMA_TARGET
 WPR_META_SIZE = 256  # sizeof(GspFwWprMeta)
 
 
-def gb202() -> SimGpu:
-    """A simulated GB202: the FSP takes COT version 2; the GSP locked to it until the FMC."""
-    gpu = SimGpu(boot42=GB202_BOOT42, fsp=SimFsp(cot_version=2))
+def gb202(host: HostMemory | None = None) -> SimGpu:
+    """A simulated GB202: the FSP takes COT version 2; the GSP locked to it until the FMC.
+    GPUs given one ``host`` lie on one machine (sim/gpu.py HostMemory)."""
+    gpu = SimGpu(boot42=GB202_BOOT42, fsp=SimFsp(cot_version=2), host=host or HostMemory())
     gpu.gsp.target_mask_locked = True
     gpu.gsp.br_lockdown = True
     return gpu

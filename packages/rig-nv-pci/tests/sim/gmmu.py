@@ -67,6 +67,14 @@ def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
     """``va`` through the tables of format ``version`` (2 or 3) from ``root`` (a video
     memory address); ``read64(fb)`` reads video memory. Raises :class:`MmuFault` naming the
     level that does not map it."""
+    entry, size = pte(read64, root, va, version)
+    return _page(entry, va, size, version)
+
+
+def pte(read64: Callable[[int], int], root: int, va: int, version: int = 2
+        ) -> tuple[int, int]:
+    """The valid PTE that maps ``va`` (a PT's, or PD0's for a 2 MiB page) and its page's
+    size, as :func:`translate` walks to it."""
     bits = 49 if version == 2 else 57
     if va >> bits:
         raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space", va,
@@ -86,12 +94,12 @@ def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
     at = table + 16 * _field(va, 28, 21)
     low, high = read64(at), read64(at + 8)
     if low & 1:
-        return _page(low, va, 2 << 20, version)
+        return low, 2 << 20
     if _field(high, 2, 1) == 1:
         entry = read64(_next(high, version) + 8 * _field(va, 20, 12))
         if not entry & 1:
             raise MmuFault(f"0x{va:x}: PTE 0x{entry:x} is not valid", va, FAULT_PTE)
-        return _page(entry, va, 4 << 10, version)
+        return entry, 4 << 10
     if _field(low, 2, 1):
         raise MmuFault(f"0x{va:x}: a big-page table, not simulated", va)
     raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing", va)

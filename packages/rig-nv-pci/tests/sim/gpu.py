@@ -26,11 +26,18 @@ FWSEC_SB_BAD_DESC = 0x0BAD  # the SB error code the simulated FWSEC reports for 
 
 class HostMemory:
     """System memory the GPU reaches by bus address: buffers handed out at ``base`` upwards,
-    each with ``view()``, ``bus_address(offset)`` and ``free()`` as rig_pci.DmaMemory has."""
+    each with ``view()``, ``bus_address(offset)`` and ``free()`` as rig_pci.DmaMemory has.
+
+    It stands for one machine's memory, and so for its bus: GPUs given the same HostMemory
+    lie on one machine, and ``devices`` holds what their BARs answer to other devices'
+    requests (a BAR's owner's callback: the bytes at a bus address, or ``None`` where the
+    address is not its BAR's). :meth:`reach` is what a device's DMA at a bus address reaches:
+    system memory, else a BAR of a device on the bus (peer to peer)."""
 
     def __init__(self, base: int = 0x1_2340_0000) -> None:
         self.next = base
         self.buffers: list[SimDma] = []
+        self.devices: list[Callable[[int, int], memoryview | None]] = []
 
     def alloc_dma(self, n: int, *, at: int | None = None) -> SimDma:
         """``n`` bytes (whole pages) at the next bus address; with ``at``, at that address of
@@ -70,6 +77,17 @@ class HostMemory:
             if b.bus <= address and address + n <= b.bus + len(b.data) and not b.freed:
                 return memoryview(b.data)[address - b.bus:address - b.bus + n]
         return None
+
+    def reach(self, address: int, n: int) -> memoryview | None:
+        """The ``n`` bytes a device's DMA at bus ``address`` reaches: system memory, else the
+        BAR of a device on the bus that claims the address (see the class). A BAR's owner
+        raises LookupError for an address of its BAR that leads nowhere."""
+        found = self.view(address, n)
+        for claim in self.devices:
+            if found is not None:
+                break
+            found = claim(address, n)
+        return found
 
 
 @dataclass

@@ -105,7 +105,15 @@ rig_nv_pci or rig_nv:
   a GSP client's CPU-RM writes them (kbusPatchBar1Pdb_GSPCLIENT): a BAR 1 view must be mapped
   there, contiguously, to registered video memory (with ``walks`` False, one to one).
   Video memory is an anonymous mapping of the FB's size (pages the tests never touch cost
-  nothing).
+  nothing);
+- peer to peer: the GPU's BAR 1 answers other devices' requests on the machine's bus (the
+  GPU's HostMemory, which GPUs of one simulated machine share: sim/gpu.py) at its bus address
+  (``gpu.bar1_address``, ``bar1_size`` bytes), each 4 KiB page through those BAR 1 tables as
+  the host's views are, kept in a BAR 1 TLB until the client invalidates BAR 1's root; a page
+  they do not map to video memory is a LookupError for the requester (its channel faults as
+  for an address nothing maps). A copy engine or PBDMA access whose PTE names system memory
+  (aperture 2 or 3) goes to that bus: host memory, else another GPU's BAR 1, so a GPU that
+  maps a peer's BAR 1 bus addresses reads and writes the peer's video memory.
 """
 
 from __future__ import annotations
@@ -273,6 +281,13 @@ class SimRm:
         self.tlb: dict[tuple[int, int], gmmu.Translation] = {}  # (PD3, va >> 12) -> page's
         self.invalidates = 0
         gpu.on_write[VF + VF_MMU_INVALIDATE] = self._invalidate
+        # BAR 1 as other devices reach it (peer to peer): its TLB (BAR 1 page -> the page's
+        # translation) under a lock of its own, since another GPU's PBDMA asks while holding
+        # its own lock (two GPUs each reaching the other must not wait on each other)
+        self.bar1_tlb: dict[int, gmmu.Translation] = {}
+        self.bar1_requests = 0
+        self._bar1_lock = threading.Lock()
+        gpu.host.devices.append(self.bar1_request)
         self.sysmem: dict[int, list[int]] = {}  # handle -> page bus addresses
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
@@ -360,6 +375,37 @@ class SimRm:
             if at <= fb and fb + length <= at + n:
                 return memoryview(self.vram)[fb:fb + length]
         raise AssertionError(f"BAR 1 at 0x{offset:x}: no registered video memory there")
+
+    def bar1_request(self, address: int, n: int) -> memoryview | None:
+        """Another device's request for ``n`` bytes at bus ``address`` (one page at most):
+        ``None`` outside this GPU's BAR 1, else the video memory the BAR 1 tables map there
+        (through the BAR 1 TLB); LookupError where they map none."""
+        offset = address - self.gpu.bar1_address
+        if not 0 <= offset < self.bar1_size:
+            return None
+        if offset % PAGE + n > PAGE or offset + n > self.bar1_size:
+            raise LookupError(f"bus 0x{address:x} (+{n}) crosses a page of BAR 1")
+        fb = offset
+        if self.walks:
+            with self._bar1_lock:
+                page = self.bar1_tlb.get(offset >> 12)
+                if page is None:
+                    try:
+                        page = gmmu.translate(self._read64, BAR1_PDB, offset & ~(PAGE - 1),
+                                              self.version)
+                    except gmmu.MmuFault as e:
+                        raise LookupError(f"bus 0x{address:x}: BAR 1 of the GPU at "
+                                          f"0x{self.gpu.bar1_address:x} maps nothing at "
+                                          f"0x{offset:x} ({e})") from None
+                    self.bar1_tlb[offset >> 12] = page
+                self.bar1_requests += 1
+            if not page.video:
+                raise LookupError(f"bus 0x{address:x}: BAR 1 at 0x{offset:x} maps system "
+                                  "memory")
+            fb = page.address + offset % PAGE
+        if fb + n > self.fb_size:
+            raise LookupError(f"bus 0x{address:x}: BAR 1 maps beyond video memory")
+        return memoryview(self.vram)[fb:fb + n]
 
     # -- the RM --------------------------------------------------------------------------
 
@@ -575,6 +621,9 @@ class SimRm:
             for key in [k for k in self.tlb if value & 2 or k[0] == pdb]:
                 del self.tlb[key]
             self.invalidates += 1
+            if value & 2 or pdb == BAR1_PDB:
+                with self._bar1_lock:
+                    self.bar1_tlb.clear()
         regs[VF + VF_MMU_INVALIDATE] = value & ~(1 << 31)  # done
 
     def _on_free(self, handle: int) -> None:
@@ -666,10 +715,10 @@ class SimRm:
                 if where.address + n > self.fb_size:
                     raise LookupError(f"GPU address 0x{va:x} maps beyond video memory")
                 return memoryview(self.vram)[where.address:where.address + n]
-            host = self.gpu.host.view(where.address, n)
+            host = self.gpu.host.reach(where.address, n)  # system memory, or a peer's BAR
             if host is None:
                 raise LookupError(f"GPU address 0x{va:x} maps bus 0x{where.address:x}, no "
-                                  "host memory")
+                                  "host memory nor a BAR")
             return host
         for at, (handle, size) in self.mappings.items():
             if at <= va and va + n <= at + size:
