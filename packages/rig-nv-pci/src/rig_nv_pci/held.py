@@ -94,7 +94,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     """Boot the GSP of the GPU behind ``f`` and make its device, named ``device_name`` (the
     opener's name; ``name``, which the boot's errors say, by default). The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
-    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``. Raises
+    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, else the
+    :class:`rig_nv_pci.gsp.sequencer.SequencerError` of a sequence the GSP asked for while the
+    device ran that failed or was cut short (which lost the GPU), or ``None``. Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
     before the GPU is touched, where the process's addresses cannot be reserved
     (:mod:`rig_nv_pci.addresses`)."""
@@ -136,6 +138,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                                alloc=f.alloc_dma, system=system,
                                app_version=bl.desc.app_version, timeout_s=timeout_s,
                                init_timeout_s=init_timeout_s, on_event=on_event)
+    # From here on a GSP_RUN_CPU_SEQUENCER that fails or is cut short loses the GPU: the
+    # device raises it from its next wait or sleep (PciPath.fault), and its stop leaves the
+    # GPU lost, so that the next open resets it first.
+    booted.sequencers.runtime(log.lose)
 
     def stop() -> None:
         failure: BaseException | None = None
@@ -147,7 +153,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                          alloc=f.alloc_dma, timeout_s=timeout_s)
         except StopError as e:
             failure = e if e.lost else None
-        on_stopped(failure)
+        on_stopped(failure or booted.sequencers.lost)
 
     windows: dict[int, Window] = {}  # id of a view handed out -> its window
 

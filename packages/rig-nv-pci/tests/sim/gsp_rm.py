@@ -105,7 +105,10 @@ rig_nv_pci or rig_nv:
   a GSP client's CPU-RM writes them (kbusPatchBar1Pdb_GSPCLIENT): a BAR 1 view must be mapped
   there, contiguously, to registered video memory (with ``walks`` False, one to one).
   Video memory is an anonymous mapping of the FB's size (pages the tests never touch cost
-  nothing).
+  nothing);
+- after its boot GSP-RM may ask the CPU to run a sequence of register operations
+  (GSP_RUN_CPU_SEQUENCER 0x1002, as at boot: :meth:`SimRm.run_cpu_sequencer` sends one when a
+  test says), which the CPU runs against BAR 0, whose every write the simulated GPU records.
 """
 
 from __future__ import annotations
@@ -118,6 +121,7 @@ from typing import TYPE_CHECKING
 
 from . import chid, engines, gmmu
 from .gpu import SimGpu
+from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 
 if TYPE_CHECKING:
     from .gsp_fw import GspFirmware
@@ -746,6 +750,18 @@ class SimRm:
         assert self.firmware is not None and self.firmware.peer is not None
         with self._lock:
             self.firmware.peer.event(fn, payload)
+
+    def run_cpu_sequencer(self, commands: list[tuple[int, ...]] | bytes,
+                          size_dwords: int = 64) -> None:
+        """Ask the CPU, now, to run a sequence of register operations: GSP_RUN_CPU_SEQUENCER
+        (0x1002) with an rpc_run_cpu_sequencer_v17_00 holding ``commands`` (each an rmgspseq.h
+        opcode and its arguments; a payload as it is when bytes), as GSP-RM sends them after
+        its boot around power and reset flows (CPU-RM runs them wherever it drains the status
+        queue, kernel_gsp.c _kgspProcessRpcEvent). What the CPU did shows in BAR 0's
+        ``gpu.writes``."""
+        payload = (commands if isinstance(commands, bytes)
+                   else sequencer_payload(commands, size_dwords))
+        self.event(EV_GSP_RUN_CPU_SEQUENCER, payload)
 
     def chid(self, handle: int) -> int:
         """The ChID of channel ``handle`` (while it runs)."""
