@@ -2,6 +2,7 @@
 and act as the kernel's (rig_pci.testing.fixture_machine); their errors name the GPU."""
 
 import os
+import signal
 import struct
 from pathlib import Path
 
@@ -198,3 +199,112 @@ def test_reset_of_a_gpu_that_does_not_answer_after_it(tmp_path: Path) -> None:
     with pytest.raises(RigError) as e:
         rig_nv_pci.reset(0, machine)
     assert str(e.value).startswith(f"{name(tmp_path)}: it does not respond after its reset")
+
+
+# ---- called from a callback inside the lock ----------------------------------------------------
+
+
+def inside(machine: object) -> dict[str, tuple[BaseException | None, int]]:
+    """gpu(0)'s make, detach, attach and reset of ``machine``'s GPU 0, each called: what each
+    raised, and how many sysfs writes the machine had after it."""
+    from rig_pci import Machine
+
+    assert isinstance(machine, Machine)
+    sysfs = machine.sysfs
+    calls = {"make": lambda: rig_nv_pci.gpu(0, machine).make(),
+             "detach": lambda: rig_nv_pci._detach(machine, 0),
+             "attach": lambda: rig_nv_pci._attach(machine, 0),
+             "reset": lambda: rig_nv_pci.reset(0, machine)}
+    got: dict[str, tuple[BaseException | None, int]] = {}
+    for what, call in calls.items():
+        try:
+            call()
+        except BaseException as e:
+            got[what] = (e, len(sysfs.writes))  # type: ignore[attr-defined]
+        else:
+            got[what] = (None, len(sysfs.writes))  # type: ignore[attr-defined]
+    return got
+
+
+def assert_misuse(got: dict[str, tuple[BaseException | None, int]], writes: int) -> None:
+    for what, (e, after) in got.items():
+        assert isinstance(e, Misuse) and isinstance(e, ValueError), (what, e)
+        assert "was called from inside another open or change of a GPU" in str(e)
+        assert after == writes, what  # it wrote nothing
+
+
+def test_an_open_or_change_called_back_inside_another_is_misuse_having_changed_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec: gpu's make, detach, attach and reset, called from a callback inside a lock
+    (Rig's domains section), raise Invalid_argument (here Misuse, a ValueError), having changed
+    nothing. The lock is the process's lock on opens and changes (rig_nv_pci.lock.serial); the
+    callbacks that run inside it are the thread's own: here a signal handler, which Python runs
+    in the main thread between two of its bytecodes, while a reset holds the lock (its write
+    to the function's reset file raises the signal), and a callback of attach (the check it
+    runs after its reset). Each call raises, writing nothing and taking no lock or function;
+    the change around it goes on and ends as it would have."""
+    add_gpu(tmp_path)
+    machine, sysfs = fixture_machine(tmp_path)
+    got: list[dict[str, tuple[BaseException | None, int]]] = []
+
+    def handler(signum: int, frame: object) -> None:
+        assert lock.held(machine, BUS)  # inside the reset
+        got.append(inside(machine))
+
+    sysfs.on_reset = lambda bus: signal.raise_signal(signal.SIGUSR1)
+    old = signal.signal(signal.SIGUSR1, handler)
+    try:
+        rig_nv_pci.reset(0, machine)
+    finally:
+        signal.signal(signal.SIGUSR1, old)
+    assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
+    assert len(got) == 1
+    assert_misuse(got[0], 1)
+    assert not lock.held(machine, BUS)
+
+    sysfs.on_reset = None
+    sysfs.native[BUS] = "nvidia"
+    checked = rig_nv_pci._wpr2_down_after_reset
+
+    def after_reset(f: Function) -> None:
+        got.append(inside(machine))
+        checked(f)
+
+    monkeypatch.setattr(rig_nv_pci, "_wpr2_down_after_reset", after_reset)
+    rig_nv_pci._attach(machine, 0)
+    assert len(got) == 2
+    assert_misuse(got[1], 2)
+    assert sysfs.writes[1:] == [
+        (f"/sys/bus/pci/devices/{BUS}/reset", "1"),
+        (f"/sys/bus/pci/devices/{BUS}/driver_override", "\n"),
+        ("/sys/bus/pci/drivers_probe", BUS),
+    ]
+    assert machine.function(BUS).driver == "nvidia" and not lock.held(machine, BUS)
+
+
+def test_a_callback_right_after_the_lock_is_taken_runs_its_change_whole_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A signal handler may run right after a change took the process's lock and before it
+    marked itself inside: its own reset is not refused then (the outer one has changed nothing
+    yet) and runs whole first, instead of waiting forever for a lock its own thread holds.
+    The lock stands in for the process's with a callback after each take."""
+    add_gpu(tmp_path)
+    machine, sysfs = fixture_machine(tmp_path)
+    real = lock._serial.lock
+    strikes = [lambda: rig_nv_pci.reset(0, machine)]
+
+    class Striking:
+        def __enter__(self) -> None:
+            assert real.acquire(timeout=5.0), "the thread waited for its own lock"
+            if strikes:
+                strikes.pop()()
+
+        def __exit__(self, *exc: object) -> None:
+            real.release()
+
+    monkeypatch.setattr(lock._serial, "lock", Striking())
+    rig_nv_pci.reset(0, machine)
+    assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")] * 2
+    assert not lock.held(machine, BUS) and not lock._serial.inside

@@ -155,6 +155,45 @@ def test_lockdown_engaging_raises_lost_until_released() -> None:
     log.raise_pending()
 
 
+def test_a_loss_is_answered_in_its_turn_then_always() -> None:
+    """EventLog.lose (a sequencer that failed): the reports come in order, so an RC_TRIGGERED
+    of the device's received before it is answered first; then the loss, every time."""
+    log = ev.EventLog("GPU 0")
+    rpc, peer = connect(log.take)
+    peer.event(0x1004, peer_module().Peer.rc_triggered(4, xid=13))
+    rpc.poll()
+    log.lose("RUN_CPU_SEQUENCER: REG_POLL at payload offset 0x28 timed out")
+    first = log.fault(lambda rc: "compute")
+    assert isinstance(first, Fault) and "(Xid 13) on the compute channel" in first.reason
+    for _ in range(2):
+        lost = log.fault(lambda rc: "compute")
+        assert isinstance(lost, Lost) and not isinstance(lost, Fault)
+        assert lost.reason == "GPU 0: RUN_CPU_SEQUENCER: REG_POLL at payload offset 0x28 timed out"
+    assert log.lines[-1] == ("the GPU is lost: RUN_CPU_SEQUENCER: REG_POLL at payload offset "
+                             "0x28 timed out")
+
+
+def test_an_exception_while_reports_are_examined_drops_none_and_keep_answers_again() -> None:
+    log = ev.EventLog("GPU 0")
+    rpc, peer = connect(log.take)
+    peer.event(0x1004, peer_module().Peer.rc_triggered(9, xid=13))  # not the device's
+    peer.event(0x1004, peer_module().Peer.rc_triggered(4, xid=13))
+    rpc.poll()
+
+    def interrupted(rc: ev.RcTriggered) -> str | None:
+        if rc.chid == 4:
+            raise KeyboardInterrupt
+        return None
+
+    with pytest.raises(KeyboardInterrupt):
+        log.fault(interrupted, keep=True)
+    mine = {4: "compute"}
+    first = log.fault(lambda rc: mine.get(rc.chid), keep=True)
+    assert isinstance(first, Fault) and "on the compute channel" in first.reason
+    assert log.fault(lambda rc: None, keep=True) is first  # kept: answered again
+    assert log.fault(lambda rc: None) is None  # without keep: answered once
+
+
 @pytest.mark.parametrize(("fn", "payload", "message"), [
     (0x1004, bytes(47), r"GSP event RC_TRIGGERED: 47 bytes, shorter than "
                         r"rpc_rc_triggered_v17_02's 48"),

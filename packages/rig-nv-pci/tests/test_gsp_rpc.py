@@ -192,6 +192,87 @@ def test_an_exception_from_the_callback_comes_after_the_reply() -> None:
     rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
 
 
+def test_a_poll_an_interruption_ends_keeps_the_message_for_the_next() -> None:
+    """on_event interrupted by a KeyboardInterrupt: poll raises it at once and hands the same
+    message (the same serial) on again at the next poll; an Exception of on_event ends the
+    poll too, but counts the message handled."""
+    seen: list[r.Incoming] = []
+    interrupts = [KeyboardInterrupt(), RuntimeError("garbled")]
+
+    def on_event(e: r.Incoming) -> None:
+        seen.append(e)
+        if e.function == 0x1005 and interrupts:
+            raise interrupts.pop(0)
+
+    rpc, peer = connect()
+    rpc.on_event = on_event
+    peer.event(0x1006, peer_module().Peer.os_error_log(1, 0, "first"))
+    peer.event(0x1005)
+    peer.event(0x1006, peer_module().Peer.os_error_log(2, 0, "last"))
+    with pytest.raises(KeyboardInterrupt):
+        rpc.poll()
+    assert [e.function for e in seen] == [0x1006, 0x1005]
+    with pytest.raises(RuntimeError, match="garbled"):
+        rpc.poll()
+    assert rpc.poll() == 1
+    assert [e.function for e in seen] == [0x1006, 0x1005, 0x1005, 0x1006]
+    assert seen[1] == seen[2] and seen[1].serial is not None and seen[3].serial != seen[1].serial
+    assert rpc.poll() == 0
+
+
+def test_an_interruption_of_the_callback_is_not_dropped_when_no_reply_comes() -> None:
+    """An RPC that times out raises its timeout, but a KeyboardInterrupt an event's callback
+    raised meanwhile goes first (an event's Exception does not)."""
+    seen: list[int] = []
+
+    def on_event(e: r.Incoming) -> None:
+        seen.append(e.function)
+        raise KeyboardInterrupt if seen == [0x1006, 0x1005] else RuntimeError("garbled")
+
+    rpc, peer = connect(timeout_s=0.05, auto=False)
+    rpc.on_event = on_event
+    rpc._sleep = lambda _left: None
+    peer.event(0x1006, peer_module().Peer.os_error_log(1, 0, "log"))
+    peer.event(0x1005)
+    with pytest.raises(KeyboardInterrupt) as e:
+        rpc.call(r.Function.GSP_RM_ALLOC, r.encode_alloc(1, 0, 1, 0))
+    assert isinstance(e.value.__cause__, r.RpcTimeout)
+    peer.event(0x1006, peer_module().Peer.os_error_log(2, 0, "log"))
+    with pytest.raises(r.RpcTimeout):
+        rpc.call(r.Function.GSP_RM_ALLOC, r.encode_alloc(1, 0, 1, 0))
+    assert seen == [0x1006, 0x1005, 0x1005, 0x1006]  # the one struck, handed on again
+
+
+def test_an_rpc_hands_the_message_an_interruption_struck_to_the_next_poll() -> None:
+    """A KeyboardInterrupt in the callback while an RPC waits: the reply is still read (the
+    queues stay in step) and the interrupt raised after it; the message it struck, and those
+    after it, are handed on again by the next poll, in order."""
+    seen: list[r.Incoming] = []
+    strikes = [KeyboardInterrupt()]
+
+    def on_event(e: r.Incoming) -> None:
+        seen.append(e)
+        if e.function == 0x1005 and strikes:
+            raise strikes.pop()
+
+    rpc, peer = connect()
+    rm = r.RpcRM.open(rpc)
+    rpc.on_event = on_event
+    p = peer_module().Peer
+    peer.event(0x1006, p.os_error_log(1, 0, "before"), now=False)
+    peer.event(0x1005, now=False)
+    peer.event(0x1006, p.os_error_log(2, 0, "after"), now=False)
+    dev = rm.new_handle()
+    with pytest.raises(KeyboardInterrupt):
+        rm.alloc(rm.client, dev, 0x80)
+    assert dev in peer.objects and [e.function for e in seen] == [0x1006, 0x1005]
+    assert rpc.poll() == 2
+    assert [e.function for e in seen] == [0x1006, 0x1005, 0x1005, 0x1006]
+    assert seen[1] == seen[2]
+    assert ev.decode_os_error_log(seen[3].payload).err_string == "after"
+    rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
+
+
 def test_an_rpc_from_inside_the_callback_is_misuse() -> None:
     rpc, peer = connect()
     rm = r.RpcRM.open(rpc)

@@ -6,6 +6,7 @@ import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,3 +194,85 @@ def test_core_resume_without_the_handoff_times_out() -> None:
                                              r"reload GSP-RM within 0.2 s "
                                              r"\(NV_PGC6_BSI_SECURE_SCRATCH_14 0x00000000"):
         r.run((Opcode.CORE_RESUME,))
+
+
+def test_a_bar_access_error_fails_naming_the_command() -> None:
+    r = Rig()
+    r.gpu.failing[SCRATCH + 4] = 1
+    with pytest.raises(SequencerError, match=r"REG_MODIFY at payload offset 0x34 failed: "
+                                             r"\[Errno 5\] BAR 0 access at 0x1484 failed") as e:
+        r.run((Opcode.REG_WRITE, SCRATCH, 1), (Opcode.REG_MODIFY, SCRATCH + 4, 1, 1),
+              (Opcode.REG_WRITE, SCRATCH + 8, 1))
+    assert e.value.command is not None and e.value.command.offset == 0x34
+    assert isinstance(e.value.__cause__, OSError)
+    assert r.gpu.writes == [(SCRATCH, 1)] and r.seq.runs == 0
+
+
+def test_an_exception_that_is_not_an_exception_goes_through_naming_what_it_cut_short() -> None:
+    r = Rig()
+
+    def interrupt(value: int) -> None:
+        raise KeyboardInterrupt
+
+    r.gpu.on_write[SCRATCH + 4] = interrupt
+    with pytest.raises(KeyboardInterrupt):
+        r.run((Opcode.DELAY_US, 1), (Opcode.REG_WRITE, SCRATCH + 4, 1),
+              (Opcode.REG_WRITE, SCRATCH + 8, 1))
+    cut = r.seq.cut_short
+    assert cut is not None and str(cut) == ("RUN_CPU_SEQUENCER: REG_WRITE at payload offset "
+                                            "0x30 was cut short by KeyboardInterrupt")
+    assert r.gpu.writes == [(SCRATCH + 4, 1)]
+    del r.gpu.on_write[SCRATCH + 4]
+    r.run((Opcode.REG_WRITE, SCRATCH, 2))
+    assert r.seq.cut_short is None and r.seq.runs == 1
+
+
+def incoming(data: bytes, serial: int | None = None, function: int = 0x1002) -> Any:
+    from rig_nv_pci.gsp.rpc import Incoming
+
+    return Incoming(function, 0, 0, data, serial)
+
+
+def test_sequencer_events_run_each_request_once_and_hand_the_rest_on() -> None:
+    from rig_nv_pci.gsp.sequencer import SequencerEvents
+
+    r = Rig()
+    others: list[Any] = []
+    events = SequencerEvents(r.seq, others.append)
+    events(incoming(encode([(Opcode.REG_WRITE, SCRATCH, 1)]), serial=7))
+    events(incoming(encode([(Opcode.REG_WRITE, SCRATCH, 1)]), serial=7))  # handed on again
+    events(incoming(encode([(Opcode.REG_WRITE, SCRATCH, 2)]), serial=8))
+    events(incoming(b"\x01", function=0x1004))
+    assert r.gpu.writes == [(SCRATCH, 1), (SCRATCH, 2)] and r.seq.runs == 2
+    assert [e.function for e in others] == [0x1004]
+
+
+def test_sequencer_events_raise_failures_during_the_boot_and_lose_the_gpu_after() -> None:
+    from rig_nv_pci.gsp.sequencer import SequencerEvents
+
+    r = Rig()
+    others: list[Any] = []
+    events = SequencerEvents(r.seq, others.append)
+    bad = encode([(Opcode.REG_WRITE, SCRATCH, 1), (9,)])
+    with pytest.raises(SequencerError, match="unknown opcode 9 at payload offset 0x34"):
+        events(incoming(bad, serial=1))  # the boot: raised, kept in failed
+    assert len(events.failed) == 1 and events.lost is None
+    lost: list[SequencerError] = []
+    events.runtime(lost.append)
+    events(incoming(bad, serial=2))  # the device runs: recorded, not raised
+    assert lost == [events.lost] and events.failed[1] is events.lost
+    events(incoming(encode([(Opcode.REG_WRITE, SCRATCH, 3)]), serial=3))  # no later one runs
+    assert r.gpu.writes == [] and [e.serial for e in others] == [3]
+
+    r = Rig()
+    events = SequencerEvents(r.seq)
+    events.runtime(lost.append)
+
+    def interrupt(value: int) -> None:
+        raise KeyboardInterrupt
+
+    r.gpu.on_write[SCRATCH] = interrupt
+    with pytest.raises(KeyboardInterrupt):  # an interruption is raised, having lost the GPU
+        events(incoming(encode([(Opcode.REG_WRITE, SCRATCH, 1)]), serial=1))
+    assert str(lost[-1]) == ("RUN_CPU_SEQUENCER: REG_WRITE at payload offset 0x28 was cut short "
+                             "by KeyboardInterrupt") and events.lost is lost[-1]

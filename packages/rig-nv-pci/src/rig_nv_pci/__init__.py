@@ -340,8 +340,10 @@ def gpu(
     reset the open then runs (a GPU so reset stays reset).
 
     Opens and changes of GPUs run one at a time in the process; ``make`` called from inside
-    another open or change raises :class:`rig_edge.Misuse`. Raises :class:`rig_edge.Misuse` (a
-    ValueError) here if ``i`` < 0 or ``firmware`` is a string rather than a list of them.
+    another open or change (a callback inside the lock of :mod:`rig_nv_pci.lock`: a signal
+    handler, a finalizer) raises :class:`rig_edge.Misuse`, having changed nothing. Raises
+    :class:`rig_edge.Misuse` (a ValueError) here if ``i`` < 0 or ``firmware`` is a string
+    rather than a list of them.
     """
     _index(i)
     if isinstance(firmware, str | bytes):
@@ -391,7 +393,9 @@ def detach(i: int) -> driver.Progress:
     process), or as :func:`rig_pci.driver.detach` (debugfs, vfio-pci not loaded, files not
     writable). After its first write it returns :class:`rig_pci.driver.Detached` or
     :class:`rig_pci.driver.PartWay` saying where it stopped. Needs CAP_SYS_ADMIN and write
-    access to /sys/bus/pci (root). Raises :class:`rig_edge.Misuse` if ``i`` < 0.
+    access to /sys/bus/pci (root). Raises :class:`rig_edge.Misuse` (a ValueError), having
+    changed nothing, if ``i`` < 0 or it is called from inside another open or change (a
+    callback inside the lock of :mod:`rig_nv_pci.lock`).
     """
     return _detach(Machine.this(), i)
 
@@ -418,7 +422,8 @@ def attach(i: int) -> None:
     Raises :class:`rig_edge.RigError` naming the GPU if the machine's PCI functions cannot be
     listed, there is no GPU i, this process or another's open holds it, its reset fails or
     leaves its protected memory (WPR2) up, or as :func:`rig_pci.driver.attach` (files not
-    writable, no kernel driver binds it). Raises :class:`rig_edge.Misuse` if ``i`` < 0.
+    writable, no kernel driver binds it). Raises :class:`rig_edge.Misuse` (a ValueError),
+    having changed nothing, if ``i`` < 0 or it is called from inside another open or change.
     """
     _attach(Machine.this(), i)
 
@@ -432,7 +437,8 @@ def reset(i: int, machine: Machine | None = None) -> None:
     listed, there is no GPU i, this process or another's open holds it, its function cannot be
     taken (a kernel driver holds it, say), Linux has no reset for it or it does not respond
     after one, or its protected memory (WPR2) is still up after it. Raises
-    :class:`rig_edge.Misuse` if ``i`` < 0.
+    :class:`rig_edge.Misuse` (a ValueError), having changed nothing, if ``i`` < 0 or it is
+    called from inside another open or change.
     """
     _index(i)
     m = machine or Machine.this()

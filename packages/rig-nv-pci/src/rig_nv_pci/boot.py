@@ -45,7 +45,7 @@ from rig_nv_pci import chips, fwimage, vbios
 from rig_nv_pci.falcon import GSP, OS, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
 from rig_nv_pci.gsp import rpc, static_info, sysinfo
 from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
-from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError
+from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError, SequencerEvents
 from rig_nv_pci.gspmem import GspMemory
 from rig_pci import Window
 
@@ -295,7 +295,10 @@ def empty_registry() -> bytes:
 class GspBooted:
     """A booted GSP: what :func:`boot` (or :func:`rig_nv_pci.boot_fsp.boot_fmc`) saw, the
     host memory, the RPC channel, the INIT_DONE message (``channel`` the RPCs), the RM of
-    the root client made on the GSP and the static configuration GSP-RM reported."""
+    the root client made on the GSP, the static configuration GSP-RM reported, and the
+    channel's handler of GSP_RUN_CPU_SEQUENCER, which goes on running those the GSP sends
+    while the device runs (:meth:`rig_nv_pci.gsp.sequencer.SequencerEvents.runtime` makes a
+    failed one lose the GPU)."""
 
     booted: Booted | FmcBooted
     memory: GspMemory
@@ -303,6 +306,7 @@ class GspBooted:
     init_done: rpc.Incoming
     rm: rpc.RpcRM
     static: static_info.StaticInfo
+    sequencers: SequencerEvents
 
 
 def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, alloc: Alloc,
@@ -316,9 +320,9 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
     sequencer's CORE_RESUME). Returns once
     GSP-RM reported GSP_INIT_DONE and made the root client; raises :class:`BootError` naming
     ``name`` otherwise (a sequencer the GSP sent that failed or was malformed included)."""
-    channel, failed = start_channel(bar0, name=name, memory=memory, system=system,
-                                    app_version=app_version, timeout_s=timeout_s,
-                                    init_timeout_s=init_timeout_s, on_event=on_event)
+    channel, sequencers = start_channel(bar0, name=name, memory=memory, system=system,
+                                        app_version=app_version, timeout_s=timeout_s,
+                                        init_timeout_s=init_timeout_s, on_event=on_event)
     try:
         booted = boot(bar0, booter_load=booter_load, frts_offset=memory.meta.frts_offset,
                       wpr_meta_address=memory.wpr_meta, alloc=alloc,
@@ -326,34 +330,22 @@ def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, 
                       timeout_s=timeout_s)
     except BootError as e:
         raise BootError(f"{name}: {e}") from e
-    done, rm, static = finish(bar0, name, channel, memory, init_timeout_s, failed)
-    return GspBooted(booted, memory, channel, done, rm, static)
+    done, rm, static = finish(bar0, name, channel, memory, init_timeout_s, sequencers.failed)
+    return GspBooted(booted, memory, channel, done, rm, static, sequencers)
 
 
 def start_channel(bar0: Window, *, name: str, memory: GspMemory, system: sysinfo.SystemInfo,
                   app_version: int, timeout_s: float, init_timeout_s: float,
                   on_event: Callable[[rpc.Incoming], None] | None
-                  ) -> tuple[rpc.Rpc, list[SequencerError]]:
+                  ) -> tuple[rpc.Rpc, SequencerEvents]:
     """Step 7, shared by every boot (kgspInitRm posts these before kgspBootstrap): the RPC
     channel over ``memory``'s queues, whose events run GSP_RUN_CPU_SEQUENCER against BAR 0
-    (failures recorded in the returned list) and hand the rest to ``on_event``, with
-    GSP_SET_SYSTEM_INFO and SET_REGISTRY posted."""
+    (the returned handler, its failures in its ``failed``) and hand the rest to ``on_event``,
+    with GSP_SET_SYSTEM_INFO and SET_REGISTRY posted."""
     sequencer = Sequencer(bar0, gsp=Falcon(bar0, GSP, timeout_s),
                           sec2=Falcon(bar0, SEC2, timeout_s), libos_args=memory.libos_args,
                           app_version=app_version)
-    failed: list[SequencerError] = []
-
-    def events(incoming: rpc.Incoming) -> None:
-        if incoming.function != rpc.Event.GSP_RUN_CPU_SEQUENCER:
-            if on_event is not None:
-                on_event(incoming)
-            return
-        try:
-            sequencer.run(incoming.payload)
-        except SequencerError as e:
-            failed.append(e)
-            raise
-
+    events = SequencerEvents(sequencer, on_event)
     channel = rpc.Rpc(memory.queues, on_event=events, timeout_s=init_timeout_s)
     for function, payload in ((rpc.Function.GSP_SET_SYSTEM_INFO, system.encode()),
                               (rpc.Function.SET_REGISTRY, empty_registry())):
@@ -361,7 +353,7 @@ def start_channel(bar0: Window, *, name: str, memory: GspMemory, system: sysinfo
             channel.post(function, payload)
         except QueueError as e:
             raise BootError(f"{name}: {function.name} could not be queued: {e}") from e
-    return channel, failed
+    return channel, events
 
 
 def finish(bar0: Window, name: str, channel: rpc.Rpc, memory: GspMemory, timeout_s: float,

@@ -190,11 +190,11 @@ def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memor
     SET_SYSTEM_INFO/SET_REGISTRY and GSP_INIT_DONE, as :func:`rig_nv_pci.boot.boot_gsp` has
     booter_load there. Returns once GSP-RM reported GSP_INIT_DONE and made the root client;
     raises :class:`BootError` naming ``name`` otherwise."""
-    channel, failed = boot.start_channel(bar0, name=name, memory=memory, system=system,
-                                         app_version=app_version, timeout_s=timeout_s,
-                                         init_timeout_s=init_timeout_s, on_event=on_event)
+    channel, sequencers = boot.start_channel(bar0, name=name, memory=memory, system=system,
+                                             app_version=app_version, timeout_s=timeout_s,
+                                             init_timeout_s=init_timeout_s, on_event=on_event)
     booted = boot_fmc(bar0, name=name, family=family, fmc=fmc, memory=memory, alloc=alloc,
                       app_version=app_version, timeout_s=timeout_s)
-    done, rm, static = boot.finish(bar0, name, channel, memory, init_timeout_s, failed,
-                                   started_by="the FMC")
-    return boot.GspBooted(booted, memory, channel, done, rm, static)
+    done, rm, static = boot.finish(bar0, name, channel, memory, init_timeout_s,
+                                   sequencers.failed, started_by="the FMC")
+    return boot.GspBooted(booted, memory, channel, done, rm, static, sequencers)

@@ -101,7 +101,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     rig_pci function behind ``f`` (``f`` itself when it is one), which the device's peer
     mappings ask :func:`rig_pci.memory.why_apart` about. The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
-    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, or ``None``; a stop after
+    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, else the
+    :class:`rig_nv_pci.gsp.sequencer.SequencerError` of a sequence the GSP asked for while the
+    device ran that failed or was cut short (which lost the GPU), or ``None``; a stop after
     ``Device.dma`` handed out bus ranges stops nothing and calls ``on_kept`` instead (the
     memory and the GPU stay the process's, :meth:`rig_nv_pci.path.PciPath.closed`). Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
@@ -145,6 +147,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                                alloc=f.alloc_dma, system=system,
                                app_version=bl.desc.app_version, timeout_s=timeout_s,
                                init_timeout_s=init_timeout_s, on_event=on_event)
+    # From here on a GSP_RUN_CPU_SEQUENCER that fails or is cut short loses the GPU: the
+    # device raises it from its next wait or sleep (PciPath.fault), and its stop leaves the
+    # GPU lost, so that the next open resets it first.
+    booted.sequencers.runtime(log.lose)
 
     def stop() -> None:
         failure: BaseException | None = None
@@ -156,7 +162,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                          alloc=f.alloc_dma, timeout_s=timeout_s)
         except StopError as e:
             failure = e if e.lost else None
-        on_stopped(failure)
+        on_stopped(failure or booted.sequencers.lost)
 
     windows: dict[int, Window] = {}  # id of a view handed out -> its window
 

@@ -3,6 +3,14 @@
 :func:`serial` runs opens and changes (``gpu(i).make``, ``detach``, ``attach``, ``reset``) one
 at a time in this process, so a boot delays the others; one called from inside another (a
 callback run while the lock is held) raises :class:`rig_edge.Misuse`, having changed nothing.
+This is the Rig_nv_pci spec's "called from a callback inside a lock (Rig's domains section),
+raise Invalid_argument" (DESIGN.md: misuse is a call from inside a lock's callback): the
+callbacks that run inside it in Python are the holding thread's own, a signal handler (which
+runs between any two bytecodes of the main thread), a finalizer, a trace hook, or a callback
+the open or change itself calls. Waiting for the lock there would wait forever for the thread
+itself, so the lock is reentrant and the call refused instead; one that runs after the lock is
+taken but before the holder marked itself inside runs whole first (the holder has changed
+nothing yet).
 
 :class:`BusLock` is an exclusive ``flock`` on a file per GPU, ``rig-nv-pci-BUS.lock``, in
 /run/lock where the process may write there, else in ``$XDG_RUNTIME_DIR``, else in the
@@ -30,11 +38,12 @@ from rig_pci import Machine
 
 
 class _Serial:
-    """The process's lock on opens and changes, and the thread holding it."""
+    """The process's lock on opens and changes (reentrant, so that the holding thread's
+    callbacks get it at once), and whether an open or change of its holder is under way."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.owner: int | None = None
+        self.lock = threading.RLock()
+        self.inside = False
 
 
 _serial = _Serial()
@@ -46,18 +55,17 @@ _held_lock = threading.Lock()
 def serial(what: str) -> Iterator[None]:
     """Hold the process's lock on opens and changes of NVIDIA GPUs while the block runs.
 
-    Raises :class:`rig_edge.Misuse` when this thread holds it already (``what``, a call from
-    inside another open or change), having changed nothing.
+    Raises :class:`rig_edge.Misuse` when this thread is inside an open or change already
+    (``what``, a call from a callback inside it), having changed nothing.
     """
-    me = threading.get_ident()
-    if _serial.owner == me:
-        raise Misuse(f"{what} was called from inside another open or change of a GPU")
     with _serial.lock:
-        _serial.owner = me
+        if _serial.inside:
+            raise Misuse(f"{what} was called from inside another open or change of a GPU")
+        _serial.inside = True
         try:
             yield
         finally:
-            _serial.owner = None
+            _serial.inside = False
 
 
 def directory() -> Path:

@@ -58,7 +58,11 @@ open-gpu-kernel-modules 570.144, with no UVM:
   optional :class:`rig_nv.rm.ReportsFaults`) where it tests its notifiers, which drains the
   GSP's status queue into ``events`` and answers the Fault of an RC_TRIGGERED of one of the
   device's channels (by ChID), or Lost while the GSP is in lockdown
-  (:mod:`rig_nv_pci.gsp.events` says what each event becomes).
+  (:mod:`rig_nv_pci.gsp.events` says what each event becomes). GSP_RUN_CPU_SEQUENCER requests
+  the GSP sends while the device runs are run against BAR 0 as the queue is drained (in
+  ``poll``: :class:`rig_nv_pci.gsp.sequencer.SequencerEvents`), and one that fails or is cut
+  short is the device's Lost, naming the opcode and its offset. The first answer is kept: an
+  exception between the GSP's report and the device's record of it loses neither.
 
 GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
 reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.addresses`, the spec's 64
@@ -963,8 +967,12 @@ class PciPath:
     def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
         """What the GSP reported (:class:`rig_nv.rm.ReportsFaults`): its status queue drained,
         the :class:`rig_edge.Fault` of an RC_TRIGGERED for one of ``channels`` (RM handle to
-        the device's name), found by its ChID, else :class:`rig_edge.Lost` while the GSP is
-        in lockdown (:meth:`rig_nv_pci.gsp.events.EventLog.fault`), else ``None``. GSP-RM
+        the device's name), found by its ChID, or the :class:`rig_edge.Lost` of a
+        RUN_CPU_SEQUENCER that failed or was cut short meanwhile (whichever came first), else
+        :class:`rig_edge.Lost` while the GSP is in lockdown
+        (:meth:`rig_nv_pci.gsp.events.EventLog.fault`), else ``None``. The first answer is
+        kept and given again by every later call, so an exception (a KeyboardInterrupt) that
+        strikes before the device recorded it does not lose the report. GSP-RM
         writes a stopped channel's error notifiers before it sends RC_TRIGGERED (kernel_gsp.c
         _kgspRpcRCTriggered writes them on the CPU only with confidential computing), so with
         ``notified`` the queue is drained for up to :data:`REPORT_S` for the report."""
@@ -975,7 +983,7 @@ class PciPath:
         while True:
             if self._poll is not None:
                 self._poll()
-            found = events.fault(lambda rc: self._channel_of(rc, channels))
+            found = events.fault(lambda rc: self._channel_of(rc, channels), keep=True)
             if found is not None or not notified or time.monotonic() > deadline:
                 return found
             time.sleep(50e-6)
@@ -997,8 +1005,10 @@ class PciPath:
         return channels[mine[0][0]] if len(mine) == 1 else None
 
     def sleep(self, timeout_s: float) -> None:
-        """Hand on the GSP's events, then nap (the GPU's non-stall interrupts do not reach a
-        process that holds the function without a kernel driver)."""
+        """Hand on the GSP's events (running the sequencers it asked for), then nap (the GPU's
+        non-stall interrupts do not reach a process that holds the function without a kernel
+        driver). What they report is kept for the device's next :meth:`fault`, whatever
+        exception ends the sleep."""
         if self._poll is not None:
             self._poll()
         time.sleep(min(timeout_s, 200e-6))

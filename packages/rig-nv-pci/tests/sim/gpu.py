@@ -6,6 +6,7 @@ booter_load, booter_unload).
 from __future__ import annotations
 
 import ctypes
+import errno
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -127,6 +128,9 @@ class SimGpu:
     wpr2: tuple[int, int] = (0, 0)  # (lo, hi) register values
     reads: list[int] = field(default_factory=list)
     writes: list[tuple[int, int]] = field(default_factory=list)
+    # registers whose access fails, as a BAR access can (a VFIO region's read or write of a
+    # function that stopped answering is an EIO): register -> times left to fail
+    failing: dict[int, int] = field(default_factory=dict)
     # what the GSP's RISC-V core runs once booter_load starts it (gsp_fw.GspFirmware.start)
     on_gsp_start: Callable[[], None] | None = None
     # what it runs when an FMC starts it with the LibOS arguments' bus address (sim/fmc.py)
@@ -175,7 +179,14 @@ class SimGpu:
             raise AssertionError(f"PRAMIN at FB 0x{at:x}: beyond video memory")
         return self.vram[at:at + 4]
 
+    def _fail(self, offset: int) -> None:
+        left = self.failing.get(offset, 0)
+        if left > 0:
+            self.failing[offset] = left - 1
+            raise OSError(errno.EIO, f"BAR 0 access at 0x{offset:x} failed")
+
     def read(self, offset: int) -> int:
+        self._fail(offset)
         self.reads.append(offset)
         if self.fsp is not None and self.fsp.owns(offset):
             return self.fsp.read(offset)
@@ -210,6 +221,7 @@ class SimGpu:
         return self.regs.get(offset, 0)
 
     def write(self, offset: int, value: int) -> None:
+        self._fail(offset)
         self.writes.append((offset, value))
         if self.fsp is not None and self.fsp.owns(offset):
             self.fsp.write(offset, value)

@@ -114,6 +114,9 @@ rig_nv_pci or rig_nv:
   for an address nothing maps). A copy engine or PBDMA access whose PTE names system memory
   (aperture 2 or 3) goes to that bus: host memory, else another GPU's BAR 1, so a GPU that
   maps a peer's BAR 1 bus addresses reads and writes the peer's video memory.
+- after its boot GSP-RM may ask the CPU to run a sequence of register operations
+  (GSP_RUN_CPU_SEQUENCER 0x1002, as at boot: :meth:`SimRm.run_cpu_sequencer` sends one when a
+  test says), which the CPU runs against BAR 0, whose every write the simulated GPU records.
 """
 
 from __future__ import annotations
@@ -126,6 +129,7 @@ from typing import TYPE_CHECKING
 
 from . import chid, engines, gmmu
 from .gpu import SimGpu
+from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 
 if TYPE_CHECKING:
     from .gsp_fw import GspFirmware
@@ -795,6 +799,18 @@ class SimRm:
         assert self.firmware is not None and self.firmware.peer is not None
         with self._lock:
             self.firmware.peer.event(fn, payload)
+
+    def run_cpu_sequencer(self, commands: list[tuple[int, ...]] | bytes,
+                          size_dwords: int = 64) -> None:
+        """Ask the CPU, now, to run a sequence of register operations: GSP_RUN_CPU_SEQUENCER
+        (0x1002) with an rpc_run_cpu_sequencer_v17_00 holding ``commands`` (each an rmgspseq.h
+        opcode and its arguments; a payload as it is when bytes), as GSP-RM sends them after
+        its boot around power and reset flows (CPU-RM runs them wherever it drains the status
+        queue, kernel_gsp.c _kgspProcessRpcEvent). What the CPU did shows in BAR 0's
+        ``gpu.writes``."""
+        payload = (commands if isinstance(commands, bytes)
+                   else sequencer_payload(commands, size_dwords))
+        self.event(EV_GSP_RUN_CPU_SEQUENCER, payload)
 
     def chid(self, handle: int) -> int:
         """The ChID of channel ``handle`` (while it runs)."""

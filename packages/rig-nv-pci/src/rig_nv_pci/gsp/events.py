@@ -18,7 +18,13 @@ the device's :class:`rig_edge.Lost`: CPU-RM only stops touching the GSP's regist
 (kernel_gsp.c _kgspRpcGspLockdownNotice sets bInLockdown, kernel_gsp_tu102.c's ISR returns
 early), and rig, which has nothing else to wait for, takes it as the GPU gone. MMU_FAULT_QUEUED
 carries nothing and stops nothing (CPU-RM only schedules UVM's fault handler,
-_kgspRpcMMUFaultQueued): it is kept as a line.
+_kgspRpcMMUFaultQueued): it is kept as a line. A GSP_RUN_CPU_SEQUENCER that failed or was cut
+short while the device ran (:class:`rig_nv_pci.gsp.sequencer.SequencerEvents`) is the device's
+:class:`rig_edge.Lost` too (:meth:`EventLog.lose`), naming the opcode and its offset.
+
+A report once recorded is not dropped by an exception (a KeyboardInterrupt) that strikes
+before the device raised it: :meth:`EventLog.fault` lets go of the reports it examined only
+once it has its answer, and keeps that answer for the next call with ``keep``.
 
 Sources, open-gpu-kernel-modules 570.144: src/nvidia/generated/g_rpc-structures.h
 (rpc_rc_triggered_v17_02, rpc_os_error_log_v17_00, rpc_ucode_libos_print_v1E_08,
@@ -232,12 +238,14 @@ class EventLog:
     """What the GSP's events said, kept until the device asks.
 
     :meth:`take` (an :class:`Rpc`'s ``on_event``) records an event; a payload that does not
-    decode raises :class:`EventError` naming the event. :meth:`fault` answers the device:
-    the :class:`rig_edge.Fault` of the first RC_TRIGGERED since the last question that names
-    one of its channels, else :class:`rig_edge.Lost` while the GSP's last lockdown notice
-    said engaging (:meth:`raise_pending` raises the same for any channel). OS_ERROR_LOG,
-    LibOS prints and the others are kept as text (:attr:`lines`, the last
-    :data:`LINES_KEPT`) for error messages.
+    decode raises :class:`EventError` naming the event. :meth:`lose` records the GPU lost
+    (a sequencer that failed). :meth:`fault` answers the device: the :class:`rig_edge.Fault`
+    of the first RC_TRIGGERED since the last question that names one of its channels, or the
+    loss :meth:`lose` recorded, whichever came first, else that loss, else
+    :class:`rig_edge.Lost` while the GSP's last lockdown notice said engaging
+    (:meth:`raise_pending` raises the same for any channel). OS_ERROR_LOG, LibOS prints and
+    the others are kept as text (:attr:`lines`, the last :data:`LINES_KEPT`) for error
+    messages.
     """
 
     def __init__(self, name: str = "GPU", *, keep: int = LINES_KEPT) -> None:
@@ -245,7 +253,10 @@ class EventLog:
         self.lines: deque[str] = deque(maxlen=keep)
         self.events: deque[Decoded] = deque(maxlen=keep)
         self.in_lockdown = False
-        self._faults: deque[RcTriggered] = deque(maxlen=keep)
+        self.lost: Lost | None = None  # what lose() recorded first
+        self.answer: Lost | None = None  # the first answer fault() kept
+        # the reports not yet examined, in the order they came
+        self._reports: deque[RcTriggered | Lost] = deque(maxlen=keep)
         self._lock = threading.Lock()
 
     def take(self, event: Incoming) -> Decoded | None:
@@ -257,27 +268,57 @@ class EventLog:
             self.events.append(decoded)
             self.lines.append(_line(decoded))
             if isinstance(decoded, RcTriggered):
-                self._faults.append(decoded)
+                self._reports.append(decoded)
             elif isinstance(decoded, LockdownNotice):
                 self.in_lockdown = decoded.engaging
             return decoded
 
-    def fault(self, channel: Callable[[RcTriggered], str | None]) -> Lost | None:
-        """The :class:`rig_edge.Fault` of the first RC_TRIGGERED since the last call (of this
-        or :meth:`raise_pending`) that ``channel`` names (the device's name of the channel it
-        stopped; one it names none of, not the device's, stays a line), else
-        :class:`rig_edge.Lost` while lockdown is engaged, else ``None``."""
+    def lose(self, why: object) -> Lost:
+        """Record the GPU lost for ``why`` (a RUN_CPU_SEQUENCER that failed or was cut short,
+        naming the opcode and its offset): a report :meth:`fault` answers in its turn, and
+        from then on whenever no earlier report is left."""
+        lost = Lost(f"{self.name}: {why}")
         with self._lock:
-            faults = list(self._faults)
-            self._faults.clear()
-            lockdown = self.in_lockdown
-        for rc in faults:
-            name = channel(rc)
-            if name is not None:
-                return rc_fault(rc, name)
-        if lockdown:
-            return Lost(f"{self.name}: the GSP engaged lockdown (GSP_LOCKDOWN_NOTICE)")
-        return None
+            self.lines.append(f"the GPU is lost: {why}")
+            self._reports.append(lost)
+            if self.lost is None:
+                self.lost = lost
+        return lost
+
+    def fault(self, channel: Callable[[RcTriggered], str | None], *,
+              keep: bool = False) -> Lost | None:
+        """The first report since the last call (of this or :meth:`raise_pending`): the
+        :class:`rig_edge.Fault` of an RC_TRIGGERED that ``channel`` names (the device's name
+        of the channel it stopped; one it names none of, not the device's, stays a line) or
+        the loss :meth:`lose` recorded; else that loss, else :class:`rig_edge.Lost` while
+        lockdown is engaged, else ``None``.
+
+        The reports are let go (the rest with the one answered) only once the answer is
+        known, all at once, so an exception meanwhile (in ``channel``, a KeyboardInterrupt)
+        drops none; ``channel`` must not call into the log. With ``keep``
+        (a device, whose loss is final) the first answer is kept before that and every later
+        call with ``keep`` answers it again: one the caller never got to record is not lost
+        either."""
+        with self._lock:
+            if keep and self.answer is not None:
+                return self.answer
+            answer: Lost | None = None
+            for report in self._reports:
+                if isinstance(report, Lost):
+                    answer = report
+                    break
+                name = channel(report)
+                if name is not None:
+                    answer = rc_fault(report, name)
+                    break
+            if answer is None:
+                answer = self.lost
+            if answer is None and self.in_lockdown:
+                answer = Lost(f"{self.name}: the GSP engaged lockdown (GSP_LOCKDOWN_NOTICE)")
+            if keep and answer is not None:
+                self.answer = answer
+            self._reports = deque(maxlen=self._reports.maxlen)
+            return answer
 
     def raise_pending(self) -> None:
         """Raise what :meth:`fault` answers, any channel's RC_TRIGGERED named by its ChID."""

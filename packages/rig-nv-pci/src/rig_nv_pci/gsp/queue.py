@@ -371,11 +371,15 @@ class QueuePair:
         if seq != self._rx_seq:
             raise QueueCorrupt(f"{self.name}: the GSP status queue's message at element "
                                f"{element} has seq {seq}, expected {self._rx_seq}")
-        self._read = (self._read + count) % self._stat_count
-        RX_HEADER.pack_into(self._mem, self._our_read_at, self._read)
-        self._rx_seq = (self._rx_seq + 1) & 0xFFFFFFFF
-        rpc = bytes(buf[ELEMENT_HEADER_SIZE:ELEMENT_HEADER_SIZE + length])
-        return Message(seq, element, count, rpc)
+        # The message is made before the read pointer moves past it, and no Python call (where
+        # an exception such as KeyboardInterrupt could strike) runs after: an exception while
+        # receiving leaves the message in the queue, never gone from it and not returned.
+        message = Message(seq, element, count, bytes(buf[ELEMENT_HEADER_SIZE:
+                                                         ELEMENT_HEADER_SIZE + length]))
+        read = (self._read + count) % self._stat_count
+        RX_HEADER.pack_into(self._mem, self._our_read_at, read)
+        self._read, self._rx_seq = read, (self._rx_seq + 1) & 0xFFFFFFFF
+        return message
 
     # -- helpers --------------------------------------------------------------------------
 

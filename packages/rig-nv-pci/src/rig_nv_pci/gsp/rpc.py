@@ -24,7 +24,6 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
-from functools import partial
 from typing import TypeVar
 
 from rig_edge import Misuse, RigError
@@ -138,12 +137,15 @@ def header(function: int, length: int, sequence: int) -> bytes:
 @dataclass(frozen=True)
 class Incoming:
     """A message from the GSP, a reply (its continuation records joined) or an event: its
-    header's function, rpc_result and sequence, and the payload after the header."""
+    header's function, rpc_result and sequence, and the payload after the header; for an
+    event, ``serial`` is its status queue element's sequence number (one per message), which
+    tells a message handed on again (:meth:`Rpc.poll`) from the next."""
 
     function: int
     result: int
     sequence: int
     payload: bytes
+    serial: int | None = None
 
     @property
     def name(self) -> str:
@@ -274,7 +276,10 @@ class Rpc:
     """Requests and replies over a :class:`QueuePair`, one request at a time.
 
     ``on_event`` receives every message that is not the awaited reply, in order; an exception
-    it raises is raised once the reply has been read, so the queues stay in step. ``sleep``
+    it raises is raised once the reply has been read, so the queues stay in step. One that is
+    not an :class:`Exception` (KeyboardInterrupt) does not cost the message it interrupted:
+    that message, and those that come after it while the reply is awaited, are handed on
+    again, in order, by the next :meth:`poll` (which itself stops at once). ``sleep``
     is called with the seconds left while nothing has arrived (a short nap by default).
     Calling :meth:`call` from inside ``on_event`` is misuse (as in _kgspRpcRecvPoll).
     """
@@ -291,6 +296,9 @@ class Rpc:
         self._lock = threading.RLock()
         self._in_event = False
         self._deferred: BaseException | None = None
+        # messages an RPC's wait holds back once an interruption struck the handing on of one
+        # (the first): handed on by the next poll, in order
+        self._held: list[Message] = []
 
     def post(self, function: int, payload: bytes | bytearray = b"") -> int:
         """Send a request without waiting for an answer (rpc.c _issueRpcAsyncLarge); returns
@@ -329,24 +337,44 @@ class Rpc:
             return self._settled(lambda: self._await(function, deadline, None))
 
     def poll(self) -> int:
-        """Hand every message already in the status queue to ``on_event``; how many."""
+        """Hand every message already in the status queue to ``on_event``; how many.
+
+        An exception of ``on_event`` that is not an :class:`Exception` (KeyboardInterrupt,
+        SystemExit) ends the poll at once, raised, and the message it interrupted stays first
+        for the next poll, handed on again then: what the GSP reported is not lost while it
+        was being recorded (a handler that must not act twice tells the message by its
+        :attr:`Incoming.serial`). An :class:`Exception` of ``on_event`` ends the poll too, the
+        message counting as handled."""
         with self._lock:
             if self._in_event:
                 return 0
             n = 0
-            while (message := self._next()) is not None:
+            while self._backlog or self._receive():
                 n += 1
-                self._settled(partial(self._deliver, message))
+                self._settled(self._hand_on)
             return n
 
     # -- internals --------------------------------------------------------------------------
 
     def _settled(self, work: Callable[[], T]) -> T:
-        """``work()``, then raise what an event callback raised meanwhile, if anything."""
+        """``work()``, then raise what an event callback raised meanwhile, if anything. Where
+        ``work`` fails itself (the reply never came), its error is raised, unless what the
+        callback raised is not an Exception (a KeyboardInterrupt is not dropped)."""
         try:
             result = work()
-        finally:
+        except Exception as e:
             deferred, self._deferred = self._deferred, None
+            if deferred is not None and not isinstance(deferred, Exception):
+                raise deferred from e
+            raise
+        except BaseException:
+            self._deferred = None
+            raise
+        finally:
+            if self._held:  # first in the backlog, for the next poll
+                self._backlog.extendleft(reversed(self._held))
+                self._held.clear()
+        deferred, self._deferred = self._deferred, None
         if deferred is not None:
             raise deferred
         return result
@@ -380,6 +408,26 @@ class Rpc:
             return self._backlog.popleft()
         return self.queues.receive()
 
+    def _receive(self) -> bool:
+        """Read the status queue's next message into the backlog; whether there was one."""
+        message = self.queues.receive()
+        if message is None:
+            return False
+        self._backlog.append(message)
+        return True
+
+    def _hand_on(self) -> None:
+        """The backlog's first message handed to ``on_event`` and taken off the backlog; put
+        back first if an exception that is not an Exception interrupts that."""
+        message = self._backlog[0]
+        try:
+            self._backlog.popleft()
+            self._deliver(message, defer_all=False)
+        except BaseException:
+            if not self._backlog or self._backlog[0] is not message:
+                self._backlog.appendleft(message)
+            raise
+
     def _await(self, function: int, deadline: float, total: int | None) -> Incoming:
         first = self._wait_message(function, deadline, function)
         result, sequence = HEADER.unpack_from(first.rpc)[4], HEADER.unpack_from(first.rpc)[6]
@@ -407,22 +455,39 @@ class Rpc:
                 self._sleep(left)
             elif message.function == function:
                 return message
+            elif self._held:
+                self._held.append(message)
             else:
-                self._deliver(message)
+                try:
+                    self._deliver(message, defer_all=False)
+                except BaseException as e:  # not an Exception: the message is held back
+                    self._held.append(message)
+                    self._defer(e)
 
-    def _deliver(self, message: Message) -> None:
+    def _deliver(self, message: Message, *, defer_all: bool = True) -> None:
+        """``message`` handed to ``on_event``; what that raises is kept until the awaited
+        reply has been read (``_settled``), but with ``defer_all`` False an exception that is
+        not an Exception goes through at once."""
         (_, _, _, function, result, _, sequence, _) = HEADER.unpack_from(message.rpc)
-        incoming = Incoming(function, result, sequence, message.rpc[HEADER.size:])
+        incoming = Incoming(function, result, sequence, message.rpc[HEADER.size:], message.seq)
         if self.on_event is None:
             return
         self._in_event = True
         try:
             self.on_event(incoming)
-        except BaseException as e:  # kept until the awaited reply has been read
-            if self._deferred is None:
-                self._deferred = e
+        except BaseException as e:
+            if not defer_all and not isinstance(e, Exception):
+                raise
+            self._defer(e)
         finally:
             self._in_event = False
+
+    def _defer(self, e: BaseException) -> None:
+        """Keep ``e`` for ``_settled``: the first, unless a later one is not an Exception (a
+        KeyboardInterrupt is not dropped for an event's error)."""
+        first = self._deferred
+        if first is None or (isinstance(first, Exception) and not isinstance(e, Exception)):
+            self._deferred = e
 
 
 class RpcRM:

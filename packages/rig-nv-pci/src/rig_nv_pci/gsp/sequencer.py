@@ -27,7 +27,18 @@ kgspExecuteSequencerCommand_GA102 (arch/ampere/kernel_gsp_ga102.c) of open-gpu-k
 A malformed buffer (short, cmdIndex not below bufferSizeDWord as RM requires, an unknown
 opcode, arguments past cmdIndex, a REG_STORE index of 8 or more, an unaligned register) raises
 :class:`SequencerError` naming the opcode and its byte offset in the payload, before anything
-runs. So does a step that fails while running.
+runs. So does a step that fails while running (any exception a command raises, a BAR access
+error among them).
+
+GSP-RM sends these while a device runs too: CPU-RM handles the event wherever it drains the
+status queue (kernel_gsp.c _kgspProcessRpcEvent, reached from _kgspRpcRecvPoll while an RPC
+waits and from kgspRpcRecvEvents_IMPL, the interrupt's bottom half), as nouveau does (r535.c
+registers r535_gsp_msg_run_cpu_sequencer once in r535_gsp_oneinit; r535_gsp_msg_recv runs it
+for any message it reads that is not the awaited reply). :class:`SequencerEvents` is that
+handler for rig's RPC channel: each request runs once, front to back, as the messages are
+polled. Where CPU-RM only logs a failed one and goes on ("Failed to process received event"),
+rig loses the GPU (the Rig_nv_pci spec): a sequence an exception cuts short left the GPU part
+way through what the GSP asked.
 """
 
 from __future__ import annotations
@@ -38,8 +49,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 
-from rig_edge import Misuse, RigError
-from rig_nv_pci.falcon import OS, Falcon, FalconError
+from rig_edge import RigError
+from rig_nv_pci.falcon import OS, Falcon
+from rig_nv_pci.gsp.rpc import Event, Incoming
 from rig_pci import Window
 
 
@@ -69,7 +81,12 @@ BOOT_STAGE_3_HANDOFF_DONE = 1 << 26
 
 
 class SequencerError(RigError):
-    """A RUN_CPU_SEQUENCER buffer was malformed or one of its commands failed."""
+    """A RUN_CPU_SEQUENCER buffer was malformed or one of its commands failed (or was cut
+    short); ``command`` is that command where one is to blame."""
+
+    def __init__(self, message: str, command: Command | None = None) -> None:
+        super().__init__(message)
+        self.command = command
 
 
 @dataclass(frozen=True)
@@ -161,17 +178,31 @@ class Sequencer:
         self.libos_args, self.app_version = libos_args, app_version
         self.sleep = sleep
         self.runs = 0
+        # the command an exception that is not an Exception (KeyboardInterrupt) cut short in
+        # the last run, as the SequencerError that names it
+        self.cut_short: SequencerError | None = None
 
     def run(self, payload: bytes | bytearray | memoryview) -> list[int]:
-        """Parse ``payload`` and run every command in order; the register save area after.
-        Raises :class:`SequencerError` naming the command that failed."""
+        """Parse ``payload`` and run every command once, in order; the register save area
+        after. Raises :class:`SequencerError` naming the command that failed: any
+        :class:`Exception` a command raises (a falcon that does not answer, a register outside
+        BAR 0, a BAR access error) is wrapped. Any other exception (KeyboardInterrupt) goes
+        through as it is, with :attr:`cut_short` naming the command it cut short."""
+        self.cut_short = None
         seq = parse(payload)
         save = list(seq.reg_save)
         for c in seq.commands:
             try:
                 self._one(c, save)
-            except (FalconError, Misuse) as e:  # Misuse: a register outside BAR 0
-                raise SequencerError(f"RUN_CPU_SEQUENCER: {c.where()} failed: {e}") from e
+            except SequencerError as e:
+                e.command = e.command or c
+                raise
+            except Exception as e:
+                raise SequencerError(f"RUN_CPU_SEQUENCER: {c.where()} failed: {e}", c) from e
+            except BaseException as e:
+                self.cut_short = SequencerError(
+                    f"RUN_CPU_SEQUENCER: {c.where()} was cut short by {type(e).__name__}", c)
+                raise
         self.runs += 1
         return save
 
@@ -238,3 +269,59 @@ class Sequencer:
         if not self.gsp.riscv_active():
             raise SequencerError(f"RUN_CPU_SEQUENCER: {c.where()}: the GSP's RISC-V core is not "
                                  f"running after SEC2 resumed it ({self.gsp.state()})")
+
+
+class SequencerEvents:
+    """An RPC channel's ``on_event``: each GSP_RUN_CPU_SEQUENCER run against BAR 0 by
+    ``sequencer``, every other message handed to ``on_event``.
+
+    A request runs once, front to back: one delivered again (:meth:`rig_nv_pci.gsp.rpc.Rpc.poll`
+    hands a message on again when an exception that is not an Exception interrupted its
+    handler) is not run again. Every failure is kept in :attr:`failed`, and raised: a
+    :class:`SequencerError` for a malformed buffer or a failed command, else the exception
+    that cut the sequence short (the boot ends its wait for GSP_INIT_DONE on the first).
+
+    Once the boot is done, :meth:`runtime` hands failures to ``lose`` instead: the sequence
+    that failed loses the GPU (:attr:`lost`, the :class:`SequencerError` naming the opcode and
+    its offset), a :class:`SequencerError` is not raised (the device raises the loss as
+    :class:`rig_edge.Lost`), an exception that cut the sequence short still is, and no later
+    request runs (each is handed to ``on_event`` as a message, which a log notes).
+    """
+
+    def __init__(self, sequencer: Sequencer,
+                 on_event: Callable[[Incoming], None] | None = None) -> None:
+        self.sequencer = sequencer
+        self.on_event = on_event
+        self.failed: list[SequencerError] = []
+        self.lost: SequencerError | None = None
+        self._lose: Callable[[SequencerError], object] | None = None
+        self._serial: int | None = None  # the status queue's number of the last one begun
+
+    def runtime(self, lose: Callable[[SequencerError], object]) -> None:
+        """From now on a failed sequence loses the GPU through ``lose``."""
+        self._lose = lose
+
+    def __call__(self, incoming: Incoming) -> None:
+        sequencer = incoming.function == Event.GSP_RUN_CPU_SEQUENCER
+        if sequencer and incoming.serial is not None and incoming.serial == self._serial:
+            return  # begun already, and handed on again after an interruption
+        if not sequencer or self.lost is not None:
+            if self.on_event is not None:
+                self.on_event(incoming)
+            return
+        try:
+            self._serial = incoming.serial
+            self.sequencer.run(incoming.payload)
+        except BaseException as e:
+            error = e if isinstance(e, SequencerError) else self.sequencer.cut_short
+            if error is None:
+                error = SequencerError(f"RUN_CPU_SEQUENCER was cut short by {type(e).__name__} "
+                                       "before its first command")
+            self.failed.append(error)
+            lose = self._lose
+            if lose is None:
+                raise
+            self.lost = error
+            lose(error)
+            if not isinstance(e, Exception):
+                raise

@@ -1,0 +1,381 @@
+"""What the GSP sends while a device of the simulated GA102 runs (the Rig_nv_pci spec's
+"Opening"): a GSP_RUN_CPU_SEQUENCER runs once, front to back, against BAR 0 as the path polls
+the GSP's messages, and one an exception cuts short loses the GPU, whose next open resets it;
+a report (RC_TRIGGERED) the path received is raised by the device's next sleep or wait
+whatever exception struck in between (Rig_edge.Driver.sleep)."""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim import regs
+from sim.gsp_fw import sequencer_payload
+from test_held import BUS, Opened, TakenSim, every_use_is_lost, reopens, simulated_ga102
+from test_open import add_gpu, given_back, here
+
+import rig_nv_pci
+from rig_edge import Fault, Lost, Memory
+from rig_nv import Device
+from rig_nv_pci import boot, held, lock
+from rig_nv_pci import path as pci_path
+from rig_nv_pci.gsp import events as ev
+from rig_nv_pci.gsp.sequencer import SequencerError
+from rig_pci import Machine, firmware
+
+# GSP_SEQ_BUF_OPCODE (rmgspseq.h)
+WRITE, MODIFY, POLL, DELAY, STORE = 0, 1, 2, 3, 4
+# NV_PBUS_SW_SCRATCH registers the boot's sequencer leaves alone (it uses 0x30..0x32)
+A, B, C = (regs.SW_SCRATCH + 4 * i for i in (0x33, 0x34, 0x35))
+HEADER = 0x28  # rpc_run_cpu_sequencer_v17_00's header: the first command's payload offset
+EV_RC_TRIGGERED = 0x1004
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    opened = simulated_ga102(tmp_path)
+    yield opened
+    opened.sim_rm.stop()
+
+
+def writes(d: Opened, since: int, *registers: int) -> list[tuple[int, int]]:
+    """BAR 0's writes to ``registers`` since write number ``since``, in order."""
+    return [w for w in d.rig.gpu.writes[since:] if w[0] in registers]
+
+
+def at(dwords: int) -> str:
+    """The payload offset of the command after ``dwords`` dwords of commands."""
+    return f"0x{HEADER + 4 * dwords:x}"
+
+
+# ---- a sequence run while the device runs -----------------------------------------------------
+
+
+def test_a_sequence_the_gsp_sends_while_the_device_runs_runs_once_in_order(
+    ga102: Opened,
+) -> None:
+    """GSP-RM asks for a sequence after the boot: the device's sleep, draining the status
+    queue, runs it against BAR 0 once, every command in order (REG_MODIFY reading back what
+    REG_WRITE wrote, REG_POLL seeing it); one that arrives while an RPC waits for its reply
+    runs there, once too; the device goes on working."""
+    d = ga102.open()
+    try:
+        start = len(ga102.rig.gpu.writes)
+        ga102.sim_rm.run_cpu_sequencer([
+            (WRITE, A, 0x11), (MODIFY, A, 0xF0, 0x20), (POLL, A, 0xFF, 0x21, 2000, 7),
+            (DELAY, 5), (STORE, A, 3), (WRITE, B, 0x22), (WRITE, A, 0x33)])
+        d.sleep(0.0)
+        d.sleep(0.0)
+        assert writes(ga102, start, A, B) == [(A, 0x11), (A, 0x21), (B, 0x22), (A, 0x33)]
+        ga102.sim_rm.run_cpu_sequencer([(WRITE, C, 0x44), (WRITE, C, 0x45)])
+        region = d.alloc(0x1000, Memory.DEVICE)  # its RPCs read the request before the reply
+        assert region is not None
+        assert writes(ga102, start, C) == [(C, 0x44), (C, 0x45)]
+        pinned = d.alloc(0x1000, Memory.PINNED)
+        assert pinned is not None
+        d.upload(pinned, b"after")
+        d.copy(region, pinned, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(region, 5)) == b"after"
+        assert writes(ga102, start, A, B, C) == [(A, 0x11), (A, 0x21), (B, 0x22), (A, 0x33),
+                                                 (C, 0x44), (C, 0x45)]
+    finally:
+        d.stop()
+    assert ga102.stops == [None]
+
+
+# ---- a sequence cut short loses the GPU ------------------------------------------------------
+
+
+FAILURES: dict[str, tuple[Callable[[Opened], Any], str, list[tuple[int, int]]]] = {
+    # a malformed buffer: refused before anything runs
+    "malformed": (lambda o: sequencer_payload([(WRITE, A, 1), (9,)]),
+                  rf"RUN_CPU_SEQUENCER: unknown opcode 9 at payload offset {at(3)}", []),
+    # a REG_POLL that times out
+    "poll timeout": (lambda o: [(WRITE, A, 1), (POLL, B, 0xFFFF_FFFF, 5, 1000, 9), (WRITE, C, 2)],
+                     rf"RUN_CPU_SEQUENCER: REG_POLL at payload offset {at(3)} timed out after "
+                     r"1000 us: register 0x0014d0 read 0x00000000", [(A, 1)]),
+    # a BAR access error
+    "BAR access error": (lambda o: (o.rig.gpu.failing.update({B: 1}),
+                                    [(WRITE, A, 1), (WRITE, B, 2), (WRITE, C, 3)])[1],
+                         rf"RUN_CPU_SEQUENCER: REG_WRITE at payload offset {at(3)} failed: "
+                         r"\[Errno 5\] BAR 0 access at 0x14d0 failed", [(A, 1)]),
+}
+
+
+@pytest.mark.parametrize("why", list(FAILURES))
+def test_a_sequence_that_fails_loses_the_gpu(ga102: Opened, why: str) -> None:
+    """The device's next sleep raises Lost (not a Fault) naming the opcode and its offset,
+    having run the sequence no further; every later use raises Lost; no later sequence runs;
+    the stop gives the GPU back, reporting it lost (so that the opener resets it first), and
+    it opens again."""
+    make, message, written = FAILURES[why]
+    d = ga102.open()
+    try:
+        region = d.alloc(0x1000)
+        assert region is not None
+        start = len(ga102.rig.gpu.writes)
+        ga102.sim_rm.run_cpu_sequencer(make(ga102))
+        with pytest.raises(Lost, match=rf"the device is lost: GPU 0: {message}") as e:
+            d.sleep(0.0)
+        assert not isinstance(e.value, Fault)
+        assert writes(ga102, start, A, B, C) == written
+        every_use_is_lost(d, region)
+        with pytest.raises(Lost, match=message):  # the first cause, kept
+            d.sleep(0.0)
+        ga102.sim_rm.run_cpu_sequencer([(WRITE, C, 0x99)])  # read by the stop's RPCs
+    finally:
+        d.stop()
+    assert writes(ga102, start, A, B, C) == written  # the later one did not run
+    assert isinstance(d.path, held.PciPath) and d.path.events is not None
+    assert "GSP event GSP_RUN_CPU_SEQUENCER" in d.path.events.text()
+    [lost] = ga102.stops
+    assert isinstance(lost, SequencerError) and str(lost) in str(e.value)
+    assert ga102.firmware.suspended and boot.wpr2_range(ga102.rig.bar0) is None
+    reopens(ga102)
+
+
+def test_a_wait_raises_the_loss(ga102: Opened) -> None:
+    """The loss reaches a wait as well: work the GPU has not done (its PBDMA stopped) is
+    waited for, the sequence fails meanwhile, and the wait raises Lost naming it."""
+    d = ga102.open()
+    try:
+        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
+        assert a is not None and b is not None
+        ga102.sim_rm.stop()
+        point = d.copy(b, a, engine="copy")
+        ga102.sim_rm.run_cpu_sequencer([(POLL, A, 1, 1, 500, 3)])
+        with pytest.raises(Lost, match=rf"REG_POLL at payload offset {at(0)} timed out"):
+            point.wait(timeout_s=5.0)
+    finally:
+        d.stop()
+    assert isinstance(ga102.stops[0], SequencerError)
+
+
+def interrupt(o: Opened) -> None:
+    def raise_(value: int) -> None:
+        raise KeyboardInterrupt
+
+    o.rig.gpu.on_write[B] = raise_
+
+
+def test_a_sequence_an_exception_cuts_short_loses_the_gpu_and_runs_no_further(
+    ga102: Opened,
+) -> None:
+    """A KeyboardInterrupt strikes at the second of three writes (after BAR 0 took it): the
+    sleep raises the KeyboardInterrupt, the next sleep raises Lost naming that command as cut
+    short, and the sequence neither went on nor ran again (the message the interrupted poll
+    kept is recognised)."""
+    d = ga102.open()
+    try:
+        region = d.alloc(0x1000)
+        assert region is not None
+        start = len(ga102.rig.gpu.writes)
+        interrupt(ga102)
+        ga102.sim_rm.run_cpu_sequencer([(WRITE, A, 1), (WRITE, B, 2), (WRITE, C, 3)])
+        with pytest.raises(KeyboardInterrupt):
+            d.sleep(0.0)
+        del ga102.rig.gpu.on_write[B]
+        with pytest.raises(Lost, match=rf"GPU 0: RUN_CPU_SEQUENCER: REG_WRITE at payload "
+                           rf"offset {at(3)} was cut short by KeyboardInterrupt"):
+            d.sleep(0.0)
+        every_use_is_lost(d, region)
+    finally:
+        d.stop()
+    assert writes(ga102, start, A, B, C) == [(A, 1), (B, 2)]
+    assert isinstance(ga102.stops[0], SequencerError)
+    reopens(ga102)
+
+
+# ---- through the opener: the lost GPU is reset at its next open -----------------------------
+
+
+def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+           ) -> tuple[Machine, list[TakenSim]]:
+    """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102; the functions it took."""
+    (tmp_path / "locks").mkdir()
+    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
+    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
+    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
+    monkeypatch.setattr(rig_nv_pci, "_lost", set())
+    machine, _ = here(tmp_path / "machine")
+    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
+    for name, path in ga102.files.items():
+        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
+        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
+    g = ga102.rig.gpu
+    takes: list[TakenSim] = []
+
+    def take(m: Machine, bus: str, name: str) -> TakenSim:
+        takes.append(TakenSim(g, ga102.sim_rm))
+        return takes[-1]
+
+    def reset(self: TakenSim) -> None:  # a function reset ends the boot: WPR2 comes down
+        self.resets += 1
+        g.wpr2 = (0, 0)
+
+    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    monkeypatch.setattr(TakenSim, "reset", reset)
+    return machine, takes
+
+
+def test_the_gpu_a_failed_sequence_lost_is_reset_at_its_next_open(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        ga102.sim_rm.run_cpu_sequencer([(POLL, A, 1, 1, 500, 3)])
+        with pytest.raises(Lost, match=rf"GPU 0 of .*\({BUS}\): RUN_CPU_SEQUENCER: REG_POLL"):
+            d.sleep(0.0)
+    finally:
+        d.stop()
+    given_back(machine, BUS)
+    assert rig_nv_pci._lost == {(machine.name, BUS)} and takes[-1].resets == 0
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    finally:
+        d.stop()
+    given_back(machine, BUS)
+    assert rig_nv_pci._lost == set()
+
+
+# ---- a report kept through an exception in a sleep ------------------------------------------
+
+
+def once(what: Callable[..., Any], after: bool = False) -> Callable[..., Any]:
+    """``what`` that raises KeyboardInterrupt the first time it is called (after doing its
+    work, with ``after``), and is itself after."""
+    struck = [False]
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if struck[0]:
+            return what(*args, **kwargs)
+        struck[0] = True
+        if after:
+            what(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    return call
+
+
+def report(o: Opened, d: Device) -> None:
+    """GSP-RM stops the device's compute channel (as for a GR exception) and reports it."""
+    o.sim_rm.event(EV_RC_TRIGGERED,
+                   o.firmware.peer.rc_triggered(o.sim_rm.chid(d.compute.handle), xid=13))
+
+
+def in_the_nap(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The report comes after the sleep asked the path about faults and before its nap's poll,
+    which receives it; the nap is then interrupted."""
+    asked = held.PciPath.fault
+
+    def fault(self: held.PciPath, channels: Any, notified: bool) -> Any:
+        found = asked(self, channels, notified)
+        monkeypatch.setattr(held.PciPath, "fault", asked)
+        report(o, d)
+        return found
+
+    monkeypatch.setattr(held.PciPath, "fault", fault)
+    monkeypatch.setattr(pci_path, "time", SimpleNamespace(
+        sleep=once(time.sleep), monotonic=time.monotonic))
+
+
+def while_recorded(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exception strikes while the event log decodes the RC_TRIGGERED it was handed."""
+    monkeypatch.setitem(ev.DECODERS, EV_RC_TRIGGERED, once(ev.decode_rc_triggered))
+    report(o, d)
+
+
+def while_examined(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exception strikes while the path looks up the channel the report names."""
+    monkeypatch.setattr(held.PciPath, "_channel_of", once(held.PciPath._channel_of))
+    report(o, d)
+
+
+def once_answered(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The exception strikes once the path answered the device, before the device kept it."""
+    monkeypatch.setattr(held.PciPath, "fault", once(held.PciPath.fault, after=True))
+    report(o, d)
+
+
+@pytest.mark.parametrize("strike", [in_the_nap, while_recorded, while_examined, once_answered],
+                         ids=lambda f: f.__name__)
+def test_a_report_is_kept_through_an_exception_in_a_sleep(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+    strike: Callable[[Opened, Device, pytest.MonkeyPatch], None],
+) -> None:
+    """A KeyboardInterrupt ends the sleep in which the path received RC_TRIGGERED for the
+    device's compute channel; the report is not dropped: the next sleep raises its Fault, and
+    every use after it Lost."""
+    d = ga102.open()
+    try:
+        region = d.alloc(0x1000)
+        assert region is not None
+        strike(ga102, d, monkeypatch)
+        with pytest.raises(KeyboardInterrupt):
+            d.sleep(0.0)
+        assert isinstance(d.path, held.PciPath) and d.path.events is not None
+        with pytest.raises(Fault, match=r"ROBUST_CHANNEL_GR_EXCEPTION \(Xid 13\) on the compute "
+                           "channel"):
+            d.sleep(0.0)
+        every_use_is_lost(d, region)
+    finally:
+        d.stop()
+    assert d.path.events.text().count("RC_TRIGGERED") == 1  # received once
+    assert ga102.stops == [None]
+
+
+def test_a_wait_raises_a_report_kept_through_an_exception(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same for a wait: the device's first look at the path's reports is interrupted while
+    it examines one; the wait that comes next raises the Fault."""
+    d = ga102.open()
+    try:
+        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
+        assert a is not None and b is not None
+        ga102.sim_rm.stop()
+        point = d.copy(b, a, engine="copy")
+        while_examined(ga102, d, monkeypatch)
+        with pytest.raises(KeyboardInterrupt):
+            point.wait(timeout_s=5.0)
+        with pytest.raises(Fault, match=r"\(Xid 13\) on the compute channel"):
+            point.wait(timeout_s=5.0)
+    finally:
+        d.stop()
+
+
+def test_a_sequence_handed_on_again_after_an_interruption_is_not_run_again(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The exception strikes once the whole sequence ran, before the poll moved on: the poll
+    keeps the message and hands it on again next time, and the handler, knowing it by its
+    serial, does not run it twice. The GPU is not lost: nothing was cut short."""
+    from rig_nv_pci.gsp.sequencer import SequencerEvents
+
+    d = ga102.open()
+    try:
+        monkeypatch.setattr(SequencerEvents, "__call__",
+                            once(SequencerEvents.__call__, after=True))
+        start = len(ga102.rig.gpu.writes)
+        ga102.sim_rm.run_cpu_sequencer([(WRITE, A, 1), (WRITE, B, 2)])
+        with pytest.raises(KeyboardInterrupt):
+            d.sleep(0.0)
+        d.sleep(0.0)
+        d.sleep(0.0)
+        assert writes(ga102, start, A, B) == [(A, 1), (B, 2)]
+        region = d.alloc(0x1000, Memory.PINNED)
+        assert region is not None
+        d.copy(region, region, engine="copy").wait(timeout_s=5.0)
+    finally:
+        d.stop()
+    assert ga102.stops == [None]
