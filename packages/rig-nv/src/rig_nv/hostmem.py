@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rig_nv import inject, prebuilt
+
+if TYPE_CHECKING:
+    from concurrent.futures import ThreadPoolExecutor
 
 _CDEF = """
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
@@ -92,7 +94,9 @@ def copy(dst: memoryview, src: Any) -> None:
     if len(src) != n:
         raise ValueError(f"a copy of {len(src)} bytes into {n}")
     with _pool_lock:
-        if not _pools:
+        if not _pools:  # imported here: an import of rig_nv (rig list's) should not pay for it
+            from concurrent.futures import ThreadPoolExecutor
+
             _pools.append(ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="rig-copy"))
         pool = _pools[0]
     to, fro = ffi.from_buffer(dst, require_writable=True), ffi.from_buffer(src)
