@@ -27,3 +27,33 @@ def test_copy_of_unequal_lengths_is_refused_and_writes_nothing() -> None:
         hostmem.copy(memoryview(dst), memoryview(bytes(hostmem.PARALLEL_FROM + 1)).cast("B")
                      [: hostmem.PARALLEL_FROM - 1])
     assert dst == bytearray(hostmem.PARALLEL_FROM)
+
+
+def test_an_interrupted_copy_returns_only_once_no_part_still_writes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt out of one part (as a Ctrl-C while copy waits) is raised only after
+    every other part has finished: staging memory is reused right after."""
+    import threading
+    import time
+    import types
+
+    done: list[int] = []
+    lock = threading.Lock()
+
+    def memcpy(to: object, fro: object, n: int) -> None:
+        with lock:
+            first = not done and not getattr(memcpy, "raised", False)
+            if first:
+                memcpy.raised = True  # type: ignore[attr-defined]
+        if first:
+            raise KeyboardInterrupt
+        time.sleep(0.2)
+        with lock:
+            done.append(n)
+
+    monkeypatch.setattr(hostmem, "COPY_THREADS", 4)
+    monkeypatch.setattr(hostmem, "libc", types.SimpleNamespace(memcpy=memcpy))
+    n = 4 * hostmem.PARALLEL_FROM
+    with pytest.raises(KeyboardInterrupt):
+        hostmem.copy(memoryview(bytearray(n)), memoryview(bytes(n)))
+    assert len(done) == 3  # the three other parts ran to their end before the raise

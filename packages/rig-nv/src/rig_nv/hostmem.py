@@ -6,6 +6,7 @@ Python's mmap module cannot map at a fixed address, so these go through cffi in 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from rig_nv import inject, prebuilt
 
 if TYPE_CHECKING:
-    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 _CDEF = """
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
@@ -103,8 +104,26 @@ def copy(dst: memoryview, src: Any) -> None:
     part = (-(-n // COPY_THREADS) + 4095) // 4096 * 4096
     jobs = [pool.submit(libc.memcpy, to + at, fro + at, min(part, n - at))
             for at in range(0, n, part)]
+    try:
+        for job in jobs:
+            job.result()
+    finally:
+        _settle(jobs)
+        # Give the buffers back now, not when a traceback's cycle is collected (the garbage
+        # collector could clear a memoryview before the cdata that holds its buffer).
+        ffi.release(to)
+        ffi.release(fro)
+
+
+def _settle(jobs: list[Future[Any]]) -> None:
+    """Wait until every part has run or is cancelled, through further interrupts: a Ctrl-C in
+    :func:`copy` must not leave parts writing into memory the caller reuses (staging)."""
     for job in jobs:
-        job.result()
+        if job.cancel():
+            continue
+        while not job.done():
+            with contextlib.suppress(BaseException):  # a KeyboardInterrupt: wait on
+                job.exception()
 
 
 def view(addr: int, length: int) -> memoryview:
