@@ -3,12 +3,9 @@
 The RM runs on the GSP; this process is its kernel half, what CPU-RM is for a GSP client in
 open-gpu-kernel-modules 570.144, with no UVM:
 
-- RM objects go over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE (:class:`PciRM` over
-  :class:`rig_nv_pci.gsp.rpc.RpcRM`). Controls whose parameters carry a pointer to a list
-  (NV0080_CTRL_CMD_GPU_GET_CLASSLIST, NV2080_CTRL_CMD_GR_GET_INFO, NV2080_CTRL_CMD_FB_GET_INFO)
-  cannot reach the GSP as they are: each goes as its _V2 twin, whose list lies in the
-  parameters (ctrl0080gpu.h, ctrl0080gr.h / ctrl2080gr.h, ctrl2080fb.h), and the answer is
-  written back through the caller's pointer.
+- RM objects go over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE (:class:`rig_nv_pci.rm.PciRM` over
+  :class:`rig_nv_pci.gsp.rpc.RpcRM`), the controls that carry a pointer to a list sent as
+  their _V2 twins (:mod:`rig_nv_pci.rm` says which and from which headers).
 - The GPU's address space: the path's FERMI_VASPACE_A, with one NV50_MEMORY_VIRTUAL object
   (cl50a0.h) over [VA_BASE, VA_LIMIT) that keeps GSP-RM out of the path's range. With
   ``pramin`` (every open) the path writes the page tables itself, as CPU-RM does for a GSP
@@ -37,21 +34,22 @@ open-gpu-kernel-modules 570.144, with no UVM:
   (rpcAllocMemory_v13_01's IS_GSP_CLIENT branch), freed by FREE; then mapped.
 - The caller's own pages (map_host): behind an IOMMU mapped by it (rig_pci.Function.map_host),
   then registered and mapped as Pinned memory; a GPU taken physically refuses them (NEVER).
-- Peers (:meth:`PciPath.map_peer`): another GPU's region, mapped at its own GPU address into
-  this GPU's tables as NVIDIA's BAR1 P2P maps it, only where rig_pci.memory.why_apart finds
-  the two GPUs reach each other (the spec's rule): its video memory through the owner's
-  BAR 1, by bus address, as non-coherent volatile system memory.
+- Peers (:meth:`PciPath.map_peer`, :mod:`rig_nv_pci.peers`): another GPU's region, mapped
+  at its own GPU address into this GPU's tables as NVIDIA's BAR1 P2P maps it, only where
+  rig_pci.memory.why_apart finds the two GPUs reach each other (the spec's rule): its video
+  memory through the owner's BAR 1, by bus address, as non-coherent volatile system memory.
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
-- Another device's access (:meth:`PciPath.export`, rig_nv's ``Device.dma``): the bus ranges
-  of a region, as the Rig_nv_pci spec has Rig_pci.Memory.bus state them (``bar_bus``,
-  ``dma_bus``: rig_pci.memory.bus and dma_bus of the function): GPU memory through BAR 1
-  (Mapped memory at its BAR 1 offset; Device memory mapped into BAR 1 by the path's BAR 1
-  tables first, as Mapped memory is), Pinned memory at its DMA bus addresses. Ranges once
-  given, the memory stays the process's (the spec: "The region's memory and the GPU then stay
-  the process's until it exits"): its free gives nothing back, and the device's stop leaves
-  the GSP running with every object of the device (so BAR 1 keeps showing the memory) and
-  calls ``on_kept`` instead of ``on_closed``, for the opener to keep the GPU.
+- Another device's access (:meth:`PciPath.export`, :mod:`rig_nv_pci.export`, rig_nv's
+  ``Device.dma``): the bus ranges of a region, as the Rig_nv_pci spec has Rig_pci.Memory.bus
+  state them (``bar_bus``, ``dma_bus``: rig_pci.memory.bus and dma_bus of the function): GPU
+  memory through BAR 1 (Mapped memory at its BAR 1 offset; Device memory mapped into BAR 1 by
+  the path's BAR 1 tables first, as Mapped memory is), Pinned memory at its DMA bus
+  addresses. Ranges once given, the memory stays the process's (the spec: "The region's
+  memory and the GPU then stay the process's until it exits"): its free gives nothing back,
+  and the device's stop leaves the GSP running with every object of the device (so BAR 1
+  keeps showing the memory) and calls ``on_kept`` instead of ``on_closed``, for the opener
+  to keep the GPU.
 
 - Faults: GSP-RM stops a faulted channel's group itself, writes the error notifiers the path
   handed it and posts RC_TRIGGERED; the device asks :meth:`PciPath.fault` (rig_nv's
@@ -91,7 +89,6 @@ NOT_SUPPORTED the copy channel stays in the compute channel's group.
 
 from __future__ import annotations
 
-import contextlib
 import struct
 import threading
 import time
@@ -99,21 +96,53 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rig_edge import Bus, Lost, Memory, Misuse, Refusal, RigError
+from rig_edge import Bus, Lost, Memory, Refusal, RigError
 from rig_nv import classes as cls
 from rig_nv.hostmem import ffi as libc_ffi
-from rig_nv.hostmem import view
 from rig_nv.layouts import Params, rm_ffi
-from rig_nv.rm import RM, Allocation, RMError, page_rounded
-from rig_nv_pci import channels, mmu, vidmem
-from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory, Placed
-from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
+from rig_nv.rm import Allocation, RMError, page_rounded
+from rig_nv_pci import channels, export, mmu, peers, vidmem
+from rig_nv_pci.channels import ChannelMemory, Placed
+from rig_nv_pci.grctx import GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog, RcTriggered
 from rig_nv_pci.gsp.static_info import FbRegion
+from rig_nv_pci.rm import (
+    CLASSLIST,
+    CLASSLIST_V2,
+    FB_INFO,
+    FB_INFO_V2,
+    GR_INFO,
+    GR_INFO_V2,
+    NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
+    NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2,
+    NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE,
+    NV0080_CTRL_GR_INFO_MAX_SIZE,
+    NV2080_CTRL_CMD_FB_GET_INFO,
+    NV2080_CTRL_CMD_FB_GET_INFO_V2,
+    NV2080_CTRL_CMD_GR_GET_INFO,
+    NV2080_CTRL_CMD_GR_GET_INFO_V2,
+    NV2080_CTRL_FB_INFO_MAX_LIST_SIZE,
+    PciRM,
+)
 from rig_nv_pci.vidmem import Addresses, Heap
 from rig_pci import Function
-from rig_pci import memory as pci_memory
+
+# Every public name, those of rig_nv_pci.rm's PciRM and its _V2 twins included: they were
+# defined here first and stay importable from here.
+__all__ = [
+    "CLASSLIST", "CLASSLIST_V2", "COPY_PDES", "COPY_PDES_LEVEL", "FB_INFO", "FB_INFO_V2",
+    "GMMU_APERTURE_VIDEO", "GMMU_FMT_MAX_LEVELS", "GR_INFO", "GR_INFO_V2", "HUGE", "MAP_4KB",
+    "MAP_FIXED", "MAP_HUGE", "NV0080_CTRL_CMD_GPU_GET_CLASSLIST",
+    "NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2", "NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE",
+    "NV0080_CTRL_GR_INFO_MAX_SIZE", "NV01_MEMORY_LIST_SYSTEM", "NV50_MEMORY_VIRTUAL",
+    "NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES", "NV2080_CTRL_CMD_FB_GET_INFO",
+    "NV2080_CTRL_CMD_FB_GET_INFO_V2", "NV2080_CTRL_CMD_GR_GET_INFO",
+    "NV2080_CTRL_CMD_GR_GET_INFO_V2", "NV2080_CTRL_FB_INFO_MAX_LIST_SIZE",
+    "NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET", "REPORT_S", "SERVER_PAGE_SIZE", "SERVER_VA",
+    "SERVER_VA_SIZE", "SMALL", "SYSTEM_FLAGS", "USERMODE_SIZE", "VA_BASE", "VA_LIMIT",
+    "VIRTUAL_FLAGS", "Dma", "PciPath", "PciRM", "Range", "Undo", "address_of",
+]
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
 NV01_MEMORY_LIST_SYSTEM = 0x81  # cl84a0.h
@@ -151,31 +180,6 @@ COPY_PDES = struct.Struct("<IIQQQI4x")
 COPY_PDES_LEVEL = struct.Struct("<QQIB3x")
 GMMU_FMT_MAX_LEVELS = 6
 
-# Controls with a pointer and their _V2 twins (570.144 ctrl headers).
-NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
-NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 = 0x800292
-NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE = 100
-NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
-NV2080_CTRL_CMD_GR_GET_INFO_V2 = 0x20801228
-NV0080_CTRL_GR_INFO_MAX_SIZE = 0x3A
-NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
-NV2080_CTRL_CMD_FB_GET_INFO_V2 = 0x20801303
-NV2080_CTRL_FB_INFO_MAX_LIST_SIZE = 0x39
-# NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS {NvU32 numClasses; NvU32 classList[100]}: 404 bytes.
-CLASSLIST_V2 = struct.Struct(f"<I{NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE}I")
-# NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS {NvU32 numClasses; NvP64 classList}: 16 bytes.
-CLASSLIST = struct.Struct("<I4xQ")
-# NV2080_CTRL_GR_GET_INFO_PARAMS {NvU32 grInfoListSize; NvP64 grInfoList;
-# NV2080_CTRL_GR_ROUTE_INFO grRouteInfo {NvU32 flags; NvU64 route}}: 32 bytes.
-GR_INFO = struct.Struct("<I4xQI4xQ")
-# NV2080_CTRL_GR_GET_INFO_V2_PARAMS: grInfoListSize, 0x3a {index, data}, then grRouteInfo
-# aligned to 8: 488 bytes.
-GR_INFO_V2 = struct.Struct(f"<I{2 * NV0080_CTRL_GR_INFO_MAX_SIZE}I4xI4xQ")
-# NV2080_CTRL_FB_GET_INFO_PARAMS {NvU32 fbInfoListSize; NvP64 fbInfoList}: 16 bytes.
-FB_INFO = struct.Struct("<I4xQ")
-# NV2080_CTRL_FB_GET_INFO_V2_PARAMS {NvU32 fbInfoListSize; {index, data}[0x39]}: 460 bytes.
-FB_INFO_V2 = struct.Struct(f"<I{2 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE}I")
-
 
 def address_of(v: memoryview) -> int:
     """The process address of the memory behind ``v``."""
@@ -202,98 +206,6 @@ class Range(Protocol):
     def take(self, size: int, align: int) -> int | None: ...
 
     def give(self, at: int, size: int) -> None: ...
-
-
-class PciRM:
-    """The RM interface over RPCs, with the pointer-carrying list controls sent as their _V2
-    twins (see the module's docstring)."""
-
-    def __init__(self, rm: rpc.RpcRM) -> None:
-        self.rpc_rm = rm
-        # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.channels)
-        self.channels: ChannelMemory | None = None
-        # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
-        self.grctx: GrContexts | None = None
-
-    @property
-    def client(self) -> int:
-        return self.rpc_rm.client
-
-    @property
-    def release(self) -> str:
-        return self.rpc_rm.release
-
-    @property
-    def layouts(self) -> str:
-        return self.rpc_rm.layouts
-
-    def new_handle(self) -> int:
-        return self.rpc_rm.new_handle()
-
-    def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
-        if (cls in COMPUTE_CLASSES and self.grctx is not None and self.channels is not None
-                and parent in self.channels.channels):
-            try:
-                self.grctx.promote(parent, self.channels.channels[parent].group)
-            except MemoryError as e:
-                raise RMError(f"{self.rpc_rm.rpc.name}: {e}", channels.NV_ERR_NO_MEMORY) from e
-        if self.channels is not None and cls == KEPLER_CHANNEL_GROUP_A and params is not None:
-            made = self.rpc_rm.alloc(parent, handle, cls, params)
-            self.channels.grouped(handle, params)
-            return made
-        if self.channels is None or cls not in GPFIFO_CLASSES or params is None:
-            return self.rpc_rm.alloc(parent, handle, cls, params)
-        sent = self.channels.params(parent, handle, params)
-        try:
-            return self.rpc_rm.alloc(parent, handle, cls, sent)
-        except BaseException:
-            self.channels.failed(handle)
-            raise
-
-    def free(self, obj: int) -> None:
-        self.rpc_rm.free(obj)
-        if self.channels is not None:
-            self.channels.freed(obj)
-            if self.grctx is not None:
-                self.grctx.freed(obj, obj in self.channels.roots)
-
-    def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
-        if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
-                                         NV2080_CTRL_CMD_GR_GET_INFO,
-                                         NV2080_CTRL_CMD_FB_GET_INFO):
-            self.rpc_rm.control(obj, cmd, params)
-            return
-        if cmd == NV0080_CTRL_CMD_GPU_GET_CLASSLIST:
-            _, pointer = CLASSLIST.unpack_from(params)
-            v2 = bytearray(CLASSLIST_V2.size)
-            self.rpc_rm.control(obj, NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2, v2)
-            n, *listed = CLASSLIST_V2.unpack(v2)
-            n = min(n, NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE)
-            if pointer:
-                view(pointer, 4 * n)[:] = struct.pack(f"<{n}I", *listed[:n])
-            CLASSLIST.pack_into(params, 0, n, pointer)
-            return
-        if cmd == NV2080_CTRL_CMD_GR_GET_INFO:
-            size, pointer, flags, route = GR_INFO.unpack_from(params)
-            limit, twin, fmt = (NV0080_CTRL_GR_INFO_MAX_SIZE, NV2080_CTRL_CMD_GR_GET_INFO_V2,
-                                GR_INFO_V2)
-        else:
-            size, pointer = FB_INFO.unpack_from(params)
-            limit, twin, fmt = (NV2080_CTRL_FB_INFO_MAX_LIST_SIZE, NV2080_CTRL_CMD_FB_GET_INFO_V2,
-                                FB_INFO_V2)
-        if size > limit:
-            raise RigError(f"RM control 0x{cmd:x}: {size} entries, more than its _V2 twin's "
-                           f"{limit}")
-        entries = view(pointer, 8 * size)
-        pairs = list(struct.unpack(f"<{2 * size}I", entries)) + [0] * 2 * (limit - size)
-        tail = (flags, route) if cmd == NV2080_CTRL_CMD_GR_GET_INFO else ()
-        v2 = bytearray(fmt.pack(size, *pairs, *tail))
-        self.rpc_rm.control(obj, twin, v2)
-        entries[:] = v2[4:4 + 8 * size]
-
-
-def _speaks_rm(rm: PciRM) -> RM:  # mypy proves PciRM implements rig_nv.rm.RM
-    return rm
 
 
 @dataclass
@@ -763,200 +675,25 @@ class PciPath:
         return Allocation(va, address, length, Memory.PINNED, handle, Undo(dma, va, length))
 
     def export(self, a: Allocation, offset: int, length: int) -> Bus:
-        """The bus ranges at which another device (a NIC the process drives over PCI) reaches
-        ``length`` bytes at ``offset`` of ``a``, or why it cannot (``Bus.reason``), as the
-        Rig_nv_pci spec has Rig_pci.Memory.bus state them: GPU memory through BAR 1, the
-        memory BAR; Pinned memory at its DMA memory's bus addresses (rig_pci.memory.dma_bus).
-        Mapped memory lies in BAR 1 already; Device memory is mapped into BAR 1 here by the
-        path's BAR 1 tables, as Mapped memory is (under GSP-RM's BAR 1 root,
-        kbusPatchBar1Pdb_GSPCLIENT), and the mapping is undone where the BAR is not
-        reachable. Once ranges are given ``a`` is held (:meth:`free_memory` keeps it, and a
-        stop keeps the GPU: :meth:`closed`)."""
-        undo: Undo = a.undo
-        if undo.dma is not None:
-            if self._dma_bus is None:
-                return Bus(reason=f"{self.name}: this path was made without its function's "
-                           "bus addresses")
-            found = self._dma_bus(undo.dma, offset, length)
-        else:
-            found = self._bar1_bus(a, undo, offset, length)
-        if found.ranges:
-            with self._lock:
-                if not a.held:
-                    a.held = True
-                    self.kept.append(a)
-        return found
-
-    def _bar1_bus(self, a: Allocation, undo: Undo, offset: int, length: int) -> Bus:
-        """GPU memory's bus ranges through BAR 1 (see :meth:`export`)."""
-        if self._bar_bus is None:
-            return Bus(reason=f"{self.name}: this path was made without its function's bus "
-                       "addresses")
-        assert undo.fb is not None
-        with self._export_lock:  # one BAR 1 mapping however many threads ask at once
-            at = undo.bar1  # Mapped memory's, or Device memory's from an earlier export
-            mapped_here = False
-            if at is None and self.bar1_tables is None:
-                at = undo.fb  # BAR 1 shows video memory one to one
-            if at is None:  # Device memory: into BAR 1 as Mapped memory goes
-                try:
-                    at = self._map_bar1(undo.fb, undo.size, undo.huge, undo)
-                except mmu.NoRoom:  # no video memory for a BAR 1 page table
-                    self._drop_bar1(undo)
-                if at is None:
-                    return Bus(reason=f"{self.name}: BAR 1 has no room for 0x{undo.size:x} "
-                               "bytes of Device memory")
-                mapped_here = True
-            try:
-                found = self._bar_bus(1, at + offset, length)
-            except Misuse:
-                if self.bar1_tables is not None:
-                    raise
-                # without BAR 1 tables the memory's FB offset may lie past the BAR's end
-                found = Bus(reason=f"{self.name}: BAR 1 does not show FB offset "
-                            f"0x{undo.fb + offset:x} (+0x{length:x})")
-            if found.reason is not None and mapped_here:  # no use to anyone: give it back
-                self._drop_bar1(undo)
-            return found
-
-    def _drop_bar1(self, undo: Undo) -> None:
-        """End the BAR 1 mapping (whole or partly written) an export made of Device memory."""
-        if undo.bar1 is not None:
-            self._unmap_bar1(undo.bar1, undo.size, undo.huge)
-            undo.bar1 = None
+        """The bus ranges at which another device reaches ``length`` bytes at ``offset`` of
+        ``a``, or why it cannot; once ranges are given ``a`` is held (:meth:`free_memory`
+        keeps it, and a stop keeps the GPU: :meth:`closed`). See
+        :func:`rig_nv_pci.export.export`."""
+        return export.export(self, a, offset, length)
 
     # -- peers ----------------------------------------------------------------------------
 
-    def _apart(self, owner: PciPath) -> str | None:
-        """Why this GPU and ``owner``'s cannot map each other's memory (the spec: both taken
-        physically, on one machine, each BAR 1 reaching all of its GPU's memory, and the bus
-        carrying requests between them: :func:`rig_pci.memory.why_apart`), or ``None``."""
-        for path in (self, owner):
-            if path.function is None or not path.fb_size:
-                return (f"{path.name}'s path was not given its PCI function and memory size, "
-                        "so whether the GPUs reach each other cannot be asked")
-        assert self.function is not None and owner.function is not None
-        return pci_memory.why_apart(self.function, owner.function, bar=1,
-                                    memory=(self.fb_size, owner.fb_size))
-
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         """Map ``a``, memory of the GPU of ``owner`` (another GPU opened over PCI), into this
-        GPU's address space at ``a.gpu``, the address it has on its own GPU: every GPU the
-        process opens over PCI takes its addresses from one range, so no region of this GPU
-        lies there (:mod:`rig_nv_pci.addresses`).
-
-        As NVIDIA's RM maps a peer's memory over PCIe with BAR1 P2P (open-gpu-kernel-modules
-        570.144: virtual_mem.c virtmemMapTo_IMPL, whose bBar1P2P case calls
-        mem_mgr/arch/hopper/virt_mem_allocator_gh100.c dmaAllocBar1P2PMapping_GH100): the
-        memory is mapped into the owner's BAR 1 (kbusMapFbApertureSingle on the owner), and
-        this GPU's PTEs name it as system memory (ADDR_SYSMEM) at the owner's BAR 1 bus
-        address, NV_MMU_PTE_KIND_GENERIC_MEMORY, with NVOS46_FLAGS_CACHE_SNOOP_DISABLE, so
-        that virt_mem_allocator_gm107.c dmaAllocMapping_GM107 picks
-        NV_MMU_PTE_APERTURE_SYSTEM_NON_COHERENT_MEMORY; its memdesc keeps memdescCreate's GPU
-        cache attribute NV_MEMORY_UNCACHED, which makes dmaUpdateVASpace_GF100 write the PTE
-        volatile. So here: Mapped memory is reached at the BAR 1 offset the owner mapped it
-        at; Device memory is mapped into the owner's BAR 1 by the owner's BAR 1 tables for
-        this mapping (given back by :meth:`unmap_peer`), or refused where BAR 1 has no room;
-        the bus address is :func:`rig_pci.memory.bus`'s, and this GPU's PTEs are
-        SYSTEM_NON_COHERENT_MEMORY, volatile, kind GENERIC, in the owner's memory's page size
-        (as the GH100 code copies the page size from the peer's memory). Pinned memory is the
-        machine's system memory: it is mapped at the bus addresses the owner maps it at,
-        coherent, as the owner maps it (both GPUs are taken physically, so no IOMMU stands
-        between either GPU and it).
-
-        NVIDIA's RM uses BAR1 P2P only on GH100 and the GB10x/GB20x chips (g_kern_bus_nvoc.c
-        kbusCreateP2PMappingForBar1P2P's HAL, kern_bus_gh100.c
-        kbusIsPcieBar1P2PMappingSupported_GH100: both GPUs' BAR 1 statically mapping all of
-        their memory); Ampere and Ada get its mailbox P2P, with the PEER aperture
-        (kern_bus_gp100.c kbusCreateP2PMapping_GP100, their HAL, has no PCIE_BAR1 case). That the
-        Ampere and Ada chips this path opens also carry BAR1 P2P with a BAR 1 that reaches all
-        of their memory is what tinygrad's patched driver reports (tinygrad/
-        open-gpu-kernel-modules, issue 28, quoting its README), not what NVIDIA documents.
-
-        Refused with :class:`rig_edge.RigError` naming the reason where the GPUs cannot map
-        each other's memory (:meth:`_apart`, the spec's rule, for every kind), ``owner`` is no
-        GPU opened over PCI, their addresses are not one range, this path does not write its
-        page tables, or BAR 1 or video memory (for a page table) has no room; what it made is
-        given back first."""
-        if not isinstance(owner, PciPath):
-            raise RigError(f"{self.name}: a peer of a GPU opened over PCI must be opened over "
-                           f"PCI too, not through {type(owner).__name__}")
-        why = self._apart(owner)
-        if why is not None:
-            raise RigError(f"{self.name}: {owner.name}'s memory cannot be mapped here: {why}")
-        if self.tables is None:
-            raise RigError(f"{self.name}: the path does not write its page tables, so it maps "
-                           "no peer's memory")
-        if self._addresses is not owner._addresses:
-            raise RigError(f"{self.name}: {owner.name} takes its GPU addresses from another "
-                           f"range, so 0x{a.gpu:x} may be this GPU's own")
-        undo: Undo = a.undo
-        mine = Undo(None, a.gpu, undo.size, huge=undo.huge)
-        try:
-            if a.kind is Memory.PINNED:
-                if undo.dma is None:
-                    raise RigError(f"{self.name}: {owner.name}'s region at 0x{a.gpu:x} has no "
-                                   "system memory")
-                self._map(0, undo.size, a.gpu, undo.huge, undo.dma.bus_address, False)
-                return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
-            start = self._peer_bar1_bus(a, owner, mine)
-            self._map(0, undo.size, a.gpu, undo.huge, lambda o: start + o, False,
-                      kind=vidmem.KIND_GENERIC, coherent=False, volatile=True)
-        except BaseException:
-            with contextlib.suppress(RigError):  # what was made, given back; the first
-                self._unmap_peer(mine)            # failure is the one to tell
-            raise
-        return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
-
-    def _peer_bar1_bus(self, a: Allocation, owner: PciPath, mine: Undo) -> int:
-        """The bus address at which ``owner``'s video memory ``a`` lies in its BAR 1, mapped
-        there for this mapping if it is not (Device memory; noted in ``mine.lent``)."""
-        undo: Undo = a.undo
-        if undo.fb is None:
-            raise RigError(f"{self.name}: {owner.name}'s region at 0x{a.gpu:x} has no video "
-                           "memory")
-        if undo.bar1 is not None:  # Mapped memory, at its BAR 1 offset
-            at = undo.bar1
-        elif owner.bar1_tables is None:  # BAR 1 shows video memory one to one
-            at = undo.fb
-        else:
-            lent = Undo(None, None, undo.size, huge=undo.huge)
-            try:
-                got = owner._map_bar1(undo.fb, undo.size, undo.huge, lent)
-            finally:  # a range taken (and maybe part mapped) is the mapping's to give back
-                if lent.bar1 is not None:
-                    mine.lent = (owner, lent.bar1)
-            if got is None:
-                raise RigError(f"{self.name}: {owner.name}'s BAR 1 has no room for the 0x"
-                               f"{undo.size:x} bytes at 0x{a.gpu:x}")
-            at = got
-        assert owner.function is not None
-        bus = pci_memory.bus(owner.function, 1, at, undo.size)
-        if bus.reason is not None or len(bus.ranges) != 1:
-            raise RigError(f"{self.name}: {owner.name}'s BAR 1 at 0x{at:x} cannot be reached: "
-                           f"{bus.reason or 'not one run of bus addresses'}")
-        start, _ = bus.ranges[0]
-        return start
+        GPU's address space at ``a.gpu``, as NVIDIA's RM maps BAR1 P2P, or raise
+        :class:`rig_edge.RigError` naming why not (:func:`rig_nv_pci.peers.map_peer`)."""
+        return peers.map_peer(self, a, owner)
 
     def unmap_peer(self, p: Allocation) -> None:
         """End a mapping :meth:`map_peer` made: this GPU's PTEs cleared (and its TLB
-        invalidated), then the owner's BAR 1 range lent for it given back, as
-        dmaFreeBar1P2PMapping_GH100 unmaps it after the mapping; a step that fails is retried
-        by the next call, none repeated."""
-        self._unmap_peer(p.undo)
-
-    def _unmap_peer(self, undo: Undo) -> None:
-        def step(name: str, fn: Callable[[], object]) -> None:
-            if name not in undo.done:
-                fn()
-                undo.done.add(name)
-
-        va = undo.va
-        assert va is not None
-        step("unmap", lambda: self._unmap(0, va, undo.size, undo.huge))
-        if undo.lent is not None:
-            owner, at = undo.lent
-            step("lent", lambda: owner._unmap_bar1(at, undo.size, undo.huge))
+        invalidated), then the owner's BAR 1 range lent for it given back; a step that fails
+        is retried by the next call, none repeated (:func:`rig_nv_pci.peers.unmap_peer`)."""
+        peers.unmap_peer(self, p.undo)
 
     def attach_channel(self, h_channel: int) -> None:
         """Nothing to do: there is no UVM to register the channel with."""

@@ -1,0 +1,142 @@
+"""The RM interface the PCI path speaks (:class:`rig_nv.rm.RM`): GSP_RM_ALLOC /
+GSP_RM_CONTROL / FREE over :class:`rig_nv_pci.gsp.rpc.RpcRM`, as CPU-RM sends them for a GSP
+client in open-gpu-kernel-modules 570.144.
+
+Controls whose parameters carry a pointer to a list (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
+NV2080_CTRL_CMD_GR_GET_INFO, NV2080_CTRL_CMD_FB_GET_INFO) cannot reach the GSP as they are:
+each goes as its _V2 twin, whose list lies in the parameters (ctrl0080gpu.h, ctrl0080gr.h /
+ctrl2080gr.h, ctrl2080fb.h), and the answer is written back through the caller's pointer.
+Allocs and frees also carry what a GSP client's CPU-RM hands GSP-RM with them: a channel's
+memory (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc) and, before
+a channel's first compute object, the compute engine's context buffers
+(:mod:`rig_nv_pci.grctx`, _kgrAlloc).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from rig_edge import RigError
+from rig_nv.hostmem import view
+from rig_nv.rm import RM, RMError
+from rig_nv_pci import channels
+from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory
+from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
+from rig_nv_pci.gsp import rpc
+
+# Controls with a pointer and their _V2 twins (570.144 ctrl headers).
+NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
+NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 = 0x800292
+NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE = 100
+NV2080_CTRL_CMD_GR_GET_INFO = 0x20801201
+NV2080_CTRL_CMD_GR_GET_INFO_V2 = 0x20801228
+NV0080_CTRL_GR_INFO_MAX_SIZE = 0x3A
+NV2080_CTRL_CMD_FB_GET_INFO = 0x20801301
+NV2080_CTRL_CMD_FB_GET_INFO_V2 = 0x20801303
+NV2080_CTRL_FB_INFO_MAX_LIST_SIZE = 0x39
+# NV0080_CTRL_GPU_GET_CLASSLIST_V2_PARAMS {NvU32 numClasses; NvU32 classList[100]}: 404 bytes.
+CLASSLIST_V2 = struct.Struct(f"<I{NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE}I")
+# NV0080_CTRL_GPU_GET_CLASSLIST_PARAMS {NvU32 numClasses; NvP64 classList}: 16 bytes.
+CLASSLIST = struct.Struct("<I4xQ")
+# NV2080_CTRL_GR_GET_INFO_PARAMS {NvU32 grInfoListSize; NvP64 grInfoList;
+# NV2080_CTRL_GR_ROUTE_INFO grRouteInfo {NvU32 flags; NvU64 route}}: 32 bytes.
+GR_INFO = struct.Struct("<I4xQI4xQ")
+# NV2080_CTRL_GR_GET_INFO_V2_PARAMS: grInfoListSize, 0x3a {index, data}, then grRouteInfo
+# aligned to 8: 488 bytes.
+GR_INFO_V2 = struct.Struct(f"<I{2 * NV0080_CTRL_GR_INFO_MAX_SIZE}I4xI4xQ")
+# NV2080_CTRL_FB_GET_INFO_PARAMS {NvU32 fbInfoListSize; NvP64 fbInfoList}: 16 bytes.
+FB_INFO = struct.Struct("<I4xQ")
+# NV2080_CTRL_FB_GET_INFO_V2_PARAMS {NvU32 fbInfoListSize; {index, data}[0x39]}: 460 bytes.
+FB_INFO_V2 = struct.Struct(f"<I{2 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE}I")
+
+
+class PciRM:
+    """The RM interface over RPCs, with the pointer-carrying list controls sent as their _V2
+    twins (see the module's docstring)."""
+
+    def __init__(self, rm: rpc.RpcRM) -> None:
+        self.rpc_rm = rm
+        # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.channels)
+        self.channels: ChannelMemory | None = None
+        # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
+        self.grctx: GrContexts | None = None
+
+    @property
+    def client(self) -> int:
+        return self.rpc_rm.client
+
+    @property
+    def release(self) -> str:
+        return self.rpc_rm.release
+
+    @property
+    def layouts(self) -> str:
+        return self.rpc_rm.layouts
+
+    def new_handle(self) -> int:
+        return self.rpc_rm.new_handle()
+
+    def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        if (cls in COMPUTE_CLASSES and self.grctx is not None and self.channels is not None
+                and parent in self.channels.channels):
+            try:
+                self.grctx.promote(parent, self.channels.channels[parent].group)
+            except MemoryError as e:
+                raise RMError(f"{self.rpc_rm.rpc.name}: {e}", channels.NV_ERR_NO_MEMORY) from e
+        if self.channels is not None and cls == KEPLER_CHANNEL_GROUP_A and params is not None:
+            made = self.rpc_rm.alloc(parent, handle, cls, params)
+            self.channels.grouped(handle, params)
+            return made
+        if self.channels is None or cls not in GPFIFO_CLASSES or params is None:
+            return self.rpc_rm.alloc(parent, handle, cls, params)
+        sent = self.channels.params(parent, handle, params)
+        try:
+            return self.rpc_rm.alloc(parent, handle, cls, sent)
+        except BaseException:
+            self.channels.failed(handle)
+            raise
+
+    def free(self, obj: int) -> None:
+        self.rpc_rm.free(obj)
+        if self.channels is not None:
+            self.channels.freed(obj)
+            if self.grctx is not None:
+                self.grctx.freed(obj, obj in self.channels.roots)
+
+    def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
+        if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
+                                         NV2080_CTRL_CMD_GR_GET_INFO,
+                                         NV2080_CTRL_CMD_FB_GET_INFO):
+            self.rpc_rm.control(obj, cmd, params)
+            return
+        if cmd == NV0080_CTRL_CMD_GPU_GET_CLASSLIST:
+            _, pointer = CLASSLIST.unpack_from(params)
+            v2 = bytearray(CLASSLIST_V2.size)
+            self.rpc_rm.control(obj, NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2, v2)
+            n, *listed = CLASSLIST_V2.unpack(v2)
+            n = min(n, NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE)
+            if pointer:
+                view(pointer, 4 * n)[:] = struct.pack(f"<{n}I", *listed[:n])
+            CLASSLIST.pack_into(params, 0, n, pointer)
+            return
+        if cmd == NV2080_CTRL_CMD_GR_GET_INFO:
+            size, pointer, flags, route = GR_INFO.unpack_from(params)
+            limit, twin, fmt = (NV0080_CTRL_GR_INFO_MAX_SIZE, NV2080_CTRL_CMD_GR_GET_INFO_V2,
+                                GR_INFO_V2)
+        else:
+            size, pointer = FB_INFO.unpack_from(params)
+            limit, twin, fmt = (NV2080_CTRL_FB_INFO_MAX_LIST_SIZE, NV2080_CTRL_CMD_FB_GET_INFO_V2,
+                                FB_INFO_V2)
+        if size > limit:
+            raise RigError(f"RM control 0x{cmd:x}: {size} entries, more than its _V2 twin's "
+                           f"{limit}")
+        entries = view(pointer, 8 * size)
+        pairs = list(struct.unpack(f"<{2 * size}I", entries)) + [0] * 2 * (limit - size)
+        tail = (flags, route) if cmd == NV2080_CTRL_CMD_GR_GET_INFO else ()
+        v2 = bytearray(fmt.pack(size, *pairs, *tail))
+        self.rpc_rm.control(obj, twin, v2)
+        entries[:] = v2[4:4 + 8 * size]
+
+
+def _speaks_rm(rm: PciRM) -> RM:  # mypy proves PciRM implements rig_nv.rm.RM
+    return rm
