@@ -1,6 +1,6 @@
 """rig_nv_pci.path (the rig_nv path over the GSP's RPCs) against the simulated GA102 booted to
 GSP_INIT_DONE, whose simulated GSP-RM (tests/sim/gsp_rm.py) keeps the objects, video memory,
-the GPU's mappings and a PBDMA.
+the GPU's mappings and a PBDMA (tests/sim/pbdma.py).
 
 Sizes asserted against open-gpu-kernel-modules 570.144: g_rpc-structures.h
 (rpc_alloc_memory_v13_01 56 bytes before pte_pde[]), g_sdk-structures.h

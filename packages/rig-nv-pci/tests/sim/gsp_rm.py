@@ -61,44 +61,16 @@ rig_nv_pci or rig_nv:
   into the instance block (gm107 dev_ram.h NV_RAMIN_PAGE_DIR_BASE_LO 128*32+31:12, _HI
   129*32+7:0) and the PBDMA translates the channel's addresses through the root it reads back
   from there; the error notifier it writes is the errorNotifierMem given;
-  the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) reads GP_PUT from
-  the USERD given (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
-  entry (clc56f.h GP_ENTRY0_GET 31:2, GP_ENTRY1_GET_HI 7:0, GP_ENTRY1_LENGTH 30:10 in
-  dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
-  SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
-  the host semaphore (SEM_ADDR_LO 0x5c ... SEM_EXECUTE 0x6c: OPERATION 2:0 RELEASE 1,
-  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, REDUCTION 6 with REDUCTION 30:27 IADD 5 only,
-  PAYLOAD_SIZE 24:24 64-bit), SET_OBJECT (0x0) binding a
-  class to the subchannel, and on a subchannel bound to a copy class the copy engine's
-  one-line copy (clc7b5.h: OFFSET_IN_UPPER 0x400 ... OFFSET_OUT_LOWER 0x40c, LINE_LENGTH_IN
-  0x418, LAUNCH_DMA 0x300 with DATA_TRANSFER_TYPE 1:0 not NONE, SEMAPHORE_TYPE 4:3 NONE or a
-  one-word release of SET_SEMAPHORE_A/B/PAYLOAD 0x240/0x244/0x248; MULTI_LINE_ENABLE 9:9 and
-  REMAP_ENABLE 10:10 are not simulated and fault the channel); on a subchannel bound to a
-  compute class a launch (clc7c0.h SEND_PCAS_A 0x2b4) faults the channel, since no SM is
-  simulated; other methods are accepted and ignored;
+  its channels run on the simulated PBDMA and copy engine (sim/pbdma.py: :meth:`SimRm.step`,
+  or a thread :meth:`SimRm.start` runs);
 - a compute object on a channel answers NV_ERR_INVALID_STATE until the channel's group has its
   context buffers promoted (NV2080_CTRL_CMD_GPU_PROMOTE_CTX, :meth:`SimRm._promote`, sizes
   from :data:`CTX_PROPERTIES`); the GPU's global buffers, once initialized, must be promoted
   at the same place again until the device (NV01_DEVICE_0) is freed, with which a GSP client
   gives them back (the simulator's choice: when the real GSP-RM forgets them is not in the
   open sources);
-- a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch,
-  by NV2080_ENGINE_TYPE_GRAPHICS 1; an MMU fault, Xid 31, for an address nothing maps, by the
-  copy engine, :data:`ENGINE_GRCE`, for a copy's read or write, else by the channel's runlist's
-  engine, as the PBDMA's own fetches) stops, and as GSP-RM does without confidential computing
-  (kernel_gsp.c _kgspRpcRCTriggered leaves the notifiers to it; :attr:`SimRm.notifiers` False
-  stands for a GSP-RM that writes none) every channel of its group gets its error notifier
-  written (NvNotification of the hObjectError memory, nvgputypes.h: info32 the Xid at 8,
-  info16 the NV2080 engine type at 12, status 0xFFFF at 14), then RC_TRIGGERED (0x1004,
-  rpc_rc_triggered_v17_02: the faulting channel's ChID, gfid 0 (the PF), scope
-  RC_NOTIFIER_SCOPE_TSG 1 (g_kernel_rc_nvoc.h), no journal; for an MMU fault
-  mmuFaultAddrLo/Hi the faulting page's address (the MMU reports 4 KiB pages: NVC369_BUF_ENTRY
-  ADDR_LO 31:12) and mmuFaultType the NV_PFAULT_FAULT_TYPE of the walk, sim/gmmu.py) is sent,
-  and after it, for an MMU fault, MMU_FAULT_QUEUED (0x1005, no payload): kern_gmmu_gv100.c
-  kgmmuServiceNonReplayableFault_GV100 services the RM's fault packets (the RC) first and
-  notifies the client after (kgmmuNotifyNonReplayableFault_GV100); the real GSP-RM notifies
-  only a client whose fault buffer object (UVM's) has events, which rig never makes, so the
-  simulated one sends more than the real one would;
+- a channel that faults stops, its group's error notifiers written and RC_TRIGGERED (then,
+  for an MMU fault, MMU_FAULT_QUEUED) sent, as sim/pbdma.py says;
 - the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
   writes its doorbell into; BAR 1 shows video memory as the page tables under GSP-RM's BAR 1
   root (the static info's bar1PdeBase, :data:`BAR1_PDB`, in the reserved region) map it, as
@@ -124,12 +96,12 @@ from __future__ import annotations
 import mmap
 import struct
 import threading
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import chid, engines, gmmu
+from . import chid, engines, gmmu, pbdma
 from .gpu import SimGpu
 from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
+from .pbdma import COMPUTE_CLASSES, USERD_SIZE, Channel
 
 if TYPE_CHECKING:
     from .gsp_fw import GspFirmware
@@ -143,9 +115,6 @@ BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
 PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
 MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's, absent from Python 3.11
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
-COPY_CLASSES = (0xC5B5, 0xC6B5, 0xC7B5, 0xC8B5, 0xC9B5, 0xCAB5)
-COMPUTE_CLASSES = (0xC5C0, 0xC6C0, 0xC7C0, 0xC9C0, 0xCBC0, 0xCDC0, 0xCEC0)
-SEND_PCAS_A = 0x2B4
 USERMODE_BAR0 = 0xB80000
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
@@ -165,8 +134,8 @@ CH_INSTANCE, CH_USERD, CH_RAMFC, CH_MTHDBUF, CH_ERROR_NOTIFIER = 144, 168, 192, 
 CHANNEL_PARAMS_SIZE = 368
 ADDR_SYSMEM, ADDR_FBMEM = 1, 2  # NV_ADDRESS_SPACE (mem_desc.h)
 # dev_ram.h: NV_RAMIN_ALLOC_SIZE 4096 (aligned to 1 << NV_RAMIN_BASE_SHIFT 12), NV_RAMIN_RAMFC
-# its first 128 words, NV_RAMUSERD_CHAN_SIZE 512, NV_RAMIN_PAGE_DIR_BASE_LO (128*32+31:12)
-INSTANCE_SIZE, RAMFC_SIZE, USERD_SIZE, RAMIN_PAGE_DIR_BASE = 0x1000, 0x200, 0x200, 128 * 4
+# its first 128 words, NV_RAMIN_PAGE_DIR_BASE_LO (128*32+31:12); USERD's size is the PBDMA's
+INSTANCE_SIZE, RAMFC_SIZE, RAMIN_PAGE_DIR_BASE = 0x1000, 0x200, 128 * 4
 # NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES (ctrl0080fifo.h: {engineId, alignment,
 # size}): the simulated sizes of ENGINE_ID_GRAPHICS 0x0, _PATCH 0x10, _FECS_EVENT 0x17,
 # _PRIV_ACCESS_MAP 0x18 (the real ones are GSP-RM's)
@@ -196,7 +165,6 @@ NV_ERR_INVALID_ARGUMENT, NV_ERR_INVALID_OBJECT_HANDLE = 0x1F, 0x33
 NV_ERR_INVALID_OFFSET, NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED = 0x37, 0x51, 0x56
 OFFSET_FIXED = 1 << 15
 PAGE = 0x1000
-USERD_GP_GET, USERD_GP_PUT = 34 * 4, 35 * 4
 
 # What a GA102 (RTX 3090's chip) reports: AMPERE_USERMODE_A, AMPERE_CHANNEL_GPFIFO_A,
 # AMPERE_COMPUTE_B, AMPERE_DMA_COPY_B, and older classes besides.
@@ -210,53 +178,6 @@ GA102_GR = {0x9: 41, 0xC: 0x806, 0xD: 48, 0x14: 7, 0x17: 6, 0x20: 2}
 GA102_FB = {0x9: 23 << 20, 0x16: 23 << 20, 0x7: 24 << 20}
 
 
-class SimFault(LookupError):
-    """What stops a channel: the Xid (nverror.h), the NV2080 engine type and, for an MMU fault,
-    the faulting page's address and the NV_PFAULT_FAULT_TYPE."""
-
-    def __init__(self, why: str, xid: int = 31, engine: int = 1, address: int | None = None,
-                 fault_type: int = 0) -> None:
-        super().__init__(why)
-        self.xid, self.engine = xid, engine
-        self.address, self.fault_type = address, fault_type
-
-    @classmethod
-    def mmu(cls, fault: gmmu.MmuFault, engine: int) -> SimFault:
-        """An MMU fault (Xid 31) of ``engine``, at the page of the address that faulted."""
-        return cls(str(fault), XID_MMU_FAULT, engine, fault.va & ~(PAGE - 1), fault.fault_type)
-
-
-XID_GR_EXCEPTION, XID_MMU_FAULT = 13, 31  # ROBUST_CHANNEL_GR_EXCEPTION, _FIFO_ERROR_MMU_ERR_FLT
-ENGINE_GRAPHICS = 1  # NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h)
-# The copy engine a GR group's copies run on (GRCE): NV2080_ENGINE_TYPE_COPY0 (0x9), the
-# simulator's choice (which COPYn a chip's GRCE is, is the chip's)
-ENGINE_GRCE = 0x9
-EV_RC_TRIGGERED, EV_MMU_FAULT_QUEUED = 0x1004, 0x1005
-RC_NOTIFIER_SCOPE_TSG = 1  # g_kernel_rc_nvoc.h RC_NOTIFIER_SCOPE
-
-
-def _put32(buf: bytearray | memoryview, at: int, value: int) -> None:
-    buf[at:at + 4] = (value & 0xFFFFFFFF).to_bytes(4, "little")
-
-
-@dataclass
-class Channel:
-    handle: int
-    chid: int
-    gpfifo: int  # GPU address
-    entries: int
-    userd: int  # USERD's FB address (userdMem)
-    group: int  # the channel group's handle
-    notifier: int  # the error notifier's bus address (errorNotifierMem)
-    instance: int  # the instance block's FB address (instanceMem)
-    mthdbuf: int  # the method buffer's bus address (mthdbufMem)
-    get: int = 0
-    pending: list[tuple[int, int]] = field(default_factory=list)  # (method, data) to run
-    sem: dict[int, int] = field(default_factory=dict)  # the semaphore methods' last data
-    bound: dict[int, int] = field(default_factory=dict)  # subchannel -> class (SET_OBJECT)
-    ce: dict[int, int] = field(default_factory=dict)  # copy engine methods' last data
-    stalled_on: str = ""
-    runlist: int = 0  # the engine type standing for its runlist (sim/chid.py)
 
 
 class SimRm:
@@ -754,45 +675,9 @@ class SimRm:
 
     # -- the PBDMA -----------------------------------------------------------------------
 
-    def _userd(self, ch: Channel) -> memoryview:
-        return memoryview(self.vram)[ch.userd:ch.userd + USERD_SIZE]
-
     def step(self) -> int:
-        """Run every channel as far as it goes; how many methods ran."""
-        ran = 0
-        with self._lock:
-            for ch in list(self.channels.values()):
-                try:
-                    self.running = ch.instance if self.walks else None
-                    ran += self._run(ch)
-                except LookupError as e:
-                    # what the PBDMA itself read (GPFIFO entries, methods, semaphores) faults
-                    # as the channel's runlist's engine
-                    engine = ch.runlist or ENGINE_GRAPHICS
-                    fault = (e if isinstance(e, SimFault) else
-                             SimFault.mmu(e, engine) if isinstance(e, gmmu.MmuFault) else
-                             SimFault(str(e), XID_MMU_FAULT, engine))
-                    self.faults.append(f"channel {ch.chid}: {e}")
-                    self._recover(ch, fault)
-                finally:
-                    self.running = None
-        return ran
-
-    def _recover(self, ch: Channel, fault: SimFault) -> None:
-        """Robust-channel recovery of ``ch``'s group (RC_NOTIFIER_SCOPE_TSG): its channels
-        stopped, their notifiers written, RC_TRIGGERED (and MMU_FAULT_QUEUED) sent."""
-        for other in [c for c in self.channels.values() if c.group == ch.group]:
-            del self.channels[other.handle]
-            note = self.gpu.host.view(other.notifier, 16)
-            if note is not None and self.notifiers:
-                struct.pack_into("<IHH", note, 8, fault.xid, fault.engine, 0xFFFF)
-        if self.firmware is not None and self.firmware.peer is not None:
-            peer = self.firmware.peer
-            peer.event(EV_RC_TRIGGERED, peer.rc_triggered(
-                ch.chid, fault.xid, fault.engine, fault.address or 0,
-                fault_type=fault.fault_type, scope=RC_NOTIFIER_SCOPE_TSG))
-            if fault.address is not None:
-                peer.event(EV_MMU_FAULT_QUEUED)
+        """Run every channel as far as it goes; how many methods ran (sim/pbdma.py)."""
+        return pbdma.step(self)
 
     def event(self, fn: int, payload: bytes = b"") -> None:
         """Send GSP event ``fn`` now, between the PBDMA's steps (as a test's GSP-RM would)."""
@@ -815,109 +700,6 @@ class SimRm:
     def chid(self, handle: int) -> int:
         """The ChID of channel ``handle`` (while it runs)."""
         return self.channels[handle].chid
-
-    def _run(self, ch: Channel) -> int:
-        ran = 0
-        userd = self._userd(ch)
-        while True:
-            ran += self._execute(ch)
-            if ch.pending:
-                return ran
-            (put,) = struct.unpack_from("<I", userd, USERD_GP_PUT)
-            if ch.get == put % ch.entries:
-                return ran
-            lo, hi = struct.unpack("<II", self.read(ch.gpfifo + 8 * ch.get, 8))
-            address = (lo & ~3) | (hi & 0xFF) << 32
-            words = (hi >> 10) & 0x1FFFFF
-            ch.pending = self._methods(struct.unpack(f"<{words}I", self.read(address, 4 * words)))
-            ch.get = (ch.get + 1) % ch.entries
-            _put32(userd, USERD_GP_GET, ch.get)
-
-    @staticmethod
-    def _methods(words: tuple[int, ...]) -> list[tuple[int, int]]:
-        out, i = [], 0
-        while i < len(words):
-            w = words[i]
-            op, count, method = w >> 29, (w >> 16) & 0x1FFF, (w & 0xFFF) << 2
-            subc = (w >> 13) & 7
-            key = subc << 16
-            i += 1
-            if op == 4:
-                out.append((key | method, count))
-                continue
-            for k in range(count):
-                step = {1: k, 3: 0, 5: min(k, 1)}.get(op)
-                if step is None:
-                    raise LookupError(f"method header 0x{w:08x}: SEC_OP {op} not simulated")
-                out.append((key | (method + 4 * step), words[i + k]))
-            i += count
-        return out
-
-    def _execute(self, ch: Channel) -> int:
-        ran = 0
-        state = ch.sem
-        while ch.pending:
-            key, data = ch.pending[0]
-            method, subc = key & 0xFFFF, key >> 16
-            if method == 0:
-                ch.bound[subc] = data
-            elif method >= 0x100:
-                if ch.bound.get(subc) in COPY_CLASSES:
-                    try:
-                        self._copy_engine(ch, method, data)
-                    except gmmu.MmuFault as e:  # the copy engine's own access: the LCE
-                        # of a copy group's runlist, or the GR group's GRCE
-                        lce = ch.runlist if ch.runlist not in (None, ENGINE_GRAPHICS) else None
-                        raise SimFault.mmu(e, lce or ENGINE_GRCE) from e
-                elif ch.bound.get(subc) in COMPUTE_CLASSES and method == SEND_PCAS_A:
-                    raise SimFault("a compute launch: no SM is simulated", XID_GR_EXCEPTION)
-            elif method in (0x5C, 0x60, 0x64, 0x68):
-                state[method] = data
-            elif method == 0x6C:
-                address = state.get(0x5C, 0) | state.get(0x60, 0) << 32
-                payload = state.get(0x64, 0) | (state.get(0x68, 0) << 32 if data >> 24 & 1 else 0)
-                width = 8 if data >> 24 & 1 else 4
-                operation = data & 7
-                if operation == 1:
-                    self.write(address, payload.to_bytes(width, "little"))
-                elif operation in (2, 3):
-                    value = int.from_bytes(self.read(address, width), "little")
-                    done = (value >= payload if operation == 2 else
-                            (value - payload) % (1 << 8 * width) < 1 << (8 * width - 1))
-                    if not done:
-                        ch.stalled_on = f"acquire 0x{address:x} >= {payload}"
-                        return ran
-                elif operation == 6:
-                    if data >> 27 & 0xF != 5:
-                        raise LookupError(f"SEM_EXECUTE reduction {data >> 27 & 0xF} not "
-                                          "simulated")
-                    value = int.from_bytes(self.read(address, width), "little")
-                    self.write(address, ((value + payload) % (1 << 8 * width)).to_bytes(
-                        width, "little"))
-                else:
-                    raise LookupError(f"SEM_EXECUTE operation {operation} not simulated")
-            ch.pending.pop(0)
-            ran += 1
-        ch.stalled_on = ""
-        return ran
-
-    def _copy_engine(self, ch: Channel, method: int, data: int) -> None:
-        if method != 0x300:
-            ch.ce[method] = data
-            return
-        if data & (1 << 9 | 1 << 10):
-            raise LookupError(f"LAUNCH_DMA 0x{data:x}: multi-line or remapped copies are not "
-                              "simulated")
-        if data & 3:
-            src = ch.ce.get(0x400, 0) << 32 | ch.ce.get(0x404, 0)
-            dst = ch.ce.get(0x408, 0) << 32 | ch.ce.get(0x40C, 0)
-            self.write(dst, self.read(src, ch.ce.get(0x418, 0)))
-        semaphore = data >> 3 & 3
-        if semaphore == 1:
-            address = ch.ce.get(0x240, 0) << 32 | ch.ce.get(0x244, 0)
-            self.write(address, ch.ce.get(0x248, 0).to_bytes(4, "little"))
-        elif semaphore:
-            raise LookupError(f"LAUNCH_DMA 0x{data:x}: semaphore type {semaphore} not simulated")
 
     def start(self, period_s: float = 50e-6) -> SimRm:
         """Run the PBDMA in a thread until :meth:`stop`."""
