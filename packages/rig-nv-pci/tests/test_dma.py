@@ -14,7 +14,6 @@ bytes there are those the simulated copy engine wrote.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -24,15 +23,13 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_held import BUS, Opened, TakenSim, simulated_ga102
-from test_open import add_gpu, here
+from test_held import BUS, Opened, opener, simulated_ga102
 
 import rig_nv_pci
 from rig_edge import Bus, Memory, Misuse, OpenRefused, Region, RigError
 from rig_nv import Device
 from rig_nv_pci import lock
 from rig_nv_pci.path import PciPath
-from rig_pci import Machine, firmware
 
 
 @pytest.fixture
@@ -226,23 +223,7 @@ def test_after_dma_the_gpu_stays_the_processs_and_no_open_succeeds(
     (not released: its DMA memory and windows stay) and the GPU's lock; a later open, reset,
     detach or attach in this process is refused naming why, and another process cannot take
     the GPU's lock file."""
-    (tmp_path / "locks").mkdir()
-    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
-    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
-    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    monkeypatch.setattr(rig_nv_pci, "_kept", {})
-    machine, _ = here(tmp_path / "machine")
-    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
-    for name, file in ga102.files.items():
-        digest = hashlib.blake2b(Path(file).read_bytes(), digest_size=32).hexdigest()
-        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
-    takes: list[TakenSim] = []
-
-    def take(m: Machine, bus: str, name: str) -> TakenSim:
-        takes.append(TakenSim(ga102.rig.gpu, ga102.sim_rm))
-        return takes[-1]
-
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    machine, takes = opener(ga102, tmp_path, monkeypatch, reset_ends_boot=False)
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
         r = d.alloc(0x2000, Memory.MAPPED)

@@ -440,45 +440,17 @@ class TakenSim(SimFunction):
         self.resets += 1
 
 
-def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
-    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    (tmp_path / "locks").mkdir()
-    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
-    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
-    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    machine, _ = here(tmp_path / "machine")
-    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
-    for name, path in ga102.files.items():
-        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
-        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
-    takes: list[TakenSim] = []
-
-    def take(m: Machine, bus: str, name: str) -> TakenSim:
-        takes.append(TakenSim(ga102.rig.gpu, ga102.sim_rm))
-        return takes[-1]
-
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
-    for round in (1, 2):
-        d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-        assert d.facts.name == "NV-PCI" and d.facts.arch == "sm_86" and d.completed() == 2
-        assert d.facts.hang_ms == rig_pci.driver.hang_ms == 30_000 and not d.facts.maps_host
-        assert isinstance(d.path, held.PciPath) and d.path.events is not None
-        assert lock.held(machine, BUS) and not takes[-1].closed
-        d.stop()
-        assert takes[-1].closed and ga102.firmware.boots == round
-        assert boot.wpr2_range(ga102.rig.bar0) is None
-        given_back(machine, BUS)
-
-
-def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
-    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
+           reset_ends_boot: bool = True) -> tuple[Machine, list[TakenSim]]:
+    """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102 (its lock, firmware and the
+    process's lost and kept GPUs in ``tmp_path``); the functions it took. With
+    ``reset_ends_boot`` a function reset takes WPR2 down, as a real one ends the boot."""
     (tmp_path / "locks").mkdir()
     monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
     monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
     monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
     monkeypatch.setattr(rig_nv_pci, "_lost", set())
+    monkeypatch.setattr(rig_nv_pci, "_kept", {})
     machine, _ = here(tmp_path / "machine")
     add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
     for name, path in ga102.files.items():
@@ -496,7 +468,32 @@ def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
         g.wpr2 = (0, 0)
 
     monkeypatch.setattr(rig_nv_pci, "_take", take)
-    monkeypatch.setattr(TakenSim, "reset", reset)
+    if reset_ends_boot:
+        monkeypatch.setattr(TakenSim, "reset", reset)
+    return machine, takes
+
+
+def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine, takes = opener(ga102, tmp_path, monkeypatch, reset_ends_boot=False)
+    for round in (1, 2):
+        d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+        assert d.facts.name == "NV-PCI" and d.facts.arch == "sm_86" and d.completed() == 2
+        assert d.facts.hang_ms == rig_pci.driver.hang_ms == 30_000 and not d.facts.maps_host
+        assert isinstance(d.path, held.PciPath) and d.path.events is not None
+        assert lock.held(machine, BUS) and not takes[-1].closed
+        d.stop()
+        assert takes[-1].closed and ga102.firmware.boots == round
+        assert boot.wpr2_range(ga102.rig.bar0) is None
+        given_back(machine, BUS)
+
+
+def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    g = ga102.rig.gpu
     booter = g.sec2.programs[ga102.rig.sb.ucode_id]
     g.sec2.programs[ga102.rig.sb.ucode_id] = sim.booter_program(g, error=0xB00700FF)
     with pytest.raises(OpenRefused, match=r"GPU 0 of .*booter_load .*0xb00700ff"):

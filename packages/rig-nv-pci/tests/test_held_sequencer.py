@@ -6,7 +6,6 @@ whatever exception struck in between (Rig_edge.Driver.sleep)."""
 
 from __future__ import annotations
 
-import hashlib
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -19,17 +18,16 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sim import regs
 from sim.gsp_fw import sequencer_payload
-from test_held import BUS, Opened, TakenSim, every_use_is_lost, reopens, simulated_ga102
-from test_open import add_gpu, given_back, here
+from test_held import BUS, Opened, every_use_is_lost, opener, reopens, simulated_ga102
+from test_open import given_back
 
 import rig_nv_pci
 from rig_edge import Fault, Lost, Memory
 from rig_nv import Device
-from rig_nv_pci import boot, held, lock
+from rig_nv_pci import boot, held
 from rig_nv_pci import path as pci_path
 from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp.sequencer import SequencerError
-from rig_pci import Machine, firmware
 
 # GSP_SEQ_BUF_OPCODE (rmgspseq.h)
 WRITE, MODIFY, POLL, DELAY, STORE = 0, 1, 2, 3, 4
@@ -195,35 +193,6 @@ def test_a_sequence_an_exception_cuts_short_loses_the_gpu_and_runs_no_further(
 
 
 # ---- through the opener: the lost GPU is reset at its next open -----------------------------
-
-
-def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-           ) -> tuple[Machine, list[TakenSim]]:
-    """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102; the functions it took."""
-    (tmp_path / "locks").mkdir()
-    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
-    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
-    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    monkeypatch.setattr(rig_nv_pci, "_lost", set())
-    machine, _ = here(tmp_path / "machine")
-    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
-    for name, path in ga102.files.items():
-        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
-        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
-    g = ga102.rig.gpu
-    takes: list[TakenSim] = []
-
-    def take(m: Machine, bus: str, name: str) -> TakenSim:
-        takes.append(TakenSim(g, ga102.sim_rm))
-        return takes[-1]
-
-    def reset(self: TakenSim) -> None:  # a function reset ends the boot: WPR2 comes down
-        self.resets += 1
-        g.wpr2 = (0, 0)
-
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
-    monkeypatch.setattr(TakenSim, "reset", reset)
-    return machine, takes
 
 
 def test_the_gpu_a_failed_sequence_lost_is_reset_at_its_next_open(
