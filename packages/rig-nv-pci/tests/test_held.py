@@ -513,14 +513,10 @@ GB202_CLASSES = (0x0080, 0x2080, 0x90F1, 0xA06C, 0x9067, 0xC661, 0xC761, 0xC86F,
                  0xCA6F, 0xCBC0, 0xCDC0, 0xCEC0, 0xC8B5, 0xC9B5, 0xCAB5)
 
 
-def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Path) -> None:
-    from test_boot_fsp import FMC_FILE, FMC_IMAGE
+def gb202_files(tmp: Path) -> dict[str, os.PathLike[str]]:
+    """A GB202's synthetic GSP image, bootloader and FMC, written under ``tmp``: name -> path."""
+    from test_boot_fsp import FMC_FILE
 
-    g = sim.gb202()
-    sim.SimFmc(g, FMC_IMAGE).install()
-    firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
-    s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00}).install(firmware)
     files = {
         chips.GSP_IMAGE: fb.build_gsp_elf(GSP_IMAGE, {"gb20x": b"\x5e" * 0x1000}),
         "nvidia/gb202/gsp/bootloader-570.144.bin": fb.build_bootloader(BOOTLOADER, {
@@ -530,9 +526,21 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
     }
     paths: dict[str, os.PathLike[str]] = {}
     for name, data in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_bytes(data)
-        paths[name] = tmp_path / name
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+        paths[name] = tmp / name
+    return paths
+
+
+def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Path) -> None:
+    from test_boot_fsp import FMC_IMAGE
+
+    g = sim.gb202()
+    sim.SimFmc(g, FMC_IMAGE).install()
+    firmware = sim.GspFirmware(g).install()
+    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00}).install(firmware)
+    paths = gb202_files(tmp_path)
     chip = chips.identify(sim.GB202_BOOT42)
     stops: list[BaseException | None] = []
     s.start()

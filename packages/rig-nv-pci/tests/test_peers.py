@@ -24,13 +24,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders as fb
 import sim
 from sim import gmmu
 from sim.gsp_rm import SimRm
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE
-from test_boot_fsp import FMC_FILE, FMC_IMAGE
-from test_held import GB202_CLASSES, SimFunction, simulated_ga102
+from test_boot import FB_SIZE
+from test_boot_fsp import FMC_IMAGE
+from test_held import GB202_CLASSES, SimFunction, gb202_files, simulated_ga102
 
 from rig_edge import Memory, Misuse, RigError
 from rig_nv import Device
@@ -150,19 +149,7 @@ def gb202(tmp: Path, host: sim.HostMemory, bus: str) -> tuple[SimRm, SimFunction
     g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00},
               fb_size=FB_SIZE, bar1_size=BAR1_SIZE[bus]).install(firmware).start()
-    files = {
-        chips.GSP_IMAGE: fb.build_gsp_elf(GSP_IMAGE, {"gb20x": b"\x5e" * 0x1000}),
-        "nvidia/gb202/gsp/bootloader-570.144.bin": fb.build_bootloader(BOOTLOADER, {
-            "version": 1, "monitorCodeOffset": 0, "monitorDataOffset": 0x1000,
-            "manifestOffset": 0x1800, "appVersion": 0x0B57_0144}),
-        "nvidia/gb202/gsp/fmc-570.144.bin": FMC_FILE,
-    }
-    paths: dict[str, os.PathLike[str]] = {}
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-        paths[name] = tmp / name
-    return s, SimFunction(g, s), chips.identify(sim.GB202_BOOT42), paths
+    return s, SimFunction(g, s), chips.identify(sim.GB202_BOOT42), gb202_files(tmp)
 
 
 @contextmanager
