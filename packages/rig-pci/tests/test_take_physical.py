@@ -1,21 +1,24 @@
 """Taking a function physically, on fixture sysfs trees whose resource files are regular files
-(mmap maps them as it maps a BAR): the refusals, config space, BAR windows at exact widths,
-the one release."""
+(mmap maps them as it maps a BAR): the refusals, config space, BAR windows at exact widths
+(and placed at an address the caller reserved), the one release."""
 
+import ctypes
+import errno
 import fcntl
 import gc
 import os
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from rig_edge import Misuse, RigError
-from rig_pci import Function, Machine
+from rig_pci import Function, Machine, libc
 from rig_pci.function import held
 from rig_pci.sysfs import SysfsTransport
-from rig_pci.testing import add_process, set_lockdown
+from rig_pci.testing import add_process, inaccessible, mappings, set_lockdown
+from rig_pci.window import PlacedWindow
 
 MakeDevice = Callable[..., Path]
 
@@ -195,3 +198,103 @@ def test_dma_is_refused_where_the_memory_is_not_this_process(
             f.alloc_dma(0)
         with pytest.raises(RigError, match="memory is not this process's"):
             f.map_host(0x10000, 4096)
+
+
+# ---- a window placed at an address the caller reserved (Function.window's at) ------------------
+
+
+@pytest.fixture
+def reserved() -> Iterator[int]:
+    """16 pages of the process reserved as a caller reserves a range (inaccessible, unbacked),
+    given back after the test."""
+    n = 16 * libc.PAGE
+    base = libc.mmap(0, n, libc.PROT_NONE, libc.MAP_PRIVATE | libc.MAP_ANONYMOUS
+                     | libc.MAP_NORESERVE)
+    yield base
+    libc.munmap(base, n)
+
+
+def test_a_window_placed_at_a_reserved_address_maps_the_bar_there_until_closed(
+    tmp_path: Path, make_device: MakeDevice, reserved: int
+) -> None:
+    """The BAR's resource file (write-combined: resource1_wc) mapped at the address asked for:
+    what the window writes is in the BAR's file, and what the file holds the process reads at
+    that address; closing it puts the reservation back, whole."""
+    dev = make_device()
+    end = reserved + 16 * libc.PAGE
+    at = reserved + 4 * libc.PAGE
+    with Function.take(Machine.at(tmp_path), dev.name) as f:
+        w = f.window(1, 2 * libc.PAGE, 3 * libc.PAGE, write_combined=True, at=at)
+        assert isinstance(w, PlacedWindow) and w.address == at and w.size == 3 * libc.PAGE
+        assert ctypes.addressof(ctypes.c_char.from_buffer(w.buffer())) == at
+        [placed] = [m for m in mappings(reserved, end) if m.path]
+        assert (placed.start, placed.end) == (at, at + 3 * libc.PAGE)
+        assert placed.perms == "rw-s" and placed.path == str(dev.resolve() / "resource1_wc")
+        assert inaccessible(reserved, at) and inaccessible(at + 3 * libc.PAGE, end)
+        w.write32(0x10, 0xCAFEF00D)
+        w.write64(2 * libc.PAGE - 8, 0x0123_4567_89AB_CDEF)  # its second page
+        data = (dev / "resource1_wc").read_bytes()
+        assert struct.unpack_from("<I", data, 2 * libc.PAGE + 0x10)[0] == 0xCAFEF00D
+        assert struct.unpack_from("<Q", data, 4 * libc.PAGE - 8)[0] == 0x0123_4567_89AB_CDEF
+        with open(dev / "resource1_wc", "r+b") as bar:  # the device's side writes; the host reads
+            bar.seek(2 * libc.PAGE + 0x20)
+            bar.write(b"the BAR")
+        assert bytes(libc.view(at + 0x20, 7)) == b"the BAR" and w.read8(0x20) == ord("t")
+        w.close()
+        assert inaccessible(reserved, end)
+        with pytest.raises(Misuse, match="closed"):
+            w.read32(0)
+        w.close()  # again: nothing
+        assert inaccessible(reserved, end)
+        # A window left open goes with the function, which puts the reservation back too.
+        f.window(0, 0, libc.PAGE, at=reserved)
+        assert mappings(reserved, reserved + libc.PAGE)[0].path.endswith("resource0")
+    assert inaccessible(reserved, end)
+
+
+@pytest.mark.parametrize(
+    ("offset", "length", "where"),
+    [
+        (0, 0x1000, 0x800),  # the address inside a page
+        (0, 0x1800, 0),  # a length of a page and a half (not rounded over the caller's memory)
+        (0x800, 0x1000, 0),  # the BAR's offset inside a page
+        (0, 0, 0),  # nothing
+    ],
+)
+def test_a_placed_window_not_page_aligned_is_refused_changing_nothing(
+    tmp_path: Path, make_device: MakeDevice, reserved: int, offset: int, length: int, where: int
+) -> None:
+    dev = make_device()
+    end = reserved + 16 * libc.PAGE
+    before = mappings(reserved, end)
+    with Function.take(Machine.at(tmp_path), dev.name) as f:
+        with pytest.raises(Misuse, match="page-aligned"):
+            f.window(1, offset, length, at=reserved + libc.PAGE + where)
+        assert mappings(reserved, end) == before and inaccessible(reserved, end)
+        with pytest.raises(Misuse, match="page-aligned"):
+            f.window(1, 0, libc.PAGE, at=0)  # no address: mmap would choose one
+    assert mappings(reserved, end) == before
+    assert (dev / "resource1").read_bytes() == bytes(4 << 20)
+
+
+def test_a_placed_window_the_kernel_refuses_leaves_the_range_reserved(
+    tmp_path: Path, make_device: MakeDevice, reserved: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A MAP_FIXED mmap that fails may have unmapped what lay there first: the range is
+    reserved again, and the refusal names the BAR and the address."""
+    dev = make_device()
+    end = reserved + 16 * libc.PAGE
+    real = libc.mmap
+
+    def refusing(addr: int, n: int, prot: int, flags: int, fd: int = -1, off: int = 0) -> int:
+        if flags & libc.MAP_SHARED:
+            libc.munmap(addr, n)  # the kernel took the old mapping down, then failed
+            raise OSError(errno.ENOMEM, "Cannot allocate memory")
+        return real(addr, n, prot, flags, fd, off)
+
+    with Function.take(Machine.at(tmp_path), dev.name) as f:
+        monkeypatch.setattr(libc, "mmap", refusing)
+        with pytest.raises(RigError, match=rf"0000:01:00.0 BAR 1 .*: 0x2000 bytes cannot be "
+                           rf"mapped at 0x{reserved + libc.PAGE:x}: Cannot allocate memory"):
+            f.window(1, 0, 2 * libc.PAGE, at=reserved + libc.PAGE)
+        assert inaccessible(reserved, end)

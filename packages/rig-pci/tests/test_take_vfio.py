@@ -10,10 +10,17 @@ from pathlib import Path
 import pytest
 
 from rig_edge import RigError
-from rig_pci import Function, Machine
+from rig_pci import Function, Machine, libc
 from rig_pci import vfio as v
 from rig_pci.sysfs import SysfsTransport
-from rig_pci.testing import FakeVfio, add_function, add_vfio, config_space
+from rig_pci.testing import (
+    FakeVfio,
+    add_function,
+    add_vfio,
+    config_space,
+    inaccessible,
+    mappings,
+)
 
 MakeDevice = Callable[..., Path]
 R, W, MMAP = 1, 2, 4  # VFIO_REGION_INFO_FLAG_READ, _WRITE, _MMAP
@@ -170,3 +177,38 @@ def test_dma_past_the_locked_memory_limit_is_none(tmp_path: Path, make_device: M
         fake.map_errno = errno.EFAULT
         with pytest.raises(RigError, match="VFIO_IOMMU_MAP_DMA failed"):
             f.alloc_dma(4096)
+
+
+def test_a_window_placed_at_a_reserved_address_maps_the_region_at_its_mmap_offset(
+    tmp_path: Path, make_device: MakeDevice
+) -> None:
+    """BAR 0 (a region VFIO lets the process map) placed at the address asked for: the device
+    file mapped there from the region's offset plus the window's; closing it puts the
+    reservation back. BAR 1, which VFIO reads and writes for the process, cannot be placed,
+    and asking changes nothing."""
+    dev, fake = vfio_device(tmp_path, make_device)
+    n = 8 * libc.PAGE
+    base = libc.mmap(0, n, libc.PROT_NONE, libc.MAP_PRIVATE | libc.MAP_ANONYMOUS
+                     | libc.MAP_NORESERVE)
+    try:
+        with Function.take(Machine.at(tmp_path, ioctl=fake), dev.name) as f:
+            at = base + 2 * libc.PAGE
+            w = f.window(0, libc.PAGE, 2 * libc.PAGE, at=at)
+            [placed] = [m for m in mappings(base, base + n) if m.path]
+            assert (placed.start, placed.end, placed.perms) == (at, at + 2 * libc.PAGE, "rw-s")
+            assert placed.path == str(fake.device)
+            w.write32(0x40, 0x11223344)
+            libc.view(at + libc.PAGE, 4)[:] = b"host"  # the window's second page, by address
+            data = fake.device.read_bytes()
+            assert struct.unpack_from("<I", data, (0 << SHIFT) + libc.PAGE + 0x40)[0] == 0x11223344
+            assert data[(0 << SHIFT) + 2 * libc.PAGE:][:4] == b"host"
+            w.close()
+            assert inaccessible(base, base + n)
+            with pytest.raises(RigError, match=r"BAR 1: VFIO does not let it be mapped, so it "
+                               rf"cannot be placed at 0x{at:x}"):
+                f.window(1, 0, libc.PAGE, at=at)
+            assert inaccessible(base, base + n)
+            f.window(0, 0, libc.PAGE, at=base)  # left open: the release closes it
+        assert inaccessible(base, base + n)
+    finally:
+        libc.munmap(base, n)

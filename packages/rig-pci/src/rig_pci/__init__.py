@@ -4,8 +4,9 @@
 elsewhere (``Machine.at(path)``) or of a machine behind any :class:`Transport`, in bus order,
 with their BARs, bound driver, IOMMU group and runtime power state.
 :meth:`Function.take` takes one for the process (through VFIO behind an IOMMU, else
-physically): config space and BAR :class:`Window` s with exact-width register access, DMA
-memory (:meth:`Function.alloc_dma`) and reset. :mod:`rig_pci.driver` detaches a function from
+physically): config space and BAR :class:`Window` s with exact-width register access (a BAR
+window placed at an address the caller reserved with ``at``), DMA memory
+(:meth:`Function.alloc_dma`) and reset. :mod:`rig_pci.driver` detaches a function from
 its kernel driver and attaches it back; :mod:`rig_pci.firmware` finds firmware files by
 digest; :mod:`rig_pci.memory` tells the bus ranges of BARs and DMA memory and whether two
 functions reach each other; :mod:`rig_pci.testing` writes fixture machines.

@@ -177,7 +177,13 @@ class Function:
         raise Misuse(f"{self.bus} has no memory BAR {index}")
 
     def window(
-        self, bar: int, offset: int = 0, length: int | None = None, *, write_combined: bool = False
+        self,
+        bar: int,
+        offset: int = 0,
+        length: int | None = None,
+        *,
+        write_combined: bool = False,
+        at: int | None = None,
     ) -> Window:
         """A window onto ``length`` bytes of memory BAR ``bar`` from ``offset`` (to the BAR's
         end by default), for exact-width register reads and writes.
@@ -185,22 +191,46 @@ class Function:
         ``offset`` must be page-aligned; ``length`` is rounded up to whole pages.
         ``write_combined`` maps a prefetchable BAR write-combined where Linux offers it
         (sysfs ``resourceN_wc``), uncached elsewhere (VFIO maps uncached whatever is asked).
-        The window is unmapped
-        when the function is released. Raises :class:`rig_edge.Misuse` for a BAR the function
-        lacks or a range outside it, :class:`rig_edge.RigError` if it cannot be mapped.
+
+        ``at`` maps the window at that address of the process (a
+        :class:`rig_pci.window.PlacedWindow`, ``MAP_FIXED``), so that the BAR's bytes lie where
+        the caller wants them (a GPU's memory BAR at the memory's GPU address): the range
+        ``[at, at+length)`` must be one the caller reserved with an inaccessible mapping,
+        which the window replaces, and ``at`` and ``length`` must be page-aligned (not
+        rounded: rounding would map over memory the caller did not offer). Closing the window
+        (or releasing the function) puts the reservation back (``PROT_NONE``, ``MAP_FIXED``
+        anonymous ``MAP_NORESERVE``), so the range stays the caller's. A VFIO region VFIO
+        does not let the process map cannot be placed.
+
+        The window is unmapped when the function is released. Raises
+        :class:`rig_edge.Misuse`, having mapped nothing, for a BAR the function lacks, a range
+        outside it, or an ``at`` or ``length`` not page-aligned with ``at``;
+        :class:`rig_edge.RigError` if it cannot be mapped (where ``at`` was given, with the
+        reservation put back).
         """
         self._check("window")
         b = self._bar(bar)
         size = round_up(b.size, mmap.PAGESIZE)  # Linux maps a BAR smaller than a page whole
         if length is None:
             length = size - offset
-        length = round_up(length, mmap.PAGESIZE)
+        elif at is None:
+            length = round_up(length, mmap.PAGESIZE)
         if offset < 0 or offset % mmap.PAGESIZE or length <= 0 or offset + length > size:
             raise Misuse(
                 f"{self.bus} BAR {bar}: 0x{length:x} bytes at 0x{offset:x} do not lie "
                 f"page-aligned in its 0x{b.size:x} bytes"
             )
-        w = self._access.window(bar, offset, length, write_combined)
+        if at is None:
+            w = self._access.window(bar, offset, length, write_combined)
+        else:
+            if at <= 0 or at % mmap.PAGESIZE or length % mmap.PAGESIZE:
+                raise Misuse(
+                    f"{self.bus} BAR {bar}: a window is placed at a page-aligned address with "
+                    f"a length of whole pages, not 0x{length:x} bytes at 0x{at:x} (pages of "
+                    f"0x{mmap.PAGESIZE:x} bytes)"
+                )
+            # `at` goes only to a transport asked to place a window (see Access.window).
+            w = self._access.window(bar, offset, length, write_combined, at=at)
         with self._lock:
             self._holding.windows.append(w)
         return w

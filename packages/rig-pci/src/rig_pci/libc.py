@@ -3,7 +3,9 @@ and madvise on raw addresses, and a byte view of memory at an address.
 
 They go through :mod:`ctypes`, which is in the standard library, so rig-pci installs alone
 (no third-party package, nothing compiled). Python's :mod:`mmap` serves every mapping of a file
-(BARs, VFIO regions); these serve DMA memory, whose address the device must be told.
+(BARs, VFIO regions) the kernel may place anywhere; these serve DMA memory, whose address the
+device must be told, and BAR windows placed at an address the caller chose
+(:func:`rig_pci.window.place`), which Python's :mod:`mmap` cannot do.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from rig_pci.listing import (
     read_function,
 )
 from rig_pci.vfio import Ioctl, VfioAccess
-from rig_pci.window import FileWindow, MappedWindow, Window
+from rig_pci.window import FileWindow, MappedWindow, Window, place
 
 # Linux drivers/iommu/iommu.c: a group's sysfs "type"; "identity" passes bus addresses
 # through untranslated (iommu=pt), so a function there can be taken physically.
@@ -197,12 +197,16 @@ class PhysicalAccess:
         assert self._config is not None
         return self._config
 
-    def window(self, bar: int, offset: int, length: int, write_combined: bool) -> Window:
+    def window(self, bar: int, offset: int, length: int, write_combined: bool,
+               at: int | None = None) -> Window:
         name = f"resource{bar}"
         if write_combined and (self._dir / f"{name}_wc").exists():  # prefetchable BARs only
             name += "_wc"
         if name not in self._fds:
             self._fds[name] = _open(self._t, self._dir / name, os.O_RDWR)
+        if at is not None:  # the resource file mapped as Python's mmap maps it, but at `at`
+            return place(self._fds[name], offset, length, at,
+                         f"{self._info.address} BAR {bar} ({self._t.shown(self._dir / name)})")
         try:
             m = mmap.mmap(self._fds[name], length, offset=offset)
         except OSError as e:

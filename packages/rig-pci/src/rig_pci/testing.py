@@ -9,7 +9,9 @@ rest of a tree. ``Machine.at(root)`` then lists and takes from it.
 the kernel's would (unbind drops the driver link, a probe binds the override's driver, a write
 to ``reset`` runs a hook), for testing flows of writes. :class:`FakeVfio` answers VFIO's
 ioctls as Linux does, written from linux/vfio.h on its own (its numbers and layouts are not
-rig_pci.vfio's), with a regular file standing for the device.
+rig_pci.vfio's), with a regular file standing for the device. :func:`mappings` and
+:func:`inaccessible` read this process's /proc/self/maps, to show where a window was placed and
+that a range a caller reserved is whole again once it is closed.
 """
 
 from __future__ import annotations
@@ -349,3 +351,37 @@ class FakeVfio:
         if self.mapped.pop(iova, (0, -1))[1] != size:
             struct.pack_into("<Q", buf, 16, 0)
         return 0
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """A line of /proc/self/maps: ``[start, end)``, its permissions (``"rw-s"``, ``"---p"``)
+    and the file it maps (``""`` for anonymous memory)."""
+
+    start: int
+    end: int
+    perms: str
+    path: str
+
+
+def mappings(low: int, high: int) -> list[Mapping]:
+    """This process's mappings that meet ``[low, high)``, by address (/proc/self/maps)."""
+    out = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        fields = line.split(maxsplit=5)
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        if start < high and low < end:
+            out.append(Mapping(start, end, fields[1], fields[5] if len(fields) > 5 else ""))
+    return out
+
+
+def inaccessible(low: int, high: int) -> bool:
+    """Whether every byte of ``[low, high)`` lies in an inaccessible, anonymous, private
+    mapping (as a reservation is: ``PROT_NONE``, ``MAP_PRIVATE | MAP_ANONYMOUS``), with no hole
+    and nothing else mapped there."""
+    at = low
+    for m in mappings(low, high):
+        if m.start > at or m.perms != "---p" or m.path:
+            return False
+        at = m.end
+    return at >= high

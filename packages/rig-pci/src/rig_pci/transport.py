@@ -44,10 +44,16 @@ class Access(Protocol):
         """The function's config space."""
         ...
 
-    def window(self, bar: int, offset: int, length: int, write_combined: bool) -> Window:
+    def window(self, bar: int, offset: int, length: int, write_combined: bool,
+               at: int | None = None) -> Window:
         """``length`` bytes of BAR ``bar`` from ``offset`` (both page-aligned, inside the BAR).
 
-        Raises :class:`rig_edge.RigError` if the BAR cannot be mapped."""
+        ``at`` (passed only when a caller asks for it, so a transport that places nothing
+        need not take it) maps them at that page-aligned address of this process, over a
+        range the caller reserved: a :class:`rig_pci.window.PlacedWindow`, whose close puts
+        the reservation back.
+
+        Raises :class:`rig_edge.RigError` if the BAR cannot be mapped (there)."""
         ...
 
     def reset(self) -> None:

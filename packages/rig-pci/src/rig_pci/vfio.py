@@ -26,7 +26,7 @@ from pathlib import Path
 from rig_edge import RigError
 from rig_pci.dma import DmaMemory, memlock_allows
 from rig_pci.listing import link_name
-from rig_pci.window import FileWindow, MappedWindow, Window
+from rig_pci.window import FileWindow, MappedWindow, Window, place
 
 # linux/vfio.h
 VFIO_API_VERSION = 0
@@ -253,12 +253,20 @@ class VfioAccess:
     def config(self) -> Window:
         return self._config
 
-    def window(self, bar: int, offset: int, length: int, write_combined: bool) -> Window:
+    def window(self, bar: int, offset: int, length: int, write_combined: bool,
+               at: int | None = None) -> Window:
         # vfio-pci maps BARs uncached whatever was asked (drivers/vfio/pci/vfio_pci_core.c).
         region = self.region(VFIO_PCI_BAR0_REGION_INDEX + bar)
         name = f"{self._address} BAR {bar}"
         if offset + length > region.size:
             raise RigError(f"{name}: VFIO shows 0x{region.size:x} bytes of it")
+        if at is not None:
+            # Only a mapping can lie at an address: a region VFIO reads and writes for the
+            # process instead (no MMAP flag) cannot be placed.
+            if not region.mappable:
+                raise RigError(f"{name}: VFIO does not let it be mapped, so it cannot be "
+                               f"placed at 0x{at:x}")
+            return place(self.device, region.offset + offset, length, at, name)
         if region.mappable:
             try:
                 m = mmap.mmap(self.device, length, offset=region.offset + offset)

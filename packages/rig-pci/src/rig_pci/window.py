@@ -3,9 +3,10 @@ exact widths.
 
 A register read or write of 8, 16, 32 or 64 bits is one access of that width on the bus: a
 device's registers act on the width they see (a 32-bit register written as four bytes is four
-writes). :class:`MappedWindow` reads through a memory mapping: CPython's ``memoryview`` item
-access copies one item with a fixed-size ``memcpy``, which compilers emit as a single load or
-store of that width. :class:`FileWindow` reads through ``pread``/``pwrite`` of exactly the
+writes). :class:`MappedWindow` reads through a memory mapping (:class:`PlacedWindow` through
+one placed at an address the caller chose): CPython's ``memoryview`` item access copies one
+item with a fixed-size ``memcpy``, which compilers emit as a single load or store of that
+width. :class:`FileWindow` reads through ``pread``/``pwrite`` of exactly the
 width, which Linux's sysfs ``config`` file and VFIO's region reads turn into one access of that
 width where it is aligned (drivers/pci/pci-sysfs.c, drivers/vfio/pci/vfio_pci_rdwr.c).
 
@@ -103,16 +104,14 @@ class Window(ABC):
         Closing again does nothing."""
 
 
-class MappedWindow(Window):
-    """A window onto a memory mapping of the registers (a BAR's sysfs resource file, or a VFIO
-    region that allows mmap)."""
+class _MemoryWindow(Window):
+    """A window onto memory the registers are mapped at: each access one item of a view of
+    the access's width."""
 
-    def __init__(self, mapping: mmap.mmap, name: str) -> None:
-        super().__init__(len(mapping), name)
-        if len(mapping) % 8:
+    def __init__(self, raw: memoryview, name: str) -> None:
+        super().__init__(len(raw), name)
+        if len(raw) % 8:
             raise Misuse(f"{name}: a mapped window's length is a multiple of 8 bytes")
-        self._map = mapping
-        raw = memoryview(mapping)
         # One view per width. Items are native-endian: PCI is little-endian, as are the hosts
         # rig runs on (x86-64, arm64 Linux).
         self._raw = raw
@@ -135,15 +134,85 @@ class MappedWindow(Window):
         matter (memory behind a BAR); invalid once the window is closed."""
         return self._raw
 
-    def close(self) -> None:
-        if self._map.closed:
-            return
+    def _release_views(self) -> None:
         for view in self._views.values():
             view.release()
         self._raw.release()
+
+
+class MappedWindow(_MemoryWindow):
+    """A window onto a memory mapping of the registers (a BAR's sysfs resource file, or a VFIO
+    region that allows mmap), wherever the kernel placed it."""
+
+    def __init__(self, mapping: mmap.mmap, name: str) -> None:
+        super().__init__(memoryview(mapping), name)
+        self._map = mapping
+
+    def close(self) -> None:
+        if self._map.closed:
+            return
+        self._release_views()
         # A caller still holding a view from buffer() keeps the mapping until it lets go.
         with contextlib.suppress(BufferError):
             self._map.close()
+
+
+class PlacedWindow(_MemoryWindow):
+    """A window mapped at ``address`` of the process, over a range the caller reserved with an
+    inaccessible mapping (``rig_pci.Function.window``'s ``at``): made by :func:`place`.
+
+    Closing it puts the reservation back (an inaccessible, unbacked mapping, as
+    :func:`rig_pci.libc.reserve` makes), so the range stays the caller's to place something
+    else at; unmapping it instead would leave a hole another mmap of the process could land
+    in. A view of it (``buffer()``, or one made from ``address``) must not be used once it is
+    closed: the page it reads is then inaccessible, as memory a caller placed and freed is.
+    """
+
+    def __init__(self, address: int, length: int, name: str) -> None:
+        # rig_pci.libc loads the C library: imported here, so that a listing (which imports
+        # this module for Window) never pays for it
+        from rig_pci import libc
+
+        super().__init__(libc.view(address, length), name)
+        self.address = address
+        self._closed = False
+
+    def close(self) -> None:
+        from rig_pci import libc
+
+        if self._closed:
+            return
+        self._closed = True
+        # A consumer still exporting a view of buffer() cannot stop the reservation coming
+        # back (unlike an mmap object, these views do not hold the mapping): see above.
+        with contextlib.suppress(BufferError):
+            self._release_views()
+        libc.reserve(self.address, self.size)
+
+
+def place(fd: int, offset: int, length: int, at: int, name: str) -> PlacedWindow:
+    """Map ``length`` bytes of the open file ``fd`` (a BAR's sysfs resource file, a VFIO
+    device) from ``offset`` at the process address ``at`` (page-aligned, over a range the
+    caller reserved, which the mapping replaces: ``MAP_FIXED``), shared and read-write.
+
+    Python's :mod:`mmap` cannot map at a chosen address, so this is :func:`rig_pci.libc.mmap`.
+    Raises :class:`rig_edge.RigError` if the kernel refuses, having put the reservation back
+    (a failed ``MAP_FIXED`` may have unmapped what lay there).
+    """
+    from rig_pci import libc
+
+    try:
+        libc.mmap(at, length, libc.PROT_READ | libc.PROT_WRITE, libc.MAP_SHARED | libc.MAP_FIXED,
+                  fd, offset)
+    except OSError as e:
+        libc.reserve(at, length)
+        raise RigError(f"{name}: 0x{length:x} bytes cannot be mapped at 0x{at:x}: "
+                       f"{e.strerror}") from e
+    try:
+        return PlacedWindow(at, length, name)
+    except BaseException:
+        libc.reserve(at, length)
+        raise
 
 
 class FileWindow(Window):
