@@ -75,9 +75,10 @@ rig_nv_pci or rig_nv:
   writes its doorbell into; BAR 1 shows video memory as the page tables under GSP-RM's BAR 1
   root (the static info's bar1PdeBase, :data:`BAR1_PDB`, in the reserved region) map it, as
   a GSP client's CPU-RM writes them (kbusPatchBar1Pdb_GSPCLIENT): a BAR 1 view must be mapped
-  there, contiguously, to registered video memory (with ``walks`` False, one to one).
-  Video memory is an anonymous mapping of the FB's size (pages the tests never touch cost
-  nothing);
+  there, contiguously, to registered video memory (with ``walks`` False, one to one); a BAR
+  1 range can also be mapped at an address the process chose (:meth:`SimRm.place_bar1`, as
+  rig_pci maps a BAR's file with MAP_FIXED), sharing the video memory's pages. Video memory
+  is a memfd of the FB's size, mapped shared (pages the tests never touch cost nothing);
 - peer to peer: the GPU's BAR 1 answers other devices' requests on the machine's bus (the
   GPU's HostMemory, which GPUs of one simulated machine share: sim/gpu.py) at its bus address
   (``gpu.bar1_address``, ``bar1_size`` bytes), each 4 KiB page through those BAR 1 tables as
@@ -94,9 +95,13 @@ rig_nv_pci or rig_nv:
 from __future__ import annotations
 
 import mmap
+import os
 import struct
 import threading
+import weakref
 from typing import TYPE_CHECKING
+
+from rig_pci import libc
 
 from . import chid, engines, gmmu, pbdma
 from .gpu import SimGpu
@@ -113,7 +118,6 @@ LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvo
 RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
 BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
 PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
-MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's, absent from Python 3.11
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
 USERMODE_BAR0 = 0xB80000
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
@@ -193,8 +197,12 @@ class SimRm:
         self.copy_engines = engines.GA102_COPY_ENGINES if copy_engines is None else copy_engines
         self.fb_size, self.bar1_size = fb_size, bar1_size
         self.classes, self.gr, self.fb = classes, gr or GA102_GR, fb or GA102_FB
-        self.vram = mmap.mmap(-1, fb_size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
-                              | MAP_NORESERVE)
+        # a file, so that a BAR 1 window can map its pages again at an address of the
+        # process's choosing (place_bar1), as a BAR's mmap does
+        self._vram_fd = os.memfd_create("sim-vram", os.MFD_CLOEXEC)
+        weakref.finalize(self, os.close, self._vram_fd)
+        os.ftruncate(self._vram_fd, fb_size)
+        self.vram = mmap.mmap(self._vram_fd, fb_size)
         self.fbmem: dict[int, tuple[int, int]] = {}  # handle -> (FB offset, length)
         gpu.vram = memoryview(self.vram)
         # NV_PMC_BOOT_42 architecture 29:24: GA10x 0x17 and AD10x 0x19 use the version-2 MMU,
@@ -282,8 +290,26 @@ class SimRm:
             if offset != USERMODE_BAR0 or length > len(self.usermode):
                 raise AssertionError(f"BAR 0 view 0x{offset:x}+0x{length:x} is not usermode")
             return memoryview(self.usermode)[:length]
-        if index != 1 or offset + length > self.bar1_size:
+        if index != 1:
             raise AssertionError(f"BAR {index} view 0x{offset:x}+0x{length:x} out of range")
+        fb = self._bar1_fb(offset, length)
+        return memoryview(self.vram)[fb:fb + length]
+
+    def place_bar1(self, offset: int, length: int, at: int) -> None:
+        """Map BAR 1's ``length`` bytes at ``offset`` at the process address ``at`` (page
+        aligned, over a range the caller reserved: MAP_FIXED), as rig_pci maps a BAR's file
+        there: the video memory BAR 1's tables map at ``offset``, checked as :meth:`bar`
+        checks it, sharing its pages (translated once, here, as :meth:`bar` translates)."""
+        fb = self._bar1_fb(offset, length)
+        got = libc.mmap(at, length, libc.PROT_READ | libc.PROT_WRITE,
+                        libc.MAP_SHARED | libc.MAP_FIXED, self._vram_fd, fb)
+        assert got == at
+
+    def _bar1_fb(self, offset: int, length: int) -> int:
+        """The FB offset of BAR 1's ``[offset, offset+length)``: mapped by BAR 1's tables,
+        contiguously, to registered video memory (one to one without ``walks``)."""
+        if offset + length > self.bar1_size:
+            raise AssertionError(f"BAR 1 view 0x{offset:x}+0x{length:x} out of range")
         fb = offset
         if self.walks:
             try:
@@ -298,7 +324,7 @@ class SimRm:
             fb = first.address
         for at, n in self.fbmem.values():
             if at <= fb and fb + length <= at + n:
-                return memoryview(self.vram)[fb:fb + length]
+                return fb
         raise AssertionError(f"BAR 1 at 0x{offset:x}: no registered video memory there")
 
     def bar1_request(self, address: int, n: int) -> memoryview | None:
