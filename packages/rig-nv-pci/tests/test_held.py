@@ -30,6 +30,8 @@ from rig_nv.setup import WINDOWS
 from rig_nv_pci import addresses, boot, chips, held, lock
 from rig_pci import FunctionInfo, Machine, Window, firmware, libc
 from rig_pci.listing import Bar
+from rig_pci.testing import inaccessible, mappings
+from rig_pci.window import PlacedWindow
 
 BUS = "0000:41:00.0"
 IORESOURCE_MEM = 0x200
@@ -87,10 +89,14 @@ class SimFunction:
         return FunctionInfo(BUS, 0x10DE, 0x2204, 0x030200, bars, None, None, "active")
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
-               write_combined: bool = False) -> Window:
+               write_combined: bool = False, at: int | None = None) -> Window:
         if bar == 0 and offset == 0:
             return self.gpu.bar0()
         assert length is not None
+        if at is not None:  # BAR 1 mapped there as rig_pci.Function.window(at=) maps it
+            assert bar == 1
+            self.sim_rm.place_bar1(offset, length, at)
+            return PlacedWindow(at, length, "simulated BAR 1")
         return ViewWindow(self.sim_rm.bar(bar, offset, length))
 
     def alloc_dma(self, n: int, *, at: int | None = None) -> sim.SimDma:
@@ -350,6 +356,97 @@ def test_pinned_memory_lies_at_one_address_for_the_process_and_the_gpu(ga102: Op
         d.stop()
 
 
+def bar1_window(low: int, high: int) -> bool:
+    """Whether ``[low, high)`` of the process is wholly a shared mapping of the simulated
+    video memory's file (a BAR 1 window placed there), with no hole."""
+    at = low
+    for m in mappings(low, high):
+        if m.start > at or m.perms != "rw-s" or not m.path.startswith("/memfd:sim-vram"):
+            return False
+        at = m.end
+    return at >= high
+
+
+def all_reserved(free: list[tuple[int, int]]) -> bool:
+    """Whether every free run of the process's range is reserved (inaccessible) in it."""
+    return all(inaccessible(at, at + n) for at, n in free)
+
+
+def test_mapped_memory_lies_at_its_gpu_address_through_bar_1(ga102: Opened) -> None:
+    """DESIGN: Pinned and Mapped memory lie at the same address for host and GPU. A Mapped
+    region's BAR 1 window is mapped at its GPU address, over the process's reservation: what
+    the host writes there is the GPU's memory, which the GPU reads at the same address and
+    another device reaches through BAR 1, and what the GPU writes the host reads there. Its
+    free puts the reservation back, as the device's stop does for the rest."""
+    before = addresses.PROCESS.addresses().free
+    assert all_reserved(before)
+    d = ga102.open()
+    g, s = ga102.rig.gpu, ga102.sim_rm
+    try:
+        small, large = d.alloc(0x3000, Memory.MAPPED), d.alloc(3 << 20, Memory.MAPPED)
+        device = d.alloc(3 << 20, Memory.DEVICE)
+        assert small is not None and large is not None and device is not None
+        for r in (small, large):
+            a = d._allocs[r]  # the path's allocation: its size, its BAR 1 offset
+            assert r.host == r.gpu == a.host and addresses.LOW <= r.gpu < WINDOWS
+            assert bar1_window(r.gpu, r.gpu + a.length)
+            # host -> GPU: the bytes the host writes at the address are the GPU's memory
+            data = os.urandom(r.length)
+            view(r.host, r.length)[:] = data
+            assert a.undo.bar1 is not None
+            for off in (0, 0x1000, r.length - 0x1000):
+                page = data[off:off + 0x1000]
+                assert s.read(r.gpu + off, 0x1000) == page  # the GPU's MMU, same address
+                bar1 = s.bar1_request(g.bar1_address + a.undo.bar1 + off, 0x1000)
+                assert bar1 is not None and bytes(bar1) == page  # through BAR 1's tables
+            d.copy(device, r, engine="copy").wait(timeout_s=5.0)
+            assert bytes(d.download(device, r.length)) == data
+            # GPU -> host: what the copy engine and the GPU write, the host reads there
+            back = os.urandom(device.length)
+            d.upload(device, back).wait(timeout_s=5.0)
+            d.copy(r, device, r.length, engine="copy").wait(timeout_s=5.0)
+            assert bytes(view(r.host, r.length)) == back[:r.length]
+            s.write(r.gpu + 0x10, b"the GPU")
+            assert bytes(view(r.host + 0x10, 7)) == b"the GPU"
+            assert bytes(d.download(r, 7, 0x10)) == b"the GPU"
+        # the free puts the reservation back over the region, at once
+        size, kept = d._allocs[small].length, d._allocs[large].length
+        d.free(small)
+        assert inaccessible(small.gpu, small.gpu + size)
+        assert bar1_window(large.gpu, large.gpu + kept)  # the other region's, untouched
+    finally:
+        d.stop()
+    # the stop frees the rest: every address the open took is given back, reserved
+    assert addresses.PROCESS.free == before and all_reserved(before)
+
+
+def test_a_mapped_window_the_process_cannot_place_leaves_the_range_as_it_was(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """BAR 1 refused at the region's GPU address (as rig_pci.Function.window refuses one):
+    the allocation raises that refusal, and the GPU's memory, BAR 1 and the addresses are
+    given back, the range reserved as before."""
+    before = addresses.PROCESS.addresses().free
+    d = ga102.open()
+    try:
+        took = addresses.PROCESS.free
+        heap, bar1 = list(d.path.heap.free), list(d.path._bar1_addresses.free)
+
+        def refused(*args: object, at: int | None = None, **kwargs: object) -> Window:
+            if at is None:
+                return SimFunction.window(ga102.function, *args, **kwargs)  # type: ignore[arg-type]
+            raise RigError(f"BAR 1: cannot be mapped at 0x{at:x}")
+
+        monkeypatch.setattr(ga102.function, "window", refused)
+        with pytest.raises(RigError, match="BAR 1: cannot be mapped at 0x"):
+            d.alloc(0x3000, Memory.MAPPED)
+        assert addresses.PROCESS.free == took and all_reserved(took)
+        assert list(d.path.heap.free) == heap and list(d.path._bar1_addresses.free) == bar1
+    finally:
+        d.stop()
+    assert addresses.PROCESS.free == before and all_reserved(before)
+
+
 def test_two_gpus_take_their_addresses_from_one_range_and_a_stop_gives_them_back(
     ga102: Opened, tmp_path: Path,
 ) -> None:
@@ -428,10 +525,10 @@ class TakenSim(SimFunction):
     resets: int = 0
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
-               write_combined: bool = False) -> Window:
+               write_combined: bool = False, at: int | None = None) -> Window:
         if bar == 0 and offset not in (0, 0xB80000):
             return OffsetWindow(self.gpu, offset, length or 0x1000)
-        return super().window(bar, offset, length, write_combined=write_combined)
+        return super().window(bar, offset, length, write_combined=write_combined, at=at)
 
     def close(self) -> None:
         self.closed = True

@@ -11,7 +11,9 @@ gets that far) reserves it with an inaccessible, unbacked mapping (PROT_NONE, MA
 MAP_FIXED_NOREPLACE), which stays for the process; every allocation of every GPU takes its GPU
 address from it (so no two GPUs' allocations share an address), Pinned memory is then placed
 at that address of the process (rig_pci.Function.alloc_dma's ``at``, which puts the
-reservation back when the memory is freed), and a freed allocation gives its addresses back.
+reservation back when the memory is freed), Mapped memory's BAR 1 window too
+(rig_pci.Function.window's ``at``, whose close puts it back), and a freed allocation gives its
+addresses back.
 
 The range overlaps the kernel path's (rig_nv_nvidia.driver.RESERVATION, 384 GiB to 2^40),
 each reserved with MAP_FIXED_NOREPLACE: in a process whose kernel-path open reserved first, an

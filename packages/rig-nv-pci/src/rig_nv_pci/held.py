@@ -45,7 +45,7 @@ class Taken(pci_memory.Taken, Protocol):
     def maps_host(self) -> bool: ...
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
-               write_combined: bool = False) -> Window: ...
+               write_combined: bool = False, at: int | None = None) -> Window: ...
 
     def alloc_dma(self, n: int, *, at: int | None = None) -> Dma | None: ...
 
@@ -166,9 +166,11 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
 
     windows: dict[int, Window] = {}  # id of a view handed out -> its window
 
-    def bar(index: int, offset: int, length: int) -> memoryview:
-        # BAR 1 (prefetchable) write-combined, as NVIDIA's driver maps it for the host
-        w = f.window(index, offset, length, write_combined=index == 1)
+    def bar(index: int, offset: int, length: int, at: int | None = None) -> memoryview:
+        # BAR 1 (prefetchable) write-combined, as NVIDIA's driver maps it for the host; at
+        # `at` of the process's reservation where asked (Mapped memory at its GPU address),
+        # which the window's close puts back
+        w = f.window(index, offset, length, write_combined=index == 1, at=at)
         buffer = getattr(w, "buffer", None)
         if buffer is None:
             w.close()
@@ -198,6 +200,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # GPU addresses from the process's range, Pinned memory at its own
                        # (in 2 MiB huge pages when taken physically, rig_pci.Function.alloc_dma)
                        addresses=reserved, place_dma=lambda n, at: f.alloc_dma(n, at=at),
+                       # and Mapped memory's BAR 1 window at its GPU address, there too
+                       place_bar=bar,
                        dma_granule=mmu.PAGE if f.maps_host else mmu.HUGE_PAGE,
                        # what another device reaches (Device.dma), as rig_pci.memory states
                        bar_bus=lambda index, at, n: pci_memory.bus(f, index, at, n),

@@ -64,11 +64,11 @@ open-gpu-kernel-modules 570.144, with no UVM:
 
 GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
 reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.addresses`, the spec's 64
-GiB to Rig_nv.windows), where Pinned memory is placed at its GPU address (``place_dma``), so
-that its host and GPU addresses coincide; Mapped memory's host address is its BAR 1 window's,
-wherever the process maps it (rig_pci maps a window where the kernel puts it), and so differs
-from its GPU address. Without ``addresses`` (a path the tests make) the range is the path's
-own and Pinned memory lies where ``alloc_dma`` puts it.
+GiB to Rig_nv.windows), where Pinned memory is placed at its GPU address (``place_dma``) and
+Mapped memory's BAR 1 window too (``place_bar``: rig_pci.Function.window's ``at``, over the
+reservation, which the window's close puts back), so that their host and GPU addresses
+coincide. Without ``addresses`` (a path the tests make) the range is the path's own, Pinned
+memory lies where ``alloc_dma`` puts it and Mapped memory where ``bar`` maps its window.
 
 Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: the TLB invalidate after
 a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
@@ -234,6 +234,9 @@ class PciPath:
     system memory the GPU reaches (or ``None`` when there is none), ``addresses`` the GPU
     addresses it takes (its own range by default), ``place_dma(n, at)`` system memory at
     process address ``at`` (Pinned memory at its GPU address) in whole ``dma_granule``s,
+    ``place_bar(i, offset, length, at)`` what ``bar`` views, mapped at process address ``at``
+    over the process's reservation (Mapped memory at its GPU address; ``unbar`` puts the
+    reservation back; only with ``addresses`` the process reserved),
     ``poll()`` hands the GSP's pending events on, ``on_closed`` runs once the device stopped,
     ``function`` the GPU's PCI function as rig_pci took it and ``fb_size`` the bytes of its
     memory (what :meth:`map_peer` asks :func:`rig_pci.memory.why_apart` about; ``None``: the
@@ -262,6 +265,7 @@ class PciPath:
                  pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
                  bar1: tuple[int, int] | None = None, addresses: Range | None = None,
                  place_dma: Callable[[int, int], Dma | None] | None = None,
+                 place_bar: Callable[[int, int, int, int], memoryview] | None = None,
                  dma_granule: int = SMALL,
                  bar_bus: Callable[[int, int, int], Bus] | None = None,
                  dma_bus: Callable[[Dma, int, int], Bus] | None = None,
@@ -284,6 +288,7 @@ class PciPath:
         self._lock = threading.Lock()
         self._addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
         self._place_dma, self._dma_granule = place_dma, dma_granule
+        self._place_bar = place_bar
         # video memory: the path's own heap over the FB regions GSP-RM reported
         self.heap = Heap(fb_regions)
         self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
@@ -523,8 +528,14 @@ class PciPath:
                     at = self._map_bar1(fb_offset, size, huge, undo)
                     if at is None:
                         raise mmu.NoRoom("no room in BAR 1")
-                    undo.view = self._bar(1, at, size)
+                    # the window at the GPU address (over the process's reservation), so
+                    # the host reaches the memory where the GPU does
+                    undo.view = (self._bar(1, at, size) if self._place_bar is None
+                                 else self._place_bar(1, at, size, va))
                     host = address_of(undo.view)
+                    if self._place_bar is not None and host != va:
+                        raise RigError(f"{self.name}: BAR 1 asked for at 0x{va:x} lies at "
+                                       f"0x{host:x}")
             if undo.dma is not None:
                 self._map(handle, size, va, huge, undo.dma.bus_address, False)
                 self._placed[handle] = Placed(channels.ADDR_SYSMEM, undo.dma.bus_address, size,
@@ -614,6 +625,8 @@ class PciPath:
             va = undo.va
             step("unmap", lambda: self._unmap(a.handle, va, undo.size, undo.huge))
         if undo.view is not None:
+            # before the addresses go back: a window placed at them puts the reservation back
+            # as it closes, so no later allocation finds BAR 1 still mapped there
             view = undo.view
             step("bar", lambda: self._unbar(view))
         if undo.bar1 is not None:
