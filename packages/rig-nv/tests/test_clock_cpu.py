@@ -2,20 +2,23 @@
 so a carry between them does not tear the time, pairs of the host's and the GPU's clocks,
 their drift and the mapping of GPU times onto the host's clock, ``Device.clock`` and
 ``Device.gpu_time_ns`` over the stand-in path (fake_gpu.py, whose RM answers
-NV2080_CTRL_CMD_TIMER_GET_TIME from a clock a test gives)."""
+NV2080_CTRL_CMD_TIMER_GET_TIME from a clock a test gives), and a profile's pairs, host times and
+Chrome trace."""
 
 from __future__ import annotations
 
 import itertools
+import struct
 import time
 from typing import Any
 
 import pytest
 from fake_gpu import rc
 
-from rig_edge import Lost, RigError
+from rig_edge import Lost, Memory, RigError
 from rig_nv import clock
 from rig_nv.clock import Clock, Pair, Timebase, read_split
+from rig_nv.hostmem import view
 from rig_nv.rm import RMError
 
 LOW, HIGH = 0x80, 0x84  # any two offsets
@@ -151,6 +154,10 @@ def test_a_path_that_reads_no_clock_has_none() -> None:
         assert d.clock is None
         with pytest.raises(RigError, match="NV: its path reads no GPU clock"):
             d.gpu_time_ns()
+        with d.profile(capacity=2) as prof:
+            pass
+        assert prof.timebase is None and prof.to_host(5) is None and prof.drift_ppm is None
+        assert "does not read" in prof.chrome_trace()["otherData"]["clock"]
     finally:
         d.stop()
 
@@ -162,3 +169,55 @@ def test_a_lost_device_reads_no_clock(dev: tuple[Any, Any]) -> None:
         d.sleep(0)
     with pytest.raises(Lost):
         d.gpu_time_ns()
+
+
+def test_a_profile_places_its_events_on_the_hosts_clock_through_its_pairs(
+        dev: tuple[Any, Any]) -> None:
+    """The stand-in GPU's clock runs 2000 ppm fast: the profile's pairs measure that within
+    their uncertainty, and a stamp the GPU wrote maps to the host time it stands for."""
+    d, path = dev
+    drift, offset = 2000e-6, 7 << 40
+
+    def gpu_at(host_ns: int) -> int:
+        return offset + host_ns + int(host_ns * drift)
+
+    path.rm.gpu_clock = lambda: gpu_at(time.monotonic_ns())
+    a = d.alloc(4096, Memory.PINNED)
+    assert a is not None
+    with d.profile(capacity=4) as prof:
+        d.copy(a, a, 64)
+        time.sleep(0.05)
+        mid = time.monotonic_ns()
+        time.sleep(0.05)
+    tb = prof.timebase
+    assert tb is not None and tb.end is not None and tb.drift_used
+    assert prof.drift_ppm == pytest.approx(2000.0, abs=tb.uncertainty_ppm)
+    # Play the GPU: the copy's stamps at `mid` and 1 ms after it, on the GPU's clock.
+    assert prof.memory.host is not None
+    slots = view(prof.memory.host, 32)
+    struct.pack_into("<Q", slots, 8, gpu_at(mid))
+    struct.pack_into("<Q", slots, 24, gpu_at(mid + 1_000_000))
+    path.complete()
+    (event,) = prof.events()
+    slack = (tb.start.spread_ns + tb.end.spread_ns) // 2 + 64
+    assert event.host_start_ns is not None and event.host_end_ns is not None
+    assert abs(event.host_start_ns - mid) <= slack
+    assert abs(event.host_end_ns - (mid + 1_000_000)) <= slack
+    assert event.duration_ns == gpu_at(mid + 1_000_000) - gpu_at(mid)  # the GPU's, drifting
+    other = prof.chrome_trace()["otherData"]
+    assert other["clock"] == "GPU PTIMER through the RM (NV2080_CTRL_CMD_TIMER_GET_TIME)"
+    assert "drift from the host's clock" in other["drift"]
+    assert other["drift_ppm"] == prof.drift_ppm and other["drift_used"] is True
+    assert other["drift_uncertainty_ppm"] == tb.uncertainty_ppm
+    assert other["pairs"] == [[p.host_ns, p.gpu_ns, p.spread_ns] for p in (tb.start, tb.end)]
+    assert other["origin_host_ns"] == event.host_start_ns
+
+
+def test_a_profile_whose_device_is_lost_keeps_its_first_pair(dev: tuple[Any, Any]) -> None:
+    d, _ = dev
+    with pytest.raises(Lost), d.profile(capacity=2) as prof:
+        rc(d, 13)
+        d.sleep(0)
+    tb = prof.timebase
+    assert tb is not None and tb.end is None and prof.drift_ppm is None
+    assert prof.to_host(tb.start.gpu_ns + 10) == tb.start.host_ns + 10
