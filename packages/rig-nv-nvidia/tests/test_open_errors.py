@@ -308,3 +308,26 @@ def test_usage_with_an_infinite_window(monkeypatch: pytest.MonkeyPatch, tmp_path
     """"The RM keeps samples of about the last 14 seconds, so a longer window reads those"."""
     fake_rm(monkeypatch, tmp_path, FakeRM(SAMPLES))
     assert usage(0, window=math.inf).busy == pytest.approx(175 / 4)
+
+
+# -- the GPU's clock: the RM's NV2080_CTRL_CMD_TIMER_GET_TIME --------------------------------
+
+
+def test_the_paths_clock_is_the_rms_timer_of_its_subdevice() -> None:
+    """Device.clock on this path is Clock.RM: gpu_time_ns sends TIMER_GET_TIME to the
+    subdevice (FakeRM asserts the handle) and answers its time_nsec."""
+    from rig_nv.clock import Clock
+    from rig_nv.rm import ReadsClock
+    from rig_nv_nvidia.path import NvidiaPath
+
+    @dataclass
+    class Opened:
+        bus: str = GPU_A
+        h_device: int = 0x5C000001
+        h_subdevice: int = 0x5C000002
+        h_vaspace: int = 0x5C000003
+
+    rm = FakeRM([])
+    path = NvidiaPath("NV", Opened(), rm, hang_ms=None)  # type: ignore[arg-type]
+    assert isinstance(path, ReadsClock) and path.clock is Clock.RM
+    assert path.gpu_time_ns() == NOW_NS and rm.calls == [0x20800403]

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from cffi import FFI
 
 from rig_edge import Dmabuf, Memory, Refusal
+from rig_nv.clock import Clock, rm_time_ns
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
     MAP_FIXED_NOREPLACE,
@@ -97,6 +100,9 @@ class FakeRM:
         self.engines: list[int] | None = list(H200_ENGINES)
         self.copy_engines: dict[int, tuple[bytes, int]] = dict(H200_COPY_ENGINES)
         self.allocs: list[tuple[int, int, int, bytes]] = []  # (parent, handle, class, params)
+        # What NV2080_CTRL_CMD_TIMER_GET_TIME answers (PTIMER, ns): by default the host's
+        # monotonic clock from an offset; a test may give a counter, or raise an RMError.
+        self.gpu_clock: Callable[[], int] = lambda: time.monotonic_ns() + (1 << 40)
 
     def new_handle(self) -> int:
         with self.lock:
@@ -178,6 +184,8 @@ class FakeRM:
                 params[4:6] = caps
             else:
                 struct.pack_into("<I", params, 4, pces)
+        elif cmd == 0x20800403:  # TIMER_GET_TIME: {NvU64 time_nsec}
+            struct.pack_into("<Q", params, 0, self.gpu_clock())
         elif cmd == 0xC36F0108:  # work submit token
             struct.pack_into("<I", params, 0, 0x1234)
         elif cmd == 0x906F0106:  # GET_MMU_FAULT_INFO: {addrHi, addrLo, faultType, faultString[32]}
@@ -290,6 +298,11 @@ class FakePath:
 
     def detach_channel(self, h_channel: int) -> None:
         pass
+
+    clock = Clock.RM  # rig_nv.rm.ReadsClock, as the kernel path: FakeRM.gpu_clock answers
+
+    def gpu_time_ns(self) -> int:
+        return rm_time_ns(self._rm, self.h_subdevice)
 
     def sleep(self, timeout_s: float) -> None:
         self.complete()

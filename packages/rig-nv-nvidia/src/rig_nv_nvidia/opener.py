@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from rig_edge import Misuse, Opener, OpenRefused, RigError, opener_name
+from rig_nv.clock import rm_time_ns
 from rig_nv.controls import NV2080_CTRL_CMD_FB_GET_INFO, info_list
 from rig_nv.device import Device, make
 from rig_nv.layouts import Params, rm_ffi
@@ -18,7 +19,6 @@ NV2080_CTRL_CMD_GPU_GET_INFO = 0x20800101  # the pointer form: 16 bytes in every
 NV2080_CTRL_GPU_INFO_INDEX_DISPLAY_ENABLED = 0x34
 NV2080_CTRL_CMD_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2 = 0x20802096
 NV2080_CTRL_GPUMON_SAMPLE_TYPE_PERFMON_UTIL = 2
-NV2080_CTRL_CMD_TIMER_GET_TIME = 0x20800403
 FB_RAM_SIZE, FB_HEAP_FREE = 0x7, 0x16  # KiB (ctrl2080fb.h)
 HANG_MS = 30_000  # rig's limit where no RM watchdog runs (a GPU without a display)
 
@@ -173,10 +173,8 @@ def usage(i: int, window: float = 1.0) -> Usage:
                type=NV2080_CTRL_GPUMON_SAMPLE_TYPE_PERFMON_UTIL,
                bufSize=ffi.sizeof("NV2080_CTRL_PERF_GPUMON_PERFMON_UTIL_SAMPLE") * 72)
     rm.control(g.h_subdevice, NV2080_CTRL_CMD_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2, s.buf)
-    now = Params(ffi, "NV2080_CTRL_TIMER_GET_TIME_PARAMS")
-    rm.control(g.h_subdevice, NV2080_CTRL_CMD_TIMER_GET_TIME, now.buf)
     # The RM keeps about 14 s of samples: a longer window (even an infinite one) reads them all.
-    since = now.p.time_nsec - int(min(window, 3600.0) * 1e9)
+    since = rm_time_ns(rm, g.h_subdevice) - int(min(window, 3600.0) * 1e9)
     utils = [int(x.gr.util) for x in s.p.samples
              if x.base.timeStamp and x.base.timeStamp >= since]
     busy = sum(utils) / len(utils) / 100 if utils else None  # util is percent x 100

@@ -9,6 +9,14 @@ Memory (flows per open-gpu-kernel-modules escape.c, nv-mmap.c and uvm_map_extern
   OS descriptor (NV_ESC_RM_ALLOC_MEMORY of NV01_MEMORY_SYSTEM_OS_DESCRIPTOR), GPU at the same
   address.
 - map_host: the caller's pages as an OS descriptor, at a GPU address of their own.
+
+The GPU's clock (``Device.clock``, rig_nv.clock): ``Clock.RM``, PTIMER as the RM reads it
+(NV2080_CTRL_CMD_TIMER_GET_TIME of the subdevice, one ioctl: CPU-RM answers it itself,
+tmrGetCurrentTime's register reads, no ROUTE_TO_PHYSICAL in its g_subdevice_nvoc.c flags).
+NV2080_CTRL_CMD_TIMER_GET_GPU_CPU_TIME_CORRELATION_INFO is not used: its GPU times add
+tmrGetPtimerOffsetNs (a software offset, not zero on GB10B/GB20B, that PTIMER's registers, and
+so the semaphores' stamps, lack), and its host clocks are the kernel's (CLOCK_MONOTONIC_RAW for
+PLATFORM_API: os-interface.c os_get_monotonic_time_ns_hr), not the process's CLOCK_MONOTONIC.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from dataclasses import dataclass, field
 
 from rig_edge import Dmabuf, Memory, Refusal, RigError
 from rig_nv import classes as cls
+from rig_nv.clock import Clock, rm_time_ns
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
     MAP_FIXED,
@@ -456,6 +465,12 @@ class NvidiaPath:
                   "UVM_UNREGISTER_CHANNEL")
         va, size = self._channel_va.pop(h_channel)
         munmap(va, size)
+
+    clock = Clock.RM
+
+    def gpu_time_ns(self) -> int:
+        """PTIMER as the RM reads it (rig_nv.rm.ReadsClock; rig_nv.clock.rm_time_ns)."""
+        return rm_time_ns(self.rm, self.h_subdevice)
 
     def sleep(self, timeout_s: float) -> None:
         time.sleep(timeout_s)

@@ -211,7 +211,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # GPU's memory, all of which its BAR 1 must reach (the spec)
                        function=function if function is not None else
                        f if isinstance(f, Function) else None,
-                       fb_size=fb_mib << 20)
+                       fb_size=fb_mib << 20,
+                       # the device's clock: PTIMER's registers (Rig_nv.clock.Registers)
+                       timer=bar0)
     except BaseException:
         stop()
         raise

@@ -40,6 +40,16 @@ open-gpu-kernel-modules 570.144, with no UVM:
   memory through the owner's BAR 1, by bus address, as non-coherent volatile system memory.
 - The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
   (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
+- The GPU's clock (rig_nv's ``Device.clock``, the spec's Rig_nv.clock.Registers): PTIMER read
+  through BAR 0 (``timer``), where NVIDIA's RM reads it from Turing on: the PF's view of
+  NV_VIRTUAL_FUNCTION_TIME_0/_1 (turing/tu102/dev_vm.h 0x30080/0x30084 at the virtual
+  registers' offset 0xB80000: timer_tu102.c tmrReadTimeLoReg_TU102/_HiReg_TU102, the HAL of
+  every Turing-on dGPU in g_objtmr_nvoc.c; UVM's nv_gpu_ops.c reads the same "On Turing+"),
+  high, low, high as tmrGetTimeEx_GM107/_GH100 do (:func:`rig_nv.clock.read_split`). The
+  older NV_PTIMER_TIME_0/_1 (0x9400/0x9410, gv100/dev_timer.h), which nouveau's
+  nv04_timer_read reads, hold the same clock; gh100/dev_timer.h no longer lists them. So the
+  device's profiles' times (the semaphores' PTIMER stamps) drift from the host's clock, and
+  each profile measures by how much (rig_nv.profile).
 - Another device's access (:meth:`PciPath.export`, :mod:`rig_nv_pci.export`, rig_nv's
   ``Device.dma``): the bus ranges of a region, as the Rig_nv_pci spec has Rig_pci.Memory.bus
   state them (``bar_bus``, ``dma_bus``: rig_pci.memory.bus and dma_bus of the function): GPU
@@ -98,6 +108,7 @@ from typing import Any, Protocol
 
 from rig_edge import Bus, Lost, Memory, Refusal, RigError
 from rig_nv import classes as cls
+from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import Allocation, RMError, page_rounded
@@ -139,9 +150,10 @@ __all__ = [
     "NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES", "NV2080_CTRL_CMD_FB_GET_INFO",
     "NV2080_CTRL_CMD_FB_GET_INFO_V2", "NV2080_CTRL_CMD_GR_GET_INFO",
     "NV2080_CTRL_CMD_GR_GET_INFO_V2", "NV2080_CTRL_FB_INFO_MAX_LIST_SIZE",
-    "NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET", "REPORT_S", "SERVER_PAGE_SIZE", "SERVER_VA",
-    "SERVER_VA_SIZE", "SMALL", "SYSTEM_FLAGS", "USERMODE_SIZE", "VA_BASE", "VA_LIMIT",
-    "VIRTUAL_FLAGS", "Dma", "PciPath", "PciRM", "Range", "Undo", "address_of",
+    "NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET", "PTIMER_TIME_0", "PTIMER_TIME_1", "REPORT_S",
+    "SERVER_PAGE_SIZE", "SERVER_VA", "SERVER_VA_SIZE", "SMALL", "SYSTEM_FLAGS", "USERMODE_SIZE",
+    "VA_BASE", "VA_LIMIT", "VIRTUAL_FLAGS", "Dma", "PciPath", "PciRM", "Range", "Undo",
+    "address_of",
 ]
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
@@ -161,6 +173,10 @@ VA_BASE = 64 << 30
 VA_LIMIT = (1 << 40) - (8 << 30)
 NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET = 0x00B80000  # turing/tu102/dev_vm.h, 0xBBFFFF:0xB80000
 USERMODE_SIZE = 0x10000
+# PTIMER's halves as the RM reads them on a PF (turing/tu102/dev_vm.h NV_VIRTUAL_FUNCTION_TIME_0
+# 0x30080, _TIME_1 0x30084, at the virtual registers' offset; see the module's docstring)
+PTIMER_TIME_0 = NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET + 0x30080
+PTIMER_TIME_1 = NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET + 0x30084
 HUGE, SMALL = 2 << 20, 4 << 10
 # How long a device that found an error notifier written drains the GSP's queue for the
 # RC_TRIGGERED that follows it (rig's own bound; past it the notifier alone is the fault).
@@ -249,7 +265,8 @@ class PciPath:
     reaches a BAR's range and DMA memory at, or why not (rig_pci.memory.bus and dma_bus of
     the function; ``None``: the path cannot say, and :meth:`export` answers so), ``on_kept``
     what runs instead of ``on_closed`` at a stop once :meth:`export` handed out bus ranges
-    (the GPU stays the process's). Makes the device,
+    (the GPU stays the process's), ``timer`` BAR 0, whose PTIMER registers the device's clock
+    reads (``Clock.REGISTERS``; ``None``: the path reads no clock). Makes the device,
     subdevice, address space and its virtual range at once (and with ``pramin`` the page
     directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
     it made) if the GSP refuses them."""
@@ -270,8 +287,12 @@ class PciPath:
                  bar_bus: Callable[[int, int, int], Bus] | None = None,
                  dma_bus: Callable[[Dma, int, int], Bus] | None = None,
                  on_kept: Callable[[], None] | None = None,
-                 function: Function | None = None, fb_size: int = 0) -> None:
+                 function: Function | None = None, fb_size: int = 0,
+                 timer: mmu.Registers | None = None) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
+        # the GPU's clock (rig_nv.rm.ReadsClock)
+        self._timer = timer
+        self.clock: Clock | None = Clock.REGISTERS if timer is not None else None
         self._bar_bus, self._dma_bus, self._on_kept = bar_bus, dma_bus, on_kept
         # memory whose bus ranges another device was given (export): the process's for good
         self.kept: list[Allocation] = []
@@ -708,6 +729,19 @@ class PciPath:
         is retried by the next call, none repeated (:func:`rig_nv_pci.peers.unmap_peer`)."""
         peers.unmap_peer(self, p.undo)
 
+    def gpu_time_ns(self) -> int:
+        """PTIMER now (rig_nv.rm.ReadsClock): its halves read through BAR 0, high, low, high
+        (:func:`rig_nv.clock.read_split`). Raises :class:`rig_edge.RigError` where the path was
+        given no BAR 0 for it, a read fails, or the halves read what a GPU that answers cannot
+        (all ones)."""
+        if self._timer is None:
+            raise RigError(f"{self.name}: the path reads no GPU clock (it was given no BAR 0 "
+                           "for it)")
+        try:
+            return read_split(self._timer.read32, PTIMER_TIME_0, PTIMER_TIME_1, what=self.name)
+        except OSError as e:
+            raise RigError(f"{self.name}: reading PTIMER through BAR 0 failed ({e})") from e
+
     def attach_channel(self, h_channel: int) -> None:
         """Nothing to do: there is no UVM to register the channel with."""
 
@@ -784,8 +818,9 @@ class PciPath:
 
 
 def _is_path(p: PciPath) -> Any:  # mypy proves PciPath implements rig_nv.rm.Path
-    from rig_nv.rm import Path, ReportsFaults
+    from rig_nv.rm import Path, ReadsClock, ReportsFaults
 
     checked: Path = p
     reports: ReportsFaults = p
-    return checked, reports
+    clocked: ReadsClock = p
+    return checked, reports, clocked

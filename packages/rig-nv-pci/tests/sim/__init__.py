@@ -1,6 +1,6 @@
-"""A simulated Ampere/Ada GPU for the tests: BAR 0's registers, two falcons (GSP, SEC2), the
-PROM window, WPR2 and scripted firmware. Written from NVIDIA's interfaces, importing nothing of
-rig_nv_pci (see regs.py)."""
+"""A simulated Ampere/Ada GPU for the tests: BAR 0's registers, PTIMER, two falcons (GSP,
+SEC2), the PROM window, WPR2 and scripted firmware. Written from NVIDIA's interfaces,
+importing nothing of rig_nv_pci (see regs.py)."""
 
 from .falcon import BROM_FAILED, PRI_ERROR, SimFalcon
 from .fmc import SimFmc, gb202
@@ -19,6 +19,7 @@ from .gpu import (
     fwsec_program,
 )
 from .gsp_fw import GspFirmware, peer_module
+from .timer import SimTimer
 
 __all__ = [
     "AD102_BOOT42",
@@ -35,6 +36,7 @@ __all__ = [
     "SimFmc",
     "SimFsp",
     "SimGpu",
+    "SimTimer",
     "booter_program",
     "booter_unload_program",
     "fwsec_program",

@@ -1,6 +1,6 @@
 """The simulated GPU: BAR 0 as a register file with the registers an Ampere/Ada boot touches,
-host memory the falcons reach by DMA, and scripted firmware behaviour (FWSEC-FRTS, FWSEC-SB,
-booter_load, booter_unload).
+PTIMER (sim/timer.py), host memory the falcons reach by DMA, and scripted firmware behaviour
+(FWSEC-FRTS, FWSEC-SB, booter_load, booter_unload).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from rig_pci import Window, libc
 from . import regs
 from .falcon import SimFalcon
 from .fsp import SimFsp
+from .timer import SimTimer
 
 BAR0_SIZE = 0x1000000
 GA102_BOOT42 = 0x17 << 24 | 0x2 << 20 | 0xA1
@@ -153,6 +154,9 @@ class SimGpu:
     # must be VID_MEM 0, dev_bus.ref.txt), from Hopper on NV_XAL_EP_BAR0_WINDOW's (0x10fd40
     # bits 22:0, pri_nv_xal_ep.h); None: no video memory simulated
     vram: memoryview | None = None
+    # PTIMER, the GPU's nanosecond clock (sim/timer.py), which BAR 0 reads and the host
+    # semaphores' RELEASE_TIMESTAMP writes
+    timer: SimTimer = field(default_factory=SimTimer)
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -196,6 +200,8 @@ class SimGpu:
         for f in self.falcons:
             if f.owns(offset):
                 return f.read(offset)
+        if self.timer.owns(offset):
+            return self.timer.read(offset)
         if offset == regs.PMC_BOOT_0:
             return self.boot42 >> 20 << 20  # enough for a BOOT_0 that is not all-ones
         if offset == regs.PMC_BOOT_42:

@@ -12,7 +12,8 @@ they run (its ``step``, ``start`` and ``stop`` call them):
   SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
   the host semaphore (SEM_ADDR_LO 0x5c ... SEM_EXECUTE 0x6c: OPERATION 2:0 RELEASE 1,
   ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, REDUCTION 6 with REDUCTION 30:27 IADD 5 only,
-  PAYLOAD_SIZE 24:24 64-bit), SET_OBJECT (0x0) binding a
+  PAYLOAD_SIZE 24:24 64-bit, RELEASE_TIMESTAMP 25:25: a release that also writes PTIMER,
+  sim/timer.py, in the 8 bytes at +8 of its address), SET_OBJECT (0x0) binding a
   class to the subchannel, and on a subchannel bound to a copy class the copy engine's
   one-line copy (clc7b5.h: OFFSET_IN_UPPER 0x400 ... OFFSET_OUT_LOWER 0x40c, LINE_LENGTH_IN
   0x418, LAUNCH_DMA 0x300 with DATA_TRANSFER_TYPE 1:0 not NONE, SEMAPHORE_TYPE 4:3 NONE or a
@@ -220,6 +221,8 @@ def execute(rm: SimRm, ch: Channel) -> int:
             operation = data & 7
             if operation == 1:
                 rm.write(address, payload.to_bytes(width, "little"))
+                if data >> 25 & 1:  # RELEASE_TIMESTAMP: the GPU's time at +8
+                    rm.write(address + 8, (rm.gpu.timer.now() & ~0x1F).to_bytes(8, "little"))
             elif operation in (2, 3):
                 value = int.from_bytes(rm.read(address, width), "little")
                 done = (value >= payload if operation == 2 else

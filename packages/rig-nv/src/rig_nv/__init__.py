@@ -5,6 +5,7 @@ above it (address space, memory, channels, copies, launches, the timeline) is wr
 """
 
 from rig_nv.classes import Classes
+from rig_nv.clock import Clock
 from rig_nv.device import Device, Point, make
 from rig_nv.pci import NVIDIA, PciIdentity, is_gpu
 from rig_nv.rm import RM, Allocation, Path, RMError
@@ -16,6 +17,7 @@ __all__ = [
     "RM",
     "Allocation",
     "Classes",
+    "Clock",
     "Device",
     "Path",
     "PciIdentity",

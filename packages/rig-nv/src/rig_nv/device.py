@@ -29,6 +29,7 @@ from rig_nv import classes as cls
 from rig_nv import launch as launching
 from rig_nv import step as stepping
 from rig_nv.channel import Arena, Channel, Ring
+from rig_nv.clock import Clock
 from rig_nv.controls import (
     PERF_BOOST_CLEAR,
 )
@@ -47,7 +48,7 @@ from rig_nv.push import (
     header,
     hi_lo,
 )
-from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, ReportsFaults, RMError
+from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, ReadsClock, ReportsFaults, RMError
 from rig_nv.setup import (
     LOCAL_WINDOW,
     NAP_FIRST_S,
@@ -106,6 +107,8 @@ class Device:
         self._fault: Lost | None = None  # the channels' fault, read once (the RM's record clears)
         # a path whose RM also reports faults by message (rig_nv.rm.ReportsFaults)
         self._reports = path if isinstance(path, ReportsFaults) else None
+        # a path that reads the GPU's clock (rig_nv.rm.ReadsClock)
+        self._clock = path if isinstance(path, ReadsClock) and path.clock is not None else None
         self._fault_lock = threading.Lock()
         self._stopped = False
         self._next = 1
@@ -178,6 +181,23 @@ class Device:
     @property
     def arch(self) -> str:
         return self._facts.arch
+
+    @property
+    def clock(self) -> Clock | None:
+        """How this device reads the GPU's clock (the spec's Rig_nv.clock, :mod:`rig_nv.clock`):
+        ``Clock.REGISTERS`` (PTIMER through BAR 0, the PCI path), ``Clock.RM`` (the RM's
+        NV2080_CTRL_CMD_TIMER_GET_TIME, the kernel path), ``None`` where its path reads none.
+        That clock's times drift from the host's; profiles measure by how much."""
+        return None if self._clock is None else self._clock.clock
+
+    def gpu_time_ns(self) -> int:
+        """The GPU's clock now (PTIMER, nanoseconds), read as :attr:`clock` says. Raises
+        :class:`rig_edge.RigError` where the path reads no clock or the read fails,
+        :class:`rig_edge.Lost` once the device is lost."""
+        self._check()
+        if self._clock is None:
+            raise RigError(f"{self._facts.name}: its path reads no GPU clock")
+        return self._clock.gpu_time_ns()
 
     def __repr__(self) -> str:
         on = "GRCE" if self.copy_engine is None else f"LCE {self.copy_engine}"

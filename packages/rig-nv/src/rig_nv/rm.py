@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from rig_edge import Bus, Dmabuf, Lost, Memory, Refusal, RigError
+from rig_nv.clock import Clock
 from rig_nv.status import status_name
 
 HUGE_PAGE = 2 << 20
@@ -170,4 +171,19 @@ class ReportsFaults(Protocol):
         of one of ``channels`` (a channel's RM handle to the device's name of it), or the
         :class:`rig_edge.Lost` of the GPU, else ``None``. ``notified``: an error notifier
         of the device's channels is written, and the report may follow it."""
+        ...
+
+
+@runtime_checkable
+class ReadsClock(Protocol):
+    """A path that reads the GPU's clock (PTIMER, :mod:`rig_nv.clock`): ``clock`` says how
+    (``None``: this one cannot), ``gpu_time_ns`` reads it. A path need not be one; the
+    device's ``clock`` is ``None`` then, and its profiles' times stay the GPU's alone."""
+
+    @property
+    def clock(self) -> Clock | None: ...
+
+    def gpu_time_ns(self) -> int:
+        """The GPU's clock now, in nanoseconds; raises :class:`rig_edge.RigError` where the
+        read fails."""
         ...
