@@ -526,7 +526,7 @@ class TakenSim(SimFunction):
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
                write_combined: bool = False, at: int | None = None) -> Window:
-        if bar == 0 and offset not in (0, 0xB80000):
+        if bar == 0 and offset not in (0, 0xBB0000):
             return OffsetWindow(self.gpu, offset, length or 0x1000)
         return super().window(bar, offset, length, write_combined=write_combined, at=at)
 

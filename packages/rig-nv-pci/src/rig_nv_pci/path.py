@@ -38,8 +38,12 @@ open-gpu-kernel-modules 570.144, with no UVM:
   at its own GPU address into this GPU's tables as NVIDIA's BAR1 P2P maps it, only where
   rig_pci.memory.why_apart finds the two GPUs reach each other (the spec's rule): its video
   memory through the owner's BAR 1, by bus address, as non-coherent volatile system memory.
-- The usermode page (the doorbell) is BAR 0 at NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET
-  (turing/tu102/dev_vm.h 0x00B80000; kern_gpu_tu102.c gpuGetVirtRegPhysOffset_TU102).
+- The usermode page (the doorbell) is BAR 0 at 0xBB0000: NV_VIRTUAL_FUNCTION (0x30000,
+  turing/tu102/dev_vm.h) in the PF's view of the virtual registers, which starts at
+  NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET (0xB80000): kern_gpu_tu102.c gpuGetRegBaseOffset_TU102
+  gives NV_REG_BASE_USERMODE as GPU_GET_VREG_OFFSET(DRF_BASE(NV_VIRTUAL_FUNCTION)), which
+  kfifoGetUsermodeMapInfo_GV100 maps for a client; its NOTIFY_CHANNEL_PENDING (clc361.h 0x90)
+  is the doorbell, its TIME_0/_1 (0x80/0x84) PTIMER.
 - The GPU's clock (rig_nv's ``Device.clock``, the spec's Rig_nv.clock.Registers): PTIMER read
   through BAR 0 (``timer``), where NVIDIA's RM reads it from Turing on: the PF's view of
   NV_VIRTUAL_FUNCTION_TIME_0/_1 (turing/tu102/dev_vm.h 0x30080/0x30084 at the virtual
@@ -151,7 +155,8 @@ __all__ = [
     "NV2080_CTRL_CMD_FB_GET_INFO_V2", "NV2080_CTRL_CMD_GR_GET_INFO",
     "NV2080_CTRL_CMD_GR_GET_INFO_V2", "NV2080_CTRL_FB_INFO_MAX_LIST_SIZE",
     "NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET", "PTIMER_TIME_0", "PTIMER_TIME_1", "REPORT_S",
-    "SERVER_PAGE_SIZE", "SERVER_VA", "SERVER_VA_SIZE", "SMALL", "SYSTEM_FLAGS", "USERMODE_SIZE",
+    "SERVER_PAGE_SIZE", "SERVER_VA", "SERVER_VA_SIZE", "SMALL", "SYSTEM_FLAGS", "USERMODE_BAR0",
+    "USERMODE_SIZE",
     "VA_BASE", "VA_LIMIT", "VIRTUAL_FLAGS", "Dma", "PciPath", "PciRM", "Range", "Undo",
     "address_of",
 ]
@@ -172,11 +177,13 @@ MAP_4KB, MAP_HUGE = 1 << 8, 4 << 8
 VA_BASE = 64 << 30
 VA_LIMIT = (1 << 40) - (8 << 30)
 NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET = 0x00B80000  # turing/tu102/dev_vm.h, 0xBBFFFF:0xB80000
+# The usermode page: NV_VIRTUAL_FUNCTION (dev_vm.h 0x30000) at the virtual registers' offset
+USERMODE_BAR0 = NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET + 0x30000
 USERMODE_SIZE = 0x10000
 # PTIMER's halves as the RM reads them on a PF (turing/tu102/dev_vm.h NV_VIRTUAL_FUNCTION_TIME_0
 # 0x30080, _TIME_1 0x30084, at the virtual registers' offset; see the module's docstring)
-PTIMER_TIME_0 = NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET + 0x30080
-PTIMER_TIME_1 = NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET + 0x30084
+PTIMER_TIME_0 = USERMODE_BAR0 + 0x80
+PTIMER_TIME_1 = USERMODE_BAR0 + 0x84
 HUGE, SMALL = 2 << 20, 4 << 10
 # How long a device that found an error notifier written drains the GSP's queue for the
 # RC_TRIGGERED that follows it (rig's own bound; past it the notifier alone is the fault).
@@ -667,11 +674,11 @@ class PciPath:
 
     def map_object(self, handle: int, length: int) -> memoryview:
         """The usermode page (``handle`` an object of a USERMODE class): BAR 0's
-        NV_VIRTUAL_FUNCTION range."""
+        NV_VIRTUAL_FUNCTION range at :data:`USERMODE_BAR0`."""
         if length > USERMODE_SIZE:
             raise RigError(f"{self.name}: the usermode page is 0x{USERMODE_SIZE:x} bytes, not "
                            f"0x{length:x}")
-        return self._bar(0, NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET, length)
+        return self._bar(0, USERMODE_BAR0, length)
 
     def unmap_object(self, view: memoryview) -> None:
         self._unbar(view)

@@ -71,7 +71,8 @@ rig_nv_pci or rig_nv:
   open sources);
 - a channel that faults stops, its group's error notifiers written and RC_TRIGGERED (then,
   for an MMU fault, MMU_FAULT_QUEUED) sent, as sim/pbdma.py says;
-- the usermode page (BAR 0 from 0xB80000, turing/tu102/dev_vm.h) is memory the process
+- the usermode page (BAR 0 from 0xBB0000: NV_VIRTUAL_FUNCTION 0x30000 in the PF's view of
+  the virtual registers at 0xB80000, turing/tu102/dev_vm.h) is memory the process
   writes its doorbell into; BAR 1 shows video memory as the page tables under GSP-RM's BAR 1
   root (the static info's bar1PdeBase, :data:`BAR1_PDB`, in the reserved region) map it, as
   a GSP client's CPU-RM writes them (kbusPatchBar1Pdb_GSPCLIENT): a BAR 1 view must be mapped
@@ -119,7 +120,7 @@ RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
 BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
 PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
-USERMODE_BAR0 = 0xB80000
+USERMODE_BAR0 = 0xB80000 + 0x30000  # dev_vm.h NV_VIRTUAL_FUNCTION in the PF's VREG view
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
 # NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (ctrl2080ce.h): {NvU32 size}; the size the
