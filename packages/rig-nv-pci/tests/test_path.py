@@ -35,7 +35,7 @@ from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
 from rig_nv.setup import CHANNEL_AREA
-from rig_nv_pci import boot, chips, gspmem, layout, vidmem
+from rig_nv_pci import boot, chips, gspmem, layout, rm, vidmem
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
 from rig_nv_pci.gsp import rpc
@@ -75,9 +75,9 @@ def test_struct_sizes_match_nvidia_headers() -> None:
     assert (rpc.ALLOC_MEMORY.size, rpc.MAP_DMA.size, rpc.UNMAP_DMA.size) == (56, 56, 40)
     f = rpc.Function
     assert (f.ALLOC_MEMORY, f.MAP_MEMORY_DMA, f.UNMAP_MEMORY_DMA) == (4, 14, 15)
-    assert pp.CLASSLIST_V2.size == 404 and pp.CLASSLIST.size == 16
-    assert pp.GR_INFO_V2.size == 488 and pp.GR_INFO.size == 32
-    assert pp.FB_INFO_V2.size == 460 and pp.FB_INFO.size == 16
+    assert rm.CLASSLIST_V2.size == 404 and rm.CLASSLIST.size == 16
+    assert rm.GR_INFO_V2.size == 488 and rm.GR_INFO.size == 32
+    assert rm.FB_INFO_V2.size == 460 and rm.FB_INFO.size == 16
     payload = rpc.encode_alloc_memory(1, 2, 3, 0x81, 0x1010, 0x2000, [0x1000, 0x5000])
     assert len(payload) == 56 + 16 and payload[48:52] == (2 << 16).to_bytes(4, "little")
     assert payload[56:] == (1).to_bytes(8, "little") + (5).to_bytes(8, "little")
@@ -107,8 +107,8 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
             if q.function == rpc.Function.GSP_RM_CONTROL]
     assert cmds == [pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES] + [
-        pp.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
-        pp.NV2080_CTRL_CMD_GR_GET_INFO_V2, pp.NV2080_CTRL_CMD_FB_GET_INFO_V2]
+        rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
+        rm.NV2080_CTRL_CMD_GR_GET_INFO_V2, rm.NV2080_CTRL_CMD_FB_GET_INFO_V2]
 
 
 @pytest.mark.parametrize("kind", [Memory.PINNED, Memory.MAPPED, Memory.DEVICE])

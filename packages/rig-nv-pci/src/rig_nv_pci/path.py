@@ -122,44 +122,9 @@ from rig_nv_pci.grctx import GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog, RcTriggered
 from rig_nv_pci.gsp.static_info import FbRegion
-from rig_nv_pci.rm import (
-    CLASSLIST,
-    CLASSLIST_V2,
-    FB_INFO,
-    FB_INFO_V2,
-    GR_INFO,
-    GR_INFO_V2,
-    NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
-    NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2,
-    NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE,
-    NV0080_CTRL_GR_INFO_MAX_SIZE,
-    NV2080_CTRL_CMD_FB_GET_INFO,
-    NV2080_CTRL_CMD_FB_GET_INFO_V2,
-    NV2080_CTRL_CMD_GR_GET_INFO,
-    NV2080_CTRL_CMD_GR_GET_INFO_V2,
-    NV2080_CTRL_FB_INFO_MAX_LIST_SIZE,
-    PciRM,
-)
+from rig_nv_pci.rm import PciRM
 from rig_nv_pci.vidmem import Addresses, Heap
 from rig_pci import Function
-
-# Every public name, those of rig_nv_pci.rm's PciRM and its _V2 twins included: they were
-# defined here first and stay importable from here.
-__all__ = [
-    "CLASSLIST", "CLASSLIST_V2", "COPY_PDES", "COPY_PDES_LEVEL", "FB_INFO", "FB_INFO_V2",
-    "GMMU_APERTURE_VIDEO", "GMMU_FMT_MAX_LEVELS", "GR_INFO", "GR_INFO_V2", "HUGE", "MAP_4KB",
-    "MAP_FIXED", "MAP_HUGE", "NV0080_CTRL_CMD_GPU_GET_CLASSLIST",
-    "NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2", "NV0080_CTRL_GPU_CLASSLIST_MAX_SIZE",
-    "NV0080_CTRL_GR_INFO_MAX_SIZE", "NV01_MEMORY_LIST_SYSTEM", "NV50_MEMORY_VIRTUAL",
-    "NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES", "NV2080_CTRL_CMD_FB_GET_INFO",
-    "NV2080_CTRL_CMD_FB_GET_INFO_V2", "NV2080_CTRL_CMD_GR_GET_INFO",
-    "NV2080_CTRL_CMD_GR_GET_INFO_V2", "NV2080_CTRL_FB_INFO_MAX_LIST_SIZE",
-    "NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET", "PTIMER_TIME_0", "PTIMER_TIME_1", "REPORT_S",
-    "SERVER_PAGE_SIZE", "SERVER_VA", "SERVER_VA_SIZE", "SMALL", "SYSTEM_FLAGS", "USERMODE_BAR0",
-    "USERMODE_SIZE",
-    "VA_BASE", "VA_LIMIT", "VIRTUAL_FLAGS", "Dma", "PciPath", "PciRM", "Range", "Undo",
-    "address_of",
-]
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
 NV01_MEMORY_LIST_SYSTEM = 0x81  # cl84a0.h
