@@ -24,7 +24,7 @@ from test_open import given_back
 import rig_nv_pci
 from rig_edge import Fault, Lost, Memory
 from rig_nv import Device
-from rig_nv_pci import boot, held
+from rig_nv_pci import boot, faults, held
 from rig_nv_pci import path as pci_path
 from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp.sequencer import SequencerError
@@ -266,7 +266,7 @@ def while_recorded(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def while_examined(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
     """The exception strikes while the path looks up the channel the report names."""
-    monkeypatch.setattr(held.PciPath, "_channel_of", once(held.PciPath._channel_of))
+    monkeypatch.setattr(faults, "channel_of", once(faults.channel_of))
     report(o, d)
 
 

@@ -65,16 +65,9 @@ open-gpu-kernel-modules 570.144, with no UVM:
   keeps showing the memory) and calls ``on_kept`` instead of ``on_closed``, for the opener
   to keep the GPU.
 
-- Faults: GSP-RM stops a faulted channel's group itself, writes the error notifiers the path
-  handed it and posts RC_TRIGGERED; the device asks :meth:`PciPath.fault` (rig_nv's
-  optional :class:`rig_nv.rm.ReportsFaults`) where it tests its notifiers, which drains the
-  GSP's status queue into ``events`` and answers the Fault of an RC_TRIGGERED of one of the
-  device's channels (by ChID), or Lost while the GSP is in lockdown
-  (:mod:`rig_nv_pci.gsp.events` says what each event becomes). GSP_RUN_CPU_SEQUENCER requests
-  the GSP sends while the device runs are run against BAR 0 as the queue is drained (in
-  ``poll``: :class:`rig_nv_pci.gsp.sequencer.SequencerEvents`), and one that fails or is cut
-  short is the device's Lost, naming the opcode and its offset. The first answer is kept: an
-  exception between the GSP's report and the device's record of it loses neither.
+- Faults (:meth:`PciPath.fault`, :mod:`rig_nv_pci.faults`, rig_nv's optional
+  :class:`rig_nv.rm.ReportsFaults`): what the GSP's status queue says of the device's channels
+  (RC_TRIGGERED by ChID, lockdown, a GSP_RUN_CPU_SEQUENCER that failed), the first answer kept.
 
 GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
 reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.addresses`, the spec's 64
@@ -116,11 +109,11 @@ from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import Allocation, RMError, page_rounded
-from rig_nv_pci import channels, export, mmu, peers, vidmem
+from rig_nv_pci import channels, export, faults, mmu, peers, vidmem
 from rig_nv_pci.channels import ChannelMemory, Placed
 from rig_nv_pci.grctx import GrContexts
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.gsp.events import EventLog, RcTriggered
+from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.rm import PciRM
 from rig_nv_pci.vidmem import Addresses, Heap
@@ -150,9 +143,6 @@ USERMODE_SIZE = 0x10000
 PTIMER_TIME_0 = USERMODE_BAR0 + 0x80
 PTIMER_TIME_1 = USERMODE_BAR0 + 0x84
 HUGE, SMALL = 2 << 20, 4 << 10
-# How long a device that found an error notifier written drains the GSP's queue for the
-# RC_TRIGGERED that follows it (rig's own bound; past it the notifier alone is the fault).
-REPORT_S = 0.1
 
 # The server RM's part of every address space (g_gpu_vaspace_nvoc.h
 # SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
@@ -721,44 +711,9 @@ class PciPath:
         """Nothing to do (see :meth:`attach_channel`)."""
 
     def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
-        """What the GSP reported (:class:`rig_nv.rm.ReportsFaults`): its status queue drained,
-        the :class:`rig_edge.Fault` of an RC_TRIGGERED for one of ``channels`` (RM handle to
-        the device's name), found by its ChID, or the :class:`rig_edge.Lost` of a
-        RUN_CPU_SEQUENCER that failed or was cut short meanwhile (whichever came first), else
-        :class:`rig_edge.Lost` while the GSP is in lockdown
-        (:meth:`rig_nv_pci.gsp.events.EventLog.fault`), else ``None``. The first answer is
-        kept and given again by every later call, so an exception (a KeyboardInterrupt) that
-        strikes before the device recorded it does not lose the report. GSP-RM
-        writes a stopped channel's error notifiers before it sends RC_TRIGGERED (kernel_gsp.c
-        _kgspRpcRCTriggered writes them on the CPU only with confidential computing), so with
-        ``notified`` the queue is drained for up to :data:`REPORT_S` for the report."""
-        if self.events is None:
-            return None
-        events = self.events
-        deadline = time.monotonic() + REPORT_S
-        while True:
-            if self._poll is not None:
-                self._poll()
-            found = events.fault(lambda rc: self._channel_of(rc, channels), keep=True)
-            if found is not None or not notified or time.monotonic() > deadline:
-                return found
-            time.sleep(50e-6)
-
-    def _channel_of(self, rc: RcTriggered, channels: Mapping[int, str]) -> str | None:
-        """The name in ``channels`` of the channel ``rc`` stopped: CPU-RM looks a channel up by
-        its ChID in the ChID space of the event's engine, and only for the PF's own (gfid 0,
-        _kgspRpcRCTriggered's IS_GFID_PF). The path keys its ChID spaces by the group's engine
-        type and cannot tell which runlist a copy engine serves, so a ChID that one channel of
-        ``channels`` holds names it whatever the engine; two holding it, the engine's space
-        decides."""
-        held = self._rm.channels
-        if rc.gfid or held is None:
-            return None
-        mine = [(h, held.channels[h].runlist) for h in channels
-                if h in held.channels and held.channels[h].chid == rc.chid]
-        if len(mine) > 1:
-            mine = [(h, runlist) for h, runlist in mine if runlist == rc.engine_type]
-        return channels[mine[0][0]] if len(mine) == 1 else None
+        """What the GSP reported of ``channels`` (rig_nv.rm.ReportsFaults), the first answer
+        kept: :func:`rig_nv_pci.faults.fault`."""
+        return faults.fault(self, channels, notified)
 
     def sleep(self, timeout_s: float) -> None:
         """Hand on the GSP's events (running the sequencers it asked for), then nap (the GPU's
