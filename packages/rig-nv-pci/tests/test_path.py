@@ -39,6 +39,7 @@ from rig_nv_pci import boot, chips, gspmem, layout, rm, vidmem
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.vidmem import SMALL
 
 BUS = "0000:41:00.0"
 
@@ -465,8 +466,9 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     p.free_memory(a)
     with pytest.raises(AssertionError, match="BAR 1"):  # unmapped: no view of it
         s.bar(1, 0, 0x1000)
-    assert p._bar1_addresses.free == [(0, s.bar1_size)]
-    assert p._bar1_addresses.take(s.bar1_size, 1) == 0  # BAR 1 full: no room
+    # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
+    assert p._bar1_addresses.free == [(0, s.bar1_size - SMALL)]
+    assert p._bar1_addresses.take(s.bar1_size - SMALL, 1) == 0  # BAR 1 full: no room
     free = p.heap.free
     assert p.alloc_memory(0x1000, Memory.MAPPED) is None
     assert s.fbmem == {} and p.heap.free == free
@@ -832,3 +834,27 @@ def test_the_simulated_gsp_refuses_a_chid_in_use_gsp_rms_own_or_none(ga102: Boot
     p.rm.rpc_rm.alloc(gr, named, 0xC56F, sent)
     assert ga102.sim_rm.channels[named].chid == 11 == _token(p, named)
     p.closed()
+
+
+def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory(
+    ga102: Booted,
+) -> None:
+    s = ga102.sim_rm
+    static = ga102.booted.static
+    assert (static.bar1_pde_base, static.bar2_pde_base) == (sim.gsp_rm.BAR1_PDB,
+                                                            sim.gsp_rm.BAR2_PDB)
+    # GSP-RM's roots reported in the usable region: the path's heap leaves their pages out
+    usable_root = sim.gsp_rm.RESERVED + 0x5000
+    p = ga102.path(fb_kept=vidmem.roots(usable_root + 0x10))
+    assert all(not (at <= usable_root < at + n) for at, n in p.heap.free)
+    assert all(not (at <= sim.gsp_rm.BAR1_PDB < at + n) for at, n in p.heap.ranges)
+    # BAR 1 filled with Mapped memory: its last page stays unmapped, no block on a kept page
+    made = [p.alloc_memory(s.bar1_size - (2 << 20), Memory.MAPPED),
+            p.alloc_memory((2 << 20) - SMALL, Memory.MAPPED)]
+    assert p.alloc_memory(SMALL, Memory.MAPPED) is None  # BAR 1 full
+    assert not s.bar1_overfetch_mapped()
+    for a, size in zip(made, (s.bar1_size - (2 << 20), (2 << 20) - SMALL), strict=True):
+        assert a is not None and a.undo.fb is not None and a.undo.bar1 is not None
+        assert a.undo.bar1 + size <= s.bar1_size - SMALL
+        assert not a.undo.fb <= usable_root < a.undo.fb + size
+        p.free_memory(a)

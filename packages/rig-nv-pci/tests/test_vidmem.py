@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rig_nv_pci.gsp.static_info import FbRegion
-from rig_nv_pci.vidmem import HUGE, SMALL, Heap
+from rig_nv_pci.vidmem import HUGE, SMALL, Heap, bar1_range, roots
 
 MiB = 1 << 20
 
@@ -41,3 +41,25 @@ def test_first_fit_with_4k_and_2m_alignment_and_blocks_come_back_merged() -> Non
 def test_no_usable_region_is_an_empty_heap() -> None:
     h = Heap([region(0, MiB - 1, reserved=MiB), region(MiB, 2 * MiB - 1, protected=True)])
     assert h.size == 0 and h.take(SMALL) is None
+
+
+def test_gsp_rms_bar_roots_pages_are_never_handed_out() -> None:
+    """kbusPatchBar1Pdb_GSPCLIENT / kbusPatchBar2Pdb_GSPCLIENT: the roots at bar1PdeBase and
+    bar2PdeBase are GSP-RM's; reported in a usable region, their pages stay out of the heap."""
+    kept = roots(0x3010, 0, 0x5000)
+    assert kept == [(0x3000, SMALL), (0x5000, SMALL)]
+    h = Heap([region(0x1000, 0x8000 - 1)], kept)
+    assert h.ranges == [(0x1000, 0x2000), (0x4000, 0x1000), (0x6000, 0x2000)]
+    got = []
+    while (at := h.take(SMALL)) is not None:
+        got.append(at)
+    assert sorted(got) == [0x1000, 0x2000, 0x4000, 0x6000, 0x7000]
+    assert h.take(0x3000) is None  # no run crosses a kept page
+    with pytest.raises(ValueError, match="keeps back"):
+        h.give(0x3000, SMALL)
+
+
+def test_bar1s_last_page_is_kept_back() -> None:
+    """kbusInitBar1_GM107: BAR 1's VA heap ends a FERMI_SMALL_PAGESIZE short of the BAR."""
+    assert bar1_range(256 * MiB) == (0, 256 * MiB - SMALL)
+    assert bar1_range(0) == (0, 0)

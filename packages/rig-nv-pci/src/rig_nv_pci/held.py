@@ -21,7 +21,7 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import addresses, boot, boot_fsp, chips, fwimage, gspmem, layout, mmu
+from rig_nv_pci import addresses, boot, boot_fsp, chips, fwimage, gspmem, layout, mmu, vidmem
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
@@ -197,6 +197,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
                        # BAR 1's tables under GSP-RM's root (kbusPatchBar1Pdb_GSPCLIENT)
                        bar1=(booted.static.bar1_pde_base, bar1_size),
+                       # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT)
+                       fb_kept=vidmem.roots(booted.static.bar2_pde_base),
                        # GPU addresses from the process's range, Pinned memory at its own
                        # (in 2 MiB huge pages when taken physically, rig_pci.Function.alloc_dma)
                        addresses=reserved, place_dma=lambda n, at: f.alloc_dma(n, at=at),

@@ -222,13 +222,16 @@ class PciPath:
     ``fb_regions`` the FB regions GSP-RM reported (the
     path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
     ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
-    root and the BAR's size (``None``: BAR 1 shows video memory one to one), ``bar_bus(bar,
+    root and the BAR's size (``None``: BAR 1 shows video memory one to one; the root's page is
+    kept out of the heap, the BAR's last page is never mapped), ``bar_bus(bar,
     offset, length)`` and ``dma_bus(dma, offset, length)`` the bus ranges another device
     reaches a BAR's range and DMA memory at, or why not (rig_pci.memory.bus and dma_bus of
     the function; ``None``: the path cannot say, and :meth:`export` answers so), ``on_kept``
     what runs instead of ``on_closed`` at a stop once :meth:`export` handed out bus ranges
     (the GPU stays the process's), ``timer`` BAR 0, whose PTIMER registers the device's clock
-    reads (``Clock.REGISTERS``; ``None``: the path reads no clock). Makes the device,
+    reads (``Clock.REGISTERS``; ``None``: the path reads no clock), ``fb_kept`` FB ranges
+    ``(at, size)`` of whole pages the heap never hands out besides ``bar1``'s root (GSP-RM's
+    BAR 2 root: :func:`rig_nv_pci.vidmem.roots`). Makes the device,
     subdevice, address space and its virtual range at once (and with ``pramin`` the page
     directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
     it made) if the GSP refuses them."""
@@ -250,7 +253,8 @@ class PciPath:
                  dma_bus: Callable[[Dma, int, int], Bus] | None = None,
                  on_kept: Callable[[], None] | None = None,
                  function: Function | None = None, fb_size: int = 0,
-                 timer: mmu.Registers | None = None) -> None:
+                 timer: mmu.Registers | None = None,
+                 fb_kept: Sequence[tuple[int, int]] = ()) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         # the GPU's clock (rig_nv.rm.ReadsClock)
         self._timer = timer
@@ -272,8 +276,9 @@ class PciPath:
         self._addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
         self._place_dma, self._dma_granule = place_dma, dma_granule
         self._place_bar = place_bar
-        # video memory: the path's own heap over the FB regions GSP-RM reported
-        self.heap = Heap(fb_regions)
+        # video memory: the path's own heap over the FB regions GSP-RM reported, less GSP-RM's
+        # BAR 1 root (kbusPatchBar1Pdb_GSPCLIENT) and whatever else ``fb_kept`` names
+        self.heap = Heap(fb_regions, [*fb_kept, *vidmem.roots(bar1[0] if bar1 else 0)])
         self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
         self.ffi = rm_ffi(rm.layouts)
         client = rm.client
@@ -318,7 +323,8 @@ class PciPath:
                 if bar1 is not None:
                     root, size = bar1
                     self.bar1_tables = tables(root)
-                    self._bar1_addresses = Addresses(0, size)
+                    # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
+                    self._bar1_addresses = Addresses(*vidmem.bar1_range(size))
             self._rm.channels = ChannelMemory(
                 name, self.ffi, take_fb=self._take_fb, give_fb=self._give_fb,
                 zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,

@@ -14,6 +14,27 @@ IS_GSP_CLIENT branch sends memdescGetPteArraySize entries).
 
 The allocator here is first fit, aligned to 4 KiB or 2 MiB as the mapping's page size asks;
 every block is contiguous (the path's regions are described by their first page).
+
+What is kept back beyond the reserved and protected regions (open-gpu-kernel-modules 595.45.04):
+
+- GSP-RM's BAR 1 and BAR 2 roots: kern_bus.c kbusPatchBar1Pdb_GSPCLIENT and
+  kbusPatchBar2Pdb_GSPCLIENT describe the root at GspStaticConfigInfo.bar1PdeBase /
+  bar2PdeBase as GSP-RM's and put it in place of CPU-RM's own, so those pages are never
+  heap memory; the path keeps their whole 4 KiB pages out of the heap (:func:`roots`) should
+  GSP-RM ever report one inside a usable region (the simulated GSP-RM, like every report seen
+  so far, puts them in a reserved one).
+- BAR 1's last 4 KiB page: kern_bus_gm107.c kbusInitBar1_GM107 shrinks the BAR 1 VA heap by
+  FERMI_SMALL_PAGESIZE ("host overfetch bug WAR (Bug 529932/525381)") before anything is
+  mapped, so no BAR 1 mapping ever ends on the BAR's last page (:func:`bar1_range`).
+
+CPU-RM's own reserved region (mem_mgr_gm107.c memmgrInitReservedMemory_GM107: an
+bInternalHeap region carved from the top of the last usable region, sized by
+memmgrPreInitReservedMemory_GM107 as 64 KiB of display instance memory on a GSP client with
+a display, the BAR 1 and BAR 2 instance blocks and the BAR 2 page tables) is not kept back:
+it holds CPU-RM's own structures, which this path does not make (it writes its tables through
+PRAMIN, not BAR 2, and GSP-RM binds BAR 1 under its own root). PMA serves clients only
+regions neither bInternalHeap nor bRsvdRegion (mem_mgr.c memmgrPmaRegisterRegions_IMPL),
+which is :func:`usable` here less that region.
 """
 
 from __future__ import annotations
@@ -68,6 +89,38 @@ class Addresses:
         self.free = merged
 
 
+def roots(*bases: int) -> list[tuple[int, int]]:
+    """The whole 4 KiB pages ``(at, size)`` of GSP-RM's BAR roots at ``bases`` (its
+    bar1PdeBase, bar2PdeBase; kbusPatchBar1Pdb_GSPCLIENT, kbusPatchBar2Pdb_GSPCLIENT): FB
+    the heap never hands out. A base of 0 (none reported) is no root."""
+    return [(b // SMALL * SMALL, SMALL) for b in bases if b]
+
+
+def bar1_range(size: int) -> tuple[int, int]:
+    """The BAR 1 offsets ``[0, limit)`` the path maps of a BAR 1 of ``size`` bytes: all but
+    its last 4 KiB page, which kbusInitBar1_GM107 (kern_bus_gm107.c) takes out of BAR 1's VA
+    heap for the host overfetch WAR (bugs 529932/525381)."""
+    return 0, max(size - SMALL, 0)
+
+
+def without(ranges: Iterable[tuple[int, int]],
+            kept: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``ranges`` ``(at, size)`` less every range of ``kept``."""
+    out = [r for r in ranges if r[1] > 0]
+    for k, kn in kept:
+        nxt = []
+        for at, n in out:
+            if k + kn <= at or at + n <= k:
+                nxt.append((at, n))
+                continue
+            if k > at:
+                nxt.append((at, k - at))
+            if k + kn < at + n:
+                nxt.append((k + kn, at + n - k - kn))
+        out = nxt
+    return out
+
+
 def usable(regions: Sequence[FbRegion]) -> list[tuple[int, int]]:
     """The heap's ranges ``(at, size)`` of ``regions``: neither reserved nor protected
     (memmgrInitBaseFbRegions_FWCLIENT), whole 4 KiB pages."""
@@ -84,10 +137,13 @@ def usable(regions: Sequence[FbRegion]) -> list[tuple[int, int]]:
 
 class Heap:
     """Video memory's free blocks, first fit: :meth:`take` a block of whole pages aligned to
-    ``align``, :meth:`give` it back."""
+    ``align``, :meth:`give` it back. ``kept``: ranges ``(at, size)`` of whole pages never
+    handed out (:func:`roots`)."""
 
-    def __init__(self, regions: Sequence[FbRegion]) -> None:
-        self.ranges = usable(regions)
+    def __init__(self, regions: Sequence[FbRegion],
+                 kept: Iterable[tuple[int, int]] = ()) -> None:
+        self.kept = list(kept)
+        self.ranges = without(usable(regions), self.kept)
         self.size = sum(n for _, n in self.ranges)
         self._free = Addresses.of(self.ranges)
 
@@ -102,4 +158,6 @@ class Heap:
         return self._free.take(size, max(align, SMALL))
 
     def give(self, at: int, size: int) -> None:
+        if any(at < k + kn and k < at + size for k, kn in self.kept):
+            raise ValueError(f"0x{at:x}+0x{size:x} is FB the heap keeps back")
         self._free.give(at, size)

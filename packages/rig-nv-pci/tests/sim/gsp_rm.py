@@ -118,6 +118,11 @@ NV01_DEVICE_0 = 0x80  # cl0080.h
 LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvos.h)
 RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
 BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
+BAR2_PDB = RESERVED - 0x2000  # GSP-RM's BAR 2 root (GspStaticConfigInfo.bar2PdeBase), in it
+# kern_bus_gm107.c kbusInitBar1_GM107: "Reduce BAR1 VA space by FERMI_SMALL_PAGESIZE for host
+# overfetch bug WAR (Bug 529932/525381)"; FERMI_SMALL_PAGESIZE (fermi_dma.h) is RM_PAGE_SIZE,
+# 4 KiB: no BAR 1 mapping lies in the BAR's last 4 KiB
+BAR1_OVERFETCH_PAD = 0x1000
 PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
 USERMODE_BAR0 = 0xB80000 + 0x30000  # dev_vm.h NV_VIRTUAL_FUNCTION in the PF's VREG view
@@ -247,7 +252,7 @@ class SimRm:
         usable, protected."""
         top = self.fb_size - 1
         out: dict[str, int | bytes] = {"fbRegionInfoParams.numFBRegions": 3,
-                                       "bar1PdeBase": BAR1_PDB}
+                                       "bar1PdeBase": BAR1_PDB, "bar2PdeBase": BAR2_PDB}
         for i, (base, limit, reserved, protected) in enumerate((
                 (0, RESERVED - 1, RESERVED, 0), (RESERVED, top - PROTECTED, 0, 0),
                 (top - PROTECTED + 1, top, 0, 1))):
@@ -256,6 +261,16 @@ class SimRm:
                         r + "performance": 0xFF, r + "supportCompressed": int(i == 1),
                         r + "supportISO": int(i == 1), r + "bProtected": protected})
         return out
+
+    def bar1_overfetch_mapped(self, root: int = BAR1_PDB) -> bool:
+        """Whether BAR 1's last 4 KiB, which CPU-RM never maps (kbusInitBar1_GM107's host
+        overfetch WAR), is mapped through the BAR 1 tables under ``root``."""
+        try:
+            gmmu.translate(self._read64, root, self.bar1_size - BAR1_OVERFETCH_PAD,
+                           self.version)
+        except gmmu.MmuFault:
+            return False
+        return True
 
     def usable(self, at: int, n: int) -> bool:
         return at >= RESERVED and at + n <= self.fb_size - PROTECTED
