@@ -24,6 +24,14 @@ PB_LIMIT = 1 << 40
 GP_LEVEL_SUBROUTINE = 1 << 41
 
 
+def entry_at(address: int, ndwords: int) -> int:
+    """The GPFIFO entry naming ``ndwords`` words of commands at GPU ``address`` (clc86f.h
+    NVC86F_GP_ENTRY0/1). Raises ValueError unless they lie word-aligned below 2^40."""
+    if address + ndwords * 4 > PB_LIMIT or address & 3:
+        raise ValueError("commands must lie word-aligned below 2^40")
+    return address | GP_LEVEL_SUBROUTINE | (ndwords << 42)
+
+
 @dataclass
 class Ring:
     """Host memory the GPU reads: GPU address, host view, length."""
@@ -155,8 +163,11 @@ class Channel:
     def submit_at(self, address: int, ndwords: int, value: int, completed: int = -1) -> None:
         """Send commands already in GPU-readable memory (a step's) as one GPFIFO entry;
         submissions up to ``completed`` are forgotten first (:meth:`retire`)."""
-        if address + ndwords * 4 > PB_LIMIT or address & 3:
-            raise ValueError("commands must lie word-aligned below 2^40")
+        self.submit_entry(entry_at(address, ndwords), value, completed)
+
+    def submit_entry(self, entry: int, value: int, completed: int = -1) -> None:
+        """Send the GPFIFO entry ``entry`` (:func:`entry_at`'s, made once for commands that
+        stay where they are: a sealed step's), as :meth:`submit_at` does."""
         pending, count = self.pending, self.count
         inflight = self.arena.inflight
         while inflight and inflight[0][0] <= completed:
@@ -166,7 +177,7 @@ class Channel:
         while len(pending) >= count - 1:
             self._wait(pending.popleft())
         put = self.put
-        self.entries[put % count] = address | GP_LEVEL_SUBROUTINE | (ndwords << 42)
+        self.entries[put % count] = entry
         self.put = put = put + 1
         self.gpput[0] = put % count
         fence()

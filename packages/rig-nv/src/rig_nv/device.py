@@ -354,7 +354,7 @@ class Device:
             if self._last is compute and self._profile is None:  # the common case
                 value = self._next
                 self._next = value + 1
-                compute.submit_at(step._pb, step._words, value, self._word[0])
+                compute.submit_entry(step._entry, value, self._word[0])
                 point = _new(Point)  # Point(self, value), without the frozen __init__'s calls
                 fields = point.__dict__
                 fields["device"], fields["value"] = self, value

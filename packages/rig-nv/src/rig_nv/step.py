@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from rig_edge import Memory, Misuse, Region, RigError
 from rig_nv import checks, qmd
 from rig_nv import launch as launching
+from rig_nv.channel import entry_at
 from rig_nv.hostmem import view
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
@@ -78,6 +79,7 @@ class Step:
         self._memory: Region | None = None
         self._pb = 0  # GPU address of the commands in the step's memory, once sealed
         self._words = 0  # and their number of words
+        self._entry = 0  # the GPFIFO entry naming them (rig_nv.channel.entry_at)
         self._cmds = array("I")  # the commands, for submissions that copy them
         self._stamped_memory: Region | None = None  # see _stamped
         self._last: Point | None = None
@@ -141,6 +143,7 @@ class Step:
         host[at : at + len(data)] = data
         self._pb = memory.gpu + at
         self._words = len(words)
+        self._entry = entry_at(self._pb, self._words)
         self._cmds = words.words
 
     def _commands(self, base: int, host: memoryview | None) -> Push:
@@ -276,7 +279,7 @@ def submit_after(d: Device, step: Step) -> Point:
         profile.value(value)
     done = d._word[0]
     if not after and stamps is None:
-        compute.submit_at(step._pb, step._words, value, done)
+        compute.submit_entry(step._entry, value, done)
     elif fits:
         words = array("I")
         if after:
@@ -294,7 +297,7 @@ def submit_after(d: Device, step: Step) -> Point:
     else:
         d._wait_value(value - 1)  # done already under a profile
         if stamps is None:
-            compute.submit_at(step._pb, step._words, value, d._word[0])
+            compute.submit_entry(step._entry, value, d._word[0])
         else:
             compute.submit_at(*step._stamped(*stamps), value, d._word[0])
     d._last = compute
