@@ -16,6 +16,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders as fb
 import sim
+from sim import gmmu
 from sim.gsp_rm import SimRm
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig
 from test_open import add_gpu, given_back, here
@@ -242,7 +243,7 @@ def test_a_copy_from_an_address_nothing_maps_is_a_fault_naming_it(ga102: Opened)
     and the fault type, then MMU_FAULT_QUEUED; the device's wait raises the Fault with them."""
     d = ga102.open()
     try:
-        src, dst = d.alloc(0x10000), d.alloc(0x10000)
+        src, dst = d.alloc(0x11000), d.alloc(0x11000)
         assert src is not None and dst is not None
         assert isinstance(d.path, held.PciPath) and d.path.tables is not None
         d.path.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
@@ -652,6 +653,18 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         # its submissions ran through the version-3 page tables the path wrote (PD4 root)
         assert s.version == 3 and s.tlb and not any(
             q.function == 14 for q in firmware.peer.requests)  # no MAP_MEMORY_DMA
+        # random bytes through Device memory of whole 64 KiB, mapped with version-3 big PTEs
+        data = os.urandom(3 << 16)
+        src, dst = d.alloc(len(data)), d.alloc(len(data))
+        assert src is not None and dst is not None and isinstance(d.path, held.PciPath)
+        assert d.path.tables is not None
+        assert gmmu.translate(s._read64, d.path.tables.root, dst.gpu + 0x2_0010, 3).page == (
+            64 << 10)
+        d.upload(src, data).wait(timeout_s=5.0)
+        d.copy(dst, src, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(dst)) == data and s.faults == []
+        d.free(src)
+        d.free(dst)
         d.stop()
         # kgspTeardown_GH100: the GSP unloaded, suspended and halted; WPR2 stays up, so the
         # next open (rig_nv_pci._open) resets the GPU first (a reset the simulated GB202 does

@@ -224,3 +224,68 @@ def test_only_changed_entries_are_written_so_the_servers_stay() -> None:
     t.map(10 << 29, 4 * MiB, lambda o: 0, video=True, kind=6, huge=True)
     assert walk(vram, t.root, (10 << 29) + 5).address == 5
     assert int.from_bytes(vram[server:server + 8], "little") == 0xABCD_0002
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_big_pages_share_a_2m_block_with_4k_pages_through_the_dual_pde(version: int) -> None:
+    """64 KiB pages through the dual PDE's big half (ADDRESS_BIG >> 8), 4 KiB pages through its
+    small half in the same 2 MiB block; a 64 KiB range is one or the other, and unmaps clear
+    each half when its table empties."""
+    fmt = mmu.VER2 if version == 2 else mmu.VER3
+    assert mmu.big_pde(0x20_3000) == 0x20_3000 >> 8 << 4 | 2  # ADDRESS_BIG 53:4, VIDEO 1
+    assert mmu.big_pde3(0x20_3100) == 0x20_3102  # ADDRESS_BIG 51:8 in place
+    vram = bytearray(64 * MiB)
+    pages = list(range(32 * MiB, 64 * MiB, mmu.PAGE))
+
+    def write(fb: int, data: bytes) -> None:
+        vram[fb:fb + len(data)] = data
+
+    t = mmu.PageTables(lambda: pages.pop(0), write, fmt=fmt, give_page=pages.append)
+    before = len(pages)
+
+    def read(fb: int) -> int:
+        return int.from_bytes(vram[fb:fb + 8], "little")
+
+    va = 64 << 30
+    t.map(va, 3 * mmu.BIG_PAGE, lambda o: 8 * MiB + o, video=True, kind=6, huge=False,
+          big=True)
+    t.map(va + 3 * mmu.BIG_PAGE, 0x2000, lambda o: 12 * MiB + o, video=True, kind=6,
+          huge=False)
+    assert gmmu.translate(read, t.root, va + 0x2_1234, version) == (
+        True, 8 * MiB + 0x2_1234, 64 << 10, 6)
+    assert gmmu.translate(read, t.root, va + 0x3_1008, version) == (
+        True, 12 * MiB + 0x1008, 0x1000, 6)
+    with pytest.raises(gmmu.MmuFault, match="not valid"):  # past the 4 KiB pages
+        gmmu.translate(read, t.root, va + 0x3_2000, version)
+    with pytest.raises(mmu.RigError, match="lies in a mapped 64 KiB page"):
+        t.map(va + 0x1_0000, 0x1000, lambda o: 0, video=True, kind=6, huge=False)
+    with pytest.raises(mmu.RigError, match="its 64 KiB has 4 KiB pages mapped"):
+        t.map(va + 3 * mmu.BIG_PAGE, mmu.BIG_PAGE, lambda o: 0, video=True, kind=6,
+              huge=False, big=True)
+    with pytest.raises(mmu.RigError, match="its 2 MiB block has 4 KiB pages mapped"):
+        t.map(va, 2 * MiB, lambda o: 0, video=True, kind=6, huge=True)
+    with pytest.raises(ValueError, match="whole"):
+        t.unmap(va + 0x1000, 0x1000)
+    # the big pages go: the big half is cleared, the small half stays
+    t.unmap(va, 3 * mmu.BIG_PAGE)
+    pd0 = t._pd0(va)
+    at = mmu.index(fmt.pd0, va) * 16
+    lo, hi = mmu.U128.unpack_from(vram, pd0 + at)
+    assert lo == 0 and hi >> 1 & 3 == 1
+    for off in (0, 0x2_0000):
+        with pytest.raises(gmmu.MmuFault):
+            gmmu.translate(read, t.root, va + off, version)
+    assert gmmu.translate(read, t.root, va + 0x3_0000, version).page == 0x1000
+    # 4 KiB pages where the big pages were, and a big page over where 4 KiB ones were
+    t.map(va, 0x1000, lambda o: 16 * MiB, video=True, kind=6, huge=False)
+    assert gmmu.translate(read, t.root, va + 8, version) == (True, 16 * MiB + 8, 0x1000, 6)
+    t.unmap(va, 0x1000)
+    t.unmap(va + 3 * mmu.BIG_PAGE, 0x2000)
+    lo, hi = mmu.U128.unpack_from(vram, pd0 + at)
+    assert lo == hi == 0
+    t.map(va + 3 * mmu.BIG_PAGE, mmu.BIG_PAGE, lambda o: 20 * MiB, video=True, kind=6,
+          huge=False, big=True)
+    assert gmmu.translate(read, t.root, va + 0x3_5000, version) == (
+        True, 20 * MiB + 0x5000, 64 << 10, 6)
+    t.unmap(va, 2 * MiB)
+    assert set(t.shadow) == {t.root} and len(pages) == before

@@ -24,6 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
+from sim import gmmu
 from sim.gsp_rm import CTX_PROPERTIES, GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
 from test_stop import stop, stop_rig
@@ -455,8 +456,6 @@ def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_ph
 def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_root(
     ga102: Booted,
 ) -> None:
-    from sim import gmmu
-
     p, s = ga102.path(), ga102.sim_rm
     assert p.bar1_tables is not None and p.bar1_tables.root == sim.gsp_rm.BAR1_PDB
     a = p.alloc_memory(3 << 20, Memory.MAPPED)
@@ -858,3 +857,27 @@ def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory
         assert a.undo.bar1 + size <= s.bar1_size - SMALL
         assert not a.undo.fb <= usable_root < a.undo.fb + size
         p.free_memory(a)
+
+
+def test_device_and_mapped_memory_of_whole_64k_round_trip_through_big_pages(
+        ga102: Booted) -> None:
+    """Video memory of whole 64 KiB below 2 MiB is mapped with big (64 KiB) PTEs at 64 KiB of
+    the GPU's addresses; random bytes go up, across and back through it."""
+    p, s = ga102.path(), ga102.sim_rm.start()
+    d = rig_nv.make(p)
+    try:
+        data = os.urandom(5 << 16)
+        device = d.alloc(len(data), Memory.DEVICE)
+        mapped = d.alloc(len(data), Memory.MAPPED)
+        assert device is not None and mapped is not None and p.tables is not None
+        for region in (device, mapped):
+            assert region.gpu % (64 << 10) == 0
+            where = gmmu.translate(s._read64, p.tables.root, region.gpu + 0x4_1234, 2)
+            assert where.page == 64 << 10 and where.video
+        d.upload(device, data).wait(timeout_s=5.0)
+        d.copy(mapped, device, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(device)) == data and bytes(d.download(mapped)) == data
+        assert s.faults == []
+    finally:
+        d.stop()
+    assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}

@@ -38,8 +38,22 @@ always video memory, kern_bus_gh100.c), places NV_PRAMIN (0x700000..0x7fffff, de
 over video memory, as RM's kbusMemAccessBar0Window does.
 Every change is followed by a TLB invalidate of the address space (:func:`invalidate`), as
 kgmmuInvalidateTlb_GM107 and kgmmuCommitTlbInvalidate_TU102 do it through the PF's
-virtual-function registers; a table an unmap empties is given back after it. Big (64 KiB)
-pages are not built.
+virtual-function registers; a table an unmap empties is given back after it.
+
+Big (64 KiB) pages (``map(..., big=True)``): the dual PDE's big half names a big-page table
+of 32 8-byte PTEs (address bits 20:16), in the PTE format above, each a 64 KiB page.
+Version 2 (pascal/gp100/dev_mmu.h, which Ampere's and Ada's manuals keep):
+NV_MMU_VER2_DUAL_PDE_APERTURE_BIG 2:1, VOL_BIG 3:3, ADDRESS_BIG_SYS 53:4 with
+ADDRESS_BIG_SHIFT 8 (the table's address >> 8); version 3 (hopper/gh100/dev_mmu.h):
+NV_MMU_VER3_DUAL_PDE_APERTURE_BIG 2:1, PCF_BIG 5:3 (0: valid, cached, ATS allowed),
+ADDRESS_BIG 51:8 with ADDRESS_BIG_SHIFT 8 (so the address in place). The MMU takes a valid big
+PTE; one not valid and otherwise zero (version 2: neither VOL, sparse, nor PRIVILEGE 5:5, which
+"tells the MMU to ignore corresponding SPTEs", nouveau vmmgp100.c gp100_vmm_lpt_invalid;
+version 3: NV_MMU_VER3_PTE_PCF_INVALID 0, not SPARSE 1 or NO_VALID_4KB_PAGE 3) sends it to the
+small-page table, as nouveau's nvkm_vmm_ref_sptes clears an LPTE "to tell the MMU to check the
+SPTEs". So a 64 KiB range is mapped either by its big PTE or by its 4 KiB PTEs, never both: a
+map over the other kind raises, and an unmap writes zero. Each big-page table takes a whole
+4 KiB page of video memory (256 bytes of it used).
 """
 
 from __future__ import annotations
@@ -51,7 +65,7 @@ from typing import NamedTuple, Protocol
 
 from rig_edge import RigError
 
-PAGE, HUGE_PAGE = 4 << 10, 2 << 20
+PAGE, BIG_PAGE, HUGE_PAGE = 4 << 10, 64 << 10, 2 << 20
 
 
 class Level(NamedTuple):
@@ -64,6 +78,7 @@ class Level(NamedTuple):
 PD3, PD2, PD1, PD0, PT = (Level("PD3", 47, 4, 8), Level("PD2", 38, 512, 8),
                           Level("PD1", 29, 512, 8), Level("PD0", 21, 256, 16),
                           Level("PT", 12, 512, 8))
+PT_BIG = Level("PT big", 16, 32, 8)  # 64 KiB pages: 2 MiB / 64 KiB entries
 DIRECTORIES = (PD3, PD2, PD1)
 
 # NV_MMU_VER2_PDE_APERTURE / NV_MMU_VER2_DUAL_PDE_APERTURE_SMALL values
@@ -107,6 +122,19 @@ def index(level: Level, va: int) -> int:
 
 
 ADDRESS_51_12 = (1 << 52) - (1 << 12)  # NV_MMU_VER3_PDE_ADDRESS / NV_MMU_VER3_PTE_ADDRESS
+ADDRESS_51_8 = (1 << 52) - (1 << 8)  # NV_MMU_VER3_DUAL_PDE_ADDRESS_BIG (ADDRESS_BIG_SHIFT 8)
+
+
+def big_pde(address: int) -> int:
+    """A version-2 dual PDE's big half (bits 63:0) naming the big-page table at video memory
+    ``address``: APERTURE_BIG VIDEO_MEMORY, VOL_BIG 0, ADDRESS_BIG 53:4 (``address >> 8``)."""
+    return PDE_VIDEO << 1 | (address >> 8) << 4
+
+
+def big_pde3(address: int) -> int:
+    """A version-3 dual PDE's big half: APERTURE_BIG VIDEO_MEMORY, PCF_BIG 0, ADDRESS_BIG 51:8
+    (``address >> 8``, so in place)."""
+    return PDE_VIDEO << 1 | address & ADDRESS_51_8
 
 
 def pde3(address: int) -> int:
@@ -129,7 +157,8 @@ NV_XAL_EP_BAR0_WINDOW = 0x0010FD40  # pri_nv_xal_ep.h: BASE 22:0 (>> 16), video 
 
 class Format(NamedTuple):
     """A page-table format: its directories above PD0 (root first), PD0, PT, how entries
-    are made and where a PDE's address lies, and the BAR 0 window register of its chips."""
+    are made and where a PDE's address lies, the BAR 0 window register of its chips, and how
+    a dual PDE's big half is made and where its address lies."""
 
     name: str
     directories: tuple[Level, ...]
@@ -139,12 +168,16 @@ class Format(NamedTuple):
     pte: Callable[..., int]
     pde_address: Callable[[int], int]
     window: int
+    big_pde: Callable[[int], int]
+    big_pde_address: Callable[[int], int]
 
 
 VER2 = Format("version 2", DIRECTORIES, PD0, PT, pde, pte,
-              lambda e: (e >> 8 & (1 << 46) - 1) << 12, NV_PBUS_BAR0_WINDOW)
+              lambda e: (e >> 8 & (1 << 46) - 1) << 12, NV_PBUS_BAR0_WINDOW,
+              big_pde, lambda e: (e >> 4 & (1 << 50) - 1) << 8)
 VER3 = Format("version 3", (Level("PD4", 56, 2, 8), Level("PD3", 47, 512, 8), PD2, PD1),
-              PD0, PT, pde3, pte3, lambda e: e & ADDRESS_51_12, NV_XAL_EP_BAR0_WINDOW)
+              PD0, PT, pde3, pte3, lambda e: e & ADDRESS_51_12, NV_XAL_EP_BAR0_WINDOW,
+              big_pde3, lambda e: e & ADDRESS_51_8)
 
 
 class Registers(Protocol):
@@ -320,80 +353,137 @@ class PageTables:
             table = self._next(table, level, va)
         return table
 
+    def _small_mapped(self, pt: int, va: int) -> bool:
+        """Whether the small-page table ``pt`` maps any 4 KiB page of ``va``'s 64 KiB."""
+        first = index(self.fmt.pt, va & -BIG_PAGE) * self.fmt.pt.entry_size
+        return any(U64.unpack_from(self.shadow[pt], first + 8 * i)[0] & 1
+                   for i in range(BIG_PAGE // PAGE))
+
     def map(self, va: int, size: int, address: Callable[[int], int], *, video: bool,
-            kind: int, huge: bool, coherent: bool = True, volatile: bool = False) -> None:
+            kind: int, huge: bool, big: bool = False, coherent: bool = True,
+            volatile: bool = False) -> None:
         """Map ``[va, va+size)`` to the pages ``address(offset)`` gives, 2 MiB pages if
-        ``huge`` (``coherent`` and ``volatile`` as :func:`pte` takes them). Raises
-        :class:`rig_edge.RigError` where video memory has no room for a table (the entries
-        written so far stay: :meth:`unmap` clears them)."""
-        step = HUGE_PAGE if huge else PAGE
+        ``huge``, else 64 KiB (big) pages if ``big``, else 4 KiB pages (``coherent`` and
+        ``volatile`` as :func:`pte` takes them). Raises :class:`rig_edge.RigError` where video
+        memory has no room for a table, or where a page lies over one of another size already
+        mapped (the entries written so far stay: :meth:`unmap` clears them)."""
+        step = HUGE_PAGE if huge else BIG_PAGE if big else PAGE
         if va % step or size % step:
             raise ValueError(f"0x{size:x} bytes at 0x{va:x} are not whole 0x{step:x} pages")
+        fmt = self.fmt
         try:
             for off in range(0, size, step):
-                entry = self.fmt.pte(address(off), video=video, kind=kind, coherent=coherent,
-                                     volatile=volatile)
-                pd0 = self._pd0(va + off)
-                at = index(self.fmt.pd0, va + off) * self.fmt.pd0.entry_size
+                v = va + off
+                entry = fmt.pte(address(off), video=video, kind=kind, coherent=coherent,
+                                volatile=volatile)
+                pd0 = self._pd0(v)
+                at = index(fmt.pd0, v) * fmt.pd0.entry_size
                 lo, hi = U128.unpack_from(self.shadow[pd0], at)
+                big_table = fmt.big_pde_address(lo) if not lo & 1 and lo >> 1 & 3 else None
                 if huge:
-                    if hi >> 1 & 3:  # an unmap frees a PT once empty: this one maps pages
-                        raise RigError(f"0x{va + off:x}: its 2 MiB block has 4 KiB pages mapped")
-                    self._set(pd0, at, U128.pack(entry, 0))
+                    if hi >> 1 & 3 or big_table is not None:  # an unmap frees emptied tables
+                        raise RigError(f"0x{v:x}: its 2 MiB block has "
+                                       f"{'4' if hi >> 1 & 3 else '64'} KiB pages mapped")
+                    self._set(pd0, at, U64.pack(entry))
                     continue
                 if lo & 1:
-                    raise RigError(f"0x{va + off:x} lies in a mapped 2 MiB page")
+                    raise RigError(f"0x{v:x} lies in a mapped 2 MiB page")
+                if big:
+                    if hi >> 1 & 3 and self._small_mapped(fmt.pde_address(hi), v):
+                        raise RigError(f"0x{v:x}: its 64 KiB has 4 KiB pages mapped")
+                    if big_table is None:
+                        big_table = self._table()
+                        self._set(pd0, at, U64.pack(fmt.big_pde(big_table)))  # bits 63:0
+                    self._set(big_table, index(PT_BIG, v) * PT_BIG.entry_size, U64.pack(entry))
+                    continue
+                if big_table is not None and U64.unpack_from(
+                        self.shadow[big_table], index(PT_BIG, v) * PT_BIG.entry_size)[0] & 1:
+                    raise RigError(f"0x{v:x} lies in a mapped 64 KiB page")
                 if not hi >> 1 & 3:
                     pt = self._table()
-                    self._set(pd0, at, U128.pack(0, self.fmt.pde(pt)))
+                    self._set(pd0, at + 8, U64.pack(fmt.pde(pt)))  # bits 127:64
                 else:
-                    pt = self.fmt.pde_address(hi)
-                self._set(pt, index(self.fmt.pt, va + off) * self.fmt.pt.entry_size,
-                          U64.pack(entry))
+                    pt = fmt.pde_address(hi)
+                self._set(pt, index(fmt.pt, v) * fmt.pt.entry_size, U64.pack(entry))
         finally:
             self._flush()
             if self._invalidate is not None:
                 self._invalidate(self.root, False)
 
-    def unmap(self, va: int, size: int, *, huge: bool) -> None:
-        """Clear the PTEs of ``[va, va+size)``; a table left empty is cleared from the level
-        above and its page given back once the TLB is invalidated (never the directories
-        handed to GSP-RM: :meth:`directory`'s)."""
-        step = HUGE_PAGE if huge else PAGE
+    def unmap(self, va: int, size: int, *, huge: bool = False) -> None:
+        """Clear the PTEs of ``[va, va+size)``, whatever their size (read from the tables;
+        ``huge`` is not needed; a page only partly in the range raises ``ValueError``, the
+        pages before it cleared); a table left empty is cleared from its half of the dual PDE
+        or the level above and its page given back once the TLB is invalidated (never the
+        directories handed to GSP-RM: :meth:`directory`'s)."""
+        fmt = self.fmt
         emptied: list[int] = []
-        for off in range(0, size, step):
-            path: list[tuple[int, int]] = []  # (table, entry offset) from the root down
-            table = self.root
-            for level in self.fmt.directories:
-                at = index(level, va + off) * level.entry_size
-                (entry,) = U64.unpack_from(self.shadow[table], at)
-                if not entry >> 1 & 3:
-                    break
-                path.append((table, at))
-                table = self.fmt.pde_address(entry)
-            else:
-                at = index(self.fmt.pd0, va + off) * self.fmt.pd0.entry_size
-                _, hi = U128.unpack_from(self.shadow[table], at)
-                if huge:
-                    self._set(table, at, U128.pack(0, hi))
-                elif hi >> 1 & 3:
-                    pt = self.fmt.pde_address(hi)
-                    self._set(pt, index(self.fmt.pt, va + off) * self.fmt.pt.entry_size,
-                              U64.pack(0))
-                    if self.shadow[pt] == ZERO_PAGE:
-                        self._set(table, at, U128.pack(0, 0))
-                        emptied.append(pt)
-                for above, at in reversed(path):  # PD0, then the directories, while empty
-                    if (self.shadow[table] != ZERO_PAGE or table in self.pinned
-                            or table in self.shadow.foreign):
+        try:
+            off = 0
+            while off < size:
+                v = va + off
+                path: list[tuple[int, int]] = []  # (table, entry offset) from the root down
+                table = self.root
+                for level in fmt.directories:
+                    at = index(level, v) * level.entry_size
+                    (entry,) = U64.unpack_from(self.shadow[table], at)
+                    if not entry >> 1 & 3:  # nothing mapped to the end of this entry's span
+                        off += (1 << level.shift) - v % (1 << level.shift)
                         break
-                    self._set(above, at, U64.pack(0))
-                    emptied.append(table)
-                    table = above
-        self._flush()
-        if self._invalidate is not None:
-            self._invalidate(self.root, True)
-        for page in emptied:  # unreachable and no longer in any TLB: given back
-            del self.shadow[page]
-            self._dirty.pop(page, None)
-            self._give(page)
+                    path.append((table, at))
+                    table = fmt.pde_address(entry)
+                else:
+                    off += self._unmap_at(table, v, va + size, emptied)
+                    for above, at in reversed(path):  # PD0, then the directories, while empty
+                        if (self.shadow[table] != ZERO_PAGE or table in self.pinned
+                                or table in self.shadow.foreign):
+                            break
+                        self._set(above, at, U64.pack(0))
+                        emptied.append(table)
+                        table = above
+        finally:
+            self._flush()
+            if self._invalidate is not None:
+                self._invalidate(self.root, True)
+            for page in emptied:  # unreachable and no longer in any TLB: given back
+                del self.shadow[page]
+                self._dirty.pop(page, None)
+                self._give(page)
+
+    def _unmap_at(self, pd0: int, va: int, end: int, emptied: list[int]) -> int:
+        """Clear the page that maps ``va`` under ``pd0`` (its 2 MiB PTE, big PTE or small
+        PTE), and a page table it leaves empty from its half of the dual PDE (into
+        ``emptied``): the bytes from ``va`` to where the next page may start. Raises
+        ``ValueError`` for a page not wholly in ``[va, end)``."""
+
+        def whole(page: int) -> int:
+            if va % page or end - va < page:
+                raise ValueError(f"0x{va:x}..0x{end:x} does not cover the whole 0x{page:x} "
+                                 "page mapped there")
+            return page
+        fmt = self.fmt
+        at = index(fmt.pd0, va) * fmt.pd0.entry_size
+        lo, hi = U128.unpack_from(self.shadow[pd0], at)
+        if lo & 1:  # a 2 MiB page
+            step = whole(HUGE_PAGE)
+            self._set(pd0, at, U64.pack(0))
+            return step
+        if lo >> 1 & 3:
+            big_table = fmt.big_pde_address(lo)
+            big_at = index(PT_BIG, va) * PT_BIG.entry_size
+            if U64.unpack_from(self.shadow[big_table], big_at)[0] & 1:
+                step = whole(BIG_PAGE)
+                self._set(big_table, big_at, U64.pack(0))  # not valid: the small PTEs count
+                if self.shadow[big_table] == ZERO_PAGE:
+                    self._set(pd0, at, U64.pack(0))
+                    emptied.append(big_table)
+                return step
+        if not hi >> 1 & 3:
+            span = BIG_PAGE if lo >> 1 & 3 else HUGE_PAGE
+            return span - va % span
+        pt = fmt.pde_address(hi)
+        self._set(pt, index(fmt.pt, va) * fmt.pt.entry_size, U64.pack(0))
+        if self.shadow[pt] == ZERO_PAGE:
+            self._set(pd0, at + 8, U64.pack(0))
+            emptied.append(pt)
+        return PAGE - va % PAGE

@@ -142,7 +142,7 @@ USERMODE_SIZE = 0x10000
 # 0x30080, _TIME_1 0x30084, at the virtual registers' offset; see the module's docstring)
 PTIMER_TIME_0 = USERMODE_BAR0 + 0x80
 PTIMER_TIME_1 = USERMODE_BAR0 + 0x84
-HUGE, SMALL = 2 << 20, 4 << 10
+HUGE, BIG, SMALL = 2 << 20, 64 << 10, 4 << 10
 
 # The server RM's part of every address space (g_gpu_vaspace_nvoc.h
 # SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
@@ -365,17 +365,17 @@ class PciPath:
 
     def _map(self, handle: int, size: int, va: int, huge: bool,
              address: Callable[[int], int], video: bool, *, kind: int | None = None,
-             coherent: bool = True, volatile: bool = False) -> None:
+             coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
         """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
         offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory;
         ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.mmu.PageTables.map`
         takes them, the kind GENERIC for video memory and PITCH for system memory by
-        default), else by the GSP."""
+        default; in 64 KiB pages where ``big`` and not ``huge``), else by the GSP."""
         if self.tables is not None:
             if kind is None:
                 kind = vidmem.KIND_GENERIC if video else mmu.KIND_PITCH
             with self._tables_lock:
-                self.tables.map(va, size, address, video=video, huge=huge, kind=kind,
+                self.tables.map(va, size, address, video=video, huge=huge, big=big, kind=kind,
                                 coherent=coherent, volatile=volatile)
             return
         payload = rpc.encode_map_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
@@ -416,13 +416,13 @@ class PciPath:
                           rpc.result_status(reply.result))
         return handle
 
-    def _vidmem(self, size: int, huge: bool) -> tuple[int, int] | None:
+    def _vidmem(self, size: int, align: int) -> tuple[int, int] | None:
         """Video memory from the path's heap, registered with the GSP as CPU-RM registers its
         heap's memory (memRegisterWithGsp_IMPL: ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM, one
         PTE for contiguous memory): its handle and FB offset; ``None`` when the heap is
         full."""
         with self._lock:
-            at = self.heap.take(size, HUGE if huge else SMALL)
+            at = self.heap.take(size, align)
         if at is None:
             return None
         handle = self._rm.new_handle()
@@ -482,7 +482,10 @@ class PciPath:
         memory have no room."""
         size = page_rounded(n, kind)
         huge = size >= HUGE and kind is not Memory.PINNED
-        align = HUGE if huge else SMALL
+        # video memory of whole 64 KiB in big pages, at 64 KiB of the GPU's addresses and
+        # of video memory, as RM maps it (mmu.py)
+        big = not huge and kind is not Memory.PINNED and size % BIG == 0
+        align = HUGE if huge else BIG if big else SMALL
         place = self._place_dma if kind is Memory.PINNED else None
         if place is not None:  # the whole granules the memory comes in, at its GPU address
             size = -(-size // self._dma_granule) * self._dma_granule
@@ -507,7 +510,7 @@ class PciPath:
                                    f"0x{host:x}")
                 handle = self._describe(dma, size)
             else:
-                made = self._vidmem(size, huge)  # every heap block is contiguous
+                made = self._vidmem(size, align)  # every heap block is contiguous
                 if made is None:
                     self._give_va(va, size)
                     return None
@@ -531,7 +534,7 @@ class PciPath:
                                               channels.NV_MEMORY_CACHED)
             else:
                 fb = fb_offset
-                self._map(handle, size, va, huge, lambda o: fb + o, True)
+                self._map(handle, size, va, huge, lambda o: fb + o, True, big=big)
                 self._placed[handle] = Placed(channels.ADDR_FBMEM, lambda o: fb + o, size,
                                               channels.NV_MEMORY_UNCACHED)
         except BaseException as e:
