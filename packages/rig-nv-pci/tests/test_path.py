@@ -632,24 +632,12 @@ def test_the_compute_objects_context_buffers_are_promoted_to_gsp_rm_first(
 
 def test_the_simulated_gsp_refuses_a_compute_object_without_promoted_buffers(
         ga102: Booted) -> None:
-    from rig_nv import classes as cls
-    from rig_nv.layouts import Params
-
     p = ga102.path()
     held = p.rm.channels
     assert held is not None
-    tsg = p.rm.new_handle()
-    p.rm.alloc(p.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
-               Params(p.ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=1).buf)
-    area = p.alloc_memory(2 << 20, Memory.MAPPED)
-    notifier = p.alloc_notifier()
-    assert area is not None
-    asked = Params(p.ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
-                   gpFifoOffset=area.gpu, gpFifoEntries=0x400)
-    asked.p.hUserdMemory[0] = area.handle
-    asked.p.userdOffset[0] = 0x2000
+    tsg, asked = _channel_kit(p, 1)  # NV2080_ENGINE_TYPE_GRAPHICS
     channel = p.rm.new_handle()
-    p.rm.alloc(tsg, channel, 0xC56F, asked.buf)
+    p.rm.alloc(tsg, channel, 0xC56F, asked)
     with pytest.raises(RMError) as e:  # straight to the GSP: nothing promoted
         p.rm.rpc_rm.alloc(channel, p.rm.new_handle(), 0xC7C0)
     assert e.value.status == 0x40
