@@ -40,6 +40,7 @@ def locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "locks"
     d.mkdir()
     monkeypatch.setattr(lock, "directory", lambda: d)
+    monkeypatch.setattr(rig_nv_pci, "_lost", set())  # the GPUs a failed reset lost
     return d
 
 
@@ -120,6 +121,7 @@ def test_attach_stops_when_wpr2_stays_up(tmp_path: Path) -> None:
     )
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]  # and nothing more
     assert not lock.held(machine, BUS)
+    assert rig_nv_pci._lost == {(machine.name, BUS)}  # a failed reset: the next open resets
 
 
 def test_attach_refuses_while_an_open_holds_it(tmp_path: Path) -> None:
@@ -171,10 +173,12 @@ def test_reset_fails_when_wpr2_stays_up_even_on_a_chip_it_does_not_boot(tmp_path
         f"{name(tmp_path)}: its protected memory (WPR2) is still up after its reset "
         "(NV_PFB_PRI_MMU_WPR2_ADDR_HI reads 0x00000010)"
     )
-    # A reset that takes it down succeeds.
+    assert rig_nv_pci._lost == {(machine.name, BUS)}  # a failed reset loses the GPU
+    # A reset that takes it down succeeds, and the GPU is lost no more.
     dev = tmp_path / "sys/bus/pci/devices" / BUS
     sysfs.on_reset = lambda bus: poke(dev, WPR2_HI, 0)
     rig_nv_pci.reset(0, machine)
+    assert rig_nv_pci._lost == set()
 
 
 def test_reset_refuses_what_this_process_or_another_open_holds(tmp_path: Path) -> None:
@@ -308,3 +312,60 @@ def test_a_callback_right_after_the_lock_is_taken_runs_its_change_whole_first(
     rig_nv_pci.reset(0, machine)
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")] * 2
     assert not lock.held(machine, BUS) and not lock._serial.inside
+
+
+# ---- every Error of the spec, named with the GPU ----------------------------------------------
+
+
+def test_each_change_is_an_error_naming_the_gpu_when_the_functions_cannot_be_listed(
+    tmp_path: Path,
+) -> None:
+    """The spec (Changes to the machine): "Each returns Error why if the machine's PCI
+    functions cannot be listed", naming the GPU, then the reason, having written nothing."""
+    from rig_pci import Machine
+    from rig_pci.listing import FunctionInfo
+    from rig_pci.testing import FixtureSysfs
+
+    class Unlistable(FixtureSysfs):
+        def functions(self) -> list[FunctionInfo]:
+            raise RigError("the machine's PCI functions cannot be listed: Too many open files")
+
+    sysfs = Unlistable(tmp_path)
+    machine = Machine(sysfs)
+    for change in (rig_nv_pci._detach, rig_nv_pci._attach,
+                   lambda m, i: rig_nv_pci.reset(i, m)):
+        with pytest.raises(RigError) as e:
+            change(machine, 0)
+        assert str(e.value) == (
+            f"GPU 0 of the machine at {tmp_path}: the machine at {tmp_path}'s PCI functions "
+            "cannot be listed: Too many open files"
+        )
+    assert sysfs.writes == [] and not lock.held(machine, BUS)
+
+
+def test_attach_refuses_no_gpu_i_saying_how_many(tmp_path: Path) -> None:
+    """The spec: attach is Error why if there is no GPU i."""
+    add_gpu(tmp_path, override="none")
+    machine, sysfs = fixture_machine(tmp_path)
+    with pytest.raises(RigError) as e:
+        rig_nv_pci._attach(machine, 1)
+    assert str(e.value) == (
+        f"GPU 1 of the machine at {tmp_path}: the machine at {tmp_path} has no GPU 1 (it has 1)"
+    )
+    assert sysfs.writes == []
+
+
+def test_attach_of_a_gpu_linux_cannot_reset_names_the_gpu_and_gives_nothing_back(
+    tmp_path: Path,
+) -> None:
+    """The spec: attach resets first as reset does, and is Error as Rig_pci.Driver.attach
+    among its failed resets: a GPU Linux has no reset for is not given to its driver."""
+    dev = add_gpu(tmp_path, override="none")
+    (dev / "reset").unlink()
+    machine, sysfs = fixture_machine(tmp_path)
+    sysfs.native[BUS] = "nvidia"
+    with pytest.raises(RigError) as e:
+        rig_nv_pci._attach(machine, 0)
+    assert str(e.value) == f"{name(tmp_path)}: it cannot be reset: Linux has no reset for it"
+    assert sysfs.writes == [] and machine.function(BUS).driver is None
+    assert not lock.held(machine, BUS)

@@ -399,3 +399,42 @@ def test_wpr2_up_is_reset_and_refused_if_it_stays_up(
         "has no reset for it"
     )
     given_back(machine)
+
+
+def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec: "A GPU [...] whose reset has failed, is lost, and its next open resets it
+    first." reset's function reset goes through but the GPU does not respond after it; once
+    it answers again (WPR2 down), the next open resets it before going on. A reset Linux has
+    none for changed nothing, and loses nothing."""
+    import rig_nv_pci
+
+    monkeypatch.setattr(rig_nv_pci, "_lost", set())
+    machine, sysfs = here(tmp_path)
+    dev = add_gpu(tmp_path)
+    fw = fake_firmware(tmp_path, "ga102", monkeypatch)
+    config = (dev / "config").read_bytes()
+
+    def gone(bus: str) -> None:
+        with open(dev / "config", "r+b") as f:
+            f.write(b"\xff\xff")
+
+    sysfs.on_reset = gone
+    with pytest.raises(RigError, match="it does not respond after its reset"):
+        rig_nv_pci.reset(0, machine)
+    given_back(machine)
+    (dev / "config").write_bytes(config)  # it answers again
+    sysfs.on_reset = None
+    writes = len(sysfs.writes)
+    assert "not laid out as its format says" in refusal(machine, firmware=[fw])
+    assert sysfs.writes[writes:] == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
+    # the GPU so reset stays reset: the next open resets it no more
+    assert "not laid out as its format says" in refusal(machine, firmware=[fw])
+    assert len(sysfs.writes) == writes + 1
+    # a GPU Linux has no reset for: reset changed nothing and the GPU is not lost
+    (dev / "reset").unlink()
+    with pytest.raises(RigError, match="Linux has no reset for it"):
+        rig_nv_pci.reset(0, machine)
+    assert "not laid out as its format says" in refusal(machine, firmware=[fw])
+    assert rig_nv_pci._lost == set()

@@ -407,8 +407,16 @@ def _attach(machine: Machine, i: int) -> None:
         name = _name(i, machine, bus)
         _not_held(machine, bus, name)
         held = _lock(machine, bus, name)
+
+        def after_reset(f: Function) -> None:
+            try:
+                _wpr2_down_after_reset(f)
+            except RigError:
+                _lost.add((machine.name, bus))  # a failed reset loses the GPU (the spec)
+                raise
+
         try:
-            driver.attach(machine, bus, after_reset=_wpr2_down_after_reset)
+            driver.attach(machine, bus, after_reset=after_reset)
         except RigError as e:
             raise RigError(f"{name}: {_reason(e, bus)}") from e
         finally:
@@ -421,7 +429,8 @@ def attach(i: int) -> None:
 
     Raises :class:`rig_edge.RigError` naming the GPU if the machine's PCI functions cannot be
     listed, there is no GPU i, this process or another's open holds it, its reset fails or
-    leaves its protected memory (WPR2) up, or as :func:`rig_pci.driver.attach` (files not
+    leaves its protected memory (WPR2) up (which leaves the GPU lost: its next open resets
+    it first), or as :func:`rig_pci.driver.attach` (files not
     writable, no kernel driver binds it). Raises :class:`rig_edge.Misuse` (a ValueError),
     having changed nothing, if ``i`` < 0 or it is called from inside another open or change.
     """
@@ -436,7 +445,9 @@ def reset(i: int, machine: Machine | None = None) -> None:
     Raises :class:`rig_edge.RigError` naming the GPU if the machine's PCI functions cannot be
     listed, there is no GPU i, this process or another's open holds it, its function cannot be
     taken (a kernel driver holds it, say), Linux has no reset for it or it does not respond
-    after one, or its protected memory (WPR2) is still up after it. Raises
+    after one, or its protected memory (WPR2) is still up after it; a reset that so failed
+    (not one Linux has none for, which changed nothing) leaves the GPU lost, and its next open
+    resets it first, as a successful reset ends the loss. Raises
     :class:`rig_edge.Misuse` (a ValueError), having changed nothing, if ``i`` < 0 or it is
     called from inside another open or change.
     """
@@ -450,8 +461,18 @@ def reset(i: int, machine: Machine | None = None) -> None:
         try:
             with _take(m, bus, name) as f:
                 try:
-                    f.reset()
-                    _wpr2_down_after_reset(f)
+                    if f.can_reset:
+                        try:
+                            f.reset()
+                            _wpr2_down_after_reset(f)
+                        except RigError:
+                            # the spec: a GPU whose reset has failed is lost, and its next
+                            # open resets it first
+                            _lost.add((m.name, bus))
+                            raise
+                        _lost.discard((m.name, bus))
+                    else:
+                        f.reset()  # Linux has no reset for it: refused, changing nothing
                 except RigError as e:
                     raise RigError(f"{name}: {_reason(e, bus)}") from e
         finally:

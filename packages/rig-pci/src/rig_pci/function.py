@@ -304,6 +304,12 @@ class Function:
                 self._holding.dma.append(memory)
         return memory
 
+    @property
+    def can_reset(self) -> bool:
+        """Whether Linux has a reset for the function (its sysfs ``reset`` file, or VFIO's
+        reset): :meth:`reset` of one that has none changes nothing."""
+        return self._access.can_reset
+
     def reset(self, timeout_s: float = RESET_TIMEOUT_S) -> None:
         """Reset the function: turn its bus mastering off (so Linux's restore of its config
         space leaves it off), reset it as Linux does (its sysfs ``reset``, or VFIO's reset),
