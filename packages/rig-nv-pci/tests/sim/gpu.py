@@ -118,6 +118,15 @@ class SimDma:
         self.freed = True
 
 
+def hopper_on(boot42: int) -> bool:
+    """Whether NV_PMC_BOOT_42's architecture (29:24) is Hopper's or a later one's: GH100 0x18,
+    GB100 0x1A, GB200 0x1B (nv_ref.h NV_PMC_BOOT_42_ARCHITECTURE_*). Ada, AD100 0x19, numbered
+    after Hopper, is Ampere's kin: NV_PBUS_BAR0_WINDOW and the version-2 MMU (the ad10x HALs
+    of open-gpu-kernel-modules are ga10x's, kgmmuFmtFamiliesInit_GH100 only from Hopper)."""
+    arch = boot42 >> 24 & 0x3F
+    return arch == 0x18 or arch >= 0x1A
+
+
 @dataclass
 class SimGpu:
     boot42: int = GA102_BOOT42
@@ -171,7 +180,7 @@ class SimGpu:
     def _pramin(self, offset: int) -> memoryview | None:
         if self.vram is None or not 0x700000 <= offset < 0x800000:
             return None
-        if self.boot42 >> 24 & 0x3F >= 0x18:  # Hopper on: NV_XAL_EP_BAR0_WINDOW, BASE 22:0
+        if hopper_on(self.boot42):  # NV_XAL_EP_BAR0_WINDOW, BASE 22:0
             at = ((self.regs.get(0x10FD40, 0) & 0x7FFFFF) << 16) + offset - 0x700000
         else:
             window = self.regs.get(0x1700, 0)

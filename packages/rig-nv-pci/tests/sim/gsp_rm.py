@@ -105,7 +105,7 @@ from typing import TYPE_CHECKING
 from rig_pci import libc
 
 from . import chid, engines, gmmu, pbdma
-from .gpu import SimGpu
+from .gpu import SimGpu, hopper_on
 from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from .pbdma import COMPUTE_CLASSES, USERD_SIZE, Channel
 
@@ -215,7 +215,7 @@ class SimRm:
         # GB20x 0x1B Hopper's version 3
         arch = gpu.boot42 >> 24 & 0x3F
         self.walks = arch in (0x17, 0x19, 0x1B)
-        self.version = 3 if arch >= 0x18 else 2
+        self.version = 3 if hopper_on(gpu.boot42) else 2
         self.roots: dict[int, int] = {}  # FERMI_VASPACE_A handle -> its PD3 in video memory
         self.tlb: dict[tuple[int, int], gmmu.Translation] = {}  # (PD3, va >> 12) -> page's
         self.invalidates = 0
