@@ -240,6 +240,11 @@ def test_after_dma_the_gpu_stays_the_processs_and_no_open_succeeds(
             rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         with pytest.raises(RigError, match=why):
             rig_nv_pci.reset(0, machine)
+        writes = list(machine.sysfs.writes)  # type: ignore[attr-defined]
+        for change in (rig_nv_pci._detach, rig_nv_pci._attach):  # the spec: each refuses it
+            with pytest.raises(RigError, match=f"GPU 0 of .*{why}"):
+                change(machine, 0)
+        assert machine.sysfs.writes == writes  # type: ignore[attr-defined]
         assert len(takes) == 1 and ga102.firmware.boots == 1  # refused before touching it
         # another process: the GPU's lock file stays locked (BusLock.take's flock fails)
         probe = ("import fcntl, os, sys\n"

@@ -1,0 +1,149 @@
+"""rig_nv_pci.gpu(0)'s open of the simulated GA102 where the machine refuses memory, where a
+stop fails, and while other threads open or change GPUs (the Rig_nv_pci spec's promises the
+issue 8 audit found untested)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+import sim
+from test_held import BUS, Opened, TakenSim, opener, simulated_ga102
+from test_open import given_back
+from test_stop import UNLOAD_UCODE_ID
+
+import rig_nv_pci
+from rig_edge import Memory, OpenRefused
+from rig_nv_pci import addresses, boot, held
+from rig_pci.testing import add_function, fixture_machine
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    opened = simulated_ga102(tmp_path)
+    yield opened
+    opened.sim_rm.stop()
+
+
+def test_make_refused_the_gsps_memory_names_the_gpu_and_leaves_it_as_found(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec: make gives back what it took and leaves the GPU as the open found it if the
+    machine refuses the GSP's memory: the Error names the GPU, then the reason; nothing
+    booted, the GPU not lost (its next open does not reset it), function and lock given
+    back."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    monkeypatch.setattr(TakenSim, "alloc_dma", lambda self, n, *, at=None: None)
+    with pytest.raises(OpenRefused, match=r"^GPU 0 of the machine at .* \(0000:41:00\.0\): "
+                       r".*no DMA memory for the GSP's image"):
+        rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    assert ga102.firmware.boots == 0 and ga102.rig.gpu.gsp.starts == []
+    assert rig_nv_pci._lost == set() and takes[-1].closed and takes[-1].resets == 0
+    given_back(machine, BUS)
+
+
+def test_a_failed_stop_loses_the_gpu_and_its_next_open_resets_it_first(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec: a GPU whose stop could not take its boot down (booter_unload fails, WPR2
+    stays up) is lost, and its next open resets it first; the stop still gives the function
+    and the lock back."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    g = ga102.rig.gpu
+    unload = g.sec2.programs[UNLOAD_UCODE_ID]
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g, error=0x2A)
+    d.stop()
+    assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+    assert boot.wpr2_range(ga102.rig.bar0) is not None
+    given_back(machine, BUS)
+    g.sec2.programs[UNLOAD_UCODE_ID] = unload
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    finally:
+        d.stop()
+    assert rig_nv_pci._lost == set() and boot.wpr2_range(ga102.rig.bar0) is None
+
+
+def test_pinned_memory_the_machine_has_no_more_of_is_none_and_gives_back_what_it_took(
+    ga102: Opened,
+) -> None:
+    """The spec: Rig_nv.alloc returns None once the machine's DMA memory (RLIMIT_MEMLOCK
+    behind an IOMMU, huge pages taken physically) runs out: rig_pci.Function.alloc_dma
+    answers None; the GPU addresses and page tables the allocation took go back."""
+    d = ga102.open()
+    try:
+        free, heap = addresses.PROCESS.free, list(d.path.heap.free)
+        real = ga102.function.alloc_dma
+        ga102.function.alloc_dma = lambda n, *, at=None: None  # type: ignore[method-assign]
+        assert d.alloc(0x3000, Memory.PINNED) is None
+        assert d.alloc(3 << 20, Memory.PINNED) is None
+        assert addresses.PROCESS.free == free and list(d.path.heap.free) == heap
+        ga102.function.alloc_dma = real  # type: ignore[method-assign]
+        r = d.alloc(0x3000, Memory.PINNED)  # and once there is memory again
+        assert r is not None
+        d.upload(r, b"pinned").wait(timeout_s=5.0)
+        assert bytes(d.download(r, 6)) == b"pinned"
+    finally:
+        d.stop()
+
+
+def test_a_boot_delays_another_threads_change_until_it_is_done(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec: "Any domain may call any function. Opens and changes of NVIDIA GPUs run one
+    at a time, so a boot delays the others." While one thread's open boots the simulated
+    GA102, another thread's detach of another machine's GPU waits; it runs once the open is
+    done, and is not refused as misuse."""
+    machine, _ = opener(ga102, tmp_path, monkeypatch)
+    other, sysfs = fixture_machine(tmp_path / "other")
+    add_function(tmp_path / "other", "0000:02:00.0", vendor=0x10DE, device=0x2204,
+                 class_code=0x030000, driver="nvidia")
+    booting, go = threading.Event(), threading.Event()
+    order: list[str] = []
+    real = held.open_device
+
+    def slow_boot(*args: object, **kwargs: object) -> object:
+        booting.set()
+        assert go.wait(10.0)
+        order.append("booted")
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(held, "open_device", slow_boot)
+    opened: list[object] = []
+    failures: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            opened.append(rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open())
+        except BaseException as e:
+            failures.append(e)
+
+    def detach_other() -> None:
+        try:
+            rig_nv_pci._detach(other, 0)
+            order.append("detached")
+        except BaseException as e:
+            failures.append(e)
+
+    a = threading.Thread(target=open_it)
+    a.start()
+    assert booting.wait(10.0)
+    b = threading.Thread(target=detach_other)
+    b.start()
+    b.join(0.3)
+    assert b.is_alive() and sysfs.writes == []  # waiting for the boot
+    go.set()
+    a.join(30.0)
+    b.join(30.0)
+    assert failures == [] and order == ["booted", "detached"]
+    assert sysfs.writes == [("/sys/bus/pci/devices/0000:02:00.0/driver_override", "none\n"),
+                            ("/sys/bus/pci/drivers/nvidia/unbind", "0000:02:00.0")]
+    d = opened[0]
+    d.stop()  # type: ignore[attr-defined]
