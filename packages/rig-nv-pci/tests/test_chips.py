@@ -147,3 +147,15 @@ def test_wpr2_up_reads_bits_31_4() -> None:
     assert not chips.wpr2_up(0x0000000F)  # bits 3:0 are not the bound
     assert chips.wpr2_up(0x00000010)
     assert chips.wpr2_up(0x0FFF_FFF0)
+
+
+def test_the_booter_unload_digests_are_the_issues() -> None:
+    """Issue 8 pins ga102's and ad102's booter_unload by the BLAKE2b-256 digests read off
+    Debian's firmware-nvidia-graphics 20260916-1."""
+    from rig_pci import firmware
+
+    table = firmware.NVIDIA_GSP_570_144
+    assert table["nvidia/ga102/gsp/booter_unload-570.144.bin"] == (
+        "a50f6fdfdd7795e15dd7ce7b7bf768e154cbd89279ed6713cbab4018d4d612ca")
+    assert table["nvidia/ad102/gsp/booter_unload-570.144.bin"] == (
+        "5afefa3797ea1c6bb94b721ccc75546a68fb497fa3911f8135f060897e822b7d")

@@ -438,3 +438,35 @@ def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
         rig_nv_pci.reset(0, machine)
     assert "not laid out as its format says" in refusal(machine, firmware=[fw])
     assert rig_nv_pci._lost == set()
+
+
+def test_make_opens_the_gpu_that_is_ith_when_it_runs(tmp_path: Path) -> None:
+    """The spec: make boots the GPU that is ith when it runs: an opener made before a GPU
+    with a lower bus address appeared names that one."""
+    machine, _ = here(tmp_path)
+    add_gpu(tmp_path, "0000:41:00.0", boot42=GH100)
+    opener = gpu(0, machine)
+    add_gpu(tmp_path, BUS, boot42=GH100)
+    with pytest.raises(OpenRefused, match=rf"^GPU 0 of the machine at .* \({BUS}\): chip GH100"):
+        opener.make()
+
+
+def test_a_vbios_without_a_fwsec_prod_entry_is_refused_naming_what_it_lacks(
+    tmp_path: Path,
+) -> None:
+    """The spec: on Ampere and Ada, make is refused if the VBIOS lacks a FWSEC this library
+    runs, naming what it lacks: here its ucode table has no FWSEC_PROD (application id 0x85)."""
+    machine, sysfs = here(tmp_path)
+    dev = add_gpu(tmp_path)
+    v = firmware_builders.build_vbios()
+    with open(dev / "resource0", "r+b") as f:
+        f.seek(PROM + v.prod_entry_offset)
+        f.write(b"\x86")
+    assert refusal(machine) == (
+        f"GPU 0 of the machine at {tmp_path} ({BUS}): its VBIOS (read through the PROM window) "
+        "has no usable FWSEC: VBIOS's falcon ucode table at 0x1080 has no FWSEC entry "
+        "(application id "
+        "0x85); its entries are 0x45, 0x01, 0x86"
+    )
+    given_back(machine)
+    assert sysfs.writes == []
