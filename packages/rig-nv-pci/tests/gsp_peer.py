@@ -103,6 +103,13 @@ C_STRUCTS: dict[str, list[tuple[str, str, int]]] = {
     "NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_PARAMS": [
         ("NvU32", "numFBRegions", 1),
         ("NV2080_CTRL_CMD_FB_GET_FB_REGION_FB_REGION_INFO", "fbRegion", 16)],
+    # NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES's params (not in the static info; laid out
+    # here for the tests): offlined[NV2080_CTRL_FB_DYNAMIC_BLACKLIST_MAX_ENTRIES 64]
+    "NV2080_CTRL_FB_DYNAMIC_OFFLINED_ADDRESS_INFO": [("NvU64", "pageNumber", 1),
+                                                     ("NvU8", "source", 1)],
+    "NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS": [
+        ("NV2080_CTRL_FB_DYNAMIC_OFFLINED_ADDRESS_INFO", "offlined", 64),
+        ("NvU32", "validEntries", 1), ("NvU32", "baseIndex", 1), ("NvBool", "bMore", 1)],
     # ctrl0080gpu.h
     "NV0080_CTRL_GPU_GET_SRIOV_CAPS_PARAMS": [
         ("NvU32", "totalVFs", 1), ("NvU32", "firstVfOffset", 1), ("NvU32", "vfFeatureMask", 1),
@@ -435,10 +442,10 @@ class Peer:
             out = p[:0x10] + struct.pack("<I", status) + p[0x14:ALLOC_FIXED] + params
             self._reply(r, out, status)
         elif r.function == FN_GSP_RM_CONTROL:
-            obj, cmd, size = _u32(p, 4), _u32(p, 8), _u32(p, 0x10)
+            client, obj, cmd, size = _u32(p, 0), _u32(p, 4), _u32(p, 8), _u32(p, 0x10)
             params = p[CONTROL_FIXED:CONTROL_FIXED + size]
             status = self.control_status.get(cmd, 0)
-            if status == 0 and obj not in self.objects:
+            if status == 0 and obj not in self.objects and not self._internal(client, obj):
                 status = NV_ERR_INVALID_OBJECT_HANDLE
             if status == 0:
                 answer = self.on_control(obj, cmd, params) if self.on_control else None
@@ -477,6 +484,14 @@ class Peer:
             self._reply(r, payload, result, in_header=True)
         else:
             self._reply(r, p, RPC_UNKNOWN_FUNCTION, in_header=True)
+
+    def _internal(self, client: int, obj: int) -> bool:
+        """Whether ``obj`` is GSP-RM's internal device or subdevice under its internal client
+        ``client`` (the static info's hInternal* handles: objects GSP-RM made at its init,
+        on which CPU-RM sends its RM-internal controls)."""
+        fields = {**STATIC_DEFAULTS, **self.static_fields}
+        return client == fields["hInternalClient"] and obj in (
+            fields["hInternalDevice"], fields["hInternalSubdevice"])
 
     def _alloc_check(self, client: int, parent: int, handle: int, cls: int) -> int:
         if handle in self.objects:

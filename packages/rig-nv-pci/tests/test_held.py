@@ -149,10 +149,10 @@ class Opened:
 
 
 def simulated_ga102(tmp: Path, *, host: sim.HostMemory | None = None,
-                    bar1_address: int | None = None, **sim_rm: int) -> Opened:
+                    bar1_address: int | None = None, **sim_rm: int | list[int]) -> Opened:
     """A simulated GA102 to open, its PBDMA running (stop it with ``sim_rm.stop()``); GPUs
     given one ``host`` lie on one machine (its memory and bus), each at its ``bar1_address``;
-    ``sim_rm`` as :class:`SimRm` takes it (``fb_size``, ``bar1_size``)."""
+    ``sim_rm`` as :class:`SimRm` takes it (``fb_size``, ``bar1_size``, ``retired``)."""
     r, firmware, _, unload = stop_rig(host=host)
     if bar1_address is not None:
         r.gpu.bar1_address = bar1_address

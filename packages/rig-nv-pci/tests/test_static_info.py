@@ -50,6 +50,7 @@ def test_offsets_and_size_match_the_headers_layout() -> None:
     assert leaves["bar2PdeBase"][0] == static_info.BAR_PDE_BASES + 8
     assert static_info.INTERNAL_HANDLES == leaves["hInternalClient"][0] == 1600
     assert [leaves[n][0] for n in ("hInternalDevice", "hInternalSubdevice")] == [1604, 1608]
+    assert static_info.PAGE_RETIREMENT == leaves["bPageRetirementSupported"][0] == 1564
 
 
 def hand_built() -> bytearray:
@@ -75,6 +76,7 @@ def hand_built() -> bytearray:
     put("l2_cache_size", "<I", 0x40_0000)
     put("gpuNameString", "64s", b"NVIDIA GeForce RTX 3070")
     put("gpuShortNameString", "64s", b"GA104")
+    put("bPageRetirementSupported", "B", 1)
     return data
 
 
@@ -85,7 +87,8 @@ def test_decode_of_a_hand_built_payload() -> None:
         (FbRegion(0, 0x1_FFFF_FFFF, 0x400_0000, 15, compressed=True, iso=True, protected=False),
          FbRegion(0x2_0000_0000, 0x2_01FF_FFFF, 0, 1, compressed=False, iso=False,
                   protected=True)),
-        0x1_FFE0_0000, 0x1_FFF0_0000, 8 << 30, 0x40_0000, "NVIDIA GeForce RTX 3070")
+        0x1_FFE0_0000, 0x1_FFF0_0000, 8 << 30, 0x40_0000, "NVIDIA GeForce RTX 3070",
+        page_retirement=True)
     assert info.fb_regions[0].size == 8 << 30 and info.fb_regions[1].size == 32 << 20
 
 
@@ -95,6 +98,7 @@ def test_decode_of_a_hand_built_payload() -> None:
      r"garbled: FB region 1 \[0x200000000..0x100000000\]"),
     ("fbRegionInfoParams.fbRegion[0].supportISO", "B", 0xA5, r"garbled: FB region 0 .*165"),
     ("hInternalClient", "<I", 0, r"garbled: no internal client handle"),
+    ("bPageRetirementSupported", "B", 2, r"garbled: bPageRetirementSupported 2"),
 ])
 def test_garbled_payloads_are_refused(field: str, fmt: str, value: int, message: str) -> None:
     _, leaves = layout()

@@ -6,10 +6,12 @@ open-gpu-kernel-modules 570.144): the usable FB size from NV_USABLE_FB_SIZE_IN_M
 (ampere/ga102/dev_gc6_island_addendum.h: NV_PGC6_AON_SECURE_SCRATCH_GROUP_42, 0x001183a4, in
 MiB, as nouveau's ga102_fb_vidmem_size reads it), the FB layout
 (kgspCalculateFbLayout_TU102), the GSP's memory (:mod:`rig_nv_pci.gspmem`), the boot
-(:func:`rig_nv_pci.boot.boot_gsp`), then the device. A family that boots through its FSP
-(Blackwell) reads the same register (the generated HAL, g_kern_mem_sys_nvoc.c, gives every
-chip after GA100 kmemsysReadUsableFbSize_GA102), lays out only sizes
-(:func:`rig_nv_pci.layout.fmc_sizes`) and boots through :func:`rig_nv_pci.boot_fsp.boot_fsp`.
+(:func:`rig_nv_pci.boot.boot_gsp`), the GPU's retired pages (:mod:`rig_nv_pci.gsp.retired`,
+as heapInit_IMPL asks them before the heap exists), then the device. A family that boots
+through its FSP (Blackwell) reads the same register (the generated HAL,
+g_kern_mem_sys_nvoc.c, gives every chip after GA100 kmemsysReadUsableFbSize_GA102), lays
+out only sizes (:func:`rig_nv_pci.layout.fmc_sizes`) and boots through
+:func:`rig_nv_pci.boot_fsp.boot_fsp`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Protocol
 from rig_edge import RigError
 from rig_nv import Device, make
 from rig_nv_pci import addresses, boot, boot_fsp, chips, fwimage, gspmem, layout, mmu, vidmem
-from rig_nv_pci.gsp import rpc, sysinfo
+from rig_nv_pci.gsp import retired, rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
 from rig_nv_pci.stop import StopError, stop_gsp
@@ -187,6 +189,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
 
     bar1_size = next((b.size for b in f.info.bars if b.index == 1), 0)
     try:
+        # the GPU's retired pages, asked before the heap exists as heapInit_IMPL asks them
+        # (memmgrGetBlackListPages_GA100); a refusal other than "none" or a garbled list
+        # fails the open (rig_nv_pci.gsp.retired)
+        pages = retired.get_retired(booted.channel, booted.static)
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
@@ -197,8 +203,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
                        # BAR 1's tables under GSP-RM's root (kbusPatchBar1Pdb_GSPCLIENT)
                        bar1=(booted.static.bar1_pde_base, bar1_size),
-                       # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT)
-                       fb_kept=vidmem.roots(booted.static.bar2_pde_base),
+                       # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT),
+                       # nor the retired pages' 64 KiB frames (pmaRegisterBlacklistInfo)
+                       fb_kept=[*vidmem.roots(booted.static.bar2_pde_base),
+                                *vidmem.retired(p.address for p in pages)],
                        # GPU addresses from the process's range, Pinned memory at its own
                        # (in 2 MiB huge pages when taken physically, rig_pci.Function.alloc_dma)
                        addresses=reserved, place_dma=lambda n, at: f.alloc_dma(n, at=at),

@@ -231,10 +231,10 @@ class PciPath:
     (the GPU stays the process's), ``timer`` BAR 0, whose PTIMER registers the device's clock
     reads (``Clock.REGISTERS``; ``None``: the path reads no clock), ``fb_kept`` FB ranges
     ``(at, size)`` of whole pages the heap never hands out besides ``bar1``'s root (GSP-RM's
-    BAR 2 root: :func:`rig_nv_pci.vidmem.roots`). Makes the device,
-    subdevice, address space and its virtual range at once (and with ``pramin`` the page
-    directories, handed to the GSP); raises :class:`rig_nv.rm.RMError` (having freed what
-    it made) if the GSP refuses them."""
+    BAR 2 root, :func:`rig_nv_pci.vidmem.roots`; the retired pages' 64 KiB frames,
+    :func:`rig_nv_pci.vidmem.retired`). Makes the device, subdevice, address space and its
+    virtual range at once (and with ``pramin`` the page directories, handed to the GSP);
+    raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP refuses them."""
 
     def __init__(self, name: str, bus: str, rm: rpc.RpcRM, *,
                  bar: Callable[[int, int, int], memoryview],

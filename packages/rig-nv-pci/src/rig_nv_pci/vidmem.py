@@ -23,6 +23,15 @@ What is kept back beyond the reserved and protected regions (open-gpu-kernel-mod
   heap memory; the path keeps their whole 4 KiB pages out of the heap (:func:`roots`) should
   GSP-RM ever report one inside a usable region (the simulated GSP-RM, like every report seen
   so far, puts them in a reserved one).
+- The GPU's retired pages (:mod:`rig_nv_pci.gsp.retired`: what GSP-RM answers to
+  NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, as memmgrGetBlackListPages_GA100 asks it):
+  the whole 64 KiB frame of each (:func:`retired`), as PMA, which serves clients' video
+  memory, leaves them out (phys_mem_allocator_util.c pmaRegisterBlacklistInfo marks
+  NV_ALIGN_DOWN64(address, PMA_GRANULARITY) for PMA_GRANULARITY 0x10000 bytes, map_defines.h;
+  mem_mgr.c memmgrPmaRegisterRegions_IMPL hands it the heap's blackListAddresses region by
+  region). CPU-RM's internal heap leaves out only the 4 KiB page (heap.c
+  heapBlackListPages_IMPL: an RM_PAGE_SIZE block at RM_PAGE_ALIGN_DOWN(address)); this heap
+  serves both and keeps the larger.
 - BAR 1's last 4 KiB page: kern_bus_gm107.c kbusInitBar1_GM107 shrinks the BAR 1 VA heap by
   FERMI_SMALL_PAGESIZE ("host overfetch bug WAR (Bug 529932/525381)") before anything is
   mapped, so no BAR 1 mapping ever ends on the BAR's last page (:func:`bar1_range`).
@@ -49,6 +58,7 @@ NV01_MEMORY_LIST_FBMEM = 0x82  # cl84a0.h
 FBMEM_FLAGS = 2 << 8
 KIND_GENERIC = 0x06  # NV_MMU_PTE_KIND_GENERIC_MEMORY (ampere dev_mmu.h), the PTE array's format
 SMALL, HUGE = 4 << 10, 2 << 20
+PMA_GRANULARITY = 64 << 10  # map_defines.h: the frame PMA blacklists a retired page's
 
 
 class Addresses:
@@ -96,6 +106,16 @@ def roots(*bases: int) -> list[tuple[int, int]]:
     return [(b // SMALL * SMALL, SMALL) for b in bases if b]
 
 
+def retired(addresses: Iterable[int]) -> list[tuple[int, int]]:
+    """The 64 KiB frames ``(at, size)`` holding the retired pages at ``addresses`` (FB
+    addresses, :class:`rig_nv_pci.gsp.retired.RetiredPage`), each once, in order: FB the heap
+    never hands out (pmaRegisterBlacklistInfo aligns each down to PMA_GRANULARITY). A frame
+    outside the heap's ranges leaves the heap as it is (memmgrPmaRegisterRegions_IMPL hands
+    PMA only the pages inside the region it registers)."""
+    frames = {a // PMA_GRANULARITY * PMA_GRANULARITY for a in addresses}
+    return [(f, PMA_GRANULARITY) for f in sorted(frames)]
+
+
 def bar1_range(size: int) -> tuple[int, int]:
     """The BAR 1 offsets ``[0, limit)`` the path maps of a BAR 1 of ``size`` bytes: all but
     its last 4 KiB page, which kbusInitBar1_GM107 (kern_bus_gm107.c) takes out of BAR 1's VA
@@ -138,7 +158,7 @@ def usable(regions: Sequence[FbRegion]) -> list[tuple[int, int]]:
 class Heap:
     """Video memory's free blocks, first fit: :meth:`take` a block of whole pages aligned to
     ``align``, :meth:`give` it back. ``kept``: ranges ``(at, size)`` of whole pages never
-    handed out (:func:`roots`)."""
+    handed out (:func:`roots`, :func:`retired`)."""
 
     def __init__(self, regions: Sequence[FbRegion],
                  kept: Iterable[tuple[int, int]] = ()) -> None:

@@ -45,8 +45,11 @@ rig_nv_pci or rig_nv:
 - controls: NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 (0x800292, numClasses then 100 class
   numbers), NV2080_CTRL_CMD_GR_GET_INFO_V2 (0x20801228) and NV2080_CTRL_CMD_FB_GET_INFO_V2
   (0x20801303) (a count, then {index, data} pairs answered from the tables given),
-  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's ChID), and the
-  engine and copy engine queries from ``copy_engines`` (sim/engines.py);
+  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's ChID), the
+  engine and copy engine queries from ``copy_engines`` (sim/engines.py), and the retired
+  pages ``retired`` lists (NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, sim/retired.py;
+  the static info's bPageRetirementSupported is set when a list is given), on any object,
+  GSP-RM's internal subdevice included (tests/gsp_peer.py lets a control name it);
 - a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
   gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
   64, the NV_MEMORY_DESC_PARAMS of :data:`CH_INSTANCE` ...) only with the memory a GSP
@@ -105,6 +108,7 @@ from typing import TYPE_CHECKING
 from rig_pci import libc
 
 from . import chid, engines, gmmu, pbdma
+from . import retired as retired_pages
 from .gpu import SimGpu, hopper_on
 from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from .pbdma import COMPUTE_CLASSES, USERD_SIZE, Channel
@@ -198,8 +202,14 @@ class SimRm:
     def __init__(self, gpu: SimGpu, *, fb_size: int = 24 << 30, bar1_size: int = 256 << 20,
                  classes: tuple[int, ...] = GA102_CLASSES, gr: dict[int, int] | None = None,
                  fb: dict[int, int] | None = None,
-                 copy_engines: dict[int, tuple[bytes, int]] | None = None) -> None:
+                 copy_engines: dict[int, tuple[bytes, int]] | None = None,
+                 retired: list[int] | None = None) -> None:
         self.gpu = gpu
+        # the GPU's retired pages (FB addresses; None: no page retirement), sim/retired.py,
+        # and the (object, baseIndex) of each pass a client asked
+        assert retired is None or len(retired) <= retired_pages.MAX_PAGES
+        self.retired = retired
+        self.retired_asked: list[tuple[int, int]] = []
         self.copy_engines = engines.GA102_COPY_ENGINES if copy_engines is None else copy_engines
         self.fb_size, self.bar1_size = fb_size, bar1_size
         self.classes, self.gr, self.fb = classes, gr or GA102_GR, fb or GA102_FB
@@ -252,7 +262,8 @@ class SimRm:
         usable, protected."""
         top = self.fb_size - 1
         out: dict[str, int | bytes] = {"fbRegionInfoParams.numFBRegions": 3,
-                                       "bar1PdeBase": BAR1_PDB, "bar2PdeBase": BAR2_PDB}
+                                       "bar1PdeBase": BAR1_PDB, "bar2PdeBase": BAR2_PDB,
+                                       "bPageRetirementSupported": int(self.retired is not None)}
         for i, (base, limit, reserved, protected) in enumerate((
                 (0, RESERVED - 1, RESERVED, 0), (RESERVED, top - PROTECTED, 0, 0),
                 (top - PROTECTED + 1, top, 0, 1))):
@@ -516,6 +527,10 @@ class SimRm:
             return self._promote(params), params
         if cmd == CTRL_CE_METHOD_BUFFER_SIZE:
             return 0, struct.pack("<I", METHOD_BUFFER_SIZE)
+        if cmd == retired_pages.CTRL_GET_DYNAMIC_OFFLINED_PAGES:
+            self.retired_asked.append((obj, int.from_bytes(
+                params[retired_pages.BASE_INDEX_AT:retired_pages.BASE_INDEX_AT + 4], "little")))
+            return retired_pages.answer(params, self.retired)
         if cmd == CTRL_WORK_SUBMIT_TOKEN:
             channel = self.channels.get(obj)
             if channel is None:

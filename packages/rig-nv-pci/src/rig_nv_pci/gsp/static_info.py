@@ -28,7 +28,8 @@ against a layout computed from the header's whole member list. The offsets follo
   gpuNameString_Unicode (NvU16) 1388, 14 NvBool 1516, RTD3GC6TotalBoardPower 1530,
   RTD3GC6PerstDelay 1532;
 - bar1PdeBase 1536, bar2PdeBase 1544;
-- bVbiosValid 1552, vbiosSubVendor 1556, vbiosSubDevice 1560, 3 NvBool 1564,
+- bVbiosValid 1552, vbiosSubVendor 1556, vbiosSubDevice 1560, bPageRetirementSupported
+  1564 (gpu_gspclient.c gpuCheckPageRetirementSupport_GSPCLIENT answers it), then 2 NvBool,
   displaylessMaxHeads (8 bytes, vgpu/rpc_headers.h) 1568, displaylessMaxResolution (12) 1576,
   displaylessMaxPixels 1592;
 - hInternalClient 1600, hInternalDevice 1604, hInternalSubdevice 1608 (NvHandle: NvU32);
@@ -62,6 +63,7 @@ L2_CACHE_SIZE = 1256  # NvU32 l2_cache_size
 GPU_NAME = 1260  # NvU8 gpuNameString[NV2080_GPU_MAX_NAME_STRING_LENGTH 0x40] (ctrl2080gpu.h)
 GPU_NAME_LENGTH = 0x40
 BAR_PDE_BASES = 1536  # NvU64 bar1PdeBase, bar2PdeBase
+PAGE_RETIREMENT = 1564  # NvBool bPageRetirementSupported
 INTERNAL_HANDLES = 1600  # NvHandle hInternalClient, hInternalDevice, hInternalSubdevice
 
 U32, U64, TWO_U64, THREE_U32 = (struct.Struct(f) for f in ("<I", "<Q", "<2Q", "<3I"))
@@ -95,7 +97,9 @@ class FbRegion:
 class StaticInfo:
     """What rig reads of GspStaticConfigInfo: the handles of GSP-RM's internal client, device
     and subdevice (for RM-internal controls), the FB regions, the BAR1/BAR2 page directory
-    bases, the FB size, the L2 cache size and the GPU's name."""
+    bases, the FB size, the L2 cache size, the GPU's name and whether GSP-RM retires pages
+    (bPageRetirementSupported: only then does CPU-RM ask for the retired ones,
+    :mod:`rig_nv_pci.gsp.retired`)."""
 
     internal_client: int
     internal_device: int
@@ -106,13 +110,14 @@ class StaticInfo:
     fb_length: int
     l2_cache_size: int
     gpu_name: str
+    page_retirement: bool = False
 
 
 def decode(payload: bytes) -> StaticInfo:
     """The :class:`StaticInfo` of a GET_GSP_STATIC_INFO reply's payload; raises
     :class:`StaticInfoError` for a reply of another size, more FB regions than the struct
-    holds, a region ending before it starts, a flag that is no NvBool, or a null internal
-    client handle (GSP-RM always has one)."""
+    holds, a region ending before it starts, a flag that is no NvBool (a region's,
+    bPageRetirementSupported), or a null internal client handle (GSP-RM always has one)."""
     if len(payload) != SIZE:
         raise StaticInfoError(f"GET_GSP_STATIC_INFO replied {len(payload)} bytes, not the "
                               f"{SIZE} of 570.144's GspStaticConfigInfo")
@@ -133,11 +138,15 @@ def decode(payload: bytes) -> StaticInfo:
         raise StaticInfoError("GET_GSP_STATIC_INFO is garbled: no internal client handle "
                               "(hInternalClient 0)")
     bar1, bar2 = TWO_U64.unpack_from(payload, BAR_PDE_BASES)
+    retirement = payload[PAGE_RETIREMENT]
+    if retirement > 1:
+        raise StaticInfoError(f"GET_GSP_STATIC_INFO is garbled: bPageRetirementSupported "
+                              f"{retirement}")
     name = payload[GPU_NAME:GPU_NAME + GPU_NAME_LENGTH].split(b"\0", 1)[0]
     return StaticInfo(client, device, subdevice, tuple(regions), bar1, bar2,
                       U64.unpack_from(payload, FB_LENGTH)[0],
                       U32.unpack_from(payload, L2_CACHE_SIZE)[0],
-                      name.decode(errors="replace"))
+                      name.decode(errors="replace"), bool(retirement))
 
 
 def get_static_info(rpc: Rpc, timeout_s: float | None = None) -> StaticInfo:
