@@ -46,9 +46,18 @@ def probe(d: object, complete: Callable[[], None] | None = None) -> list[tuple[s
     ch = d.compute  # type: ignore[attr-defined]
     real = ch.doorbell
 
+    step = d.step()  # type: ignore[attr-defined]
+    step.launch(fn, (1,), (1,), args)
+    submit = step.submit
+    what = [launch]
+
     def round_() -> None:
-        for _ in range(ROUND):
-            launch(fn, (1,), (1,), args)
+        if what[0] is launch:
+            for _ in range(ROUND):
+                launch(fn, (1,), (1,), args)
+        else:
+            for _ in range(ROUND):
+                submit()
         if complete is not None:
             complete()
 
@@ -70,6 +79,18 @@ def probe(d: object, complete: Callable[[], None] | None = None) -> list[tuple[s
     channel_module.fence = lambda: None
     try:
         rows.append(("launch call, no doorbell, no fence", best_us(d, with_dummy_doorbell)))
+    finally:
+        channel_module.fence = fence
+    # The same for a sealed one-kernel step's submission (bench row 3).
+    what[0] = submit
+    for _ in range(3):
+        round_()
+        d.synchronize()  # type: ignore[attr-defined]
+    rows += [("step submit", best_us(d, round_)),
+             ("step submit, doorbell to host memory", best_us(d, with_dummy_doorbell))]
+    channel_module.fence = lambda: None
+    try:
+        rows.append(("step submit, no doorbell, no fence", best_us(d, with_dummy_doorbell)))
     finally:
         channel_module.fence = fence
     return rows
