@@ -16,7 +16,6 @@ import contextlib
 import copy
 import operator
 import threading
-import time
 from array import array
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ from typing import Any
 from cffi import FFI
 
 from rig_edge import Bus, Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
-from rig_nv import checks, copies, hostmem, peers, setup
+from rig_nv import checks, copies, hostmem, peers, setup, waiting
 from rig_nv import classes as cls
 from rig_nv import launch as launching
 from rig_nv import step as stepping
@@ -51,10 +50,7 @@ from rig_nv.push import (
 from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation, Path, ReadsClock, ReportsFaults, RMError
 from rig_nv.setup import (
     LOCAL_WINDOW,
-    NAP_FIRST_S,
-    NAP_LAST_S,
     SHARED_WINDOW,
-    SPIN_S,
     VIDEO,
 )
 from rig_nv.step import Step
@@ -251,39 +247,7 @@ class Device:
     # ---- the timeline --------------------------------------------------------------------
 
     def _wait_value(self, value: int, timeout_s: float | None = None) -> None:
-        if self.completed() >= value:
-            if self._lost is not None:  # a lost device's every use raises, done work's too
-                raise copy.copy(self._lost)
-            return
-        start = time.perf_counter()
-        while time.perf_counter() - start < SPIN_S:
-            if self.completed() >= value:
-                return
-        last, progress = self.completed(), time.monotonic()
-        hang = self._facts.hang_ms
-        nap = NAP_FIRST_S
-        while True:
-            now_done = self.completed()
-            if now_done >= value:
-                return
-            if self._lost is not None:
-                raise copy.copy(self._lost)
-            fault = self._faulted()
-            if fault is not None:
-                raise self._lose(fault)
-            now = time.monotonic()
-            if now_done != last:
-                last, progress = now_done, now
-            elif hang is not None and (now - progress) * 1000 > hang:
-                raise self._lose(Lost(f"its work made no progress for {hang / 1000:g} s "
-                                      f"(timeline at {now_done}, waiting for {value})"))
-            if timeout_s is not None and time.perf_counter() - start > timeout_s:
-                raise TimeoutError(f"{self._facts.name}: timeline value {value} not reached in "
-                                   f"{timeout_s} s (at {now_done})")
-            # Short naps first, so work of a millisecond is not waited on for a whole one
-            # (a 1 ms sleep cut 256 MiB copies+waits from 1500 to 230 GB/s), growing to 1 ms.
-            self.path.sleep(nap)
-            nap = min(nap * 2, NAP_LAST_S)
+        waiting.wait_value(self, value, timeout_s)
 
     def wait(self, point: Point, timeout_s: float | None = None) -> None:
         """Wait until ``point`` is done: spin briefly, then sleep through the path.

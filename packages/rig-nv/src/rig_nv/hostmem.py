@@ -26,6 +26,7 @@ _CDEF = """
     int pthread_spin_unlock(pthread_spinlock_t *lock);
     int pthread_spin_trylock(pthread_spinlock_t *lock);
     void *memcpy(void *dest, const void *src, size_t n);
+    int prctl(int option, ...);
     """
 
 # Parsed once into a generated module (rig_nv.prebuilt; `python3 scripts/gen_ffi.py`), so that

@@ -71,8 +71,6 @@ NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC = 1
 GPFIFO_ENTRIES = 0x4000  # a power of two (dev_pbdma GP_BASE_HI_LIMIT2 is log2 of it)
 CHANNEL_AREA = 0x40000  # per channel: the ring (0x20000 bytes), then USERD (512 bytes)
 PUSHBUFFER = 2 << 20
-SPIN_S = 100e-6  # a wait spins this long on the timeline word before it sleeps
-NAP_FIRST_S, NAP_LAST_S = 20e-6, 1e-3
 VIDEO = (Memory.DEVICE, Memory.MAPPED)
 LAUNCH_ARENA = 4 << 20
 # Launch configurations' slots (rig_nv.launch.Slots): some 500 configurations of small banks.

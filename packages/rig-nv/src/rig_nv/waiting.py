@@ -1,0 +1,99 @@
+"""How a device waits for a value of its timeline: it spins on the timeline word, then naps
+through the path's ``sleep`` (which raises the GPU's faults), each nap a small share of the
+time waited so far, with the thread's timer slack lowered meanwhile so that a nap ends when
+asked.
+
+Why (measured on the H200, docs/results/d2d-wait-2026-11-30.txt): a 256 MiB copy inside the GPU
+takes 140 us on the GPU's clock (1.92 TB/s, as CUDA's), but launch to wait's return took 222 us
+(1.21 TB/s) when a wait spun 100 us and then slept 20 us, 40 us and so on: Linux's default
+timer slack (50 us) makes ``time.sleep(20e-6)`` last some 70 us, so the waiter woke long after
+the copy was done; 1 GiB (544 us) took 668 us. The bench's copies (rows 4 and 5) lost 5 to 35%
+that way. CUDA spins for as long as it waits by default (cudaDeviceScheduleAuto, with fewer
+contexts than cores); rig spins for 1 ms, which covers a launch and copies up to some 1 GiB
+inside the GPU, then naps 1/32 of the time waited (from 10 us to 1 ms), so a longer wait
+overshoots by some 3% and costs the CPU a wake-up every few percent of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from rig_edge import Lost
+from rig_nv.hostmem import ffi, libc
+
+if TYPE_CHECKING:
+    from rig_nv.device import Device
+
+SPIN_S = 1e-3  # a wait spins this long on the timeline word before it naps
+NAP_SHARE = 1 / 32  # each nap: this share of the time waited so far ...
+NAP_FIRST_S, NAP_LAST_S = 10e-6, 1e-3  # ... and no less, no more
+# prctl options (linux/prctl.h); the slack is in nanoseconds, per thread.
+PR_SET_TIMERSLACK, PR_GET_TIMERSLACK = 29, 30
+NAP_SLACK_NS = 1000
+
+
+@contextlib.contextmanager
+def precise_naps() -> Iterator[None]:
+    """Lower the calling thread's timer slack (prctl PR_SET_TIMERSLACK) to 1 us meanwhile,
+    and put the thread's own back after; where the kernel refuses, naps keep its slack."""
+    ulong = "unsigned long"
+    before = libc.prctl(PR_GET_TIMERSLACK, ffi.cast(ulong, 0), ffi.cast(ulong, 0),
+                        ffi.cast(ulong, 0), ffi.cast(ulong, 0))
+    if before < 0 or libc.prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, NAP_SLACK_NS),
+                                ffi.cast(ulong, 0), ffi.cast(ulong, 0), ffi.cast(ulong, 0)):
+        yield
+        return
+    try:
+        yield
+    finally:
+        libc.prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, before), ffi.cast(ulong, 0),
+                   ffi.cast(ulong, 0), ffi.cast(ulong, 0))
+
+
+def wait_value(d: Device, value: int, timeout_s: float | None = None) -> None:
+    """Return once ``d``'s timeline reaches ``value``.
+
+    Raises the device's :class:`rig_edge.Lost` (a lost device's every wait raises, for done
+    work too), a fault the path reports (losing the device), :class:`Lost` when the timeline
+    makes no progress for the device's ``hang_ms``, and :class:`TimeoutError` after
+    ``timeout_s``.
+    """
+    if d.completed() >= value:
+        if d._lost is not None:
+            raise copy.copy(d._lost)
+        return
+    start = time.perf_counter()
+    while time.perf_counter() - start < SPIN_S:
+        if d.completed() >= value:
+            return
+    with precise_naps():
+        _nap_until(d, value, timeout_s, start)
+
+
+def _nap_until(d: Device, value: int, timeout_s: float | None, start: float) -> None:
+    last, progress = d.completed(), time.monotonic()
+    hang = d._facts.hang_ms
+    while True:
+        now_done = d.completed()
+        if now_done >= value:
+            return
+        if d._lost is not None:
+            raise copy.copy(d._lost)
+        fault = d._faulted()
+        if fault is not None:
+            raise d._lose(fault)
+        now = time.monotonic()
+        if now_done != last:
+            last, progress = now_done, now
+        elif hang is not None and (now - progress) * 1000 > hang:
+            raise d._lose(Lost(f"its work made no progress for {hang / 1000:g} s "
+                               f"(timeline at {now_done}, waiting for {value})"))
+        waited = time.perf_counter() - start
+        if timeout_s is not None and waited > timeout_s:
+            raise TimeoutError(f"{d._facts.name}: timeline value {value} not reached in "
+                               f"{timeout_s} s (at {now_done})")
+        d.path.sleep(min(max(waited * NAP_SHARE, NAP_FIRST_S), NAP_LAST_S))
