@@ -302,6 +302,9 @@ class Peer:
     static_fields: dict[str, int | bytes] = field(default_factory=dict)  # over STATIC_DEFAULTS
     static_status: int = 0  # NV_STATUS refusing GET_GSP_STATIC_INFO
     unload_reply: bool = True  # answer UNLOADING_GUEST_DRIVER (a hung GSP-RM does not)
+    # classes whose GSP_RM_ALLOC is taken (and made, as the checks and on_alloc decide) but
+    # never answered: a GSP-RM that hung, or answers too late
+    alloc_unanswered: set[int] = field(default_factory=set)
     # Further functions: number -> callback(payload) giving (reply payload, rpc_result).
     functions: dict[int, Callable[[bytes], tuple[bytes, int]]] = field(default_factory=dict)
     # An alloc that passed the handle checks: (parent, handle, class, params) -> (status,
@@ -440,7 +443,8 @@ class Peer:
                 self.objects[handle] = 0 if cls in ROOT_CLASSES else parent
                 params = self.alloc_answer.get(cls, lambda b: b)(params)
             out = p[:0x10] + struct.pack("<I", status) + p[0x14:ALLOC_FIXED] + params
-            self._reply(r, out, status)
+            if cls not in self.alloc_unanswered:
+                self._reply(r, out, status)
         elif r.function == FN_GSP_RM_CONTROL:
             client, obj, cmd, size = _u32(p, 0), _u32(p, 4), _u32(p, 8), _u32(p, 0x10)
             params = p[CONTROL_FIXED:CONTROL_FIXED + size]

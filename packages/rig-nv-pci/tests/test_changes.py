@@ -1,6 +1,7 @@
 """detach, attach and reset of a GPU by index, on fixture sysfs trees whose writes are recorded
 and act as the kernel's (rig_pci.testing.fixture_machine); their errors name the GPU."""
 
+import errno
 import os
 import signal
 import struct
@@ -13,7 +14,7 @@ from rig_edge import Misuse, RigError
 from rig_nv_pci import lock
 from rig_pci import Function
 from rig_pci.driver import Detached
-from rig_pci.testing import add_function, add_process, fixture_machine
+from rig_pci.testing import add_function, add_process, fixture_machine, set_lockdown
 
 BUS = "0000:01:00.0"
 GA102, GH100 = 0x172A1000, 0x180A1000
@@ -369,3 +370,59 @@ def test_attach_of_a_gpu_linux_cannot_reset_names_the_gpu_and_gives_nothing_back
     assert str(e.value) == f"{name(tmp_path)}: it cannot be reset: Linux has no reset for it"
     assert sysfs.writes == [] and machine.function(BUS).driver is None
     assert not lock.held(machine, BUS)
+    assert rig_nv_pci._lost == set()  # no reset was attempted: the GPU is as it was
+
+
+def test_attach_whose_function_cannot_be_taken_does_not_lose_the_gpu(tmp_path: Path) -> None:
+    """The spec: a GPU whose reset has failed is lost. One whose function attach could not
+    take (a kernel locked down against PCI mappings) was never reset: named, not lost."""
+    add_gpu(tmp_path, override="none")
+    set_lockdown(tmp_path, "integrity")
+    machine, sysfs = fixture_machine(tmp_path)
+    with pytest.raises(RigError) as e:
+        rig_nv_pci._attach(machine, 0)
+    assert str(e.value).startswith(f"{name(tmp_path)}: ") and "locked down" in str(e.value)
+    assert sysfs.writes == [] and rig_nv_pci._lost == set() and not lock.held(machine, BUS)
+
+
+def test_attach_whose_own_reset_fails_loses_the_gpu(tmp_path: Path) -> None:
+    """The spec: attach resets a GPU first, as reset does, and a GPU whose reset has failed is
+    lost (its next open resets it first). Linux refuses the function's reset (the write to
+    its sysfs ``reset`` fails with EIO): the attach is an error naming the GPU, nothing more is
+    written, the GPU is lost."""
+    add_gpu(tmp_path, override="none")
+    machine, sysfs = fixture_machine(tmp_path)
+    sysfs.native[BUS] = "nvidia"
+
+    def refused(bus: str) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    sysfs.on_reset = refused
+    with pytest.raises(RigError) as e:
+        rig_nv_pci._attach(machine, 0)
+    assert str(e.value).startswith(f"{name(tmp_path)}: its reset failed: ")
+    assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
+    assert machine.function(BUS).driver is None and not lock.held(machine, BUS)
+    assert rig_nv_pci._lost == {(machine.name, BUS)}
+    # a reset that works ends the loss (rig_nv_pci.reset), as the next open's would
+    sysfs.on_reset = None
+    rig_nv_pci.reset(0, machine)
+    assert rig_nv_pci._lost == set()
+
+
+def test_attach_of_a_gpu_that_does_not_answer_after_its_reset_loses_it(tmp_path: Path) -> None:
+    """The reset runs and the GPU's config space reads all ones after it: a failed reset,
+    named with the GPU; the GPU is lost."""
+    dev = add_gpu(tmp_path, override="none")
+    machine, sysfs = fixture_machine(tmp_path)
+
+    def gone(bus: str) -> None:
+        with open(dev / "config", "r+b") as f:
+            f.write(b"\xff\xff")
+
+    sysfs.on_reset = gone
+    with pytest.raises(RigError) as e:
+        rig_nv_pci._attach(machine, 0)
+    assert str(e.value).startswith(f"{name(tmp_path)}: it does not respond after its reset")
+    assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
+    assert rig_nv_pci._lost == {(machine.name, BUS)}

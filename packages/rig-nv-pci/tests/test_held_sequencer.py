@@ -1,8 +1,9 @@
 """What the GSP sends while a device of the simulated GA102 runs (the Rig_nv_pci spec's
 "Opening"): a GSP_RUN_CPU_SEQUENCER runs once, front to back, against BAR 0 as the path polls
 the GSP's messages, and one an exception cuts short loses the GPU, whose next open resets it;
-a report (RC_TRIGGERED) the path received is raised by the device's next sleep or wait
-whatever exception struck in between (Rig_edge.Driver.sleep)."""
+a report the path received (RC_TRIGGERED; for a fault the MMU queued, RC_TRIGGERED Xid 31 and
+MMU_FAULT_QUEUED) is raised by the device's next sleep or wait, its first sleep when no wait
+came, whatever exception struck in between (Rig_edge.Driver.sleep)."""
 
 from __future__ import annotations
 
@@ -34,7 +35,10 @@ WRITE, MODIFY, POLL, DELAY, STORE = 0, 1, 2, 3, 4
 # NV_PBUS_SW_SCRATCH registers the boot's sequencer leaves alone (it uses 0x30..0x32)
 A, B, C = (regs.SW_SCRATCH + 4 * i for i in (0x33, 0x34, 0x35))
 HEADER = 0x28  # rpc_run_cpu_sequencer_v17_00's header: the first command's payload offset
-EV_RC_TRIGGERED = 0x1004
+EV_RC_TRIGGERED = 0x1004  # NV_VGPU_MSG_EVENT_RC_TRIGGERED (rpc_global_enums.h)
+EV_MMU_FAULT_QUEUED = 0x1005  # NV_VGPU_MSG_EVENT_MMU_FAULT_QUEUED (rpc_global_enums.h)
+FAULT_PTE = 0x2  # NV_PFAULT_FAULT_TYPE_PTE (gv100/dev_fault.h)
+FAULT_AT = (64 << 30) + 0x7000  # a page the GSP reports the MMU faulted at
 
 
 @pytest.fixture
@@ -242,7 +246,30 @@ def report(o: Opened, d: Device) -> None:
                    o.firmware.peer.rc_triggered(o.sim_rm.chid(d.compute.handle), xid=13))
 
 
-def in_the_nap(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+def mmu_report(o: Opened, d: Device) -> None:
+    """GSP-RM stops the device's copy channel for an MMU fault and reports it as it reports
+    one its MMU queued (kern_gmmu_gv100.c kgmmuServiceNonReplayableFault_GV100: the RC first,
+    then the client notified): RC_TRIGGERED with ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid
+    31, nverror.h), the copy engine's NV2080 engine type (NV2080_ENGINE_TYPE_COPY0 + n,
+    cl2080_notification.h), the page's address and NV_PFAULT_FAULT_TYPE_PTE (2,
+    gv100/dev_fault.h), then MMU_FAULT_QUEUED (no payload)."""
+    lce = d.copy_engine
+    assert isinstance(lce, int)
+    o.sim_rm.event(EV_RC_TRIGGERED, o.firmware.peer.rc_triggered(
+        o.sim_rm.chid(d.copy_channel.handle), xid=31, engine=0x9 + lce, fault_address=FAULT_AT,
+        fault_type=FAULT_PTE))
+    o.sim_rm.event(EV_MMU_FAULT_QUEUED)
+
+
+REPORTS: dict[str, tuple[Callable[[Opened, Device], None], str]] = {
+    "rc": (report, r"ROBUST_CHANNEL_GR_EXCEPTION \(Xid 13\) on the compute channel"),
+    "mmu": (mmu_report, r"ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT \(Xid 31\) on the copy "
+                        r"channel: FAULT_PTE"),
+}
+
+
+def in_the_nap(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch,
+               send: Callable[[Opened, Device], None]) -> None:
     """The report comes after the sleep asked the path about faults and before its nap's poll,
     which receives it; the nap is then interrupted."""
     asked = held.PciPath.fault
@@ -250,7 +277,7 @@ def in_the_nap(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
     def fault(self: held.PciPath, channels: Any, notified: bool) -> Any:
         found = asked(self, channels, notified)
         monkeypatch.setattr(held.PciPath, "fault", asked)
-        report(o, d)
+        send(o, d)
         return found
 
     monkeypatch.setattr(held.PciPath, "fault", fault)
@@ -258,48 +285,137 @@ def in_the_nap(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
         sleep=once(time.sleep), monotonic=time.monotonic))
 
 
-def while_recorded(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+def while_recorded(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch,
+                   send: Callable[[Opened, Device], None]) -> None:
     """The exception strikes while the event log decodes the RC_TRIGGERED it was handed."""
     monkeypatch.setitem(ev.DECODERS, EV_RC_TRIGGERED, once(ev.decode_rc_triggered))
-    report(o, d)
+    send(o, d)
 
 
-def while_examined(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+def while_examined(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch,
+                   send: Callable[[Opened, Device], None]) -> None:
     """The exception strikes while the path looks up the channel the report names."""
     monkeypatch.setattr(faults, "channel_of", once(faults.channel_of))
-    report(o, d)
+    send(o, d)
 
 
-def once_answered(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+def once_answered(o: Opened, d: Device, monkeypatch: pytest.MonkeyPatch,
+                  send: Callable[[Opened, Device], None]) -> None:
     """The exception strikes once the path answered the device, before the device kept it."""
     monkeypatch.setattr(held.PciPath, "fault", once(held.PciPath.fault, after=True))
-    report(o, d)
+    send(o, d)
 
 
+@pytest.mark.parametrize("kind", ["rc", "mmu"])
 @pytest.mark.parametrize("strike", [in_the_nap, while_recorded, while_examined, once_answered],
                          ids=lambda f: f.__name__)
 def test_a_report_is_kept_through_an_exception_in_a_sleep(
     ga102: Opened, monkeypatch: pytest.MonkeyPatch,
-    strike: Callable[[Opened, Device, pytest.MonkeyPatch], None],
+    strike: Callable[[Opened, Device, pytest.MonkeyPatch, Callable[[Opened, Device], None]],
+                     None],
+    kind: str,
 ) -> None:
-    """A KeyboardInterrupt ends the sleep in which the path received RC_TRIGGERED for the
-    device's compute channel; the report is not dropped: the next sleep raises its Fault, and
-    every use after it Lost."""
+    """The spec: the device raises the GSP's reports (a channel it stopped, a fault its MMU
+    queued) from Rig_nv.sleep, keeping a report through an exception in a sleep. A
+    KeyboardInterrupt ends the sleep in which the path received RC_TRIGGERED for the device's
+    compute channel (or, "mmu", RC_TRIGGERED Xid 31 then MMU_FAULT_QUEUED for its copy
+    channel); the report is not dropped: the next sleep raises its Fault, and every use after
+    it Lost."""
+    send, error = REPORTS[kind]
     d = ga102.open()
     try:
         region = d.alloc(0x1000)
         assert region is not None
-        strike(ga102, d, monkeypatch)
+        strike(ga102, d, monkeypatch, send)
         with pytest.raises(KeyboardInterrupt):
             d.sleep(0.0)
         assert isinstance(d.path, held.PciPath) and d.path.events is not None
-        with pytest.raises(Fault, match=r"ROBUST_CHANNEL_GR_EXCEPTION \(Xid 13\) on the compute "
-                           "channel"):
+        with pytest.raises(Fault, match=error) as e:
             d.sleep(0.0)
+        if kind == "mmu":
+            assert e.value.address == FAULT_AT and e.value.engine == f"copy engine {d.copy_engine}"
         every_use_is_lost(d, region)
     finally:
         d.stop()
     assert d.path.events.text().count("RC_TRIGGERED") == 1  # received once
+    assert d.path.events.text().count("MMU_FAULT_QUEUED") == (kind == "mmu")
+    assert ga102.stops == [None]
+
+
+def test_an_exception_while_mmu_fault_queued_is_decoded_keeps_the_fault(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec's MMU-fault report, struck as its second event (MMU_FAULT_QUEUED) is decoded,
+    the RC_TRIGGERED before it already recorded: the next sleep raises the Fault."""
+    d = ga102.open()
+    try:
+        monkeypatch.setitem(ev.DECODERS, EV_MMU_FAULT_QUEUED, once(ev.decode_mmu_fault_queued))
+        mmu_report(ga102, d)
+        with pytest.raises(KeyboardInterrupt):
+            d.sleep(0.0)
+        with pytest.raises(Fault, match=REPORTS["mmu"][1]) as e:
+            d.sleep(0.0)
+        assert e.value.address == FAULT_AT
+    finally:
+        d.stop()
+    assert ga102.stops == [None]
+
+
+@pytest.mark.parametrize("kind", ["rc", "mmu"])
+def test_the_first_sleep_raises_a_report_the_gsp_sent_before_any_wait(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch, kind: str,
+) -> None:
+    """The spec: the device raises the GSP's reports from Rig_nv.sleep. The GSP sends them
+    while nothing waits (no submission, no wait after them): the device's very first sleep
+    raises the Fault (before it naps: the path's sleep is never reached), naming the Xid, the
+    channel and, for the MMU's fault, its type, page and engine; every use after it is
+    Lost."""
+    send, error = REPORTS[kind]
+    d = ga102.open()
+    naps: list[float] = []
+    try:
+        region = d.alloc(0x1000)
+        assert region is not None
+        monkeypatch.setattr(held.PciPath, "sleep", lambda self, t: naps.append(t))
+        send(ga102, d)
+        with pytest.raises(Fault, match=error) as e:
+            d.sleep(1.0)
+        assert naps == []
+        if kind == "mmu":
+            assert (e.value.address, e.value.engine, e.value.access) == (
+                FAULT_AT, f"copy engine {d.copy_engine}", None)
+        else:
+            assert e.value.engine == "graphics/compute" and e.value.address is None
+        every_use_is_lost(d, region)
+    finally:
+        d.stop()
+    assert ga102.stops == [None]
+
+
+def test_an_mmu_fault_of_work_nobody_waits_for_is_raised_by_a_sleep(ga102: Opened) -> None:
+    """The spec's MMU-fault report from the simulated MMU itself: a copy reads a page whose
+    mapping the test took away, and the program only sleeps (it never waits for the copy's
+    point). The simulated GSP-RM stops the group, posts RC_TRIGGERED then MMU_FAULT_QUEUED,
+    and a sleep raises the Fault naming the page."""
+    d = ga102.open()
+    try:
+        src, dst = d.alloc(0x11000), d.alloc(0x11000)
+        assert src is not None and dst is not None
+        assert isinstance(d.path, held.PciPath) and d.path.tables is not None
+        d.path.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
+        d.copy(dst, src, engine="copy")
+        deadline = time.monotonic() + 5.0
+        with pytest.raises(Fault) as e:
+            while time.monotonic() < deadline:
+                d.sleep(0.001)
+        assert e.value.channel_error == ("ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT (Xid 31) on the "
+                                         "copy channel: FAULT_PTE")
+        assert e.value.address == src.gpu + 0x3000
+        every_use_is_lost(d, dst)
+    finally:
+        d.stop()
+    assert d.path.events is not None
+    assert d.path.events.text(2).splitlines()[-1] == "MMU_FAULT_QUEUED"
     assert ga102.stops == [None]
 
 
@@ -314,7 +430,7 @@ def test_a_wait_raises_a_report_kept_through_an_exception(
         assert a is not None and b is not None
         ga102.sim_rm.stop()
         point = d.copy(b, a, engine="copy")
-        while_examined(ga102, d, monkeypatch)
+        while_examined(ga102, d, monkeypatch, report)
         with pytest.raises(KeyboardInterrupt):
             point.wait(timeout_s=5.0)
         with pytest.raises(Fault, match=r"\(Xid 13\) on the compute channel"):

@@ -534,6 +534,10 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
 
 def test_the_simulated_gsp_refuses_a_channel_whose_memory_is_missing_or_wrong(
         ga102: Booted) -> None:
+    """The simulated GSP-RM's checks of a channel's memory, each field spoiled in params sent
+    straight to the RPC RM (held.failed() puts the instance block back by hand): what the path
+    gives back when GSP-RM refuses an alloc made through PciRM.alloc is
+    tests/test_refusals.py's."""
     from rig_nv import classes as cls
     from rig_nv.layouts import Params
 

@@ -2,11 +2,12 @@
 GSP-RM's internal subdevice as memmgrGetBlackListPages_GA100 asks (open-gpu-kernel-modules
 570.144), and never handed out by the path's heap, at PMA's 64 KiB granularity.
 
-Against the simulated GA102 (tests/sim/retired.py answers the control, tests/sim/gsp_rm.py's
-page tables give the allocations' physical addresses): random retired pages, fresh each run
-(the seed is in every failure's message), checked against every page of every allocation as
-the simulated GPU translates it; refusals and garbled answers fail the open naming them, the
-GSP stopped and the GPU opening again."""
+Against the simulated GA102, and for the allocations the simulated GB202 too
+(tests/sim/retired.py answers the control, tests/sim/gsp_rm.py's page tables give the
+allocations' physical addresses): random retired pages, fresh each run (the seed is in every
+failure's message), checked against every page of every allocation as the simulated GPU
+translates it; refusals and garbled answers fail the open naming them, the GSP stopped and
+the GPU opening again."""
 
 from __future__ import annotations
 
@@ -14,19 +15,23 @@ import os
 import random
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim import peer_module
+import sim
+from sim import GspFirmware, peer_module
 from sim import retired as sim_retired
-from sim.gsp_rm import BAR1_PDB, BAR2_PDB, RESERVED
-from test_held import Opened, simulated_ga102
+from sim.gsp_rm import BAR1_PDB, BAR2_PDB, GA102_GR, RESERVED, SimRm
+from test_boot import FB_SIZE
+from test_boot_fsp import FMC_IMAGE
+from test_held import GB202_CLASSES, Opened, SimFunction, gb202_files, simulated_ga102
 
 from rig_edge import Memory
 from rig_nv import Device
-from rig_nv_pci import held, vidmem
+from rig_nv_pci import chips, held, vidmem
 from rig_nv_pci.gsp import retired, rpc, static_info
 from rig_nv_pci.gsp.retired import RetiredPage, RetiredPagesError
 from rig_nv_pci.gsp.static_info import FbRegion
@@ -134,17 +139,58 @@ def test_allocations_never_land_on_a_retired_page(retiring: tuple[Opened, int]) 
     64 KiB frame, while first fit runs past the retired pages; the pages were asked of
     GSP-RM's internal subdevice pass by pass."""
     opened, seed = retiring
-    s = opened.sim_rm
+    never_on_a_retired_page(opened.open, opened.sim_rm, opened.firmware, seed)
+    assert opened.stops == [None]
+
+
+@pytest.mark.parametrize("n", [23, 150], ids=["one-pass", "three-passes"])
+def test_a_gb202s_allocations_never_land_on_a_retired_page(tmp_path: Path, n: int) -> None:
+    """The same on the simulated GB202 (Blackwell: booted through its FSP, the page tables in
+    Hopper's version-3 format), through the same open (rig_nv_pci.held.open_device), which
+    asks every chip's GSP-RM for its retired pages the one way (memmgrGetBlackListPages_GA100's
+    control; that GB20x's CPU-RM asks the same is not confirmed here); random pages, fresh
+    each run."""
+    seed = fresh_seed()
+    g = sim.gb202()
+    sim.SimFmc(g, FMC_IMAGE).install()
+    firmware = sim.GspFirmware(g).install()
+    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    s = SimRm(g, classes=GB202_CLASSES, gr={**GA102_GR, 0xC: 0xC00},
+              retired=random_pages(seed, n)).install(firmware)
+    chip = chips.identify(sim.GB202_BOOT42)
+    images = held.read_images(chip, gb202_files(tmp_path))
+    stops: list[BaseException | None] = []
+
+    def open_device() -> Device:
+        return held.open_device(SimFunction(g, s), name="GPU 0", chip=chip, images=images,
+                                on_stopped=stops.append, timeout_s=0.2, init_timeout_s=1.0)
+
+    s.start()
+    try:
+        assert s.version == 3, seed  # Blackwell's version-3 tables
+        never_on_a_retired_page(open_device, s, firmware, seed)
+    finally:
+        s.stop()
+    assert firmware.boots == 1 and firmware.failure is None, (seed, firmware.log)
+    assert stops == [None] and firmware.suspended
+
+
+def never_on_a_retired_page(open_device: Callable[[], Device], s: SimRm,
+                            firmware: GspFirmware, seed: int) -> None:
+    """Open a device of the simulated GPU retiring ``s.retired`` (drawn from ``seed``) and
+    check that no allocation, heap block or registered FB range lies in a retired page's
+    64 KiB frame, then stop it."""
     assert s.retired is not None
     frames = {a // (64 * KiB) for a in s.retired}
-    d = opened.open()
+    d = open_device()
     try:
         assert isinstance(d.path, held.PciPath)
         defaults = peer_module().STATIC_DEFAULTS
         internal = defaults["hInternalSubdevice"]
         passes = -(-len(s.retired) // 64)
         assert s.retired_asked == [(internal, 64 * i) for i in range(passes)], seed
-        asked = [rpc.decode_control(q.payload) for q in opened.firmware.peer.requests
+        assert firmware.peer is not None
+        asked = [rpc.decode_control(q.payload) for q in firmware.peer.requests
                  if q.function == rpc.Function.GSP_RM_CONTROL]
         assert [(c.h_client, c.h_object) for c in asked if c.cmd == CMD] == [
             (defaults["hInternalClient"], internal)] * passes, seed
@@ -175,7 +221,6 @@ def test_allocations_never_land_on_a_retired_page(retiring: tuple[Opened, int]) 
         assert bytes(d.download(regions[0], 22)) == b"past the retired pages"
     finally:
         d.stop()
-    assert opened.stops == [None]
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """rig_pci.driver on fixture trees whose sysfs writes are recorded and act as the kernel's
 would: which files are written, in which order, and what is refused before the first write."""
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -8,7 +10,15 @@ import pytest
 
 from rig_edge import RigError
 from rig_pci import Function, Machine, driver
-from rig_pci.testing import FakeVfio, add_driver, add_process, add_vfio, fixture_machine
+from rig_pci.function import ResetFailed
+from rig_pci.testing import (
+    FakeVfio,
+    add_driver,
+    add_process,
+    add_vfio,
+    fixture_machine,
+    set_lockdown,
+)
 
 MakeDevice = Callable[..., Path]
 BUS = "0000:01:00.0"
@@ -217,11 +227,62 @@ def test_attach_fails_when_no_driver_binds(tmp_path: Path, make_device: MakeDevi
 
 
 def test_attach_fails_without_a_reset(tmp_path: Path, make_device: MakeDevice) -> None:
+    """No reset Linux knows: a plain RigError (not ResetFailed), nothing written."""
     make_device(override="none", reset=False)
     machine, sysfs = fixture_machine(tmp_path)
-    with pytest.raises(RigError, match="Linux has no reset for it"):
+    with pytest.raises(RigError, match="Linux has no reset for it") as e:
         driver.attach(machine, BUS)
+    assert not isinstance(e.value, ResetFailed)
     assert sysfs.writes == []
+
+
+def test_attach_that_cannot_take_the_function_is_not_a_failed_reset(
+    tmp_path: Path, make_device: MakeDevice
+) -> None:
+    """A function that cannot be taken (a kernel locked down against PCI mappings): a plain
+    RigError, the reset never attempted."""
+    make_device(override="none")
+    set_lockdown(tmp_path, "integrity")
+    machine, sysfs = fixture_machine(tmp_path)
+    with pytest.raises(RigError, match="locked down") as e:
+        driver.attach(machine, BUS)
+    assert not isinstance(e.value, ResetFailed)
+    assert sysfs.writes == []
+
+
+def test_attach_whose_reset_fails_says_so_by_its_type(
+    tmp_path: Path, make_device: MakeDevice
+) -> None:
+    """The reset is attempted and Linux refuses it (the write to its sysfs ``reset`` fails
+    with EIO): ResetFailed, which the caller tells apart without reading the message; nothing
+    is written after it."""
+    make_device(override="none")
+    machine, sysfs = fixture_machine(tmp_path)
+
+    def refused(bus: str) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    sysfs.on_reset = refused
+    with pytest.raises(ResetFailed, match="its reset failed"):
+        driver.attach(machine, BUS)
+    assert sysfs.writes == [(f"{DEV}/reset", "1")]
+
+
+def test_attach_of_a_function_that_does_not_answer_after_its_reset_is_a_failed_reset(
+    tmp_path: Path, make_device: MakeDevice
+) -> None:
+    """The reset runs, and the function's vendor id reads all ones after it: ResetFailed."""
+    dev = make_device(override="none")
+    machine, sysfs = fixture_machine(tmp_path)
+
+    def gone(bus: str) -> None:
+        with open(dev / "config", "r+b") as f:
+            f.write(b"\xff\xff")
+
+    sysfs.on_reset = gone
+    with pytest.raises(ResetFailed, match="does not respond after its reset"):
+        driver.attach(machine, BUS, timeout_s=0.05)
+    assert sysfs.writes == [(f"{DEV}/reset", "1")]
 
 
 def test_hang_ms() -> None:

@@ -25,6 +25,7 @@ from rig_edge import Misuse, Opener, OpenRefused, RigError, opener_name
 from rig_nv import Device, is_gpu
 from rig_nv_pci import boot, chips, held, lock
 from rig_pci import Function, FunctionInfo, Machine, Window, driver, firmware
+from rig_pci.function import ResetFailed
 from rig_pci.function import held as function_held
 
 __version__ = "0.1.0"
@@ -417,6 +418,11 @@ def _attach(machine: Machine, i: int) -> None:
 
         try:
             driver.attach(machine, bus, after_reset=after_reset)
+        except ResetFailed as e:
+            # its reset was attempted and failed: lost (the spec), unlike a GPU Linux has no
+            # reset for or whose function could not be taken, which attach left untouched
+            _lost.add((machine.name, bus))
+            raise RigError(f"{name}: {_reason(e, bus)}") from e
         except RigError as e:
             raise RigError(f"{name}: {_reason(e, bus)}") from e
         finally:
@@ -428,9 +434,11 @@ def attach(i: int) -> None:
     :func:`reset` does if no kernel driver has it (:func:`rig_pci.driver.attach`).
 
     Raises :class:`rig_edge.RigError` naming the GPU if the machine's PCI functions cannot be
-    listed, there is no GPU i, this process or another's open holds it, its reset fails or
-    leaves its protected memory (WPR2) up (which leaves the GPU lost: its next open resets
-    it first), or as :func:`rig_pci.driver.attach` (files not
+    listed, there is no GPU i, this process or another's open holds it, its reset fails
+    (:class:`rig_pci.function.ResetFailed`: it was attempted) or leaves its protected memory
+    (WPR2) up (either leaves the GPU lost: its next open resets it first; a GPU Linux has no
+    reset for, or whose function cannot be taken, is not), or as
+    :func:`rig_pci.driver.attach` (files not
     writable, no kernel driver binds it). Raises :class:`rig_edge.Misuse` (a ValueError),
     having changed nothing, if ``i`` < 0 or it is called from inside another open or change.
     """

@@ -36,7 +36,11 @@ alloc_channel.h):
   and copy channels share their GR group's), a channel without a known group its own.
 
 Memory and the ChID go back once GSP-RM freed the channel (its group's method buffer once the
-group is freed; everything once the device is).
+group is freed; everything once the device is). A channel the path refuses, or GSP-RM refuses
+with a status (:class:`rig_nv_pci.gsp.rpc.Refused`) while the GPU did not fault meanwhile,
+gives back at once its instance block, its ChID and its group's method buffer where it was
+made for this channel (:meth:`ChannelMemory.refused`); any other failure of the alloc keeps
+them as a channel GSP-RM may hold (:class:`rig_nv_pci.rm.PciRM` decides which).
 """
 
 from __future__ import annotations
@@ -105,6 +109,7 @@ class Held:
     instance: int  # FB offset
     runlist: int = 0  # the engine type standing for its runlist
     chid: int = 0
+    made_buffer: bool = False  # its group's method buffer was made for it (its first channel)
 
 
 class ChannelMemory:
@@ -153,9 +158,12 @@ class ChannelMemory:
         runlist = self.groups.get(group, int(p.engineType))
         chid = self._chid(runlist)
         userd = self._where(p.hUserdMemory[0], "USERD")
+        made = group not in self.method_buffers
         mthd = self._method_buffer(group)
         at = self._take_fb(INSTANCE_SIZE, INSTANCE_SIZE)
         if at is None:
+            if made:  # made for a channel the path refuses: GSP-RM never saw it
+                self.method_buffers.pop(group).free()
             raise RMError(f"{self.name}: no video memory for a channel's instance block",
                           NV_ERR_NO_MEMORY)
         try:
@@ -181,8 +189,10 @@ class ChannelMemory:
                     _describe(desc, n.address(0), n.size, n.space, n.cache)
         except BaseException:
             self._give_fb(at, INSTANCE_SIZE)
+            if made:
+                self.method_buffers.pop(group).free()
             raise
-        self.channels[handle] = Held(group, at, runlist, chid)
+        self.channels[handle] = Held(group, at, runlist, chid, made)
         return sent
 
     def _where(self, handle: int, what: str) -> Placed:
@@ -212,10 +222,21 @@ class ChannelMemory:
         return dma
 
     def failed(self, handle: int) -> None:
-        """GSP-RM refused channel ``handle``: its instance block goes back."""
+        """Channel ``handle`` is gone from GSP-RM: its instance block and ChID go back."""
         held = self.channels.pop(handle, None)
         if held is not None:
             self._give_fb(held.instance, INSTANCE_SIZE)
+
+    def refused(self, handle: int) -> None:
+        """GSP-RM refused channel ``handle`` (and holds nothing of it): its instance block and
+        ChID go back, and its group's method buffer where it was made for this channel and no
+        other channel of the group holds it (one GSP-RM saw with another channel stays the
+        group's until the group is freed)."""
+        held = self.channels.get(handle)
+        self.failed(handle)
+        if (held is not None and held.made_buffer and held.group in self.method_buffers
+                and all(h.group != held.group for h in self.channels.values())):
+            self.method_buffers.pop(held.group).free()
 
     def freed(self, handle: int) -> None:
         """GSP-RM freed ``handle``: a channel's memory, a group's (its channels' and method

@@ -26,6 +26,11 @@ _kgrAlloc: kgrctxAllocCtxBuffers, kgrctxMapCtxBuffers, then kgrobjPromoteContext
   on the subdevice.
 
 A group's buffers go back once GSP-RM freed the group; the global ones once the device is.
+Buffers made for a promote the path cannot finish (no room), or that GSP-RM refuses with a
+status (:class:`rig_nv_pci.gsp.rpc.Refused`) while the GPU did not fault meanwhile, go back at
+once; once GSP-RM took them (the promote answered) they are the group's and the device's, even
+where the compute object itself is then refused, since GSP-RM's context of the group names
+them (and the global ones, once initialized, must be promoted at the same place again).
 Not confirmed on hardware: the sizes GSP-RM reports, whether it initializes the buffers as
 the simulated GSP-RM takes them.
 """
@@ -114,17 +119,44 @@ class GrContexts:
             raise MemoryError(f"no GPU addresses for context buffer {buffer_id}")
         return Buffer(fb, size, va)
 
-    def promote(self, channel: int, group: int) -> None:
+    def promote(self, channel: int, group: int,
+                gives_back: Callable[[BaseException], bool] = lambda e: False) -> None:
         """Before the first compute object on ``channel`` (of ``group``): its group's and the
         GPU's buffers made, mapped and handed over with one NV2080_CTRL_CMD_GPU_PROMOTE_CTX;
-        nothing when all of them already were."""
+        nothing when all of them already were. The buffers this call made go back where it
+        fails before the promote is sent (no room: MemoryError), and where the promote fails
+        with an exception ``gives_back`` says is GSP-RM's refusal of it; else they stay
+        (GSP-RM may hold them)."""
         g = self.groups.setdefault(group, Group())
-        for buffer_id in GROUP_BUFFERS:
-            if buffer_id not in g.buffers:
-                g.buffers[buffer_id] = self._buffer(buffer_id)
-        for buffer_id in GLOBAL_BUFFERS:
-            if buffer_id not in self.globals:
-                self.globals[buffer_id] = self._buffer(buffer_id)
+        made: list[tuple[dict[int, Buffer], int]] = []
+        try:
+            for buffer_id in GROUP_BUFFERS:
+                if buffer_id not in g.buffers:
+                    g.buffers[buffer_id] = self._buffer(buffer_id)
+                    made.append((g.buffers, buffer_id))
+            for buffer_id in GLOBAL_BUFFERS:
+                if buffer_id not in self.globals:
+                    self.globals[buffer_id] = self._buffer(buffer_id)
+                    made.append((self.globals, buffer_id))
+        except BaseException:
+            self._forget(made)
+            raise
+        try:
+            self._promote(channel, g)
+        except BaseException as e:
+            if gives_back(e):
+                self._forget(made)
+            raise
+
+    def _forget(self, made: list[tuple[dict[int, Buffer], int]]) -> None:
+        """Buffers GSP-RM never took: unmapped and given back to the heap (a group left with
+        none, and never promoted, is forgotten too)."""
+        for where, buffer_id in reversed(made):
+            self._release(where.pop(buffer_id))
+        for group in [h for h, g in self.groups.items() if not g.buffers and not g.promoted]:
+            del self.groups[group]
+
+    def _promote(self, channel: int, g: Group) -> None:
         entries = []
         for buffer_id in GROUP_BUFFERS + GLOBAL_BUFFERS:
             b = g.buffers[buffer_id] if buffer_id in g.buffers else self.globals[buffer_id]

@@ -264,7 +264,7 @@ class PciPath:
         self.kept: list[Allocation] = []
         self._export_lock = threading.Lock()
         self.function, self.fb_size = function, fb_size
-        self._rm = PciRM(rm)
+        self._rm = PciRM(rm, events)
         self._bar, self._alloc_dma = bar, alloc_dma
         self._unbar = unbar or (lambda view: None)
         self._map_dma = map_dma

@@ -10,6 +10,29 @@ Allocs and frees also carry what a GSP client's CPU-RM hands GSP-RM with them: a
 memory (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc) and, before
 a channel's first compute object, the compute engine's context buffers
 (:mod:`rig_nv_pci.grctx`, _kgrAlloc).
+
+The Rig_nv_pci spec: "An allocation the path or the GSP refuses gives back at once the memory
+the path gave for it, unless the GPU faulted meanwhile." At this layer that reads:
+
+- the path refuses (no room, an object not the path's): what it took goes back at once;
+- GSP-RM refuses: its reply, read whole, carries a status (:class:`rig_nv_pci.gsp.rpc.Refused`)
+  and no report of trouble came while the RPC ran (no RC_TRIGGERED or MMU_FAULT_QUEUED of any
+  channel, no lockdown engaging, no RUN_CPU_SEQUENCER that failed, the GSP not in lockdown
+  and the GPU not lost: :meth:`rig_nv_pci.gsp.events.EventLog.faulted_since`): it made
+  nothing of the request, and the memory goes back at once;
+- anything else is "the GPU faulted meanwhile": no answer in time
+  (:class:`rig_nv_pci.gsp.rpc.RpcTimeout`), a reply too short to hold a status, a report of
+  trouble during the RPC (even followed by a refusal), a lost GPU or lockdown, an exception
+  while the reply was awaited (a KeyboardInterrupt, an event's error). GSP-RM may then hold
+  the memory and write it, so it is kept as if the object were made: it goes back only once
+  GSP-RM answers the free of an object above it (the channel's group; the device, at the
+  device's stop), or never in this process where no such answer comes (the GPU's reset
+  then clears it), and is never handed out again meanwhile.
+
+What the path gives for an object: for a channel its instance block, its ChID and (for its
+group's first channel) the group's method buffer; for a compute object the context buffers
+made for it, until the promote that hands them to GSP-RM is answered (then they are the
+group's and the device's: :mod:`rig_nv_pci.grctx`).
 """
 
 from __future__ import annotations
@@ -23,6 +46,7 @@ from rig_nv_pci import channels
 from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory
 from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp.events import EventLog
 
 # Controls with a pointer and their _V2 twins (570.144 ctrl headers).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
@@ -54,8 +78,10 @@ class PciRM:
     """The RM interface over RPCs, with the pointer-carrying list controls sent as their _V2
     twins (see the module's docstring)."""
 
-    def __init__(self, rm: rpc.RpcRM) -> None:
+    def __init__(self, rm: rpc.RpcRM, events: EventLog | None = None) -> None:
         self.rpc_rm = rm
+        # the GSP's events (the path's boot's log): whether the GPU faulted during an RPC
+        self.events = events
         # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.channels)
         self.channels: ChannelMemory | None = None
         # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
@@ -76,11 +102,23 @@ class PciRM:
     def new_handle(self) -> int:
         return self.rpc_rm.new_handle()
 
+    def _mark(self) -> int:
+        return self.events.faults if self.events is not None else 0
+
+    def _refused(self, e: BaseException, mark: int) -> bool:
+        """Whether ``e``, ending an RPC begun when the event log's count of faults read
+        ``mark``, is GSP-RM's refusal with the GPU not faulted meanwhile (the module's
+        docstring): then the memory the path gave for the object goes back at once."""
+        return isinstance(e, rpc.Refused) and (self.events is None
+                                               or not self.events.faulted_since(mark))
+
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        mark = self._mark()
         if (cls in COMPUTE_CLASSES and self.grctx is not None and self.channels is not None
                 and parent in self.channels.channels):
             try:
-                self.grctx.promote(parent, self.channels.channels[parent].group)
+                self.grctx.promote(parent, self.channels.channels[parent].group,
+                                   lambda e: self._refused(e, mark))
             except MemoryError as e:
                 raise RMError(f"{self.rpc_rm.rpc.name}: {e}", channels.NV_ERR_NO_MEMORY) from e
         if self.channels is not None and cls == KEPLER_CHANNEL_GROUP_A and params is not None:
@@ -92,8 +130,11 @@ class PciRM:
         sent = self.channels.params(parent, handle, params)
         try:
             return self.rpc_rm.alloc(parent, handle, cls, sent)
-        except BaseException:
-            self.channels.failed(handle)
+        except BaseException as e:
+            # GSP-RM's plain refusal gives the channel's memory back; anything else keeps it
+            # as a channel GSP-RM may hold (freed with its group or the device)
+            if self._refused(e, mark):
+                self.channels.refused(handle)
             raise
 
     def free(self, obj: int) -> None:

@@ -255,7 +255,11 @@ def attach(
 
     Raises :class:`rig_edge.RigError` if the machine is not reached through sysfs, the
     function cannot be read, this process holds it, it cannot be taken or reset, a file
-    cannot be written, or no kernel driver binds it after the probe.
+    cannot be written, or no kernel driver binds it after the probe; where its reset was
+    attempted and failed (or the function did not answer after it), that error is
+    :class:`rig_pci.function.ResetFailed`, so a caller can tell a function the attach may
+    have left in any state from one it did not touch (Linux has no reset for it, it could
+    not be taken: plain RigErrors).
     """
     t = machine.sysfs
     info = t.function(bus)

@@ -70,6 +70,13 @@ class _Holding:
             raise first
 
 
+
+class ResetFailed(RigError):
+    """A reset of a function was attempted and failed: Linux's (or VFIO's) reset refused, or
+    the function did not answer after it. Unlike the other refusals of
+    :meth:`Function.reset` and :func:`rig_pci.driver.attach` (no reset Linux knows, a function
+    that cannot be taken), which change nothing, the function may be left in any state."""
+
 class Function:
     """A PCI function this process holds. Take one with :meth:`take`.
 
@@ -316,7 +323,8 @@ class Function:
         and wait up to ``timeout_s`` seconds until its vendor id reads other than all-ones.
 
         Raises :class:`rig_edge.RigError`, having changed nothing, when Linux has no reset for
-        it; and when the reset fails or the function does not answer after it.
+        it; and :class:`ResetFailed` (a RigError) when the reset was attempted and failed or
+        the function does not answer after it.
         """
         self._check("reset")
         if not self._access.can_reset:
@@ -326,12 +334,12 @@ class Function:
         try:
             self._access.reset()
         except RigError as e:
-            raise RigError(f"{self.bus}: its reset failed: {e}") from e
+            raise ResetFailed(f"{self.bus}: its reset failed: {e}") from e
         deadline = time.monotonic() + timeout_s
         pause = 0.001
         while not self.alive():
             if time.monotonic() >= deadline:
-                raise RigError(
+                raise ResetFailed(
                     f"{self.bus} does not respond after its reset: its vendor id read "
                     f"0xffff for {timeout_s:g} s"
                 )

@@ -253,6 +253,9 @@ class EventLog:
         self.lines: deque[str] = deque(maxlen=keep)
         self.events: deque[Decoded] = deque(maxlen=keep)
         self.in_lockdown = False
+        # how many reports of trouble came (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging,
+        # lose()), whoever's channel: what faulted_since compares
+        self.faults = 0
         self.lost: Lost | None = None  # what lose() recorded first
         self.answer: Lost | None = None  # the first answer fault() kept
         # the reports not yet examined, in the order they came
@@ -271,6 +274,9 @@ class EventLog:
                 self._reports.append(decoded)
             elif isinstance(decoded, LockdownNotice):
                 self.in_lockdown = decoded.engaging
+            if (isinstance(decoded, RcTriggered | MmuFaultQueued)
+                    or (isinstance(decoded, LockdownNotice) and decoded.engaging)):
+                self.faults += 1
             return decoded
 
     def lose(self, why: object) -> Lost:
@@ -281,6 +287,7 @@ class EventLog:
         with self._lock:
             self.lines.append(f"the GPU is lost: {why}")
             self._reports.append(lost)
+            self.faults += 1
             if self.lost is None:
                 self.lost = lost
         return lost
@@ -319,6 +326,14 @@ class EventLog:
                 self.answer = answer
             self._reports = deque(maxlen=self._reports.maxlen)
             return answer
+
+    def faulted_since(self, mark: int) -> bool:
+        """Whether the GPU may have faulted since :attr:`faults` read ``mark``: a report of
+        trouble came since (an RC_TRIGGERED or MMU_FAULT_QUEUED of any channel, lockdown
+        engaging, a loss :meth:`lose` recorded), or the GSP is in lockdown, or the GPU is
+        lost (:class:`rig_nv_pci.rm.PciRM` keeps a refused allocation's memory then)."""
+        with self._lock:
+            return self.faults != mark or self.in_lockdown or self.lost is not None
 
     def raise_pending(self) -> None:
         """Raise what :meth:`fault` answers, any channel's RC_TRIGGERED named by its ChID."""

@@ -272,6 +272,14 @@ class RpcTimeout(RigError):
     """The GSP did not answer within the time allowed."""
 
 
+class Refused(RMError):
+    """GSP-RM answered a request of :class:`RpcRM` whole, with a refusal: the status its reply
+    carries (the params' status, else its rpc_result), as rpcRmApiAlloc_GSP /
+    rpcRmApiControl_GSP read one. GSP-RM made nothing of the request. Other failures of a
+    request (no answer in time, a reply too short to hold its status, an exception while the
+    reply was awaited) say nothing of what GSP-RM did with it, and are not this."""
+
+
 class Rpc:
     """Requests and replies over a :class:`QueuePair`, one request at a time.
 
@@ -494,8 +502,9 @@ class RpcRM:
     """The RM interface of :mod:`rig_nv.rm` over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE.
 
     ``client`` is a client this object made on the GSP (:meth:`open`). A refusal raises
-    :class:`rig_nv.rm.RMError` naming NVIDIA's status: the reply's own status field where the
-    GSP set one, else its rpc_result (rpcRmApiAlloc_GSP / rpcRmApiControl_GSP).
+    :class:`Refused` (a :class:`rig_nv.rm.RMError`) naming NVIDIA's status: the reply's own
+    status field where the GSP set one, else its rpc_result (rpcRmApiAlloc_GSP /
+    rpcRmApiControl_GSP); a reply too short to hold a status a plain RMError.
     """
 
     def __init__(self, rpc: Rpc, client: int, *, release: str = "570.144",
@@ -550,14 +559,14 @@ class RpcRM:
 
     def _check(self, what: str, reply: Incoming,
                answer: AllocReply | ControlReply | int | None) -> None:
-        """Raise RMError for the reply's own status, else for its rpc_result, else for a
-        reply too short to hold its status."""
+        """Raise :class:`Refused` for the reply's own status, else for its rpc_result, else
+        RMError for a reply too short to hold its status (not a refusal GSP-RM stated)."""
         status = answer if isinstance(answer, int) else answer.status if answer else 0
         what = f"{self.rpc.name}: {what}"
         if status:
-            raise RMError(what, status)
+            raise Refused(what, status)
         if reply.result != 0:
-            raise RMError(f"{what} (rpc_result {result_text(reply.result)})",
+            raise Refused(f"{what} (rpc_result {result_text(reply.result)})",
                           result_status(reply.result))
         if answer is None:
             raise RMError(f"{what} (a reply too short to hold its status)", NV_ERR_GENERIC)

@@ -1,0 +1,317 @@
+"""The Rig_nv_pci spec's "An allocation the path or the GSP refuses gives back at once the memory
+the path gave for it, unless the GPU faulted meanwhile", through the real path
+(:meth:`rig_nv_pci.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM:
+
+- a channel GSP-RM refuses with a status gives back its instance block, its ChID and the
+  method buffer made for it; a promote of context buffers it refuses gives back every buffer
+  made for it; a compute object refused after its promote leaves the promoted buffers with
+  their group (GSP-RM's context of the group names them), given back with the group;
+- "the GPU faulted meanwhile" (rig_nv_pci.rm's docstring): no answer in time, a report of
+  trouble (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging, a RUN_CPU_SEQUENCER that fails:
+  the GPU lost) while the RPC ran, a KeyboardInterrupt while the reply was awaited: the
+  channel's memory is kept as a channel GSP-RM may hold, never handed out again, until GSP-RM
+  answers the free of its group.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim import gmmu
+from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
+from test_held import Opened, simulated_ga102
+from test_path import Booted, _channel_kit
+from test_path import ga102 as booted_ga102  # noqa: F401  (the fixture, for test_path's Booted)
+
+import rig_nv
+from rig_nv.rm import RMError
+from rig_nv_pci import grctx, held
+from rig_nv_pci import path as pp
+from rig_nv_pci.channels import INSTANCE_SIZE, ChannelMemory
+from rig_nv_pci.gsp import events as ev
+from rig_nv_pci.gsp import rpc
+
+GPFIFO = 0xC56F  # AMPERE_CHANNEL_GPFIFO_A (clc56f.h)
+COMPUTE = 0xC7C0  # AMPERE_COMPUTE_B (clc7c0.h)
+NV_ERR_NO_MEMORY = 0x51  # nvstatuscodes.h
+# NV_VGPU_MSG_EVENT_* (rpc_global_enums.h)
+EV_RC_TRIGGERED, EV_MMU_FAULT_QUEUED, EV_OS_ERROR_LOG = 0x1004, 0x1005, 0x1006
+EV_GSP_LOCKDOWN_NOTICE = 0x101C
+POLL = 2  # GSP_SEQ_BUF_OPCODE_REG_POLL (rmgspseq.h)
+SCRATCH = 0x1400 + 4 * 0x36  # an NV_PBUS_SW_SCRATCH register nothing sets (pri_nv_xal_ep.h)
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    opened = simulated_ga102(tmp_path)
+    yield opened
+    opened.sim_rm.stop()
+
+
+def in_heap(p: pp.PciPath, at: int, size: int) -> bool:
+    """Whether ``[at, at+size)`` lies free in the path's heap."""
+    return any(a <= at and at + size <= a + n for a, n in p.heap.free)
+
+
+def method_buffers_made(held_: ChannelMemory) -> list[Any]:
+    """The DMA memory the path makes for method buffers from now on, as it makes it."""
+    made: list[Any] = []
+    alloc = held_._alloc_dma
+
+    def recorded(n: int) -> Any:
+        dma = alloc(n)
+        made.append(dma)
+        return dma
+
+    held_._alloc_dma = recorded
+    return made
+
+
+# ---- GSP-RM refuses: the memory goes back at once ---------------------------------------------
+
+
+def test_a_channel_gsp_rm_refuses_gives_back_its_instance_block_chid_and_method_buffer(
+    booted_ga102: Booted,  # noqa: F811
+) -> None:
+    """The spec: an allocation the GSP refuses gives back at once the memory the path gave for
+    it. The simulated GSP-RM answers the channel's GSP_RM_ALLOC with NV_ERR_NO_MEMORY: through
+    PciRM.alloc, the instance block is back in the heap (the heap's free ranges exactly as
+    before), the method buffer made for the group's first channel freed, and the ChID free (the
+    same alloc, allowed, takes the same ChID and, the heap unchanged, the same instance block)."""
+    p, s = booted_ga102.path(), booted_ga102.sim_rm
+    held_ = p.rm.channels
+    assert held_ is not None
+    tsg, asked = _channel_kit(p, 1)
+    made = method_buffers_made(held_)
+    before = p.heap.free
+    s.refuse.add(GPFIFO)
+    channel = p.rm.new_handle()
+    with pytest.raises(rpc.Refused) as e:
+        p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
+    assert e.value.status == NV_ERR_NO_MEMORY
+    sent = booted_ga102.firmware.peer.requests[-1]
+    assert sent.function == rpc.Function.GSP_RM_ALLOC  # GSP-RM was asked, and refused
+    assert p.heap.free == before and channel not in held_.channels
+    assert len(made) == 1 and made[0].freed and held_.method_buffers == {}
+    s.refuse.clear()
+    again = p.rm.new_handle()
+    p.rm.alloc(tsg, again, GPFIFO, bytearray(asked))
+    assert held_.channels[again].chid == 1  # the lowest above GSP-RM's reserved one
+    assert not in_heap(p, held_.channels[again].instance, INSTANCE_SIZE)
+    p.rm.free(tsg)
+    assert p.heap.free == before and len(made) == 2 and made[1].freed
+    p.closed()
+
+
+def test_a_channel_of_a_group_whose_first_channel_gsp_rm_took_keeps_the_groups_method_buffer(
+    booted_ga102: Booted,  # noqa: F811
+) -> None:
+    """The method buffer GSP-RM saw with the group's first channel is the group's: a second
+    channel GSP-RM refuses gives back only its own instance block and ChID."""
+    p, s = booted_ga102.path(), booted_ga102.sim_rm
+    held_ = p.rm.channels
+    assert held_ is not None
+    tsg, asked = _channel_kit(p, 1)
+    first = p.rm.new_handle()
+    p.rm.alloc(tsg, first, GPFIFO, bytearray(asked))
+    buffer = held_.method_buffers[tsg]
+    before = p.heap.free
+    s.refuse.add(GPFIFO)
+    with pytest.raises(rpc.Refused):
+        p.rm.alloc(tsg, p.rm.new_handle(), GPFIFO, bytearray(asked))
+    assert p.heap.free == before and held_.method_buffers == {tsg: buffer}
+    assert not buffer.freed  # type: ignore[attr-defined]
+    p.rm.free(tsg)
+    p.closed()
+
+
+def test_a_make_whose_channels_gsp_rm_refuses_gives_back_every_page(
+    booted_ga102: Booted,  # noqa: F811
+) -> None:
+    """The spec's promise through rig_nv.make: GSP-RM refuses the device's channels; the make
+    fails, and every page the path gave (instance blocks, method buffers) is back."""
+    p, s = booted_ga102.path(), booted_ga102.sim_rm.start()
+    held_ = p.rm.channels
+    assert held_ is not None
+    made = method_buffers_made(held_)
+    before = p.heap.free
+    s.refuse.add(GPFIFO)
+    with pytest.raises(RMError):
+        rig_nv.make(p)
+    assert p.heap.free == before and held_.channels == {} and held_.method_buffers == {}
+    assert made and all(m.freed for m in made)
+
+
+def test_a_promote_gsp_rm_refuses_gives_back_every_context_buffer_made_for_it(
+    booted_ga102: Booted,  # noqa: F811
+) -> None:
+    """The compute object's context buffers (the group's MAIN and PATCH, the GPU's FECS_EVENT
+    and access maps, all made for it): GSP-RM refuses NV2080_CTRL_CMD_GPU_PROMOTE_CTX, and
+    through PciRM.alloc every buffer's pages are back in the heap and its GPU addresses
+    unmapped; the compute object is never sent. Allowed again, it is made."""
+    p, s, peer = booted_ga102.path(), booted_ga102.sim_rm, booted_ga102.firmware.peer
+    g = p.rm.grctx
+    assert g is not None
+    tsg, asked = _channel_kit(p, 1)
+    channel = p.rm.new_handle()
+    p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
+    before = p.heap.free
+    taken: list[grctx.Buffer] = []
+    make_buffer = g._buffer
+
+    def recorded(buffer_id: int) -> grctx.Buffer:
+        taken.append(make_buffer(buffer_id))
+        return taken[-1]
+
+    g._buffer = recorded  # type: ignore[method-assign]
+    peer.control_status[grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX] = NV_ERR_NO_MEMORY
+    asked_before = len(peer.requests)
+    with pytest.raises(rpc.Refused) as e:
+        p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
+    assert e.value.status == NV_ERR_NO_MEMORY
+    assert len(taken) == len(grctx.GROUP_BUFFERS + grctx.GLOBAL_BUFFERS)
+    assert p.heap.free == before and g.groups == {} and g.globals == {}
+    for b in taken:
+        with pytest.raises(gmmu.MmuFault):
+            s.translate(b.va)
+    assert all(q.function != rpc.Function.GSP_RM_ALLOC for q in peer.requests[asked_before:])
+    del peer.control_status[grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX]
+    p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
+    assert set(g.groups) == {tsg}
+    p.rm.free(tsg)
+    p.closed()
+
+
+def test_a_compute_object_refused_after_its_promote_leaves_the_buffers_with_the_group(
+    booted_ga102: Booted,  # noqa: F811
+) -> None:
+    """Once GSP-RM took the promote, the buffers are the group's (its context names them): a
+    compute object GSP-RM then refuses gives none of them back; the next one is made without
+    a second promote, and freeing the group gives the group's buffers back."""
+    p, s, peer = booted_ga102.path(), booted_ga102.sim_rm, booted_ga102.firmware.peer
+    g = p.rm.grctx
+    assert g is not None
+    tsg, asked = _channel_kit(p, 1)
+    channel = p.rm.new_handle()
+    p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
+    before = p.heap.free
+    s.refuse.add(COMPUTE)
+    with pytest.raises(rpc.Refused):
+        p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
+    kept = g.groups[tsg].buffers
+    assert set(kept) == set(grctx.GROUP_BUFFERS) and set(g.globals) == set(grctx.GLOBAL_BUFFERS)
+    assert all(not in_heap(p, b.fb, b.size) for b in [*kept.values(), *g.globals.values()])
+    s.refuse.clear()
+    asked_before = len(peer.requests)
+    p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
+    assert len(peer.requests) == asked_before + 1  # the alloc alone: nothing promoted again
+    group_buffers = list(kept.values())
+    p.rm.free(tsg)
+    assert all(in_heap(p, b.fb, b.size) for b in group_buffers)
+    assert before != p.heap.free  # the GPU's buffers stay until the device is freed
+    p.closed()
+
+
+# ---- the GPU faulted meanwhile: the memory is kept --------------------------------------------
+
+
+def no_answer(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch) -> type[BaseException]:
+    """GSP-RM takes the alloc (and makes the channel) but never answers: RpcTimeout."""
+    o.firmware.peer.alloc_unanswered.add(GPFIFO)
+    monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
+    return rpc.RpcTimeout
+
+
+def refused_after(event: int, payload: Callable[[Opened], bytes],
+                  raised: type[BaseException] = rpc.Refused,
+                  ) -> Callable[[Opened, pp.PciPath, pytest.MonkeyPatch], type[BaseException]]:
+    def strike(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
+               ) -> type[BaseException]:
+        """GSP-RM sends ``event`` while the RPC waits, then refuses the alloc."""
+        o.firmware.peer.event(event, payload(o), now=False)
+        o.sim_rm.refuse.add(GPFIFO)
+        return raised
+
+    return strike
+
+
+def interrupted(refuse: bool) -> Callable[[Opened, pp.PciPath, pytest.MonkeyPatch],
+                                          type[BaseException]]:
+    def strike(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
+               ) -> type[BaseException]:
+        """A KeyboardInterrupt strikes while an event that came before the reply is recorded;
+        the reply (a refusal, or the channel made) is read, then the interrupt raised."""
+        first = [True]
+
+        def decode(payload: bytes) -> ev.Decoded:
+            if first[0]:
+                first[0] = False
+                raise KeyboardInterrupt
+            return ev.decode_os_error_log(payload)
+
+        monkeypatch.setitem(ev.DECODERS, EV_OS_ERROR_LOG, decode)
+        o.firmware.peer.event(EV_OS_ERROR_LOG, o.firmware.peer.os_error_log(43, 9, "a line"),
+                              now=False)
+        if refuse:
+            o.sim_rm.refuse.add(GPFIFO)
+        return KeyboardInterrupt
+
+    return strike
+
+
+MEANWHILE = {
+    "no-answer": no_answer,
+    "rc-triggered": refused_after(EV_RC_TRIGGERED, lambda o: o.firmware.peer.rc_triggered(
+        40, xid=13)),  # another channel's: the GPU faulted all the same
+    "mmu-fault-queued": refused_after(EV_MMU_FAULT_QUEUED, lambda o: b""),
+    "lockdown": refused_after(EV_GSP_LOCKDOWN_NOTICE,
+                              lambda o: o.firmware.peer.lockdown_notice(True)),
+    "gpu-lost": refused_after(EV_GSP_RUN_CPU_SEQUENCER, lambda o: sequencer_payload(
+        [(POLL, SCRATCH, 1, 1, 500, 3)], 64)),  # a poll never met: the GPU lost
+    "interrupted-refused": interrupted(True),
+    "interrupted-made": interrupted(False),
+}
+
+
+@pytest.mark.parametrize("meanwhile", list(MEANWHILE))
+def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch, meanwhile: str,
+) -> None:
+    """The spec's "unless the GPU faulted meanwhile", on an opened device's path: the channel
+    alloc fails without a plain refusal (no answer; a report of trouble or the GPU lost during
+    the RPC, then a refusal; a KeyboardInterrupt while the reply was awaited). Its instance
+    block stays out of the heap, its ChID taken and the method buffer made for it held: a
+    channel made next in the group gets neither. Only GSP-RM's answer to the free of the group
+    gives them back."""
+    d = ga102.open()
+    try:
+        p = d.path
+        assert isinstance(p, held.PciPath)
+        held_ = p.rm.channels
+        assert held_ is not None
+        tsg, asked = _channel_kit(p, 1)
+        made = method_buffers_made(held_)
+        before = p.heap.free
+        raised = MEANWHILE[meanwhile](ga102, p, monkeypatch)
+        channel = p.rm.new_handle()
+        with pytest.raises(raised):
+            p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
+        kept = held_.channels[channel]
+        assert not in_heap(p, kept.instance, INSTANCE_SIZE)
+        assert len(made) == 1 and not made[0].freed and held_.method_buffers[tsg] is made[0]
+        ga102.firmware.peer.alloc_unanswered.clear()
+        ga102.sim_rm.refuse.clear()
+        other = p.rm.new_handle()
+        p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
+        assert held_.channels[other].instance != kept.instance
+        assert held_.channels[other].chid != kept.chid and len(made) == 1
+        p.rm.free(tsg)
+        assert p.heap.free == before and made[0].freed and channel not in held_.channels
+    finally:
+        d.stop()
