@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sim.gsp_rm import BAR1_PDB
-from test_held import BUS, Opened, all_reserved, bar1_window, opener, simulated_ga102
+from test_held import BUS, Opened, TakenSim, all_reserved, bar1_window, opener, simulated_ga102
 from test_open import given_back
 
 import rig_nv_pci
@@ -221,6 +221,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         took = addresses.PROCESS.free
         stop_silent(d)
         assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        assert not takes[-1].bus_mastering  # before its release freed its DMA memory
         given_back(machine, BUS)
         # no address given back: neither its regions' nor the path's own (its context
         # buffers' GPU mappings)
@@ -255,9 +256,48 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         finally:
             d.stop()
         assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
+        assert takes[-1].bus_mastering  # a stop that unloaded the GSP leaves it as it was
     finally:
         give_back_for_good(before)
     assert addresses.PROCESS.free == before and all_reserved(before)
+
+
+def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Releasing the function frees every DMA memory it gave (rig_pci.Function.close: the
+    Pinned regions the stop kept and the GSP's own memory too), which, taken physically, goes
+    back to the system as 2 MiB huge pages: a GPU that stopped answering may still write
+    there. So the lost GPU's bus mastering goes off first (PCI's Bus Master Enable, command
+    register bit 2: the function then issues no memory requests), as rig_pci's reset turns it
+    off before a reset; the stop's addresses stay kept. A stop that unloaded the GSP leaves
+    bus mastering as it was."""
+    machine, _ = opener(ga102, tmp_path, monkeypatch)
+    order: list[str] = []
+    monkeypatch.setattr(TakenSim, "bus_master",
+                        lambda self, on: order.append(f"bus master {'on' if on else 'off'}"))
+
+    def close(self: TakenSim) -> None:  # as rig_pci.Function.close frees its DMA memory
+        self.closed = True
+        order.append("DMA memory freed")
+
+    monkeypatch.setattr(TakenSim, "close", close)
+    before = addresses.PROCESS.addresses().free
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    d.stop()
+    assert order == ["DMA memory freed"] and rig_nv_pci._lost == set()
+    order.clear()
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    r = d.alloc(0x3000, Memory.PINNED)
+    assert r is not None
+    taken = spans(d)
+    try:
+        gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
+        stop_silent(d)
+        assert order == ["bus master off", "DMA memory freed"]
+        assert rig_nv_pci._lost == {(machine.name, BUS)} and none_free(taken)
+    finally:
+        give_back_for_good(before)
 
 
 def test_the_stop_error_of_a_silent_gsp_is_the_lost_one(
