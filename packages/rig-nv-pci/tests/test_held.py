@@ -521,9 +521,11 @@ class OffsetWindow(Window):
 
 @dataclass
 class TakenSim(SimFunction):
-    """:class:`SimFunction` as ``rig_nv_pci`` takes a function: closable, resettable."""
+    """:class:`SimFunction` as ``rig_nv_pci`` takes a function: closable, resettable, its bus
+    mastering (PCI_COMMAND_MASTER) to turn off."""
 
     resets: int = 0
+    bus_mastering: bool = True
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
                write_combined: bool = False, at: int | None = None) -> Window:
@@ -533,6 +535,9 @@ class TakenSim(SimFunction):
 
     def close(self) -> None:
         self.closed = True
+
+    def bus_master(self, on: bool) -> None:
+        self.bus_mastering = on
 
     def reset(self) -> None:
         self.resets += 1

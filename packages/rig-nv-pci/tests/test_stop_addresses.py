@@ -1,0 +1,321 @@
+"""What a device's stop does with the process's addresses (rig_nv_pci.addresses), on the
+simulated GA102. The Rig_nv_pci spec: "The GPUs' addresses and the process's addresses of
+system memory coincide, from 64 GiB to Rig_nv.windows, which the process reserves at its first
+open; every GPU it opens takes its addresses from that range. A device's stop gives back every
+address its open took, once the GPU's memory regions are freed, unless the GPU stopped
+answering (Rig_nv.stop), which keeps the addresses the GPU may still reach."
+
+rig_nv's Device.stop frees the memory only once the RM freed the channels ("otherwise the GPU
+may still reach it, and it stays with the process"); the PCI path gives a region's GPU
+addresses back in its free_memory (rig_nv_pci.path.PciPath.free_memory, step "va"), so
+addresses the stop did not free stay taken from the process's range for good."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim.gsp_rm import BAR1_PDB
+from test_held import BUS, Opened, TakenSim, all_reserved, bar1_window, opener, simulated_ga102
+from test_open import given_back
+
+import rig_nv_pci
+from rig_edge import Memory, Region
+from rig_nv import Device
+from rig_nv.device import CACHE_LARGEST
+from rig_nv.hostmem import view
+from rig_nv.rm import Allocation
+from rig_nv_pci import addresses, held
+from rig_nv_pci.gsp import rpc
+from rig_nv_pci.stop import StopError, stop_gsp
+from rig_pci import libc
+from rig_pci.testing import inaccessible
+
+Span = tuple[int, int, Memory]  # GPU address, length, kind
+
+
+@pytest.fixture
+def ga102(tmp_path: Path) -> Iterator[Opened]:
+    opened = simulated_ga102(tmp_path)
+    yield opened
+    opened.sim_rm.stop()
+
+
+def alloc_each(d: Device) -> list[Region]:
+    """A small and a large region of every kind (the large Device one past the device's
+    cache, so its free goes to the path at once)."""
+    out = []
+    for kind in Memory:
+        for n in (0x3000, 3 << 20):
+            r = d.alloc(n, kind)
+            assert r is not None
+            out.append(r)
+    return out
+
+
+def spans(d: Device) -> list[Span]:
+    """Every allocation the device holds, its own (timeline, rings) too: the addresses its
+    memory took from the process's range (not the channels' error notifiers, which the GPU
+    reaches by bus address and so take no GPU address: PciPath.alloc_notifier's gpu 0)."""
+    held_: list[Allocation] = [*d._allocs.values(), *d._own]
+    return [(a.gpu, a.length, a.kind) for a in held_ if a.gpu != 0]
+
+
+def is_free(at: int, n: int) -> bool:
+    """Whether ``[at, at + n)`` lies in one free run of the process's range."""
+    return any(lo <= at and at + n <= lo + size for lo, size in addresses.PROCESS.free)
+
+
+def none_free(taken: list[Span]) -> bool:
+    """Whether no address of ``taken`` is free in the process's range."""
+    return not any(lo < at + n and at < lo + size
+                   for at, n, _ in taken for lo, size in addresses.PROCESS.free)
+
+
+def meets(a: Region, taken: list[Span]) -> bool:
+    return any(a.gpu < at + n and at < a.gpu + a.length for at, n, _ in taken)
+
+
+def test_a_stop_gives_back_every_address_and_the_next_open_takes_the_same_ones(
+    ga102: Opened,
+) -> None:
+    """After a normal stop every address the open took (its regions' of every kind and the
+    device's own) is free in the process's range again and reserved in the process
+    (PROT_NONE, nothing mapped: /proc/self/maps); the next open, allocating as the first did,
+    gets the very same addresses."""
+    before = addresses.PROCESS.addresses().free
+    assert all_reserved(before)
+    firsts: list[list[Span]] = []
+    for _ in (1, 2):
+        d = ga102.open()
+        try:
+            regions = alloc_each(d)
+            taken = spans(d)
+            assert none_free(taken) and addresses.PROCESS.free != before
+            for r in regions:  # while held: Pinned memory and Mapped's BAR 1 window lie there
+                size = d._allocs[r].length
+                if r.kind is Memory.PINNED:
+                    assert r.host == r.gpu and not inaccessible(r.gpu, r.gpu + size)
+                    view(r.host, 8)[:] = b"pinned!!"
+                elif r.kind is Memory.MAPPED:
+                    assert bar1_window(r.gpu, r.gpu + size)
+        finally:
+            d.stop()
+        assert ga102.stops[-1] is None
+        assert addresses.PROCESS.free == before and all_reserved(before)
+        assert all(inaccessible(at, at + n) for at, n, _ in taken)
+        firsts.append(taken)
+    assert firsts[1] == firsts[0]  # first fit from the same free range: the same addresses
+
+
+def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
+    ga102: Opened,
+) -> None:
+    """A Pinned or Mapped region's free, and a Device region's past the device's cache
+    (over rig_nv.device.CACHE_LARGEST), give its addresses back at once, reserved again; a
+    Device region up to CACHE_LARGEST is kept by the device for the next allocation of its
+    size (rig_nv's Device.free) and its addresses come back with Device.trim (or the stop),
+    not before."""
+    d = ga102.open()
+    try:
+        took = addresses.PROCESS.free
+        for kind in (Memory.PINNED, Memory.MAPPED):
+            for n in (0x3000, 3 << 20):
+                r = d.alloc(n, kind)
+                assert r is not None
+                size = d._allocs[r].length
+                assert not is_free(r.gpu, size)
+                d.free(r)
+                assert addresses.PROCESS.free == took and inaccessible(r.gpu, r.gpu + size)
+        large = d.alloc(CACHE_LARGEST + (2 << 20), Memory.DEVICE)
+        assert large is not None and not is_free(large.gpu, large.length)
+        d.free(large)
+        assert addresses.PROCESS.free == took
+        small = d.alloc(0x3000, Memory.DEVICE)
+        assert small is not None
+        size = d._allocs[small].length
+        d.free(small)
+        assert not is_free(small.gpu, size)  # kept for reuse by the device
+        again = d.alloc(0x3000, Memory.DEVICE)
+        assert again is not None and again.gpu == small.gpu  # the same memory, reused
+        d.free(again)
+        d.trim()
+        assert addresses.PROCESS.free == took and inaccessible(small.gpu, small.gpu + size)
+    finally:
+        d.stop()
+
+
+def gsp_goes_silent(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch, *,
+                    after_frees: int) -> None:
+    """From the device's ``after_frees``-th RM free on, the simulated GSP answers nothing (its
+    doorbell rings unheard, as a GSP that hung, or a GPU off the bus, leaves it): RPCs time
+    out (in 0.2 s here) and it never suspends (the stop's wait cut to 0.05 s)."""
+    assert isinstance(d.path, held.PciPath)
+    monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", 0.2)
+    monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))
+    rm = d.path.rm
+    real: Callable[[int], None] = rm.free
+    frees = [0]
+
+    def free(handle: int) -> None:
+        if frees[0] == after_frees:
+            ga102.firmware.suspended = True  # doorbell() returns without serving the queue
+        frees[0] += 1
+        real(handle)
+
+    monkeypatch.setattr(rm, "free", free)
+    if after_frees == 0:
+        ga102.firmware.suspended = True
+
+
+def stop_silent(d: Device) -> None:
+    """The stop of a device whose GSP stopped answering: it raises the timeout of the device
+    object's FREE (PciPath.closed), having stopped the GSP all the same (on_stopped ran: its
+    finally); a second stop does nothing."""
+    with pytest.raises(rpc.RpcTimeout, match="the GSP sent no FREE for FREE in time"):
+        d.stop()
+    d.stop()
+
+
+def give_back_for_good(before: list[tuple[int, int]]) -> None:
+    """After a test that kept addresses: reserve again every address of the runs ``before``
+    that is not free now and give it back to the process's range, as no stop does, so that
+    later tests find the range as it was."""
+    for lo, size in before:
+        at = lo
+        for free_at, n in [*addresses.PROCESS.free, (lo + size, 0)]:
+            if free_at < lo or free_at > lo + size:
+                continue
+            if free_at > at:
+                libc.reserve(at, free_at - at)
+                addresses.PROCESS.give(at, free_at - at)
+            at = max(at, free_at + n)
+
+
+@pytest.mark.parametrize("after_frees", [0, 3], ids=["before-stop", "during-stop"])
+def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_frees: int,
+) -> None:
+    """The GSP stops answering before the stop, or after the stop's first frees were answered:
+    the RM did not free the channels, so the stop frees none of the device's memory. Every
+    address its memory took (Pinned, Mapped and Device regions, the device's own) stays out of
+    the process's range, and the Pinned pages stay mapped where the GPU writes them: another
+    simulated GPU's open and allocations, and the next open of this one, take none of them.
+    The stop still gives the function and the lock back, the GPU is lost, and its next open
+    resets it first; that open's own stop gives back what it took."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    before = addresses.PROCESS.addresses().free
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    regions = alloc_each(d)
+    taken = spans(d)
+    try:
+        pinned = [r for r in regions if r.kind is Memory.PINNED]
+        for r in pinned:
+            view(r.host, 8)[:] = b"pinned!!"
+        gsp_goes_silent(ga102, d, monkeypatch, after_frees=after_frees)
+        took = addresses.PROCESS.free
+        stop_silent(d)
+        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        assert not takes[-1].bus_mastering  # before its release freed its DMA memory
+        given_back(machine, BUS)
+        # no address given back: neither its regions' nor the path's own (its context
+        # buffers' GPU mappings)
+        assert addresses.PROCESS.free == took and none_free(taken)
+        for r in pinned:  # still the process's memory, where the GPU may still write
+            assert not inaccessible(r.host, r.host + 8) and bytes(view(r.host, 8)) == b"pinned!!"
+            ga102.sim_rm.write(r.gpu, b"late DMA")
+            assert bytes(view(r.host, 8)) == b"late DMA"
+        # another GPU of the process takes its addresses around the kept ones
+        second = simulated_ga102(tmp_path / "second")
+        try:
+            d2 = second.open()
+            try:
+                assert not any(meets(r, taken) for r in alloc_each(d2))
+                assert not any(meets(Region(at, None, n, k), taken) for at, n, k in spans(d2))
+            finally:
+                d2.stop()
+        finally:
+            second.sim_rm.stop()
+        assert second.stops == [None] and none_free(taken)
+        # the lost GPU's next open resets it first, and takes none of the kept addresses
+        ga102.firmware.suspended = False
+        # a reset and boot leave GSP-RM a BAR 1 root of its own, empty; the simulated boot
+        # keeps the lost device's PDEs there, which the next path would follow into FB its
+        # heap hands out again (the simulator's gap, not the path's)
+        ga102.sim_rm.vram[BAR1_PDB:BAR1_PDB + 0x1000] = bytes(0x1000)
+        kept = addresses.PROCESS.free
+        d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+        try:
+            assert takes[-1].resets == 1 and rig_nv_pci._lost == set()
+            assert not any(meets(r, taken) for r in alloc_each(d))
+        finally:
+            d.stop()
+        assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
+        assert takes[-1].bus_mastering  # a stop that unloaded the GSP leaves it as it was
+    finally:
+        give_back_for_good(before)
+    assert addresses.PROCESS.free == before and all_reserved(before)
+
+
+def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Releasing the function frees every DMA memory it gave (rig_pci.Function.close: the
+    Pinned regions the stop kept and the GSP's own memory too), which, taken physically, goes
+    back to the system as 2 MiB huge pages: a GPU that stopped answering may still write
+    there. So the lost GPU's bus mastering goes off first (PCI's Bus Master Enable, command
+    register bit 2: the function then issues no memory requests), as rig_pci's reset turns it
+    off before a reset; the stop's addresses stay kept. A stop that unloaded the GSP leaves
+    bus mastering as it was."""
+    machine, _ = opener(ga102, tmp_path, monkeypatch)
+    order: list[str] = []
+    monkeypatch.setattr(TakenSim, "bus_master",
+                        lambda self, on: order.append(f"bus master {'on' if on else 'off'}"))
+
+    def close(self: TakenSim) -> None:  # as rig_pci.Function.close frees its DMA memory
+        self.closed = True
+        order.append("DMA memory freed")
+
+    monkeypatch.setattr(TakenSim, "close", close)
+    before = addresses.PROCESS.addresses().free
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    d.stop()
+    assert order == ["DMA memory freed"] and rig_nv_pci._lost == set()
+    order.clear()
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    r = d.alloc(0x3000, Memory.PINNED)
+    assert r is not None
+    taken = spans(d)
+    try:
+        gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
+        stop_silent(d)
+        assert order == ["bus master off", "DMA memory freed"]
+        assert rig_nv_pci._lost == {(machine.name, BUS)} and none_free(taken)
+    finally:
+        give_back_for_good(before)
+
+
+def test_the_stop_error_of_a_silent_gsp_is_the_lost_one(
+    ga102: Opened, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through held.open_device: the stop of a device whose GSP stopped answering calls
+    on_stopped with a StopError that is ``lost`` (the GSP's firmware may still be loaded),
+    which is what marks the GPU lost for the opener; the addresses stay kept."""
+    before = addresses.PROCESS.addresses().free
+    d = ga102.open()
+    alloc_each(d)
+    taken = spans(d)
+    try:
+        gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
+        stop_silent(d)
+        (failure,) = ga102.stops
+        assert isinstance(failure, StopError) and failure.lost
+        assert any(s.startswith("UNLOADING_GUEST_DRIVER: not sent") for s in failure.steps)
+        assert none_free(taken)
+    finally:
+        give_back_for_good(before)
