@@ -26,8 +26,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from test_held import Opened, simulated_ga102
-from test_path import Booted, _channel_kit
+from test_path import Booted
 from test_path import ga102 as booted_ga102  # noqa: F401  (the fixture, for test_path's Booted)
+from test_path_channels import _channel_kit
 
 import rig_nv
 from rig_nv.rm import RMError
