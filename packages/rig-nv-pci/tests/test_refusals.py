@@ -6,7 +6,8 @@ the path gave for it, unless the GPU faulted meanwhile", through the real path
   method buffer made for it; a promote of context buffers it refuses gives back every buffer
   made for it; a compute object refused after its promote leaves the promoted buffers with
   their group (GSP-RM's context of the group names them), given back with the group;
-- "the GPU faulted meanwhile" (rig_nv_pci.rm's docstring): no answer in time, a report of
+- "the GPU faulted meanwhile" (rig_nv_pci.rm's docstring): no answer in time (none at all, or
+  one that comes after the caller gave up: dropped by the next RPC's wait), a report of
   trouble (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging, a RUN_CPU_SEQUENCER that fails:
   the GPU lost) while the RPC ran, a KeyboardInterrupt while the reply was awaited: the
   channel's memory is kept as a channel GSP-RM may hold, never handed out again, until GSP-RM
@@ -229,6 +230,16 @@ def no_answer(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch) -> type
     return rpc.RpcTimeout
 
 
+def answered_late(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
+                  ) -> type[BaseException]:
+    """GSP-RM takes the alloc (and makes the channel) but answers only once the caller gave
+    up (RpcTimeout): its late reply comes before the next alloc's, which must not take it
+    (rig_nv_pci.gsp.rpc matches a reply by its sequence)."""
+    o.firmware.peer.late.add(rpc.Function.GSP_RM_ALLOC)
+    monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
+    return rpc.RpcTimeout
+
+
 def refused_after(event: int, payload: Callable[[Opened], bytes],
                   raised: type[BaseException] = rpc.Refused,
                   ) -> Callable[[Opened, pp.PciPath, pytest.MonkeyPatch], type[BaseException]]:
@@ -268,6 +279,7 @@ def interrupted(refuse: bool) -> Callable[[Opened, pp.PciPath, pytest.MonkeyPatc
 
 MEANWHILE = {
     "no-answer": no_answer,
+    "answered-late": answered_late,
     "rc-triggered": refused_after(EV_RC_TRIGGERED, lambda o: o.firmware.peer.rc_triggered(
         40, xid=13)),  # another channel's: the GPU faulted all the same
     "mmu-fault-queued": refused_after(EV_MMU_FAULT_QUEUED, lambda o: b""),
@@ -307,9 +319,14 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         assert not in_heap(p, kept.instance, INSTANCE_SIZE)
         assert len(made) == 1 and not made[0].freed and held_.method_buffers[tsg] is made[0]
         ga102.firmware.peer.alloc_unanswered.clear()
+        ga102.firmware.peer.late.clear()
+        ga102.firmware.peer.send_late()  # a late answer, read by the next RPC's wait
         ga102.sim_rm.refuse.clear()
         other = p.rm.new_handle()
         p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
+        late = [u for u in p.rm.rpc_rm.rpc.unexpected if u.function == rpc.Function.GSP_RM_ALLOC]
+        assert [rpc.decode_alloc(u.payload).h_object for u in late] == (
+            [channel] if meanwhile == "answered-late" else [])
         assert held_.channels[other].instance != kept.instance
         assert held_.channels[other].chid != kept.chid and len(made) == 1
         p.rm.free(tsg)
