@@ -22,6 +22,15 @@ not) and GET_GSP_STATIC_INFO (a GspStaticConfigInfo built from :data:`STATIC_DEF
 ``static_fields`` it is given, laid out by :func:`c_layout` from the header's member list),
 answers a request that came in several messages with a reply in as many (continuation
 records), and can be told to send events and to corrupt a message's checksum.
+
+RPC sequence numbers (rpc_message_header_v.sequence), as CPU-RM numbers them from
+open-gpu-kernel-modules 580.82.07 on: each message of a request carries the next number
+(kernel_gsp.c _kgspRpcSendMessage, ``sequence = pRpc->sequence++``; the peer checks a
+request's continuation records follow its first), and the reply's i-th message carries the
+request's first number plus i (rpc.c _issueRpcAndWaitLarge waits for ``firstSequence``, then
+one more a record). Told to (``late``), the peer answers a function's requests late: it
+serves them (objects made, statuses decided) but keeps their replies until :meth:`send_late`,
+as a GSP-RM that answers after the CPU gave up.
 """
 
 from __future__ import annotations
@@ -305,6 +314,8 @@ class Peer:
     # classes whose GSP_RM_ALLOC is taken (and made, as the checks and on_alloc decide) but
     # never answered: a GSP-RM that hung, or answers too late
     alloc_unanswered: set[int] = field(default_factory=set)
+    # functions whose replies are kept back until send_late(): a GSP-RM answering late
+    late: set[int] = field(default_factory=set)
     # Further functions: number -> callback(payload) giving (reply payload, rpc_result).
     functions: dict[int, Callable[[bytes], tuple[bytes, int]]] = field(default_factory=dict)
     # An alloc that passed the handle checks: (parent, handle, class, params) -> (status,
@@ -321,6 +332,7 @@ class Peer:
         self.objects: dict[int, int] = {}  # handle -> parent (clients: 0)
         self.outbox: list[bytes] = []  # RPCs waiting for room in the status queue
         self.before_reply: list[bytes] = []  # events to slip in before the next reply
+        self.withheld: list[bytes] = []  # replies of ``late`` functions, for send_late()
         self.corrupt_next = False
         self.unloaded = False
         self._rx_expect = 0  # next seqNum expected on the command queue
@@ -410,6 +422,10 @@ class Peer:
         if fn == FN_CONTINUATION_RECORD:
             if self._partial is None:
                 raise PeerError(f"command seq {seq}: a continuation of nothing")
+            expected = (self._partial.sequence + self._partial.records) & 0xFFFFFFFF
+            if _u32(rpc, R_SEQUENCE) != expected:
+                raise PeerError(f"command seq {seq}: continuation record with RPC sequence "
+                                f"{_u32(rpc, R_SEQUENCE)}, expected {expected}")
             self._partial.payload += payload
             self._partial.records += 1
             self._partial.seqnums.append(seq)
@@ -518,9 +534,19 @@ class Peer:
         self.before_reply.clear()
         result = status if in_header or self.status_in_header else 0
         room = MAX_ELEMS * ELEM - QE_RPC - R_SIZE  # payload bytes one message carries
-        for i in range(0, max(len(payload), 1), room):
+        out = self.withheld if r.function in self.late else self.outbox
+        for n, i in enumerate(range(0, max(len(payload), 1), room)):
             fn = r.function if i == 0 else FN_CONTINUATION_RECORD
-            self.outbox.append(self._rpc(fn, payload[i:i + room], result, r.sequence))
+            out.append(self._rpc(fn, payload[i:i + room], result,
+                                 (r.sequence + n) & 0xFFFFFFFF))
+
+    def send_late(self) -> int:
+        """Send the replies kept back for ``late`` functions, in order; how many messages."""
+        n = len(self.withheld)
+        self.outbox.extend(self.withheld)
+        self.withheld.clear()
+        self.pump()
+        return n
 
     @staticmethod
     def _rpc(fn: int, payload: bytes, result: int, sequence: int) -> bytes:

@@ -325,3 +325,111 @@ def test_a_full_command_queue_waits_while_the_status_queue_drains() -> None:
         peer.service()
     assert [ev.decode_os_error_log(e.payload).except_type for e in events] == list(range(12))
     assert len(peer.requests) == 5
+
+
+# ---- replies matched by sequence (kernel_gsp.c _kgspRpcDrainOneEvent, 580.82.07 on) -----------
+
+
+def late_then_on_time(peer: Any, rpc: r.Rpc, function: int) -> None:
+    """Make ``function``'s next request time out with GSP-RM answering it late: its reply
+    arrives once the caller gave up, before the next request's."""
+    peer.late.add(function)
+    rpc.timeout_s = 0.05
+
+
+def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None:
+    """GSP-RM refuses an alloc but answers after the caller gave up (RpcTimeout); the next
+    GSP_RM_ALLOC gets its own answer (made), not the stale refusal, which is kept as an
+    unexpected reply with the first request's sequence."""
+    events: list[r.Incoming] = []
+    rpc, peer = connect(events=events, alloc_status={0x90F1: NV_ERR_NO_MEMORY})
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
+    refused = rm.new_handle()
+    stale = rpc._sequence
+    with pytest.raises(r.RpcTimeout, match="sent no GSP_RM_ALLOC"):
+        rm.alloc(dev, refused, 0x90F1, bytearray(8))
+    peer.late.clear()
+    rpc.timeout_s = 5.0
+    assert peer.send_late() == 1  # the refusal, now in the status queue first
+    sub = rm.new_handle()
+    params = bytearray(b"\x11" * 8)
+    assert rm.alloc(dev, sub, 0x2080, params) == sub  # its own answer: made
+    assert sub in peer.objects and refused not in peer.objects
+    (dropped,) = rpc.unexpected
+    assert rpc.unexpected_count == 1 and events == []  # not an event: not handed on
+    assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_ALLOC, stale)
+    answer = r.decode_alloc(dropped.payload)
+    assert (answer.h_object, answer.status) == (refused, NV_ERR_NO_MEMORY)
+    rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
+    assert len(rpc.unexpected) == 1
+
+
+def test_a_late_control_reply_in_continuation_records_is_dropped_whole() -> None:
+    """A control answered late in three messages (its first and two continuation records,
+    numbered from its request's sequence): the next control of the same command gets its own
+    params back, and every record of the stale reply is dropped."""
+    rpc, peer = connect(control_answer={0x2080AAAA: lambda p: bytes(b ^ 0xFF for b in p)})
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
+    stale = rpc._sequence
+    with pytest.raises(r.RpcTimeout):
+        rm.control(dev, 0x2080AAAA, bytearray(b"\x01" * 150_000))
+    peer.late.clear()
+    rpc.timeout_s = 5.0
+    assert peer.send_late() == 3
+    mine = os.urandom(150_000)
+    params = bytearray(mine)
+    rm.control(dev, 0x2080AAAA, params)
+    assert params == bytes(b ^ 0xFF for b in mine)  # not the stale b"\xfe" * 150000
+    assert [(u.function, u.sequence) for u in rpc.unexpected] == [
+        (r.Function.GSP_RM_CONTROL, stale), (r.Function.CONTINUATION_RECORD, stale + 1),
+        (r.Function.CONTINUATION_RECORD, stale + 2)]
+    assert peer.requests[-1].sequence == stale + 3  # the next request took the next numbers
+
+
+def test_a_reply_with_a_sequence_not_yet_sent_is_dropped_and_the_wait_goes_on() -> None:
+    """A reply whose sequence is none the CPU sent (from the future) is no answer either:
+    CPU-RM's _kgspRpcDrainOneEvent hands it to _kgspProcessRpcEvent, which logs it and drops
+    it, and the wait goes on for the right one (or to its timeout)."""
+    rpc, peer = connect()
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    p = peer_module().Peer
+    future = rpc._sequence + 1000
+    forged = r.encode_control(rm.client, dev, 0x123, b"\xee" * 4)
+    peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future))
+    params = bytearray(b"\x01\x02\x03\x04")
+    rm.control(dev, 0x123, params)
+    assert params == b"\x01\x02\x03\x04"  # its own answer, not the forged one's
+    (dropped,) = rpc.unexpected
+    assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_CONTROL, future)
+    # and with no right one to come: the wait ends at its deadline, the forged one dropped
+    peer.late.add(r.Function.GSP_RM_CONTROL)
+    peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future + 1))
+    rpc.timeout_s = 0.05
+    with pytest.raises(r.RpcTimeout):
+        rm.control(dev, 0x123, bytearray(4))
+    assert [u.sequence for u in rpc.unexpected] == [future, future + 1]
+
+
+def test_a_late_reply_a_poll_reads_is_dropped_not_handed_on() -> None:
+    """A late answer read while no RPC waits (the device's poll) is no event: kept as
+    unexpected, the events around it handed on in order."""
+    events: list[r.Incoming] = []
+    rpc, peer = connect(events=events)
+    rm = r.RpcRM.open(rpc)
+    late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
+    with pytest.raises(r.RpcTimeout):
+        rm.alloc(rm.client, rm.new_handle(), 0x80)
+    peer.event(0x1005)
+    peer.send_late()
+    peer.event(0x1006, peer_module().Peer.os_error_log(1, 0, "after"))
+    assert rpc.poll() == 3
+    assert [e.name for e in events] == ["MMU_FAULT_QUEUED", "OS_ERROR_LOG"]
+    assert [u.name for u in rpc.unexpected] == ["GSP_RM_ALLOC"]

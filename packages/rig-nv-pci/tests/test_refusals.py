@@ -6,7 +6,8 @@ the path gave for it, unless the GPU faulted meanwhile", through the real path
   method buffer made for it; a promote of context buffers it refuses gives back every buffer
   made for it; a compute object refused after its promote leaves the promoted buffers with
   their group (GSP-RM's context of the group names them), given back with the group;
-- "the GPU faulted meanwhile" (rig_nv_pci.rm's docstring): no answer in time, a report of
+- "the GPU faulted meanwhile" (rig_nv_pci.rm's docstring): no answer in time (none at all, or
+  one that comes after the caller gave up: dropped by the next RPC's wait), a report of
   trouble (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging, a RUN_CPU_SEQUENCER that fails:
   the GPU lost) while the RPC ran, a KeyboardInterrupt while the reply was awaited: the
   channel's memory is kept as a channel GSP-RM may hold, never handed out again, until GSP-RM
@@ -15,6 +16,7 @@ the path gave for it, unless the GPU faulted meanwhile", through the real path
 
 from __future__ import annotations
 
+import mmap
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,10 +28,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from test_held import Opened, simulated_ga102
-from test_path import Booted, _channel_kit
+from test_path import BUS, Booted
 from test_path import ga102 as booted_ga102  # noqa: F401  (the fixture, for test_path's Booted)
+from test_path_channels import _channel_kit
 
 import rig_nv
+from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv_pci import grctx, held
 from rig_nv_pci import path as pp
@@ -228,6 +232,16 @@ def no_answer(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch) -> type
     return rpc.RpcTimeout
 
 
+def answered_late(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
+                  ) -> type[BaseException]:
+    """GSP-RM takes the alloc (and makes the channel) but answers only once the caller gave
+    up (RpcTimeout): its late reply comes before the next alloc's, which must not take it
+    (rig_nv_pci.gsp.rpc matches a reply by its sequence)."""
+    o.firmware.peer.late.add(rpc.Function.GSP_RM_ALLOC)
+    monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
+    return rpc.RpcTimeout
+
+
 def refused_after(event: int, payload: Callable[[Opened], bytes],
                   raised: type[BaseException] = rpc.Refused,
                   ) -> Callable[[Opened, pp.PciPath, pytest.MonkeyPatch], type[BaseException]]:
@@ -267,6 +281,7 @@ def interrupted(refuse: bool) -> Callable[[Opened, pp.PciPath, pytest.MonkeyPatc
 
 MEANWHILE = {
     "no-answer": no_answer,
+    "answered-late": answered_late,
     "rc-triggered": refused_after(EV_RC_TRIGGERED, lambda o: o.firmware.peer.rc_triggered(
         40, xid=13)),  # another channel's: the GPU faulted all the same
     "mmu-fault-queued": refused_after(EV_MMU_FAULT_QUEUED, lambda o: b""),
@@ -306,12 +321,165 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         assert not in_heap(p, kept.instance, INSTANCE_SIZE)
         assert len(made) == 1 and not made[0].freed and held_.method_buffers[tsg] is made[0]
         ga102.firmware.peer.alloc_unanswered.clear()
+        ga102.firmware.peer.late.clear()
+        ga102.firmware.peer.send_late()  # a late answer, read by the next RPC's wait
         ga102.sim_rm.refuse.clear()
         other = p.rm.new_handle()
         p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
+        late = [u for u in p.rm.rpc_rm.rpc.unexpected if u.function == rpc.Function.GSP_RM_ALLOC]
+        assert [rpc.decode_alloc(u.payload).h_object for u in late] == (
+            [channel] if meanwhile == "answered-late" else [])
         assert held_.channels[other].instance != kept.instance
         assert held_.channels[other].chid != kept.chid and len(made) == 1
         p.rm.free(tsg)
         assert p.heap.free == before and made[0].freed and channel not in held_.channels
     finally:
         d.stop()
+
+
+# ---- memory the path registers with ALLOC_MEMORY (PciPath.alloc_memory, map_host) -----------
+
+FN_ALLOC_MEMORY = 4  # NV_VGPU_MSG_FUNCTION_ALLOC_MEMORY (rpc_global_enums.h)
+SMALL_PAGE = 0x1000
+
+
+def registering_path(b: Booted) -> pp.PciPath:
+    """A path on the booted GA102 whose RPCs' events go to its event log (what decides a
+    refusal is plain), that maps the caller's pages."""
+    log = ev.EventLog("NV-PCI")
+    b.booted.channel.on_event = log.take
+    host = b.rig.gpu.host
+    return pp.PciPath("NV-PCI", BUS, b.booted.rm, bar=b.sim_rm.bar, alloc_dma=host.alloc_dma,
+                      maps_host=True, map_dma=host.map_host, poll=b.booted.channel.poll,
+                      events=log, fb_regions=b.booted.static.fb_regions, pramin=b.rig.bar0,
+                      bar1=b.bar1())
+
+
+def registration_refused(b: Booted, p: pp.PciPath, before: Callable[[], None] | None = None,
+                         ) -> None:
+    """GSP-RM answers the next ALLOC_MEMORY with NV_ERR_NO_MEMORY (in rpc_result, its reply's
+    only status), ``before`` sending what comes while the RPC waits."""
+    functions = b.firmware.peer.functions
+    served = functions[FN_ALLOC_MEMORY]
+
+    def refuse(payload: bytes) -> tuple[bytes, int]:
+        functions[FN_ALLOC_MEMORY] = served
+        if before is not None:
+            before()
+        return payload, NV_ERR_NO_MEMORY
+
+    functions[FN_ALLOC_MEMORY] = refuse
+
+
+def registration_late(b: Booted, p: pp.PciPath) -> None:
+    """GSP-RM registers the memory but answers only after the caller gave up."""
+    b.firmware.peer.late.add(FN_ALLOC_MEMORY)
+    p.rm.rpc_rm.rpc.timeout_s = 0.2
+
+
+def refused_after_event(event: int, payload: Callable[[Any], bytes],
+                        ) -> Callable[[Booted, pp.PciPath], None]:
+    def strike(b: Booted, p: pp.PciPath) -> None:
+        peer = b.firmware.peer
+        registration_refused(b, p, lambda: peer.event(event, payload(peer), now=False))
+
+    return strike
+
+
+REGISTRATION = {  # how the registration fails: the exception, and whether the memory is kept
+    "refused": (registration_refused, rpc.Refused, False),
+    "no-answer": (registration_late, rpc.RpcTimeout, True),
+    "rc-triggered-then-refused": (refused_after_event(
+        EV_RC_TRIGGERED, lambda peer: peer.rc_triggered(40, xid=13)), rpc.Refused, True),
+    "lockdown-then-refused": (refused_after_event(
+        EV_GSP_LOCKDOWN_NOTICE, lambda peer: peer.lockdown_notice(True)), rpc.Refused, True),
+}
+
+
+def take_pinned(p: pp.PciPath, _: Any) -> Any:
+    return p.alloc_memory(0x2000, Memory.PINNED)
+
+
+def take_device(p: pp.PciPath, _: Any) -> Any:
+    return p.alloc_memory(0x10000, Memory.DEVICE)
+
+
+def take_notifier(p: pp.PciPath, _: Any) -> Any:
+    return p.alloc_notifier()
+
+
+def take_host(p: pp.PciPath, buffer: Any) -> Any:
+    return p.map_host(pp.address_of(memoryview(buffer)), 0x2000)
+
+
+TAKERS = {"pinned": take_pinned, "device": take_device, "notifier": take_notifier,
+          "map-host": take_host}
+
+
+def taken(r: Any, recorded: list[int]) -> Any:
+    """``r``'s take, recording each non-None answer."""
+    take = r.take
+
+    def recording(size: int, align: int = SMALL_PAGE) -> Any:
+        at = take(size, align)
+        if at is not None and size >= 0x2000:  # not a page table's page
+            recorded.append(at)
+        return at
+
+    r.take = recording
+    return r
+
+
+@pytest.mark.parametrize("how", list(REGISTRATION))
+@pytest.mark.parametrize("taker", list(TAKERS))
+def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_the_device_free(
+    booted_ga102: Booted, how: str, taker: str,  # noqa: F811
+) -> None:
+    """The rule of rig_nv_pci.rm's docstring for the memory the path registers with
+    ALLOC_MEMORY (Pinned and map_host's DMA memory, a channel's error notifier, Device
+    memory's video memory): a plain refusal (a status, no report of trouble during the RPC)
+    gives back at once the DMA memory (a map_host's IOMMU mapping), the video memory and the
+    GPU addresses; no answer in time, or a refusal after an RC_TRIGGERED or lockdown
+    engaging, keeps them all, never handed out again, until GSP-RM answers the device's free
+    (the path's stop), under which the memory object it may hold lies."""
+    b = booted_ga102
+    p, host = registering_path(b), b.rig.gpu.host
+    vas: list[int] = []
+    fbs: list[int] = []
+    taken(p._addresses, vas)
+    taken(p.heap, fbs)
+    heap, addresses = list(p.heap.free), list(p._addresses.free)
+    buffers = len(host.buffers)
+    strike, raised, kept = REGISTRATION[how]
+    strike(b, p)
+    with pytest.raises(raised):
+        TAKERS[taker](p, mmap.mmap(-1, 0x2000))
+    b.firmware.peer.late.clear()
+    p.rm.rpc_rm.rpc.timeout_s = 5.0
+    b.firmware.peer.send_late()  # a late answer: the next RPC drops it
+    dma = host.buffers[buffers:]
+    assert len(dma) == (taker != "device") and len(vas) == (taker != "notifier")
+    assert len(fbs) == (taker == "device")
+    if not kept:
+        assert all(d.freed for d in dma) and p.heap.free == heap
+        assert p._addresses.free == addresses and p.rm.kept == []
+        p.closed()
+        return
+    assert not any(d.freed for d in dma) and len(p.rm.kept) == 1
+    vas, fbs = list(vas), list(fbs)  # the kept ones, not what the next allocation takes
+    assert all(not in_range(p._addresses.free, va, 0x2000) for va in vas)
+    assert all(not in_heap(p, fb, 0x10000) for fb in fbs)
+    again = TAKERS[taker](p, mmap.mmap(-1, 0x2000))  # made: none of the kept memory in it
+    assert again is not None and not isinstance(again, pp.Refusal)
+    assert again.undo.va not in vas and again.undo.fb not in fbs
+    assert again.undo.dma not in dma and not any(d.freed for d in dma)
+    p.free_memory(again)
+    p.closed()  # GSP-RM answers the device's free: the kept memory goes back
+    assert p.rm.kept == [] and all(d.freed for d in dma)
+    assert all(in_range(p._addresses.free, va, 0x2000) for va in vas)
+    assert all(in_heap(p, fb, 0x10000) for fb in fbs)
+
+
+def in_range(free: list[tuple[int, int]], at: int, size: int) -> bool:
+    """Whether ``[at, at+size)`` lies in one of the ``free`` ranges."""
+    return any(a <= at and at + size <= a + n for a, n in free)

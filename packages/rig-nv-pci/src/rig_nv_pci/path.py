@@ -404,37 +404,56 @@ class PciPath:
         if status:
             raise RMError(f"{self.name}: unmapping memory 0x{handle:x} at 0x{va:x}", status)
 
+    def _register(self, handle: int, payload: bytes, what: str) -> int:
+        """ALLOC_MEMORY of ``payload`` (mem.c memRegisterWithGsp_IMPL): ``handle``, or
+        :class:`rig_nv_pci.gsp.rpc.Refused` for a non-zero rpc_result, its reply's only status
+        (rpc.c rpcAllocMemory_v13_01). On any failure the caller gives the memory back only
+        where :meth:`rig_nv_pci.rm.PciRM.refused` says so, else keeps it (:meth:`_keep`)."""
+        reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
+        if reply.result:
+            raise rpc.Refused(f"{self.name}: describing {what} to the GSP",
+                              rpc.result_status(reply.result))
+        return handle
+
     def _describe(self, dma: Dma, size: int) -> int:
         """Register system memory with the GSP: NV01_MEMORY_LIST_SYSTEM by ALLOC_MEMORY."""
         handle = self._rm.new_handle()
         pages = [dma.bus_address(i) for i in range(0, size, SMALL)]
         payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
                                           NV01_MEMORY_LIST_SYSTEM, SYSTEM_FLAGS, size, pages)
-        reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
-        if reply.result:
-            raise RMError(f"{self.name}: describing {size} bytes of system memory to the GSP",
-                          rpc.result_status(reply.result))
-        return handle
+        return self._register(handle, payload, f"{size} bytes of system memory")
 
-    def _vidmem(self, size: int, align: int) -> tuple[int, int] | None:
-        """Video memory from the path's heap, registered with the GSP as CPU-RM registers its
-        heap's memory (memRegisterWithGsp_IMPL: ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM, one
-        PTE for contiguous memory): its handle and FB offset; ``None`` when the heap is
-        full."""
+    def _vidmem(self, undo: Undo, align: int) -> int | None:
+        """Video memory from the path's heap (its offset in ``undo.fb`` before the RPC),
+        registered with the GSP as CPU-RM registers its heap's memory (memRegisterWithGsp_IMPL:
+        ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM, one PTE for contiguous memory): its handle;
+        ``None`` when the heap is full."""
+        size = undo.size
         with self._lock:
-            at = self.heap.take(size, align)
+            at = undo.fb = self.heap.take(size, align)
         if at is None:
             return None
         handle = self._rm.new_handle()
         payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
                                           vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
                                           size, [at], format=vidmem.KIND_GENERIC)
-        reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
-        if reply.result:
-            self._give_fb(at, size)
-            raise RMError(f"{self.name}: describing {size} bytes of video memory at FB offset "
-                          f"0x{at:x} to the GSP", rpc.result_status(reply.result))
-        return handle, at
+        return self._register(handle, payload,
+                              f"{size} bytes of video memory at FB offset 0x{at:x}")
+
+    def _keep(self, undo: Undo) -> None:
+        """The memory, video memory and GPU addresses ``undo`` holds, kept as memory GSP-RM may
+        hold (an ALLOC_MEMORY that failed without a plain refusal: rig_nv_pci.rm's docstring)
+        until GSP-RM answers the free of the device, under which its object would be
+        (:attr:`rig_nv_pci.rm.PciRM.kept`); never, where no such answer comes."""
+        def give_back() -> None:
+            if undo.dma is not None:
+                undo.dma.free()
+            if undo.fb is not None:
+                self._give_fb(undo.fb, undo.size)
+            if undo.va is not None:
+                self._give_va(undo.va, undo.size)
+
+        self._rm.kept.append(give_back)
 
     def _give_fb(self, at: int, size: int) -> None:
         with self._lock:
@@ -496,6 +515,7 @@ class PciPath:
             return None
         undo = Undo(None, va, size, huge=huge)
         handle: int | None = None
+        mark, asked = self._rm.mark(), False  # asked: ALLOC_MEMORY sent or about to be
         try:
             host: int | None = None
             if kind is Memory.PINNED:
@@ -508,14 +528,16 @@ class PciPath:
                 if place is not None and host != va:
                     raise RigError(f"{self.name}: system memory asked for at 0x{va:x} lies at "
                                    f"0x{host:x}")
+                asked = True
                 handle = self._describe(dma, size)
             else:
-                made = self._vidmem(size, align)  # every heap block is contiguous
-                if made is None:
+                asked = True
+                handle = self._vidmem(undo, align)  # every heap block is contiguous
+                if handle is None:
                     self._give_va(va, size)
                     return None
-                handle, fb_offset = made
-                undo.fb = fb_offset
+                assert undo.fb is not None
+                fb_offset = undo.fb
                 if kind is Memory.MAPPED:
                     at = self._map_bar1(fb_offset, size, huge, undo)
                     if at is None:
@@ -538,6 +560,9 @@ class PciPath:
                 self._placed[handle] = Placed(channels.ADDR_FBMEM, lambda o: fb + o, size,
                                               channels.NV_MEMORY_UNCACHED)
         except BaseException as e:
+            if asked and handle is None and not self._rm.refused(e, mark):
+                self._keep(undo)  # nothing mapped yet: the registration is what failed
+                raise
             if self.tables is not None:
                 self._unmap(handle or 0, va, size, huge)  # what was written of it
             if undo.bar1 is not None:
@@ -588,10 +613,14 @@ class PciPath:
         dma = self._alloc_dma(SMALL)
         if dma is None:
             raise RigError(f"{self.name}: no system memory for a channel's error notifier")
+        mark = self._rm.mark()
         try:
             handle = self._describe(dma, SMALL)
-        except BaseException:
-            dma.free()
+        except BaseException as e:
+            if self._rm.refused(e, mark):
+                dma.free()
+            else:
+                self._keep(Undo(dma, None, SMALL))
             raise
         self._placed[handle] = Placed(channels.ADDR_SYSMEM, dma.bus_address, SMALL,
                                       channels.NV_MEMORY_CACHED)
@@ -664,10 +693,14 @@ class PciPath:
             dma.free()
             return Refusal.NO_ROOM
         handle: int | None = None
+        mark = self._rm.mark()
         try:
             handle = self._describe(dma, length)
             self._map(handle, length, va, False, dma.bus_address, False)
         except BaseException as e:
+            if handle is None and not self._rm.refused(e, mark):
+                self._keep(Undo(dma, va, length))  # GSP-RM may hold the pages: kept mapped
+                raise
             if self.tables is not None:
                 self._unmap(handle or 0, va, length, False)
             if handle is not None:

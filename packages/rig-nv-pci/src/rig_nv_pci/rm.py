@@ -32,12 +32,17 @@ the path gave for it, unless the GPU faulted meanwhile." At this layer that read
 What the path gives for an object: for a channel its instance block, its ChID and (for its
 group's first channel) the group's method buffer; for a compute object the context buffers
 made for it, until the promote that hands them to GSP-RM is answered (then they are the
-group's and the device's: :mod:`rig_nv_pci.grctx`).
+group's and the device's: :mod:`rig_nv_pci.grctx`); for a memory object the path registers
+with ALLOC_MEMORY under the device (:class:`rig_nv_pci.path.PciPath`: Pinned memory's and
+map_host's DMA memory, Device and Mapped memory's video memory, with the allocation's GPU
+addresses), kept in :attr:`PciRM.kept` where the registration failed without a plain refusal,
+until GSP-RM answers the free of the device or the client.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 
 from rig_edge import RigError
 from rig_nv.hostmem import view
@@ -86,6 +91,10 @@ class PciRM:
         self.channels: ChannelMemory | None = None
         # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
         self.grctx: GrContexts | None = None
+        # what gives back memory an ALLOC_MEMORY may have handed GSP-RM though it failed (no
+        # plain refusal: the module's docstring), each run once GSP-RM answers the free of a
+        # root (channels.roots: the device, the client), under which that object would be
+        self.kept: list[Callable[[], None]] = []
 
     @property
     def client(self) -> int:
@@ -102,10 +111,11 @@ class PciRM:
     def new_handle(self) -> int:
         return self.rpc_rm.new_handle()
 
-    def _mark(self) -> int:
+    def mark(self) -> int:
+        """The event log's count of faults, before an RPC (for :meth:`refused`)."""
         return self.events.faults if self.events is not None else 0
 
-    def _refused(self, e: BaseException, mark: int) -> bool:
+    def refused(self, e: BaseException, mark: int) -> bool:
         """Whether ``e``, ending an RPC begun when the event log's count of faults read
         ``mark``, is GSP-RM's refusal with the GPU not faulted meanwhile (the module's
         docstring): then the memory the path gave for the object goes back at once."""
@@ -113,12 +123,12 @@ class PciRM:
                                                or not self.events.faulted_since(mark))
 
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
-        mark = self._mark()
+        mark = self.mark()
         if (cls in COMPUTE_CLASSES and self.grctx is not None and self.channels is not None
                 and parent in self.channels.channels):
             try:
                 self.grctx.promote(parent, self.channels.channels[parent].group,
-                                   lambda e: self._refused(e, mark))
+                                   lambda e: self.refused(e, mark))
             except MemoryError as e:
                 raise RMError(f"{self.rpc_rm.rpc.name}: {e}", channels.NV_ERR_NO_MEMORY) from e
         if self.channels is not None and cls == KEPLER_CHANNEL_GROUP_A and params is not None:
@@ -133,7 +143,7 @@ class PciRM:
         except BaseException as e:
             # GSP-RM's plain refusal gives the channel's memory back; anything else keeps it
             # as a channel GSP-RM may hold (freed with its group or the device)
-            if self._refused(e, mark):
+            if self.refused(e, mark):
                 self.channels.refused(handle)
             raise
 
@@ -143,6 +153,9 @@ class PciRM:
             self.channels.freed(obj)
             if self.grctx is not None:
                 self.grctx.freed(obj, obj in self.channels.roots)
+            if obj in self.channels.roots:
+                while self.kept:
+                    self.kept.pop(0)()
 
     def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
         if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,

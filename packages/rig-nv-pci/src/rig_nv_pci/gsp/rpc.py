@@ -6,6 +6,23 @@ messages after it, and its reply comes back alike (rpc.c ``_issueRpcLarge``). Ev
 sends while the CPU waits go to a callback (kernel_gsp.c ``_kgspRpcRecvPoll``); their payloads
 are decoded by :mod:`rig_nv_pci.gsp.events`.
 
+A reply is matched by its function and its header's ``sequence``, as CPU-RM matches one from
+open-gpu-kernel-modules 580.82.07 on (570.144 matched the function alone): each message of a
+request takes the next number (kernel_gsp.c ``_kgspRpcSendMessage``: ``sequence =
+pRpc->sequence++``), the reply's first message must carry the request's first number and its
+i-th continuation record the first plus i (rpc.c ``_issueRpcAndWaitLarge``: ``waitSequence``
+from ``firstSequence``, one more a record), and a message that is not the awaited function
+with the awaited sequence is not the reply (kernel_gsp.c ``_kgspRpcDrainOneEvent``: only
+``function == expectedFunc && sequence == expectedSequence`` ends the wait). CPU-RM hands any
+other message to ``_kgspProcessRpcEvent``, whose default case logs it ("Unexpected RPC event
+... sequence: %u") and drops it: "We will get here if the previous RPC timed out. The
+response eventually comes in as an unexpected event." So here: a reply nobody waits for (an
+RPC function's message that is not the awaited one: the late answer of an RPC that timed out
+or was interrupted, with an earlier sequence, or one with a sequence never sent or not yet
+sent) is dropped and kept in :attr:`Rpc.unexpected`, and the wait goes on for the right one,
+until its deadline. The 570.144 GSP-RM the path boots is taken to echo the request's header
+sequence as the 580 one does (as the test peer does; unconfirmed on hardware).
+
 Sources, open-gpu-kernel-modules 570.144: generated/g_rpc-message-header.h,
 g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00, rpc_gsp_rm_control_v03_00, rpc_free_v03_00,
 rpc_unloading_guest_driver_v1F_07, rpc_alloc_memory_v13_01, rpc_map_memory_dma_v03_00,
@@ -39,6 +56,11 @@ SIGNATURE = 0x43505256  # NV_VGPU_MSG_SIGNATURE_VALID: the bytes "VRPC" in memor
 RESULT_PENDING = 0xFFFFFFFF  # NV_VGPU_MSG_RESULT_RPC_PENDING, written into every request
 RESULT_VMIOP_BASE = 0xFF000000  # DRF_BASE(NV_VGPU_MSG_RESULT__VMIOP): not NV_STATUS codes
 MAX_PAYLOAD = RPC_SIZE_MAX - HEADER.size  # bytes of payload one message carries (65456)
+SEQUENCE_MASK = 0xFFFFFFFF  # rpc_message_header_v.sequence is an NvU32, counted modulo 2^32
+# NV_VGPU_MSG_EVENT_FIRST_EVENT (rpc_global_enums.h): numbers from it up are events the GSP
+# sends unasked; those below are NV_VGPU_MSG_FUNCTION_*, whose messages from the GSP are replies
+FIRST_EVENT = 0x1000
+UNEXPECTED_KEPT = 64  # unexpected replies an Rpc keeps, the oldest dropped first
 NV_ERR_GENERIC = 0xFFFF
 T = TypeVar("T")
 
@@ -290,6 +312,11 @@ class Rpc:
     again, in order, by the next :meth:`poll` (which itself stops at once). ``sleep``
     is called with the seconds left while nothing has arrived (a short nap by default).
     Calling :meth:`call` from inside ``on_event`` is misuse (as in _kgspRpcRecvPoll).
+
+    A reply is the awaited function with the awaited sequence (the module's docstring); a
+    reply no call waits for, read during a wait or a poll, is not handed to ``on_event``: it
+    is dropped and kept in :attr:`unexpected` (the last :data:`UNEXPECTED_KEPT`; how many in
+    all in :attr:`unexpected_count`), as CPU-RM logs and drops it.
     """
 
     def __init__(self, queues: QueuePair, *, on_event: Callable[[Incoming], None] | None = None,
@@ -307,6 +334,10 @@ class Rpc:
         # messages an RPC's wait holds back once an interruption struck the handing on of one
         # (the first): handed on by the next poll, in order
         self._held: list[Message] = []
+        # replies no call waited for (kernel_gsp.c _kgspProcessRpcEvent's "Unexpected RPC
+        # event"): a timed-out or interrupted RPC's late answer, a sequence never sent
+        self.unexpected: deque[Incoming] = deque(maxlen=UNEXPECTED_KEPT)
+        self.unexpected_count = 0
 
     def post(self, function: int, payload: bytes | bytearray = b"") -> int:
         """Send a request without waiting for an answer (rpc.c _issueRpcAsyncLarge); returns
@@ -318,7 +349,8 @@ class Rpc:
     def call(self, function: int, payload: bytes | bytearray = b"", *,
              reply_size: int | None = None, check: bool = True,
              timeout_s: float | None = None) -> Incoming:
-        """Send a request and wait for the reply of the same function.
+        """Send a request and wait for its reply: the same function with the request's
+        sequence (the module's docstring).
 
         A request sent in several messages is answered in as many bytes (bidirectional
         _issueRpcLarge); ``reply_size`` (header included) asks for another total. With
@@ -327,10 +359,11 @@ class Rpc:
         with self._lock:
             self._refuse_reentry(function)
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
+            first = self._sequence
             records = self._send(function, bytes(payload), deadline)
             if reply_size is None and records > 1:
                 reply_size = HEADER.size + len(payload)
-            reply = self._settled(lambda: self._await(function, deadline, reply_size))
+            reply = self._settled(lambda: self._await(function, deadline, reply_size, first))
             if check and reply.result != 0:
                 raise RMError(f"{self.name}: RPC {reply.name} (rpc_result "
                               f"{result_text(reply.result)})", result_status(reply.result))
@@ -338,11 +371,14 @@ class Rpc:
 
     def wait_for(self, function: int, timeout_s: float | None = None) -> Incoming:
         """Wait for a message of ``function`` the CPU did not ask for (GSP_INIT_DONE),
-        handing others to ``on_event``."""
+        handing others to ``on_event``. Its sequence is not checked: it answers no request
+        (CPU-RM 580.82.07 waits for GSP_INIT_DONE with expectedSequence 0, kernel_gsp.c
+        kgspWaitForRmInitDone; what sequence the 570.144 GSP-RM gives it is not in the open
+        sources)."""
         with self._lock:
             self._refuse_reentry(function)
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-            return self._settled(lambda: self._await(function, deadline, None))
+            return self._settled(lambda: self._await(function, deadline, None, None))
 
     def poll(self) -> int:
         """Hand every message already in the status queue to ``on_event``; how many.
@@ -408,7 +444,7 @@ class Rpc:
             fn = function if i == 0 else Function.CONTINUATION_RECORD
             rpc = header(fn, HEADER.size + len(chunk), self._sequence) + chunk
             self.queues.send(rpc, on_full)
-            self._sequence = (self._sequence + 1) & 0xFFFFFFFF
+            self._sequence = (self._sequence + 1) & SEQUENCE_MASK
         return max(1, len(chunks))
 
     def _next(self) -> Message | None:
@@ -436,14 +472,20 @@ class Rpc:
                 self._backlog.appendleft(message)
             raise
 
-    def _await(self, function: int, deadline: float, total: int | None) -> Incoming:
-        first = self._wait_message(function, deadline, function)
+    def _await(self, function: int, deadline: float, total: int | None,
+               sequence: int | None) -> Incoming:
+        """The reply of ``function`` whose first message carries ``sequence`` (any, for
+        None), its continuation records the numbers after it (_issueRpcAndWaitLarge)."""
+        first = self._wait_message(function, deadline, function, sequence)
         result, sequence = HEADER.unpack_from(first.rpc)[4], HEADER.unpack_from(first.rpc)[6]
         parts = [first.rpc[HEADER.size:]]
         got, last = len(first.rpc), len(first.rpc)
+        following = sequence
         # Only a full message can be followed by more of the same reply.
         while total is not None and got < total and last == RPC_SIZE_MAX:
-            more = self._wait_message(Function.CONTINUATION_RECORD, deadline, function)
+            following = (following + 1) & SEQUENCE_MASK
+            more = self._wait_message(Function.CONTINUATION_RECORD, deadline, function,
+                                      following)
             parts.append(more.rpc[HEADER.size:])
             got, last = got + len(more.rpc) - HEADER.size, len(more.rpc)
         payload = b"".join(parts)
@@ -451,7 +493,12 @@ class Rpc:
             payload = payload[:total - HEADER.size]
         return Incoming(function, result, sequence, payload)
 
-    def _wait_message(self, function: int, deadline: float, awaited: int) -> Message:
+    def _wait_message(self, function: int, deadline: float, awaited: int,
+                      sequence: int | None) -> Message:
+        """The next message of ``function`` with ``sequence`` (any, for None); others go to
+        :meth:`_deliver` (events to ``on_event``, replies nobody awaits to
+        :attr:`unexpected`), as kernel_gsp.c _kgspRpcDrainOneEvent sends every message but
+        the expected one to _kgspProcessRpcEvent."""
         while True:
             message = self._next()
             if message is None:
@@ -461,7 +508,8 @@ class Rpc:
                                      f"{function_name(function)} for "
                                      f"{function_name(awaited)} in time")
                 self._sleep(left)
-            elif message.function == function:
+            elif message.function == function and (
+                    sequence is None or HEADER.unpack_from(message.rpc)[6] == sequence):
                 return message
             elif self._held:
                 self._held.append(message)
@@ -478,6 +526,11 @@ class Rpc:
         not an Exception goes through at once."""
         (_, _, _, function, result, _, sequence, _) = HEADER.unpack_from(message.rpc)
         incoming = Incoming(function, result, sequence, message.rpc[HEADER.size:], message.seq)
+        if function < FIRST_EVENT:
+            # a reply no call awaits: _kgspProcessRpcEvent's default case logs it and drops it
+            self.unexpected.append(incoming)
+            self.unexpected_count += 1
+            return
         if self.on_event is None:
             return
         self._in_event = True
