@@ -333,6 +333,9 @@ class Peer:
         self.outbox: list[bytes] = []  # RPCs waiting for room in the status queue
         self.before_reply: list[bytes] = []  # events to slip in before the next reply
         self.withheld: list[bytes] = []  # replies of ``late`` functions, for send_late()
+        # False: replies carry sequence 0 whatever the request's (a GSP-RM that does not echo
+        # it; whether 570.144's does is not in the open sources)
+        self.echo_sequence = True
         self.corrupt_next = False
         self.unloaded = False
         self._rx_expect = 0  # next seqNum expected on the command queue
@@ -538,7 +541,7 @@ class Peer:
         for n, i in enumerate(range(0, max(len(payload), 1), room)):
             fn = r.function if i == 0 else FN_CONTINUATION_RECORD
             out.append(self._rpc(fn, payload[i:i + room], result,
-                                 (r.sequence + n) & 0xFFFFFFFF))
+                                 (r.sequence + n) & 0xFFFFFFFF if self.echo_sequence else 0))
 
     def send_late(self) -> int:
         """Send the replies kept back for ``late`` functions, in order; how many messages."""

@@ -433,3 +433,28 @@ def test_a_late_reply_a_poll_reads_is_dropped_not_handed_on() -> None:
     assert rpc.poll() == 3
     assert [e.name for e in events] == ["MMU_FAULT_QUEUED", "OS_ERROR_LOG"]
     assert [u.name for u in rpc.unexpected] == ["GSP_RM_ALLOC"]
+
+
+def test_the_first_reply_decides_whether_replies_are_matched_by_sequence() -> None:
+    """rpc.py: a GSP-RM whose replies carry their request's sequence is matched on it (580's
+    CPU-RM), one whose replies carry 0 by function alone (570.144's CPU-RM never numbers its
+    requests): every call of the second is answered, none dropped."""
+    rpc, _peer = connect()
+    rm = r.RpcRM.open(rpc)
+    assert rpc.echoes is True
+    rpc, peer = connect()
+    peer.echo_sequence = False
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    for _ in range(5):
+        rm.control(dev, 0x123, bytearray(4))
+    assert rpc.echoes is False and rpc.unexpected_count == 0
+
+
+def test_requests_are_numbered_from_one_so_a_zero_is_no_echo() -> None:
+    rpc, peer = connect()
+    peer.echo_sequence = False
+    first = rpc._sequence
+    r.RpcRM.open(rpc)
+    assert first == 1 and rpc.echoes is False

@@ -20,8 +20,11 @@ response eventually comes in as an unexpected event." So here: a reply nobody wa
 RPC function's message that is not the awaited one: the late answer of an RPC that timed out
 or was interrupted, with an earlier sequence, or one with a sequence never sent or not yet
 sent) is dropped and kept in :attr:`Rpc.unexpected`, and the wait goes on for the right one,
-until its deadline. The 570.144 GSP-RM the path boots is taken to echo the request's header
-sequence as the 580 one does (as the test peer does; unconfirmed on hardware).
+until its deadline. Whether the 570.144 GSP-RM the path boots copies a request's sequence into
+its reply is not in the open sources (570.144's CPU-RM never numbers a request), so the first
+reply decides (:attr:`Rpc.echoes`): requests are numbered from 1, and a reply that carries its
+request's number turns this matching on; one that does not (a 0) leaves replies matched by
+function alone, as 570.144's CPU-RM matches them, where a late reply can pass for the next.
 
 Sources, open-gpu-kernel-modules 570.144: generated/g_rpc-message-header.h,
 g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00, rpc_gsp_rm_control_v03_00, rpc_free_v03_00,
@@ -326,7 +329,16 @@ class Rpc:
         self.on_event = on_event
         self.timeout_s = timeout_s
         self._sleep = sleep or (lambda left: time.sleep(min(left, 50e-6)))
-        self._sequence = 0
+        # Requests are numbered from 1, so that a reply carrying 0 cannot pass for an echo.
+        self._sequence = 1
+        # Whether GSP-RM's replies carry their request's sequence (None: no reply to a numbered
+        # request read yet). CPU-RM 580.82.07 on matches on it; 570.144's CPU-RM never sets a
+        # request's sequence (only vgpu/rpc.c numbers its own messages) and matches by function
+        # alone, and whether the 570.144 GSP-RM copies the request's sequence into its reply is
+        # not in the open sources. So the first reply decides: one that carries its request's
+        # number turns matching by sequence on; one that does not leaves matching by function
+        # alone, as 570.144's CPU-RM does (where a late reply can then pass for the next one).
+        self.echoes: bool | None = None
         self._backlog: deque[Message] = deque()
         self._lock = threading.RLock()
         self._in_event = False
@@ -508,8 +520,7 @@ class Rpc:
                                      f"{function_name(function)} for "
                                      f"{function_name(awaited)} in time")
                 self._sleep(left)
-            elif message.function == function and (
-                    sequence is None or HEADER.unpack_from(message.rpc)[6] == sequence):
+            elif message.function == function and self._fits(message, sequence):
                 return message
             elif self._held:
                 self._held.append(message)
@@ -519,6 +530,17 @@ class Rpc:
                 except BaseException as e:  # not an Exception: the message is held back
                     self._held.append(message)
                     self._defer(e)
+
+    def _fits(self, message: Message, sequence: int | None) -> bool:
+        """Whether ``message`` (of the awaited function) carries the awaited ``sequence``, as
+        far as GSP-RM is known to echo one (:attr:`echoes`; the first reply decides)."""
+        if sequence is None:
+            return True
+        got = HEADER.unpack_from(message.rpc)[6]
+        if self.echoes is None:
+            self.echoes = got == sequence
+            return True
+        return got == sequence or not self.echoes
 
     def _deliver(self, message: Message, *, defer_all: bool = True) -> None:
         """``message`` handed to ``on_event``; what that raises is kept until the awaited
