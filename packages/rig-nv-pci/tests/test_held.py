@@ -106,6 +106,9 @@ class SimFunction:
     def map_host(self, address: int, length: int) -> sim.SimDma:
         return self.gpu.host.map_host(address, length)
 
+    def bus_master(self, on: bool) -> None:  # PCI_COMMAND's MASTER, bit 2
+        self.gpu.command = self.gpu.command | 0x4 if on else self.gpu.command & ~0x4
+
 
 def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLike[str]]:
     """The four files of a GA102 boot, synthetic, under ``tmp``."""
@@ -525,7 +528,12 @@ class TakenSim(SimFunction):
     mastering (PCI_COMMAND_MASTER) to turn off."""
 
     resets: int = 0
-    bus_mastering: bool = True
+    memory_spaces: int = 0  # memory_space(True) calls (PCI_COMMAND's MEMORY, bit 1)
+
+    @property
+    def bus_mastering(self) -> bool:
+        """Whether the simulated GPU's Bus Master Enable is set."""
+        return self.gpu.bus_master()
 
     def window(self, bar: int, offset: int = 0, length: int | None = None, *,
                write_combined: bool = False, at: int | None = None) -> Window:
@@ -536,10 +544,11 @@ class TakenSim(SimFunction):
     def close(self) -> None:
         self.closed = True
 
-    def bus_master(self, on: bool) -> None:
-        self.bus_mastering = on
+    def memory_space(self, on: bool) -> None:
+        self.memory_spaces += on
 
-    def reset(self) -> None:
+    def reset(self) -> None:  # rig_pci's reset turns bus mastering off, and Linux's restore
+        self.bus_master(False)  # of the config space leaves it off
         self.resets += 1
 
 
@@ -567,6 +576,7 @@ def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
         return takes[-1]
 
     def reset(self: TakenSim) -> None:  # a function reset ends the boot: WPR2 comes down
+        self.bus_master(False)  # as rig_pci's reset leaves it
         self.resets += 1
         g.wpr2 = (0, 0)
 

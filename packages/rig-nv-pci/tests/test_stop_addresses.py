@@ -226,7 +226,10 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         # no address given back: neither its regions' nor the path's own (its context
         # buffers' GPU mappings)
         assert addresses.PROCESS.free == took and none_free(taken)
-        for r in pinned:  # still the process's memory, where the GPU may still write
+        # still the process's memory, where the GPU may still write were its bus mastering
+        # on again (the stop turned it off; the next holder turns it on)
+        ga102.rig.gpu.command |= 0x4
+        for r in pinned:
             assert not inaccessible(r.host, r.host + 8) and bytes(view(r.host, 8)) == b"pinned!!"
             ga102.sim_rm.write(r.gpu, b"late DMA")
             assert bytes(view(r.host, 8)) == b"late DMA"
@@ -256,7 +259,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         finally:
             d.stop()
         assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
-        assert takes[-1].bus_mastering  # a stop that unloaded the GSP leaves it as it was
+        assert takes[-1].bus_mastering  # a stop that unloaded the GSP leaves it on
     finally:
         give_back_for_good(before)
     assert addresses.PROCESS.free == before and all_reserved(before)
@@ -271,7 +274,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     there. So the lost GPU's bus mastering goes off first (PCI's Bus Master Enable, command
     register bit 2: the function then issues no memory requests), as rig_pci's reset turns it
     off before a reset; the stop's addresses stay kept. A stop that unloaded the GSP leaves
-    bus mastering as it was."""
+    bus mastering on, as the open turned it on."""
     machine, _ = opener(ga102, tmp_path, monkeypatch)
     order: list[str] = []
     monkeypatch.setattr(TakenSim, "bus_master",
@@ -285,7 +288,8 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     before = addresses.PROCESS.addresses().free
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     d.stop()
-    assert order == ["DMA memory freed"] and rig_nv_pci._lost == set()
+    # the open turned bus mastering on before its boot (held.open_device)
+    assert order == ["bus master on", "DMA memory freed"] and rig_nv_pci._lost == set()
     order.clear()
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     r = d.alloc(0x3000, Memory.PINNED)
@@ -294,7 +298,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     try:
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
         stop_silent(d)
-        assert order == ["bus master off", "DMA memory freed"]
+        assert order == ["bus master on", "bus master off", "DMA memory freed"]
         assert rig_nv_pci._lost == {(machine.name, BUS)} and none_free(taken)
     finally:
         give_back_for_good(before)

@@ -267,6 +267,13 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
                 "transport cannot be opened)"
             )
         try:
+            # Its BARs answer only with Memory Space Enable set (PCIe Base 6.0 7.5.1.1.3), which
+            # Linux sets when a driver enables the function (pci_enable_device, vfio-pci's
+            # open); one no driver enabled since the machine started may have it clear, whose
+            # registers would read all-ones. tinygrad's PCI path likewise writes sysfs
+            # `enable` (tinygrad/runtime/support/system.py PCIDevice). It lets the GPU start
+            # nothing; bus mastering waits for the boot (rig_nv_pci.held.open_device).
+            f.memory_space(True)
             chip = chips.identify(_boot42(f))
             if chip.family.boot == "booter":
                 _fwsec(f)

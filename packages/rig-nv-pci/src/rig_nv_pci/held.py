@@ -16,6 +16,7 @@ out only sizes (:func:`rig_nv_pci.layout.fmc_sizes`) and boots through
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,6 +53,8 @@ class Taken(pci_memory.Taken, Protocol):
     def alloc_dma(self, n: int, *, at: int | None = None) -> Dma | None: ...
 
     def map_host(self, address: int, length: int) -> Dma | None: ...
+
+    def bus_master(self, on: bool) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -126,29 +129,50 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     fsp_boot = family.boot == "fsp"
     plan = (layout.fmc_sizes(family, fb_mib << 20) if fsp_boot else
             layout.fb_layout(family, fb_mib << 20, len(image), len(bl.image)))
-    memory = gspmem.build(
-        f.alloc_dma, image=image, bootloader=bl.image, code_offset=bl.desc.monitor_code_offset,
-        data_offset=bl.desc.monitor_data_offset, manifest_offset=bl.desc.manifest_offset,
-        signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
-        doorbell=boot.doorbell(bar0), name=name)
-    system = sysinfo.SystemInfo.for_function(f.info)
-    log = EventLog(name)
+    # Bus mastering on before the boot's first DMA (the falcons' loads of FWSEC and the
+    # booter, the GSP's reads of its arguments and queues): with Bus Master Enable clear the
+    # function issues no memory requests (PCIe Base 6.0 7.5.1.1.3), and Linux leaves it clear
+    # after an unbind (pci_disable_device) or vfio-pci's open, as rig_pci's reset does. So
+    # nova-core's probe (pdev.set_master(), drivers/gpu/nova-core/driver.rs), nouveau
+    # (pci_set_master in nvkm_device_pci_preinit, nvkm/engine/device/pci.c) and tinygrad's
+    # PCI path (PCI_COMMAND |= PCI_COMMAND_MASTER before its NVDev boots the GSP,
+    # tinygrad/runtime/ops_nv.py) turn it on.
+    try:
+        f.bus_master(True)
+    except RigError as e:
+        raise RigError(f"{name}: {e}") from e
+    try:
+        memory = gspmem.build(
+            f.alloc_dma, image=image, bootloader=bl.image, code_offset=bl.desc.monitor_code_offset,
+            data_offset=bl.desc.monitor_data_offset, manifest_offset=bl.desc.manifest_offset,
+            signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
+            doorbell=boot.doorbell(bar0), name=name)
+        system = sysinfo.SystemInfo.for_function(f.info)
+        log = EventLog(name)
 
-    def on_event(event: rpc.Incoming) -> None:
-        try:
-            log.take(event)
-        except EventError as e:  # kept as a line: a garbled event must not fail an RPC
-            log.lines.append(str(e))
-    if fsp_boot:
-        booted = boot_fsp.boot_fsp(bar0, name=name, family=family, fmc=images.fmc,
-                                   memory=memory, alloc=f.alloc_dma, system=system,
+        def on_event(event: rpc.Incoming) -> None:
+            try:
+                log.take(event)
+            except EventError as e:  # kept as a line: a garbled event must not fail an RPC
+                log.lines.append(str(e))
+        if fsp_boot:
+            booted = boot_fsp.boot_fsp(bar0, name=name, family=family, fmc=images.fmc,
+                                       memory=memory, alloc=f.alloc_dma, system=system,
+                                       app_version=bl.desc.app_version, timeout_s=timeout_s,
+                                       init_timeout_s=init_timeout_s, on_event=on_event)
+        else:
+            booted = boot.boot_gsp(bar0, name=name, booter_load=images.booter_load, memory=memory,
+                                   alloc=f.alloc_dma, system=system,
                                    app_version=bl.desc.app_version, timeout_s=timeout_s,
                                    init_timeout_s=init_timeout_s, on_event=on_event)
-    else:
-        booted = boot.boot_gsp(bar0, name=name, booter_load=images.booter_load, memory=memory,
-                               alloc=f.alloc_dma, system=system,
-                               app_version=bl.desc.app_version, timeout_s=timeout_s,
-                               init_timeout_s=init_timeout_s, on_event=on_event)
+    except BaseException:
+        # The GSP's memory refused, or the boot failed once the GSP may have started: bus
+        # mastering off before the function's release frees the memory the GSP may still
+        # write, as a lost GPU's stop turns it off (rig_nv_pci.gpu). A function off the bus
+        # may refuse: released regardless.
+        with contextlib.suppress(RigError, OSError):
+            f.bus_master(False)
+        raise
     # From here on a GSP_RUN_CPU_SEQUENCER that fails or is cut short loses the GPU: the
     # device raises it from its next wait or sleep (PciPath.fault), and its stop leaves the
     # GPU lost, so that the next open resets it first.

@@ -12,7 +12,9 @@ kernel_gsp_falcon_ga102.c, nvkm/falcon/*.c):
 - DMA: DMATRFBASE(1) << 8 plus DMATRFFBOFFS is the source bus address, DMATRFMOFFS the
   destination, DMATRFCMD (256 bytes, IMEM bit 4) copies from the host memory. It needs FBIF
   TRANSCFG(0) physical coherent-sysmem, FBIF_CTL ALLOW_PHYS_NO_CTX and DMACTL REQUIRE_CTX 0;
-  otherwise the engine stays busy (DMATRFCMD never reads IDLE) and the fault is recorded.
+  otherwise, or with the function's Bus Master Enable clear (the request is never issued, PCIe
+  Base 6.0 7.5.1.1.3), the engine stays busy (DMATRFCMD never reads IDLE) and the fault is
+  recorded.
 - CPUCTL STARTCPU with the Falcon core selected and MOD_SEL RSA3K is a heavy-secure start: the
   BROM checks the signature at DMEM BROM_PARAADDR(0) against ``signatures`` (the ones the
   engine's fuses accept), BROM_ENGIDMASK against the engine's bit and BROM_CURR_UCODE_ID
@@ -44,6 +46,9 @@ class SimFalcon:
     fbif: int
     engine_bit: int
     read_host: Callable[[int, int], bytes]
+    # whether the GPU's Bus Master Enable is set (SimGpu.bus_master): a DMA without it
+    # issues no memory request and never completes
+    bus_master: Callable[[], bool] = lambda: True
     imem_size: int = 0x10000
     dmem_size: int = 0x10000
     scrub_polls: int = 3
@@ -206,7 +211,9 @@ class SimFalcon:
         transcfg = self.regs.get(self.fbif + regs.FBIF_TRANSCFG0, 0)
         ctl = self.regs.get(self.fbif + regs.FBIF_CTL, 0)
         dmactl = self.regs.get(self.base + regs.DMACTL, 1)
-        if transcfg & 3 != 1 or not transcfg >> 2 & 1:
+        if not self.bus_master():  # PCIe Base 6.0 7.5.1.1.3: no memory request is issued
+            self.dma_fault = "no memory request: the function's Bus Master Enable is clear"
+        elif transcfg & 3 != 1 or not transcfg >> 2 & 1:
             self.dma_fault = f"FBIF TRANSCFG(0) 0x{transcfg:x} is not physical coherent sysmem"
         elif not ctl >> 7 & 1:
             self.dma_fault = f"FBIF_CTL 0x{ctl:x} does not allow physical DMA with no context"

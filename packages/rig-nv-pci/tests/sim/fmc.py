@@ -68,8 +68,8 @@ class SimFmc:
         """The FSP's check of the FMC, then the FMC's run; the FSP's errorCode."""
         host = self.gpu.host
         fmc = int(cot_field(payload, "gspFmcSysmemOffset"))
-        if host.view(fmc, len(self.image)) is None or host.read(fmc, len(self.image)) != \
-                self.image:
+        if self.gpu.dma(fmc, len(self.image), "the FSP reading the FMC") is None or \
+                host.read(fmc, len(self.image)) != self.image:
             self.log.append(f"no FMC image at 0x{fmc:x}")
             return FSP_ERR_INVALID_DATA
         if cot_field(payload, "hash384") != hashlib.sha384(self.image).digest():
@@ -84,14 +84,14 @@ class SimFmc:
         self.gpu.gsp.set_mailbox(0, code)
 
     def _run(self, payload: bytes) -> None:
-        gsp, host = self.gpu.gsp, self.gpu.host
+        gsp = self.gpu.gsp
         if self.release_target_mask:
             gsp.target_mask_locked = False
         if self.error:
             self._fail("scripted", self.error)
             return
         at = int(cot_field(payload, "gspBootArgsSysmemOffset"))
-        raw = host.view(at, BOOT_PARAMS_SIZE)
+        raw = self.gpu.dma(at, BOOT_PARAMS_SIZE, "the FMC reading GSP_FMC_BOOT_PARAMS")
         if raw is None:
             self._fail(f"no GSP_FMC_BOOT_PARAMS at 0x{at:x}", FMC_BAD_ARGS)
             return
@@ -103,7 +103,7 @@ class SimFmc:
                             "is_rm_boot": is_rm_boot, "libos_target": libos_target,
                             "libos": libos}
         self.log.append(f"boot params at 0x{at:x}: meta 0x{meta:x}, libos 0x{libos:x}")
-        body = host.view(meta, WPR_META_SIZE)
+        body = self.gpu.dma(meta, WPR_META_SIZE, "the FMC reading GspFwWprMeta")
         if meta_size != WPR_META_SIZE or is_rm_boot != 1 or body is None or \
                 meta_target not in (COHERENT_SYSTEM, NONCOHERENT_SYSTEM) or \
                 libos_target not in (COHERENT_SYSTEM, NONCOHERENT_SYSTEM):

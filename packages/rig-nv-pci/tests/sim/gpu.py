@@ -166,12 +166,41 @@ class SimGpu:
     # PTIMER, the GPU's nanosecond clock (sim/timer.py), which BAR 0 reads and the host
     # semaphores' RELEASE_TIMESTAMP writes
     timer: SimTimer = field(default_factory=SimTimer)
+    # its config space's command register (PCI_COMMAND, include/uapi/linux/pci_regs.h):
+    # MEMORY (bit 1) and MASTER (bit 2) set, as a driver's pci_enable_device and
+    # pci_set_master leave them; Linux clears MASTER when the driver lets the function go
+    # (pci_disable_device) and when vfio-pci opens or resets it. With MASTER clear the GPU's
+    # memory requests are not issued (:meth:`dma`)
+    command: int = 0x0006
+    # the memory requests the GPU did not issue for Bus Master Enable was clear, in order
+    unissued: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
-                             self.host.read)
+                             self.host.read, bus_master=self.bus_master)
         self.sec2 = SimFalcon("SEC2", regs.SEC_BASE, regs.SEC_RISCV, regs.SEC_FBIF, 1 << 0,
-                              self.host.read)
+                              self.host.read, bus_master=self.bus_master)
+
+    def bus_master(self) -> bool:
+        """Whether Bus Master Enable (PCI_COMMAND bit 2) is set in its config space."""
+        return bool(self.command & 0x4)
+
+    def dma(self, address: int, n: int, what: str) -> memoryview | None:
+        """What a memory request of the GPU's at bus ``address`` reaches (``what`` names it:
+        the GSP reading its arguments, an engine's copy): :meth:`HostMemory.reach`.
+
+        With Bus Master Enable clear the function issues no memory request (PCIe Base 6.0
+        7.5.1.1.3), so nothing is reached: ``None``, the request kept in :attr:`unissued`.
+        NVIDIA documents no more of what its engines then see; the simulator takes the
+        request as never answered, which each engine meets as it meets memory that is not
+        there: a falcon's DMA stays busy (sim/falcon.py), the GSP's LibOS finds no arguments
+        and GSP-RM never starts (so no INIT_DONE comes), the FSP finds no FMC, the GSP reads
+        no command queue (sim/gsp_fw.py's doorbell), and a channel's fetch or copy faults
+        (sim/gsp_rm.py)."""
+        if not self.bus_master():
+            self.unissued.append(f"{what}: 0x{n:x} bytes at 0x{address:x}")
+            return None
+        return self.host.reach(address, n)
 
     @property
     def falcons(self) -> tuple[SimFalcon, SimFalcon]:
@@ -320,7 +349,11 @@ def booter_program(gpu: SimGpu, *, error: int = 0, start_gsp: bool = True
 
     def run(f: SimFalcon) -> None:
         address = f.mailbox(1) << 32 | f.mailbox(0)
-        meta = gpu.host.read(address, 256)
+        found = gpu.dma(address, 256, "booter_load reading GspFwWprMeta")
+        if found is None:
+            f.set_mailbox(0, 0xB0070004)  # a code of the simulator's: no WPR meta read
+            return
+        meta = bytes(found)
 
         def q(name: str) -> int:
             return int(struct.unpack_from("<Q", meta, regs.META_OFFSETS[name])[0])

@@ -163,6 +163,9 @@ class GspFirmware:
     def doorbell(self) -> None:
         if self.peer is None or self.suspended:
             return
+        if not self.gpu.bus_master():  # its queues lie in system memory: nothing is read
+            self.gpu.unissued.append("the GSP reading its command queue")
+            return
         self.peer.doorbell()
         if self.peer.unloaded and self.suspend_on_unload:
             self.suspended = True
@@ -186,7 +189,7 @@ class GspFirmware:
         self.peer, self.suspended, self.sequencer_done = None, False, False
         self.regions, self.queue_init, self.system_info = {}, None, None
         self.log.append(f"libos args at 0x{args:x}")
-        raw = self.gpu.host.view(args, PAGE)
+        raw = self.gpu.dma(args, PAGE, "the GSP reading its LibOS arguments")
         if raw is None:
             self._fail(f"no host memory at the LibOS arguments' 0x{args:x}")
             return
@@ -200,17 +203,18 @@ class GspFirmware:
             self._fail(f"no RMARGS among the LibOS regions {sorted(self.regions)}")
             return
         for name, (pa, size, kind, loc) in self.regions.items():
-            if (kind, loc) != (KIND_CONTIGUOUS, LOC_SYSMEM) or self.gpu.host.view(pa, size) is None:
+            if (kind, loc) != (KIND_CONTIGUOUS, LOC_SYSMEM) or self.gpu.dma(
+                    pa, size, f"the GSP reading LibOS region {name}") is None:
                 self._fail(f"LibOS region {name} (0x{pa:x}+0x{size:x}, kind {kind}, "
                            f"loc {loc}) is not contiguous host memory")
                 return
         pa, size, _, _ = self.regions["RMARGS"]
-        rm = self.gpu.host.view(pa, QUEUE_INIT.size)
+        rm = self.gpu.dma(pa, QUEUE_INIT.size, "the GSP reading RMARGS")
         assert rm is not None
         shared, entries, cmd, stat = QUEUE_INIT.unpack_from(rm)
         self.queue_init = (shared, entries, cmd, stat)
         self.log.append(f"queues at 0x{shared:x}: {entries} pages, cmd 0x{cmd:x} stat 0x{stat:x}")
-        mem = self.gpu.host.view(shared, entries * PAGE)
+        mem = self.gpu.dma(shared, entries * PAGE, "the GSP reading its queues")
         if mem is None or not cmd < stat < entries * PAGE:
             self._fail(f"the queue memory 0x{shared:x} ({entries} pages, cmd 0x{cmd:x}, "
                        f"stat 0x{stat:x}) is not host memory the GSP can use")

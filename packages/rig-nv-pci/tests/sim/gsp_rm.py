@@ -697,7 +697,11 @@ class SimRm:
                 if where.address + n > self.fb_size:
                     raise LookupError(f"GPU address 0x{va:x} maps beyond video memory")
                 return memoryview(self.vram)[where.address:where.address + n]
-            host = self.gpu.host.reach(where.address, n)  # system memory, or a peer's BAR
+            # system memory, or a peer's BAR: nothing while Bus Master Enable is clear
+            host = self.gpu.dma(where.address, n, f"an engine's access at GPU 0x{va:x}")
+            if host is None and not self.gpu.bus_master():
+                raise LookupError(f"GPU address 0x{va:x}: no memory request (Bus Master "
+                                  "Enable clear)")
             if host is None:
                 raise LookupError(f"GPU address 0x{va:x} maps bus 0x{where.address:x}, no "
                                   "host memory nor a BAR")
@@ -711,8 +715,11 @@ class SimRm:
                 inside = (va - at) % PAGE
                 if inside + n > PAGE:
                     break
-                view = self.gpu.host.view(self.sysmem[handle][page] + inside, n)
-                assert view is not None
+                view = self.gpu.dma(self.sysmem[handle][page] + inside, n,
+                                    f"an engine's access at GPU 0x{va:x}")
+                if view is None:
+                    raise LookupError(f"GPU address 0x{va:x}: no memory request (Bus Master "
+                                      "Enable clear)")
                 return view
         raise LookupError(f"GPU address 0x{va:x} (+{n}) is not mapped")
 

@@ -136,7 +136,7 @@ def recover(rm: SimRm, ch: Channel, fault: SimFault) -> None:
     stopped, their notifiers written, RC_TRIGGERED (and MMU_FAULT_QUEUED) sent."""
     for other in [c for c in rm.channels.values() if c.group == ch.group]:
         del rm.channels[other.handle]
-        note = rm.gpu.host.view(other.notifier, 16)
+        note = rm.gpu.dma(other.notifier, 16, "GSP-RM writing an error notifier")
         if note is not None and rm.notifiers:
             struct.pack_into("<IHH", note, 8, fault.xid, fault.engine, 0xFFFF)
     if rm.firmware is not None and rm.firmware.peer is not None:

@@ -25,6 +25,7 @@ from rig_pci.window import Window, all_ones
 # Linux include/uapi/linux/pci_regs.h
 PCI_VENDOR_ID = 0x00
 PCI_COMMAND = 0x04
+PCI_COMMAND_MEMORY = 0x2
 PCI_COMMAND_MASTER = 0x4
 
 RESET_TIMEOUT_S = 1.0  # PCIe r6.0 6.6.1: a function answers config requests 1 s after a reset
@@ -251,13 +252,42 @@ class Function:
         except RigError:
             return False
 
+    def memory_space(self, on: bool) -> None:
+        """Let the function answer requests to its memory BARs (Memory Space Enable, bit 1 of
+        its command register) or not.
+
+        With the bit clear a function answers no memory request to its BARs (PCIe Base 6.0
+        7.5.1.1.3; reads through its windows then see all-ones). Linux sets it when a driver
+        enables the function (pci_enable_device, as vfio-pci's open does, or a write of 1 to
+        its sysfs ``enable``), and its reset restores it as it was; a function no driver
+        enabled since the machine started may have it clear. Raises
+        :class:`rig_edge.RigError` if it reads back clear after being turned on."""
+        self._command(PCI_COMMAND_MEMORY, on, "memory_space", "memory space decoding")
+
     def bus_master(self, on: bool) -> None:
-        """Let the function start DMA (bus mastering, bit 2 of its command register) or not."""
-        self._check("bus_master")
+        """Let the function start DMA (Bus Master Enable, bit 2 of its command register) or
+        not.
+
+        With the bit clear the function issues no memory requests (PCIe Base 6.0 7.5.1.1.3):
+        a device's DMA, of its firmware's arguments or of anything else, goes nowhere. Linux
+        clears it when a driver lets a function go (pci_disable_device) and when vfio-pci
+        opens or resets it, and :meth:`reset` turns it off, so whoever takes a function
+        turns it on before its first DMA (a driver's pci_set_master). Raises
+        :class:`rig_edge.RigError` if it reads back clear after being turned on; turning it
+        off checks nothing (a function off the bus reads all-ones)."""
+        self._command(PCI_COMMAND_MASTER, on, "bus_master", "bus mastering")
+
+    def _command(self, bit: int, on: bool, what: str, name: str) -> None:
+        self._check(what)
         command = self.config.read16(PCI_COMMAND)
-        want = command | PCI_COMMAND_MASTER if on else command & ~PCI_COMMAND_MASTER
+        want = command | bit if on else command & ~bit
         if want != command:
             self.config.write16(PCI_COMMAND, want)
+        if on:
+            now = self.config.read16(PCI_COMMAND)
+            if not now & bit:
+                raise RigError(f"{self.bus}: its {name} stays off (its command register "
+                               f"reads 0x{now:04x} after 0x{want:04x} was written)")
 
     def _dma_allowed(self, what: str) -> None:
         self._check(what)
