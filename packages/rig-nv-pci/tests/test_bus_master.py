@@ -147,3 +147,30 @@ def test_a_failed_boot_turns_bus_mastering_off_before_the_function_frees_its_mem
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert order == ["bus master on", "bus master off", "DMA memory freed"]
     assert not takes[-1].bus_mastering and rig_nv_pci._lost == {(machine.name, BUS)}
+
+
+
+def test_a_refused_open_leaves_memory_decoding_as_it_found_it(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The spec: make "gives back what it took and leaves the GPU as the open found it" when
+    an image is missing. The open turns memory space decoding on to read the chip (a
+    function no driver enabled may have it clear), so the refusal turns it off again; where
+    it was on, the refusal leaves it on. An open that succeeds leaves it on."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    g = ga102.rig.gpu
+    empty = tmp_path / "no-firmware"
+    empty.mkdir()
+    for command in (0x0000, 0x0002):
+        g.command = command
+        with pytest.raises(OpenRefused, match="firmware files a GA102 boots with are missing"):
+            rig_nv_pci.gpu(0, machine, firmware=[empty]).open()
+        assert takes[-1].memory_spaces == 1 and takes[-1].closed
+        assert g.command == command, f"PCI_COMMAND 0x{g.command:04x} after the refusal"
+    g.command = 0x0000
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        assert g.command & 0x6 == 0x6
+        copies(d)
+    finally:
+        d.stop()

@@ -106,8 +106,10 @@ class SimFunction:
     def map_host(self, address: int, length: int) -> sim.SimDma:
         return self.gpu.host.map_host(address, length)
 
-    def bus_master(self, on: bool) -> None:  # PCI_COMMAND's MASTER, bit 2
+    def bus_master(self, on: bool) -> bool:  # PCI_COMMAND's MASTER, bit 2; was it set
+        was = bool(self.gpu.command & 0x4)
         self.gpu.command = self.gpu.command | 0x4 if on else self.gpu.command & ~0x4
+        return was
 
 
 def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLike[str]]:
@@ -544,8 +546,11 @@ class TakenSim(SimFunction):
     def close(self) -> None:
         self.closed = True
 
-    def memory_space(self, on: bool) -> None:
+    def memory_space(self, on: bool) -> bool:  # PCI_COMMAND's MEMORY, bit 1; was it set
         self.memory_spaces += on
+        was = bool(self.gpu.command & 0x2)
+        self.gpu.command = self.gpu.command | 0x2 if on else self.gpu.command & ~0x2
+        return was
 
     def reset(self) -> None:  # rig_pci's reset turns bus mastering off, and Linux's restore
         self.bus_master(False)  # of the config space leaves it off

@@ -235,6 +235,7 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
         taken.release()
         raise
     given = done = False  # the device holds the function and the lock; its stop gave them back
+    decoding = True  # whether the function answered its BARs before the open turned that on
 
     def stopped(failure: BaseException | None) -> None:
         nonlocal done
@@ -273,7 +274,7 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
             # registers would read all-ones. tinygrad's PCI path likewise writes sysfs
             # `enable` (tinygrad/runtime/support/system.py PCIDevice). It lets the GPU start
             # nothing; bus mastering waits for the boot (rig_nv_pci.held.open_device).
-            f.memory_space(True)
+            decoding = f.memory_space(True)
             chip = chips.identify(_boot42(f))
             if chip.family.boot == "booter":
                 _fwsec(f)
@@ -309,6 +310,11 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
         return device
     finally:
         if not given and not done:
+            # A refused open leaves the GPU as it found it: memory decoding off again where
+            # it was off (a boot that failed reset it or left bus mastering off already).
+            if not decoding:
+                with contextlib.suppress(RigError, OSError):
+                    f.memory_space(False)
             f.close()
             taken.release()
 

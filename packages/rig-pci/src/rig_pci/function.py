@@ -252,9 +252,9 @@ class Function:
         except RigError:
             return False
 
-    def memory_space(self, on: bool) -> None:
+    def memory_space(self, on: bool) -> bool:
         """Let the function answer requests to its memory BARs (Memory Space Enable, bit 1 of
-        its command register) or not.
+        its command register) or not; returns whether it did before.
 
         With the bit clear a function answers no memory request to its BARs (PCIe Base 6.0
         7.5.1.1.3; reads through its windows then see all-ones). Linux sets it when a driver
@@ -262,11 +262,11 @@ class Function:
         its sysfs ``enable``), and its reset restores it as it was; a function no driver
         enabled since the machine started may have it clear. Raises
         :class:`rig_edge.RigError` if it reads back clear after being turned on."""
-        self._command(PCI_COMMAND_MEMORY, on, "memory_space", "memory space decoding")
+        return self._command(PCI_COMMAND_MEMORY, on, "memory_space", "memory space decoding")
 
-    def bus_master(self, on: bool) -> None:
+    def bus_master(self, on: bool) -> bool:
         """Let the function start DMA (Bus Master Enable, bit 2 of its command register) or
-        not.
+        not; returns whether it could before.
 
         With the bit clear the function issues no memory requests (PCIe Base 6.0 7.5.1.1.3):
         a device's DMA, of its firmware's arguments or of anything else, goes nowhere. Linux
@@ -275,9 +275,10 @@ class Function:
         turns it on before its first DMA (a driver's pci_set_master). Raises
         :class:`rig_edge.RigError` if it reads back clear after being turned on; turning it
         off checks nothing (a function off the bus reads all-ones)."""
-        self._command(PCI_COMMAND_MASTER, on, "bus_master", "bus mastering")
+        return self._command(PCI_COMMAND_MASTER, on, "bus_master", "bus mastering")
 
-    def _command(self, bit: int, on: bool, what: str, name: str) -> None:
+    def _command(self, bit: int, on: bool, what: str, name: str) -> bool:
+        """Set or clear ``bit`` of the command register; whether it was set before."""
         self._check(what)
         command = self.config.read16(PCI_COMMAND)
         want = command | bit if on else command & ~bit
@@ -288,6 +289,7 @@ class Function:
             if not now & bit:
                 raise RigError(f"{self.bus}: its {name} stays off (its command register "
                                f"reads 0x{now:04x} after 0x{want:04x} was written)")
+        return bool(command & bit)
 
     def _dma_allowed(self, what: str) -> None:
         self._check(what)
