@@ -11,14 +11,13 @@ boot fails."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, opener, simulated_ga102
+from test_held import BUS, Opened, TakenSim, opener
 from test_open import given_back
 
 import rig_nv_pci
@@ -27,13 +26,6 @@ from rig_nv import Device
 from rig_nv_pci import boot
 
 UNBOUND = 0x0002  # PCI_COMMAND as pci_disable_device leaves it: MEMORY on, MASTER off
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def copies(d: Device) -> None:

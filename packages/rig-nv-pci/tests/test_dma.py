@@ -17,26 +17,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_held import BUS, Opened, opener, simulated_ga102
+from test_held import BUS, Opened, opener
 
 import rig_nv_pci
 from rig_edge import Bus, Memory, Misuse, OpenRefused, Region, RigError
 from rig_nv import Device
 from rig_nv_pci import lock
 from rig_nv_pci.path import PciPath
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def path_of(d: Device) -> PciPath:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -164,13 +163,6 @@ def simulated_ga102(tmp: Path, *, host: sim.HostMemory | None = None,
     r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
     s = SimRm(r.gpu, **sim_rm).install(firmware).start()
     return Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp, r, unload), [])
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(

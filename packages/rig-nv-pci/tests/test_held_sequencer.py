@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sim import regs
 from sim.gsp_fw import sequencer_payload
-from test_held import BUS, Opened, every_use_is_lost, opener, reopens, simulated_ga102
+from test_held import BUS, Opened, every_use_is_lost, opener, reopens
 from test_open import given_back
 
 import rig_nv_pci
@@ -39,13 +39,6 @@ EV_RC_TRIGGERED = 0x1004  # NV_VGPU_MSG_EVENT_RC_TRIGGERED (rpc_global_enums.h)
 EV_MMU_FAULT_QUEUED = 0x1005  # NV_VGPU_MSG_EVENT_MMU_FAULT_QUEUED (rpc_global_enums.h)
 FAULT_PTE = 0x2  # NV_PFAULT_FAULT_TYPE_PTE (gv100/dev_fault.h)
 FAULT_AT = (64 << 30) + 0x7000  # a page the GSP reports the MMU faulted at
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def writes(d: Opened, since: int, *registers: int) -> list[tuple[int, int]]:

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, opener, simulated_ga102
+from test_held import BUS, Opened, TakenSim, opener
 from test_open import given_back
 from test_stop import UNLOAD_UCODE_ID
 
@@ -21,13 +20,6 @@ import rig_nv_pci
 from rig_edge import Memory, OpenRefused
 from rig_nv_pci import addresses, boot, held
 from rig_pci.testing import add_function, fixture_machine
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def test_make_refused_the_gsps_memory_names_the_gpu_and_leaves_it_as_found(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import mmap
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
-from test_held import Opened, simulated_ga102
+from test_held import Opened
 from test_path import BUS, Booted
 from test_path import ga102 as booted_ga102  # noqa: F401  (the fixture, for test_path's Booted)
 from test_path_channels import _channel_kit
@@ -49,13 +49,6 @@ EV_RC_TRIGGERED, EV_MMU_FAULT_QUEUED, EV_OS_ERROR_LOG = 0x1004, 0x1005, 0x1006
 EV_GSP_LOCKDOWN_NOTICE = 0x101C
 POLL = 2  # GSP_SEQ_BUF_OPCODE_REG_POLL (rmgspseq.h)
 SCRATCH = 0x1400 + 4 * 0x36  # an NV_PBUS_SW_SCRATCH register nothing sets (pri_nv_xal_ep.h)
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def in_heap(p: pp.PciPath, at: int, size: int) -> bool:

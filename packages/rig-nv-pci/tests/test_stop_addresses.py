@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,13 +37,6 @@ from rig_pci import libc
 from rig_pci.testing import inaccessible
 
 Span = tuple[int, int, Memory]  # GPU address, length, kind
-
-
-@pytest.fixture
-def ga102(tmp_path: Path) -> Iterator[Opened]:
-    opened = simulated_ga102(tmp_path)
-    yield opened
-    opened.sim_rm.stop()
 
 
 def alloc_each(d: Device) -> list[Region]:
