@@ -177,6 +177,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     # device raises it from its next wait or sleep (PciPath.fault), and its stop leaves the
     # GPU lost, so that the next open resets it first.
     booted.sequencers.runtime(log.lose)
+    # Likewise a GSP that stopped answering (an RPC timed out, the queues failed): no later RPC
+    # is sent (rig_nv_pci.gsp.rpc.Rpc), the device's next wait or sleep raises Lost, and its
+    # stop, unable to unload the GSP, leaves the GPU lost.
+    booted.channel.on_silent = log.lose
 
     def stop() -> None:
         failure: BaseException | None = None
