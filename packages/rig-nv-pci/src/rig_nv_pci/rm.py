@@ -27,7 +27,8 @@ the path gave for it, unless the GPU faulted meanwhile." At this layer that read
   the memory and write it, so it is kept as if the object were made: it goes back only once
   GSP-RM answers the free of an object above it (the channel's group; the device, at the
   device's stop), or never in this process where no such answer comes (the GPU's reset
-  then clears it), and is never handed out again meanwhile.
+  then clears it; after a timeout none comes, as no later RPC is sent:
+  :class:`rig_nv_pci.gsp.rpc.Rpc`), and is never handed out again meanwhile.
 
 What the path gives for an object: for a channel its instance block, its ChID and (for its
 group's first channel) the group's method buffer; for a compute object the context buffers
