@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sim import peer_module
 
-from rig_edge import Misuse
+from rig_edge import Lost, Misuse
 from rig_nv.rm import RMError
 from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp import queue as q
@@ -346,6 +347,7 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     rm = r.RpcRM.open(rpc)
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
+    rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
     late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
     refused = rm.new_handle()
     stale = rpc._sequence
@@ -375,6 +377,7 @@ def test_a_late_control_reply_in_continuation_records_is_dropped_whole() -> None
     rm = r.RpcRM.open(rpc)
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
+    rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
     late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
     stale = rpc._sequence
     with pytest.raises(r.RpcTimeout):
@@ -458,3 +461,93 @@ def test_requests_are_numbered_from_one_so_a_zero_is_no_echo() -> None:
     first = rpc._sequence
     r.RpcRM.open(rpc)
     assert first == 1 and rpc.echoes is False
+
+
+# ---- a GSP that stopped answering costs one timeout (Rpc.silent) ----------------------------
+
+
+def test_after_one_timed_out_request_no_later_request_is_sent() -> None:
+    """The first request that times out takes the GSP as gone (rig's silent_after 1; CPU-RM's
+    bFatalError after a fatal timeout, then _kgspRpcSanityCheck's "skipping RPC"):
+    on_silent is told once where, and every later call and post raises NotAnswering at once
+    (a Lost, and an RpcTimeout for what GSP-RM made of the earlier ones), naming the GPU, the
+    request not sent and the one the GSP stopped answering at; the peer receives nothing more,
+    its doorbell unrung. A poll still reads what comes (the late reply, dropped)."""
+    rpc, peer = connect()
+    told: list[str] = []
+    rpc.on_silent = told.append
+    rm = r.RpcRM.open(rpc)
+    dev = rm.new_handle()
+    rm.alloc(rm.client, dev, 0x80)
+    late_then_on_time(peer, rpc, r.Function.FREE)
+    with pytest.raises(r.RpcTimeout, match="the GSP sent no FREE for FREE in time"):
+        rm.free(dev)
+    assert rpc.silent == "FREE (the GSP sent no FREE for FREE in time)"
+    assert told == ["the GSP stopped answering at " + rpc.silent]
+    sent, rings = len(peer.requests), [0]
+    ring = rpc.queues._doorbell
+
+    def counted() -> None:
+        rings[0] += 1
+        ring()
+
+    rpc.queues._doorbell = counted
+    rpc.timeout_s = 5.0  # were anything sent, a reply would be awaited this long
+    start = time.monotonic()
+    for attempt in (lambda: rm.alloc(dev, rm.new_handle(), 0x2080),
+                    lambda: rm.control(dev, 0x123, bytearray(4)), lambda: rm.free(dev),
+                    lambda: rpc.call(r.Function.UNLOADING_GUEST_DRIVER, r.encode_unloading()),
+                    lambda: rpc.post(r.Function.SET_REGISTRY, b"")):
+        with pytest.raises(r.NotAnswering) as e:
+            attempt()
+        assert isinstance(e.value, Lost) and isinstance(e.value, r.RpcTimeout)
+    assert time.monotonic() - start < 0.5
+    assert str(e.value) == ("the device is lost: GPU 0: SET_REGISTRY not sent: the GSP stopped "
+                            "answering at FREE (the GSP sent no FREE for FREE in time); the "
+                            "GPU is reset at its next open")
+    peer.late.clear()
+    peer.send_late()
+    assert rpc.poll() == 1 and [u.name for u in rpc.unexpected] == ["FREE"]
+    assert len(peer.requests) == sent and rings == [0] and len(told) == 1
+
+
+def test_silent_after_counts_timed_out_requests() -> None:
+    """With ``silent_after`` 2 (NVIDIA's RmGspRpcTimeoutGpuResetThreshold counts alike, 3 by
+    default) the first timeout leaves the GSP answering, the second takes it as gone; None
+    never does (the late-reply tests above)."""
+    rpc, peer = connect()
+    rpc.silent_after = 2
+    rm = r.RpcRM.open(rpc)
+    late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
+    with pytest.raises(r.RpcTimeout):
+        rm.control(rm.client, 0x123, bytearray(4))
+    assert rpc.silent is None and rpc.timeouts == 1
+    with pytest.raises(r.RpcTimeout) as e:
+        rm.control(rm.client, 0x123, bytearray(4))
+    assert not isinstance(e.value, r.NotAnswering)
+    assert rpc.silent is not None and rpc.silent.startswith("GSP_RM_CONTROL (")
+    with pytest.raises(r.NotAnswering):
+        rm.control(rm.client, 0x123, bytearray(4))
+
+
+def test_queues_that_fail_take_the_gsp_as_gone() -> None:
+    """A status queue that reads garbled (a QueueError) in a poll, or in a request's wait,
+    takes the GSP as gone at once, whatever ``silent_after``: the queues are out of step."""
+    for where in ("poll", "call"):
+        rpc, _ = connect()
+        rpc.silent_after = None
+        rm = r.RpcRM.open(rpc)
+
+        def garbled() -> None:
+            raise q.QueueCorrupt("GPU 0: the GSP status queue's header is unusable")
+
+        rpc.queues.receive = garbled  # type: ignore[method-assign,assignment]
+        with pytest.raises(q.QueueCorrupt):
+            if where == "poll":
+                rpc.poll()
+            else:
+                rm.control(rm.client, 0x123, bytearray(4))
+        what = "a poll of its queues" if where == "poll" else "GSP_RM_CONTROL"
+        assert rpc.silent == f"{what} (the GSP status queue's header is unusable)"
+        with pytest.raises(r.NotAnswering, match=rf"stopped answering at {what} \("):
+            rm.free(rm.client)

@@ -222,7 +222,15 @@ def no_answer(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch) -> type
     """GSP-RM takes the alloc (and makes the channel) but never answers: RpcTimeout."""
     o.firmware.peer.alloc_unanswered.add(GPFIFO)
     monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
+    late_is_not_gone(p, monkeypatch)
     return rpc.RpcTimeout
+
+
+def late_is_not_gone(p: pp.PciPath, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GSP's one timeout is not taken as the GSP gone (rig_nv_pci.gsp.rpc.Rpc's
+    ``silent_after``, 1 by default: no later RPC would be sent, test_silent.py), so that
+    what a late or missing answer keeps is seen given back by a later free's answer."""
+    monkeypatch.setattr(p.rm.rpc_rm.rpc, "silent_after", None)
 
 
 def answered_late(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
@@ -232,6 +240,7 @@ def answered_late(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
     (rig_nv_pci.gsp.rpc matches a reply by its sequence)."""
     o.firmware.peer.late.add(rpc.Function.GSP_RM_ALLOC)
     monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
+    late_is_not_gone(p, monkeypatch)
     return rpc.RpcTimeout
 
 
@@ -368,6 +377,7 @@ def registration_late(b: Booted, p: pp.PciPath) -> None:
     """GSP-RM registers the memory but answers only after the caller gave up."""
     b.firmware.peer.late.add(FN_ALLOC_MEMORY)
     p.rm.rpc_rm.rpc.timeout_s = 0.2
+    p.rm.rpc_rm.rpc.silent_after = None  # as late_is_not_gone: a later free is answered
 
 
 def refused_after_event(event: int, payload: Callable[[Any], bytes],

@@ -13,6 +13,7 @@ addresses the stop did not free stay taken from the process's range for good."""
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +32,6 @@ from rig_nv.device import CACHE_LARGEST
 from rig_nv.hostmem import view
 from rig_nv.rm import Allocation
 from rig_nv_pci import addresses, held
-from rig_nv_pci.gsp import rpc
 from rig_nv_pci.stop import StopError, stop_gsp
 from rig_pci import libc
 from rig_pci.testing import inaccessible
@@ -167,12 +167,26 @@ def gsp_goes_silent(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch, *
 
 
 def stop_silent(d: Device) -> None:
-    """The stop of a device whose GSP stopped answering: it raises the timeout of the device
-    object's FREE (PciPath.closed), having stopped the GSP all the same (on_stopped ran: its
-    finally); a second stop does nothing."""
-    with pytest.raises(rpc.RpcTimeout, match="the GSP sent no FREE for FREE in time"):
-        d.stop()
+    """The stop of a device whose GSP stopped answering: it returns (the GPU is lost, reported
+    to the opener, which resets it at its next open: rig_nv_pci.rm.PciRM.free_at_stop), having
+    stopped the GSP all the same (on_stopped ran), the first FREE that timed out taking the
+    GSP as gone, so that no later RPC was sent (rig_nv_pci.gsp.rpc.Rpc.silent); a second stop
+    does nothing."""
     d.stop()
+    assert isinstance(d.path, held.PciPath)
+    silent = d.path.rm.rpc_rm.rpc.silent  # the first RPC after the GSP went quiet
+    assert silent is not None and re.fullmatch(r"(\w+) \(the GSP sent no \1 for \1 in time\)",
+                                               silent)
+    d.stop()
+
+
+def gsp_rm_reset(ga102: Opened) -> None:
+    """What a reset and boot do to GSP-RM: it starts afresh, every object of the lost device
+    gone with the GSP's memory. The simulated GSP-RM keeps its records across the simulated
+    reset (the simulator's gap, not the path's), which the stop's RPCs never freed (none is
+    sent once the GSP stopped answering): dropped here as the reset drops them."""
+    for handle in list(ga102.firmware.peer.objects):
+        ga102.sim_rm._on_free(handle)
 
 
 def give_back_for_good(before: list[tuple[int, int]]) -> None:
@@ -244,6 +258,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         # keeps the lost device's PDEs there, which the next path would follow into FB its
         # heap hands out again (the simulator's gap, not the path's)
         ga102.sim_rm.vram[BAR1_PDB:BAR1_PDB + 0x1000] = bytes(0x1000)
+        gsp_rm_reset(ga102)
         kept = addresses.PROCESS.free
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         try:

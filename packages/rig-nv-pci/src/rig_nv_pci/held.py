@@ -110,7 +110,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     :class:`rig_nv_pci.gsp.sequencer.SequencerError` of a sequence the GSP asked for while the
     device ran that failed or was cut short (which lost the GPU), or ``None``; a stop after
     ``Device.dma`` handed out bus ranges stops nothing and calls ``on_kept`` instead (the
-    memory and the GPU stay the process's, :meth:`rig_nv_pci.path.PciPath.closed`). Raises
+    memory and the GPU stay the process's, :meth:`rig_nv_pci.path.PciPath.closed`). The
+    stop of a device whose GSP stopped answering (an RPC timed out: no later one is sent,
+    :class:`rig_nv_pci.gsp.rpc.Rpc`) returns, the GSP's failed stop going to ``on_stopped``
+    as for any lost GPU; the device's memory and addresses stay kept. Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
     before the GPU is touched, where the process's addresses cannot be reserved
     (:mod:`rig_nv_pci.addresses`)."""
@@ -177,6 +180,10 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     # device raises it from its next wait or sleep (PciPath.fault), and its stop leaves the
     # GPU lost, so that the next open resets it first.
     booted.sequencers.runtime(log.lose)
+    # Likewise a GSP that stopped answering (an RPC timed out, the queues failed): no later RPC
+    # is sent (rig_nv_pci.gsp.rpc.Rpc), the device's next wait or sleep raises Lost, and its
+    # stop, unable to unload the GSP, leaves the GPU lost.
+    booted.channel.on_silent = log.lose
 
     def stop() -> None:
         failure: BaseException | None = None

@@ -772,7 +772,8 @@ class PciPath:
         :meth:`export` gave another device bus ranges, nothing is freed and the GSP is not
         stopped, so that the memory, its GSP-RM objects and BAR 1's tables under GSP-RM's
         root stay as they were (the spec: the region's memory and the GPU stay the process's
-        until it exits); ``on_kept`` runs instead, for the opener to keep the GPU."""
+        until it exits); ``on_kept`` runs instead, for the opener to keep the GPU. A GSP that
+        stopped answering fails neither (:meth:`rig_nv_pci.rm.PciRM.free_at_stop`)."""
         with self._lock:
             kept = bool(self.kept)
         if kept:
@@ -780,7 +781,7 @@ class PciPath:
                 self._on_kept()
             return
         try:
-            self._rm.free(self.h_device)
+            self._rm.free_at_stop(self.h_device)
         finally:
             if self._on_closed is not None:
                 self._on_closed()

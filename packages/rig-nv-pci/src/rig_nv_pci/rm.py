@@ -27,7 +27,8 @@ the path gave for it, unless the GPU faulted meanwhile." At this layer that read
   the memory and write it, so it is kept as if the object were made: it goes back only once
   GSP-RM answers the free of an object above it (the channel's group; the device, at the
   device's stop), or never in this process where no such answer comes (the GPU's reset
-  then clears it), and is never handed out again meanwhile.
+  then clears it; after a timeout none comes, as no later RPC is sent:
+  :class:`rig_nv_pci.gsp.rpc.Rpc`), and is never handed out again meanwhile.
 
 What the path gives for an object: for a channel its instance block, its ChID and (for its
 group's first channel) the group's method buffer; for a compute object the context buffers
@@ -41,6 +42,7 @@ until GSP-RM answers the free of the device or the client.
 
 from __future__ import annotations
 
+import contextlib
 import struct
 from collections.abc import Callable
 
@@ -52,6 +54,7 @@ from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelM
 from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
+from rig_nv_pci.gsp.queue import QueueError
 
 # Controls with a pointer and their _V2 twins (570.144 ctrl headers).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
@@ -156,6 +159,18 @@ class PciRM:
             if obj in self.channels.roots:
                 while self.kept:
                     self.kept.pop(0)()
+
+    def free_at_stop(self, obj: int) -> None:
+        """:meth:`free` of the device's own object at the device's stop
+        (:meth:`rig_nv_pci.path.PciPath.closed`), where a GSP that stopped answering
+        (:class:`rig_nv_pci.gsp.rpc.RpcTimeout`, :class:`rig_nv_pci.gsp.rpc.NotAnswering`,
+        :class:`rig_nv_pci.gsp.queue.QueueError`) is no error: the stop goes on, keeping what
+        GSP-RM may still hold (everything under the device, :attr:`kept` too), and the GSP's
+        stop that follows, unable to free the client, reports the GPU lost to the opener,
+        which resets it at its next open (:mod:`rig_nv_pci.held`). GSP-RM's refusal still
+        raises."""
+        with contextlib.suppress(rpc.RpcTimeout, QueueError):
+            self.free(obj)
 
     def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
         if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,

@@ -33,10 +33,12 @@ Every step is attempted whatever failed before it, as kgspUnloadRm_IMPL goes on 
 whatever the RPC and the suspend wait returned, with one exception: once an RPC timed out or
 the queues broke, the later RPC (UNLOADING_GUEST_DRIVER after a failed FREE) is not sent, so
 that a GSP that stopped answering costs one timeout, not two (kgspTeardown_TU102's "avoid
-cascading timeouts"). The falcon steps (4-7) always run: they are what takes the boot down; a
-failed FWSEC-SB does not stop booter_unload (kgspTeardown_TU102 only asserts on it and goes
-on). The failures are raised together as one :class:`StopError` naming the GPU and every failed
-step.
+cascading timeouts"; :class:`rig_nv_pci.gsp.rpc.Rpc` itself sends no RPC once one timed out,
+which costs the stop of a GSP that stopped answering earlier no timeout at all: the FREE
+fails at once with :class:`rig_nv_pci.gsp.rpc.NotAnswering`). The falcon steps (4-7) always
+run: they are what takes the boot down; a failed FWSEC-SB does not stop booter_unload
+(kgspTeardown_TU102 only asserts on it and goes on). The failures are raised together as one
+:class:`StopError` naming the GPU and every failed step.
 
 The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
 takes down the protected memory (WPR2) the boot set up, which NVIDIA's driver refuses to boot

@@ -46,10 +46,10 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import TypeVar
 
-from rig_edge import Misuse, RigError
+from rig_edge import Lost, Misuse, RigError
 from rig_nv.rm import RM, RMError
 from rig_nv.status import status_name
-from rig_nv_pci.gsp.queue import RPC_SIZE_MAX, Message, QueuePair
+from rig_nv_pci.gsp.queue import RPC_SIZE_MAX, Message, QueueError, QueuePair
 
 # rpc_message_header_v03_00: header_version, signature, length, function, rpc_result,
 # rpc_result_private, sequence, u (spare / cpuRmGfid).
@@ -297,6 +297,13 @@ class RpcTimeout(RigError):
     """The GSP did not answer within the time allowed."""
 
 
+class NotAnswering(RpcTimeout, Lost):
+    """A request not sent: the GSP stopped answering at an earlier RPC (:attr:`Rpc.silent`),
+    so the GPU is lost (a :class:`rig_edge.Lost`) and is reset at its next open. Also an
+    :class:`RpcTimeout`: what GSP-RM made of the requests before is as unknown as after a
+    timeout, so what was given for them stays kept (:mod:`rig_nv_pci.rm`)."""
+
+
 class Refused(RMError):
     """GSP-RM answered a request of :class:`RpcRM` whole, with a refusal: the status its reply
     carries (the params' status, else its rpc_result), as rpcRmApiAlloc_GSP /
@@ -320,10 +327,25 @@ class Rpc:
     reply no call waits for, read during a wait or a poll, is not handed to ``on_event``: it
     is dropped and kept in :attr:`unexpected` (the last :data:`UNEXPECTED_KEPT`; how many in
     all in :attr:`unexpected_count`), as CPU-RM logs and drops it.
+
+    A GSP that stopped answering costs one timeout: once a request's reply does not come in
+    time (:class:`RpcTimeout`; the ``silent_after``-th such request) or the queues fail
+    (:class:`QueueError`, in a request or a poll), :attr:`silent` says where, ``on_silent``
+    is told once, and every later :meth:`call` and :meth:`post` raises :class:`NotAnswering`
+    at once, sending nothing. So CPU-RM skips every RPC once its GSP had a fatal error
+    (570.144 kernel_gsp.c _kgspRpcSanityCheck: "GSP crashed, skipping RPC",
+    NV_ERR_RESET_REQUIRED) and, in later releases, once an RPC's timeout is fatal (595.45.04
+    kernel_gsp.c _kgspHandleFatalTimeout marks the GPU for reset and sets bFatalError;
+    _kgspIsTimeoutFatal makes the RmGspRpcTimeoutGpuResetThreshold-th timeout fatal, the
+    third by default). rig's ``silent_after`` is 1: a GSP that let one request pass the
+    timeout, 10 s by default, is taken as gone (None: never, for tests of late replies).
+    :meth:`wait_for` is not counted: the boot waits for GSP_INIT_DONE in slices that time
+    out by design.
     """
 
     def __init__(self, queues: QueuePair, *, on_event: Callable[[Incoming], None] | None = None,
-                 sleep: Callable[[float], None] | None = None, timeout_s: float = 10.0) -> None:
+                 sleep: Callable[[float], None] | None = None, timeout_s: float = 10.0,
+                 silent_after: int | None = 1) -> None:
         self.queues = queues
         self.name = queues.name
         self.on_event = on_event
@@ -350,13 +372,24 @@ class Rpc:
         # event"): a timed-out or interrupted RPC's late answer, a sequence never sent
         self.unexpected: deque[Incoming] = deque(maxlen=UNEXPECTED_KEPT)
         self.unexpected_count = 0
+        # where the GSP stopped answering (the class's docstring), None while it answers;
+        # on_silent is told that once; after how many timed-out requests, and how many so far
+        self.silent: str | None = None
+        self.on_silent: Callable[[str], object] | None = None
+        self.silent_after = silent_after
+        self.timeouts = 0
 
     def post(self, function: int, payload: bytes | bytearray = b"") -> int:
         """Send a request without waiting for an answer (rpc.c _issueRpcAsyncLarge); returns
         how many messages it took."""
         with self._lock:
             self._refuse_reentry(function)
-            return self._send(function, bytes(payload), time.monotonic() + self.timeout_s)
+            self._answering(function)
+            try:
+                return self._send(function, bytes(payload), time.monotonic() + self.timeout_s)
+            except (RpcTimeout, QueueError) as e:
+                self._went_silent(function, e)
+                raise
 
     def call(self, function: int, payload: bytes | bytearray = b"", *,
              reply_size: int | None = None, check: bool = True,
@@ -370,12 +403,18 @@ class Rpc:
         """
         with self._lock:
             self._refuse_reentry(function)
+            self._answering(function)
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
             first = self._sequence
-            records = self._send(function, bytes(payload), deadline)
-            if reply_size is None and records > 1:
-                reply_size = HEADER.size + len(payload)
-            reply = self._settled(lambda: self._await(function, deadline, reply_size, first))
+            try:
+                records = self._send(function, bytes(payload), deadline)
+                if reply_size is None and records > 1:
+                    reply_size = HEADER.size + len(payload)
+                reply = self._settled(lambda: self._await(function, deadline, reply_size,
+                                                          first))
+            except (RpcTimeout, QueueError) as e:
+                self._went_silent(function, e)
+                raise
             if check and reply.result != 0:
                 raise RMError(f"{self.name}: RPC {reply.name} (rpc_result "
                               f"{result_text(reply.result)})", result_status(reply.result))
@@ -390,7 +429,11 @@ class Rpc:
         with self._lock:
             self._refuse_reentry(function)
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
-            return self._settled(lambda: self._await(function, deadline, None, None))
+            try:
+                return self._settled(lambda: self._await(function, deadline, None, None))
+            except QueueError as e:
+                self._went_silent(function, e)
+                raise
 
     def poll(self) -> int:
         """Hand every message already in the status queue to ``on_event``; how many.
@@ -405,9 +448,13 @@ class Rpc:
             if self._in_event:
                 return 0
             n = 0
-            while self._backlog or self._receive():
-                n += 1
-                self._settled(self._hand_on)
+            try:
+                while self._backlog or self._receive():
+                    n += 1
+                    self._settled(self._hand_on)
+            except QueueError as e:
+                self._went_silent(None, e)
+                raise
             return n
 
     # -- internals --------------------------------------------------------------------------
@@ -434,6 +481,29 @@ class Rpc:
         if deferred is not None:
             raise deferred
         return result
+
+    def _answering(self, function: int) -> None:
+        """Raise :class:`NotAnswering` once the GSP stopped answering (the class's
+        docstring): ``function`` is not sent."""
+        if self.silent is not None:
+            raise NotAnswering(f"{self.name}: {function_name(function)} not sent: the GSP "
+                               f"stopped answering at {self.silent}; the GPU is reset at its "
+                               "next open")
+
+    def _went_silent(self, function: int | None, e: BaseException) -> None:
+        """Record that the GSP stopped answering at ``function`` (None: a poll) with ``e``,
+        and tell ``on_silent``, the first time."""
+        if self.silent is not None:
+            return
+        if isinstance(e, RpcTimeout):
+            self.timeouts += 1
+            if self.silent_after is None or self.timeouts < self.silent_after:
+                return
+        what = "a poll of its queues" if function is None else function_name(function)
+        why = str(e).removeprefix(f"{self.name}: ")
+        self.silent = f"{what} ({why})"
+        if self.on_silent is not None:
+            self.on_silent(f"the GSP stopped answering at {self.silent}")
 
     def _refuse_reentry(self, function: int) -> None:
         if self._in_event:

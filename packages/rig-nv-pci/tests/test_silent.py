@@ -1,0 +1,176 @@
+"""A GSP that stopped answering costs one timeout (rig_nv_pci.gsp.rpc.Rpc.silent), on the
+simulated GA102 opened through ``rig_nv_pci.gpu``: once one RPC timed out no later RPC is sent
+(each fails at once, a Lost naming the GPU and where the GSP stopped answering), the device is
+lost, its stop returns keeping the memory and addresses the GPU may still reach (the Rig_nv_pci
+spec: "unless the GPU stopped answering (Rig_nv.stop), which keeps the addresses the GPU may
+still reach"), and the GPU, lost ("A GPU whose stop could not unload its GSP's firmware ... is
+lost, and its next open resets it first"), opens again after a reset.
+
+The simulated GSP stops answering as tests/test_stop_addresses.py's gsp_goes_silent makes it
+(its doorbell rings unheard); what it receives is counted at that doorbell (one ring a
+message, rig_nv_pci.gsp.queue.QueuePair.send)."""
+
+from __future__ import annotations
+
+import functools
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from sim.gsp_rm import BAR1_PDB
+from test_held import BUS, Opened, TakenSim, every_use_is_lost, opener
+from test_open import given_back
+from test_stop_addresses import (
+    alloc_each,
+    give_back_for_good,
+    gsp_goes_silent,
+    gsp_rm_reset,
+    none_free,
+    spans,
+)
+
+import rig_nv_pci
+from rig_edge import Lost, Memory
+from rig_nv import Device
+from rig_nv_pci import addresses, held
+from rig_nv_pci.gsp import rpc
+from rig_nv_pci.stop import stop_gsp
+from rig_pci import Machine
+
+TIMEOUT_S = 0.5  # the RPC timeout here (10 s by default)
+
+
+def heard_while_silent(ga102: Opened, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many messages the simulated GSP is sent (its doorbell rung) while it answers
+    nothing (``firmware.suspended``)."""
+    rings = [0]
+    gpu = ga102.rig.gpu
+    ring = gpu.on_doorbell
+    assert ring is not None
+
+    def counted() -> None:
+        if ga102.firmware.suspended:
+            rings[0] += 1
+        ring()
+
+    monkeypatch.setattr(gpu, "on_doorbell", counted)
+    return rings
+
+
+def silence(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The RPCs' timeout TIMEOUT_S, the stop's wait for the GSP to suspend 0.05 s (a GSP that
+    answers nothing never suspends: rig_nv_pci.stop waits 2 s for it by default)."""
+    assert isinstance(d.path, held.PciPath)
+    monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", TIMEOUT_S)
+    monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))
+
+
+def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[TakenSim]) -> None:
+    """The lost GPU answers again once reset: its next open resets it first, then copies as it
+    should, and its stop gives everything back."""
+    ga102.firmware.suspended = False
+    # the reset's gaps of the simulator (tests/test_stop_addresses.py says which)
+    ga102.sim_rm.vram[BAR1_PDB:BAR1_PDB + 0x1000] = bytes(0x1000)
+    gsp_rm_reset(ga102)
+    kept = addresses.PROCESS.free
+    resets = takes[-1].resets
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        assert takes[-1].resets == resets + 1 and rig_nv_pci._lost == set()
+        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
+        assert a is not None and b is not None
+        d.upload(a, b"again" * 8)
+        d.copy(b, a, engine="copy").wait(timeout_s=5.0)
+        assert bytes(d.download(b, 40)) == b"again" * 8
+    finally:
+        d.stop()
+    assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
+
+
+@pytest.mark.parametrize("after_frees", [0, 3], ids=["before-stop", "during-stop"])
+def test_the_stop_of_a_silent_gsp_costs_one_timeout_and_sends_nothing_after_it(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, after_frees: int,
+) -> None:
+    """The GSP stops answering before the stop, or after the stop's first frees were answered.
+    The stop sends one more RPC, which times out, and none after it (the device's other frees,
+    the device object's, the root client's, UNLOADING_GUEST_DRIVER: the simulated GSP's
+    doorbell rings once while it is silent); so it takes one timeout, not one a free (well
+    under two). It returns (the GSP's silence reported to the opener, not raised: a lost
+    device's stop gives the GPU back), the function released and the lock given back, the
+    GPU lost; the memory and the addresses the device took stay kept; the next open resets
+    the GPU and it works."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    before = addresses.PROCESS.addresses().free
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        alloc_each(d)
+        taken = spans(d)
+        gsp_goes_silent(ga102, d, monkeypatch, after_frees=after_frees)
+        silence(ga102, d, monkeypatch)
+        rings = heard_while_silent(ga102, monkeypatch)
+        start = time.monotonic()
+        d.stop()
+        took = time.monotonic() - start
+        assert TIMEOUT_S <= took < 1.5 * TIMEOUT_S
+        assert rings == [1]
+        assert isinstance(d.path, held.PciPath)
+        assert d.path.rm.rpc_rm.rpc.silent is not None
+        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        given_back(machine, BUS)
+        assert none_free(taken)
+        d.stop()  # a second stop does nothing
+        assert rings == [1]
+        opens_again(ga102, machine, tmp_path, takes)
+        assert none_free(taken)
+    finally:
+        give_back_for_good(before)
+
+
+def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The GSP stops answering while the device runs: the allocation whose RPC times out
+    raises RpcTimeout after the timeout; the next one raises Lost at once, naming the GPU and
+    the RPC the GSP stopped answering at, sending nothing; the device's next sleep raises the
+    same Lost and every later use is Lost. Its stop takes no timeout at all (it sends no RPC),
+    returns, keeps the device's memory and addresses, and leaves the GPU lost; the next open
+    resets it and it works."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    before = addresses.PROCESS.addresses().free
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        region = d.alloc(0x1000, Memory.PINNED)
+        assert region is not None
+        taken = spans(d)
+        silence(ga102, d, monkeypatch)
+        rings = heard_while_silent(ga102, monkeypatch)
+        ga102.firmware.suspended = True
+        start = time.monotonic()
+        with pytest.raises(rpc.RpcTimeout, match=r"^GPU 0 .*: the GSP sent no ALLOC_MEMORY "
+                                                 r"for ALLOC_MEMORY in time$"):
+            d.alloc(0x3000, Memory.PINNED)
+        assert TIMEOUT_S <= time.monotonic() - start < 1.5 * TIMEOUT_S
+        start = time.monotonic()
+        with pytest.raises(Lost, match=r"^the device is lost: GPU 0 .*: ALLOC_MEMORY not sent: "
+                                       r"the GSP stopped answering at ALLOC_MEMORY \(the GSP "
+                                       r"sent no ALLOC_MEMORY for ALLOC_MEMORY in time\); the "
+                                       r"GPU is reset at its next open$"):
+            d.alloc(0x3000, Memory.MAPPED)
+        with pytest.raises(Lost, match=r"^the device is lost: GPU 0 .*: the GSP stopped "
+                                       r"answering at ALLOC_MEMORY \(the GSP sent no "):
+            d.sleep(0.0)
+        every_use_is_lost(d, region)
+        assert time.monotonic() - start < 0.5 * TIMEOUT_S
+        start = time.monotonic()
+        d.stop()
+        assert time.monotonic() - start < 0.5 * TIMEOUT_S
+        assert rings == [1]
+        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        given_back(machine, BUS)
+        assert none_free(taken)
+        opens_again(ga102, machine, tmp_path, takes)
+    finally:
+        give_back_for_good(before)
