@@ -165,5 +165,7 @@ def test_silence_raises_a_timeout_naming_the_gpu() -> None:
     channel, peer = connect(timeout_s=0.05)
     peer.auto = False
     channel._sleep = lambda _left: None
-    with pytest.raises(rpc.RpcTimeout, match=r"^GPU 0: the GSP sent no GET_GSP_STATIC_INFO"):
+    # the one timeout that takes the GSP as not answering: a Lost, still an RpcTimeout
+    with pytest.raises(rpc.RpcTimeout, match=r"^the device is lost: GPU 0: the GSP sent no "
+                                             r"GET_GSP_STATIC_INFO"):
         static_info.get_static_info(channel)

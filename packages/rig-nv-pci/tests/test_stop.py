@@ -93,7 +93,8 @@ def test_a_gsp_that_never_answers_the_unload_times_out_and_booter_unload_still_r
     r, firmware, memory, unload = stop_rig(unload_reply=False, suspend_on_unload=False)
     booted = run_boot(r, memory)
     with pytest.raises(StopError, match=r"^GPU 0: stopping the GSP failed: "
-                                        r"UNLOADING_GUEST_DRIVER: .*in time; waiting for the "
+                                        r"UNLOADING_GUEST_DRIVER: .*in time: the GSP is "
+                                        r"taken as not answering.*; waiting for the "
                                         r"GSP to suspend: the GSP did not suspend within "
                                         r"0.05 s") as e:
         stop(r, booted, unload)

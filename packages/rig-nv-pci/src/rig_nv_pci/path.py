@@ -499,6 +499,7 @@ class PciPath:
         """``n`` bytes of ``kind`` mapped for the GPU; ``None`` where the GSP, the GPU's
         addresses, video memory (for the memory or its page tables), BAR 1 or the host's DMA
         memory have no room."""
+        self._rpc.answering(rpc.Function.ALLOC_MEMORY)  # nothing taken for a request not sent
         size = page_rounded(n, kind)
         huge = size >= HUGE and kind is not Memory.PINNED
         # video memory of whole 64 KiB in big pages, at 64 KiB of the GPU's addresses and
@@ -682,6 +683,7 @@ class PciPath:
         is, and mapped. ``NEVER`` for a GPU taken physically (the spec: its pages would go
         back to the system at the process's death with the GPU still writing them);
         ``NO_ROOM`` once RLIMIT_MEMLOCK or the GPU's addresses run out."""
+        self._rpc.answering(rpc.Function.ALLOC_MEMORY)
         if not self.maps_host or self._map_dma is None:
             return Refusal.NEVER
         dma = self._map_dma(address, length)

@@ -126,6 +126,7 @@ class PciRM:
                                                or not self.events.faulted_since(mark))
 
     def alloc(self, parent: int, handle: int, cls: int, params: bytearray | None = None) -> int:
+        self.rpc_rm.rpc.answering(rpc.Function.GSP_RM_ALLOC)  # before any memory is taken for it
         mark = self.mark()
         if (cls in COMPUTE_CLASSES and self.grctx is not None and self.channels is not None
                 and parent in self.channels.channels):

@@ -384,11 +384,12 @@ class Rpc:
         how many messages it took."""
         with self._lock:
             self._refuse_reentry(function)
-            self._answering(function)
+            self.answering(function)
             try:
                 return self._send(function, bytes(payload), time.monotonic() + self.timeout_s)
             except (RpcTimeout, QueueError) as e:
                 self._went_silent(function, e)
+                self._lost_now(e)
                 raise
 
     def call(self, function: int, payload: bytes | bytearray = b"", *,
@@ -403,7 +404,7 @@ class Rpc:
         """
         with self._lock:
             self._refuse_reentry(function)
-            self._answering(function)
+            self.answering(function)
             deadline = time.monotonic() + (self.timeout_s if timeout_s is None else timeout_s)
             first = self._sequence
             try:
@@ -414,6 +415,7 @@ class Rpc:
                                                           first))
             except (RpcTimeout, QueueError) as e:
                 self._went_silent(function, e)
+                self._lost_now(e)
                 raise
             if check and reply.result != 0:
                 raise RMError(f"{self.name}: RPC {reply.name} (rpc_result "
@@ -482,13 +484,23 @@ class Rpc:
             raise deferred
         return result
 
-    def _answering(self, function: int) -> None:
+    def answering(self, function: int) -> None:
         """Raise :class:`NotAnswering` once the GSP stopped answering (the class's
-        docstring): ``function`` is not sent."""
+        docstring): ``function`` is not sent. Callers that take memory for a request ask
+        first, so that nothing is taken (and kept) for a request that would not be sent."""
         if self.silent is not None:
             raise NotAnswering(f"{self.name}: {function_name(function)} not sent: the GSP "
                                f"stopped answering at {self.silent}; the GPU is reset at its "
                                "next open")
+
+    def _lost_now(self, e: BaseException) -> None:
+        """The timeout that made the GSP taken as not answering is raised as a
+        :class:`NotAnswering` (an :class:`RpcTimeout` and a :class:`rig_edge.Lost`), as every
+        request after it is: the GPU is lost from this one on."""
+        if isinstance(e, RpcTimeout) and not isinstance(e, NotAnswering) \
+                and self.silent is not None:
+            raise NotAnswering(f"{e}: the GSP is taken as not answering, so the GPU is lost "
+                               "and is reset at its next open") from e
 
     def _went_silent(self, function: int | None, e: BaseException) -> None:
         """Record that the GSP stopped answering at ``function`` (None: a poll) with ``e``,
