@@ -17,25 +17,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, opener
+from test_held import BUS, Opened, TakenSim, copies, opener
 from test_open import given_back
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused
-from rig_nv import Device
 from rig_nv_pci import boot
 
 UNBOUND = 0x0002  # PCI_COMMAND as pci_disable_device leaves it: MEMORY on, MASTER off
-
-
-def copies(d: Device) -> None:
-    """Random bytes through Pinned and Device memory and the copy engine."""
-    data = bytes(range(256)) * 64
-    a, b = d.alloc(len(data), Memory.PINNED), d.alloc(len(data), Memory.DEVICE)
-    assert a is not None and b is not None
-    d.upload(a, data)
-    d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-    assert bytes(d.download(b, len(data))) == data
 
 
 def test_the_simulated_gpu_issues_no_memory_request_with_bus_mastering_off(

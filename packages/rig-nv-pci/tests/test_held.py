@@ -192,15 +192,21 @@ def every_use_is_lost(d: Device, region: Region) -> None:
     assert d.facts.arch == "sm_86"
 
 
+def copies(d: Device, n: int = 0x4000) -> None:
+    """Fresh random bytes through Pinned and Device memory and the copy engine, byte-exact."""
+    data = os.urandom(n)
+    a, b = d.alloc(n, Memory.PINNED), d.alloc(n, Memory.DEVICE)
+    assert a is not None and b is not None
+    d.upload(a, data)
+    d.copy(b, a, engine="copy").wait(timeout_s=5.0)
+    assert bytes(d.download(b, n)) == data
+
+
 def reopens(ga102: Opened) -> None:
     """The GPU opens again and copies as it should."""
     d = ga102.open()
     try:
-        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
-        assert a is not None and b is not None
-        d.upload(a, b"again" * 8)
-        d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-        assert bytes(d.download(b, 40)) == b"again" * 8
+        copies(d)
     finally:
         d.stop()
 
@@ -549,11 +555,11 @@ class TakenSim(SimFunction):
         self.resets += 1
 
 
-def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
-           reset_ends_boot: bool = True) -> tuple[Machine, list[TakenSim]]:
-    """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102 (its lock, firmware and the
-    process's lost and kept GPUs in ``tmp_path``); the functions it took. With
-    ``reset_ends_boot`` a function reset takes WPR2 down, as a real one ends the boot."""
+def machine_with_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: int,
+                       files: dict[str, os.PathLike[str]]) -> Machine:
+    """A fixture machine in ``tmp_path`` listing one NVIDIA GPU of ``boot42`` at :data:`BUS`,
+    with the process's lock directory, firmware directories and lost and kept GPUs there,
+    and ``files`` (synthetic firmware) pinned as the firmware set's digests."""
     (tmp_path / "locks").mkdir()
     monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
     monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
@@ -561,10 +567,19 @@ def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
     monkeypatch.setattr(rig_nv_pci, "_lost", set())
     monkeypatch.setattr(rig_nv_pci, "_kept", {})
     machine, _ = here(tmp_path / "machine")
-    add_gpu(tmp_path / "machine", BUS, boot42=ga102.rig.gpu.boot42)
-    for name, path in ga102.files.items():
+    add_gpu(tmp_path / "machine", BUS, boot42=boot42)
+    for name, path in files.items():
         digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
         monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
+    return machine
+
+
+def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
+           reset_ends_boot: bool = True) -> tuple[Machine, list[TakenSim]]:
+    """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102 (its lock, firmware and the
+    process's lost and kept GPUs in ``tmp_path``); the functions it took. With
+    ``reset_ends_boot`` a function reset takes WPR2 down, as a real one ends the boot."""
+    machine = machine_with_a_gpu(tmp_path, monkeypatch, ga102.rig.gpu.boot42, ga102.files)
     g = ga102.rig.gpu
     takes: list[TakenSim] = []
 

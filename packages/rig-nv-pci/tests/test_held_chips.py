@@ -6,7 +6,6 @@ first). GA102's is test_held.py's."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from pathlib import Path
@@ -18,15 +17,24 @@ import sim
 from sim.gsp_rm import GA102_CLASSES, GA102_GR, SimRm
 from test_boot import FB_SIZE
 from test_boot_fsp import FMC_IMAGE
-from test_held import BUS, GB202_CLASSES, Opened, SimFunction, TakenSim, gb202_files, images
-from test_open import add_gpu, given_back, here
+from test_held import (
+    BUS,
+    GB202_CLASSES,
+    Opened,
+    SimFunction,
+    TakenSim,
+    gb202_files,
+    images,
+    machine_with_a_gpu,
+)
+from test_open import given_back
 from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
 from rig_edge import Memory
 from rig_nv import Device
-from rig_nv_pci import boot, chips, held, lock
-from rig_pci import Machine, firmware
+from rig_nv_pci import boot, chips, held
+from rig_pci import Machine
 
 # What an AD102 (RTX 4090's chip) reports beyond a GA102's classes: ADA_COMPUTE_A (0xC9C0,
 # clc9c0.h); its GPFIFO, usermode and copy classes are Ampere's (clc56f.h,
@@ -120,17 +128,7 @@ def test_a_gb202_boots_opens_allocates_submits_stops_and_opens_again_through_the
         made.append((g, fw, s))
 
     power_on()
-    (tmp_path / "locks").mkdir()
-    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
-    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
-    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    monkeypatch.setattr(rig_nv_pci, "_lost", set())
-    monkeypatch.setattr(rig_nv_pci, "_kept", {})
-    machine, _ = here(tmp_path / "machine")
-    add_gpu(tmp_path / "machine", BUS, boot42=sim.GB202_BOOT42)
-    for name, path in paths.items():
-        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
-        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
+    machine = machine_with_a_gpu(tmp_path, monkeypatch, sim.GB202_BOOT42, paths)
     resets: list[int] = []
 
     def take(m: Machine, bus: str, name: str) -> TakenSim:

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from sim.gsp_rm import BAR1_PDB
-from test_held import BUS, Opened, TakenSim, every_use_is_lost, opener
+from test_held import BUS, Opened, TakenSim, copies, every_use_is_lost, opener
 from test_open import given_back
 from test_stop_addresses import (
     alloc_each,
@@ -80,11 +80,7 @@ def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[Tak
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
         assert takes[-1].resets == resets + 1 and rig_nv_pci._lost == set()
-        a, b = d.alloc(0x1000, Memory.PINNED), d.alloc(0x1000, Memory.DEVICE)
-        assert a is not None and b is not None
-        d.upload(a, b"again" * 8)
-        d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-        assert bytes(d.download(b, 40)) == b"again" * 8
+        copies(d)
     finally:
         d.stop()
     assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
