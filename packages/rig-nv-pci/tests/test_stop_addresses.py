@@ -267,7 +267,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         finally:
             d.stop()
         assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
-        assert takes[-1].bus_mastering  # a stop that unloaded the GSP leaves it on
+        assert not takes[-1].bus_mastering  # every stop turns it off before the release
     finally:
         give_back_for_good(before)
     assert addresses.PROCESS.free == before and all_reserved(before)
@@ -281,8 +281,9 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     back to the system as 2 MiB huge pages: a GPU that stopped answering may still write
     there. So the lost GPU's bus mastering goes off first (PCI's Bus Master Enable, command
     register bit 2: the function then issues no memory requests), as rig_pci's reset turns it
-    off before a reset; the stop's addresses stay kept. A stop that unloaded the GSP leaves
-    bus mastering on, as the open turned it on."""
+    off before a reset; the stop's addresses stay kept. A stop that unloaded the GSP turns it
+    off before the release too, as Linux's pci_disable_device does when a driver lets a
+    function go (the next open turns it on again)."""
     machine, _ = opener(ga102, tmp_path, monkeypatch)
     order: list[str] = []
     monkeypatch.setattr(TakenSim, "bus_master",
@@ -297,7 +298,8 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     d.stop()
     # the open turned bus mastering on before its boot (held.open_device)
-    assert order == ["bus master on", "DMA memory freed"] and rig_nv_pci._lost == set()
+    assert order == ["bus master on", "bus master off", "DMA memory freed"]
+    assert rig_nv_pci._lost == set()
     order.clear()
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     r = d.alloc(0x3000, Memory.PINNED)

@@ -242,14 +242,15 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
         done = True
         if failure is not None:
             _lost.add((machine.name, bus))
-            # The GSP may still run and the GPU still write the memory the stop kept (rig_nv's
-            # Device.stop: "it stays with the process") and the GSP's own; f.close frees all of
-            # it, as huge pages back to the system when taken physically. Bus mastering off
-            # first (PCIe Base 6.0 7.5.1.1.3: with Bus Master Enable clear the function issues
-            # no memory requests), as rig_pci's reset does before a reset; the next open
-            # resets the lost GPU anyway. A function off the bus may refuse: freed regardless.
-            with contextlib.suppress(RigError, OSError):
-                f.bus_master(False)
+        # f.close frees the GSP's memory and every DMA memory the device had, as huge pages
+        # back to the system when taken physically; after a failed stop the GSP may still run
+        # and the GPU still write there (rig_nv's Device.stop: "it stays with the process").
+        # So bus mastering goes off first (PCIe Base 6.0 7.5.1.1.3: with Bus Master Enable
+        # clear the function issues no memory requests), after every stop, as Linux's
+        # pci_disable_device leaves a function a driver lets go and rig_pci's reset before a
+        # reset; the next open turns it on again. One off the bus may refuse: freed regardless.
+        with contextlib.suppress(RigError, OSError):
+            f.bus_master(False)
         try:
             f.close()
         finally:
