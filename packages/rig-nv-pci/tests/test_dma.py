@@ -215,7 +215,7 @@ def test_after_dma_the_gpu_stays_the_processs_and_no_open_succeeds(
     (not released: its DMA memory and windows stay) and the GPU's lock; a later open, reset,
     detach or attach in this process is refused naming why, and another process cannot take
     the GPU's lock file."""
-    machine, takes = opener(ga102, tmp_path, monkeypatch, reset_ends_boot=False)
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
         r = d.alloc(0x2000, Memory.MAPPED)

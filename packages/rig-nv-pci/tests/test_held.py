@@ -551,8 +551,9 @@ class TakenSim(SimFunction):
         return was
 
     def reset(self) -> None:  # rig_pci's reset turns bus mastering off, and Linux's restore
-        self.bus_master(False)  # of the config space leaves it off
+        self.bus_master(False)  # of the config space leaves it off; the GPU starts over
         self.resets += 1
+        self.gpu.reset()
 
 
 def machine_with_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: int,
@@ -574,11 +575,11 @@ def machine_with_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: 
     return machine
 
 
-def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
-           reset_ends_boot: bool = True) -> tuple[Machine, list[TakenSim]]:
+def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+           ) -> tuple[Machine, list[TakenSim]]:
     """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102 (its lock, firmware and the
-    process's lost and kept GPUs in ``tmp_path``); the functions it took. With
-    ``reset_ends_boot`` a function reset takes WPR2 down, as a real one ends the boot."""
+    process's lost and kept GPUs in ``tmp_path``); the functions it took (whose reset is the
+    simulated GPU's function reset, sim/gpu.py SimGpu.reset)."""
     machine = machine_with_a_gpu(tmp_path, monkeypatch, ga102.rig.gpu.boot42, ga102.files)
     g = ga102.rig.gpu
     takes: list[TakenSim] = []
@@ -587,21 +588,14 @@ def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *,
         takes.append(TakenSim(g, ga102.sim_rm))
         return takes[-1]
 
-    def reset(self: TakenSim) -> None:  # a function reset ends the boot: WPR2 comes down
-        self.bus_master(False)  # as rig_pci's reset leaves it
-        self.resets += 1
-        g.wpr2 = (0, 0)
-
     monkeypatch.setattr(rig_nv_pci, "_take", take)
-    if reset_ends_boot:
-        monkeypatch.setattr(TakenSim, "reset", reset)
     return machine, takes
 
 
 def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
     ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    machine, takes = opener(ga102, tmp_path, monkeypatch, reset_ends_boot=False)
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
     for round in (1, 2):
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         assert d.facts.name == "NV-PCI" and d.facts.arch == "sm_86" and d.completed() == 2

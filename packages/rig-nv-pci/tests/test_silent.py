@@ -20,14 +20,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim.gsp_rm import BAR1_PDB
 from test_held import BUS, Opened, TakenSim, copies, every_use_is_lost, opener
 from test_open import given_back
 from test_stop_addresses import (
     alloc_each,
     give_back_for_good,
     gsp_goes_silent,
-    gsp_rm_reset,
     none_free,
     spans,
 )
@@ -70,11 +68,8 @@ def silence(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[TakenSim]) -> None:
     """The lost GPU answers again once reset: its next open resets it first, then copies as it
-    should, and its stop gives everything back."""
-    ga102.firmware.suspended = False
-    # the reset's gaps of the simulator (tests/test_stop_addresses.py says which)
-    ga102.sim_rm.vram[BAR1_PDB:BAR1_PDB + 0x1000] = bytes(0x1000)
-    gsp_rm_reset(ga102)
+    should (the reset ended the silent GSP-RM and all it held: sim/gpu.py SimGpu.reset), and
+    its stop gives everything back."""
     kept = addresses.PROCESS.free
     resets = takes[-1].resets
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-from sim.gsp_rm import BAR1_PDB
 from test_held import BUS, Opened, TakenSim, all_reserved, bar1_window, opener, simulated_ga102
 from test_open import given_back
 
@@ -180,15 +179,6 @@ def stop_silent(d: Device) -> None:
     d.stop()
 
 
-def gsp_rm_reset(ga102: Opened) -> None:
-    """What a reset and boot do to GSP-RM: it starts afresh, every object of the lost device
-    gone with the GSP's memory. The simulated GSP-RM keeps its records across the simulated
-    reset (the simulator's gap, not the path's), which the stop's RPCs never freed (none is
-    sent once the GSP stopped answering): dropped here as the reset drops them."""
-    for handle in list(ga102.firmware.peer.objects):
-        ga102.sim_rm._on_free(handle)
-
-
 def give_back_for_good(before: list[tuple[int, int]]) -> None:
     """After a test that kept addresses: reserve again every address of the runs ``before``
     that is not free now and give it back to the process's range, as no stop does, so that
@@ -252,13 +242,9 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         finally:
             second.sim_rm.stop()
         assert second.stops == [None] and none_free(taken)
-        # the lost GPU's next open resets it first, and takes none of the kept addresses
-        ga102.firmware.suspended = False
-        # a reset and boot leave GSP-RM a BAR 1 root of its own, empty; the simulated boot
-        # keeps the lost device's PDEs there, which the next path would follow into FB its
-        # heap hands out again (the simulator's gap, not the path's)
-        ga102.sim_rm.vram[BAR1_PDB:BAR1_PDB + 0x1000] = bytes(0x1000)
-        gsp_rm_reset(ga102)
+        # the lost GPU's next open resets it first (which ends the silent GSP-RM and all it
+        # held; its boot builds BAR 1's tables anew: sim/gpu.py SimGpu.reset), and takes
+        # none of the kept addresses
         kept = addresses.PROCESS.free
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         try:

@@ -133,6 +133,20 @@ class SimFalcon:
             self.regs = keep
             self.log.append("reset")
 
+    def power_on(self) -> None:
+        """The engine as a function reset leaves it: out of reset, stopped, its IMEM and DMEM
+        zero, its registers (the core select and mailboxes among them) at 0; what the chip
+        holds in ROM and fuses (``signatures``, ``ucode_id``, ``programs``) stays. The Hopper
+        FSP's target mask (``target_mask_locked``) is the FSP's to model (sim/fsp.py)."""
+        self.in_reset, self.state, self.run_left = False, "stopped", 0
+        self.imem[:] = bytes(self.imem_size)
+        self.dmem[:] = bytes(self.dmem_size)
+        self.imem_secure.clear()
+        self.scrub_left, self.dma_fault = 0, None
+        self.riscv_core, self.bcr_valid_left = False, 0
+        self.regs = {}
+        self.log.append("function reset")
+
     def _scrub_bits(self) -> int:
         if self.scrub_left > 0:
             self.scrub_left -= 1

@@ -174,6 +174,10 @@ class SimGpu:
     command: int = 0x0006
     # the memory requests the GPU did not issue for Bus Master Enable was clear, in order
     unissued: list[str] = field(default_factory=list)
+    # what else a function reset ends (:meth:`reset`): the GSP firmware's and GSP-RM's own
+    # hooks (sim/gsp_fw.py, sim/gsp_rm.py), in the order installed
+    on_reset: list[Callable[[], None]] = field(default_factory=list)
+    function_resets: int = 0
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
@@ -201,6 +205,27 @@ class SimGpu:
             self.unissued.append(f"{what}: 0x{n:x} bytes at 0x{address:x}")
             return None
         return self.host.reach(address, n)
+
+    def reset(self) -> None:
+        """A function reset (FLR, or a secondary bus reset): the GPU's engines start over,
+        what a boot left running ends. WPR2 comes down (both bounds read 0, as
+        kgspIsWpr2Up_TU102 reads a GPU no boot has run on: the spec's "a reset that leaves
+        WPR2 up fails" is of a reset that did not take), the falcons are as at power-on
+        (:meth:`SimFalcon.power_on`), and each :attr:`on_reset` hook ends what it models: the
+        GSP's firmware (GSP-RM and LibOS were running on the GSP and from WPR2) and GSP-RM's
+        objects, channels, PBDMA and MMU state with it. Video memory keeps its bytes (a reset
+        does not scrub the FB; GSP-RM's next boot builds its own BAR 1 and BAR 2 tables:
+        sim/gsp_rm.py). The config space's command register is the function's owner's
+        business: Linux saves it before the reset and restores it after (pci_reset_function's
+        pci_dev_save_and_disable / pci_dev_restore), so it is left as it is; registers the
+        VBIOS's devinit sets (the FB size) read as before, as the GPU's firmware (GFW) runs
+        devinit again after a reset."""
+        self.function_resets += 1
+        self.wpr2 = (0, 0)
+        for f in self.falcons:
+            f.power_on()
+        for hook in self.on_reset:
+            hook()
 
     @property
     def falcons(self) -> tuple[SimFalcon, SimFalcon]:

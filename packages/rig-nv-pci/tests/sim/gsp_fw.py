@@ -25,7 +25,11 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig
 - at UNLOADING_GUEST_DRIVER (47) it replies (unless ``peer_kw`` says ``unload_reply=False``),
   then LibOS suspends: MAILBOX0 reads LIBOS_INTERRUPT_PROCESSOR_SUSPENDED 0x80000000 (what
   _kgspIsProcessorSuspended in kernel_gsp_tu102.c waits for) and the RISC-V core halts; it
-  serves nothing after that. Started again by a later booter_load, it boots afresh.
+  serves nothing after that. Started again by a later booter_load, it boots afresh;
+- a function reset (sim/gpu.py SimGpu.reset) ends it wherever it was: it serves nothing (the
+  GSP's core is stopped, GSP-RM's memory in WPR2 gone with WPR2) until a later boot starts
+  it afresh. Each boot runs the :attr:`GspFirmware.on_boot` hooks first (GSP-RM's own
+  initialisation: sim/gsp_rm.py).
 
 What it found, and why it stopped if it did, is in :attr:`GspFirmware.log` and
 :attr:`GspFirmware.failure`: a GSP that cannot use its arguments sends nothing, as on hardware.
@@ -36,6 +40,7 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -123,13 +128,21 @@ class GspFirmware:
         self.queue_init: tuple[int, int, int, int] | None = None
         self.log: list[str] = []
         self.failure: str | None = None
+        self.on_boot: list[Callable[[], None]] = []  # run as each boot starts GSP-RM
 
     def install(self) -> GspFirmware:
         self.gpu.on_gsp_start = self.start
         self.gpu.on_gsp_start_at = self.start_at
         self.gpu.on_doorbell = self.doorbell
         self.gpu.on_write[SEQ_DONE] = self._sequencer_ran
+        self.gpu.on_reset.append(self.reset)
         return self
+
+    def reset(self) -> None:
+        """A function reset: nothing runs on the GSP any more (its queues unserved) and
+        nothing of the last boot is kept but what :attr:`log` says of it."""
+        self.peer, self.suspended, self.sequencer_done = None, False, False
+        self.log.append("function reset")
 
     def _sequencer_ran(self, value: int) -> None:
         if value != 1 or self.sequencer_done or self.peer is None:
@@ -188,6 +201,8 @@ class GspFirmware:
         self.boots += 1
         self.peer, self.suspended, self.sequencer_done = None, False, False
         self.regions, self.queue_init, self.system_info = {}, None, None
+        for hook in self.on_boot:
+            hook()
         self.log.append(f"libos args at 0x{args:x}")
         raw = self.gpu.dma(args, PAGE, "the GSP reading its LibOS arguments")
         if raw is None:
