@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+from sim.pbdma import USERD_GP_PUT
 from test_held import BUS, Opened, TakenSim, copies, every_use_is_lost, opener
 from test_open import given_back
 from test_stop_addresses import (
@@ -124,9 +125,10 @@ def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast
     ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The GSP stops answering while the device runs: the allocation whose RPC times out
-    raises RpcTimeout after the timeout; the next one raises Lost at once, naming the GPU and
-    the RPC the GSP stopped answering at, sending nothing; the device's next sleep raises the
-    same Lost and every later use is Lost. Its stop takes no timeout at all (it sends no RPC),
+    raises RpcTimeout after the timeout, and the device is lost at once: the next allocation
+    raises Lost without a look at the RPC channel, naming the GPU and the RPC the GSP stopped
+    answering at, sending nothing; the device's next sleep raises the same Lost and every
+    later use is Lost. Its stop takes no timeout at all (it sends no RPC),
     returns, keeps the device's memory and addresses, and leaves the GPU lost; the next open
     resets it and it works."""
     machine, takes = opener(ga102, tmp_path, monkeypatch)
@@ -150,10 +152,9 @@ def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast
         free_then = list(addresses.PROCESS.free)
         assert TIMEOUT_S <= time.monotonic() - start < 1.5 * TIMEOUT_S
         start = time.monotonic()
-        with pytest.raises(Lost, match=r"^the device is lost: GPU 0 .*: ALLOC_MEMORY not sent: "
-                                       r"the GSP stopped answering at ALLOC_MEMORY \(the GSP "
-                                       r"sent no ALLOC_MEMORY for ALLOC_MEMORY in time\); the "
-                                       r"GPU is reset at its next open$"):
+        with pytest.raises(Lost, match=r"^the device is lost: GPU 0 .*: the GSP stopped "
+                                       r"answering at ALLOC_MEMORY \(the GSP sent no "
+                                       r"ALLOC_MEMORY for ALLOC_MEMORY in time\)$"):
             d.alloc(0x3000, Memory.MAPPED)
         with pytest.raises(Lost, match=r"^the device is lost: GPU 0 .*: the GSP stopped "
                                        r"answering at ALLOC_MEMORY \(the GSP sent no "):
@@ -170,4 +171,49 @@ def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast
         assert none_free(taken)
         opens_again(ga102, machine, tmp_path, takes)
     finally:
+        give_back_for_good(before)
+
+
+def submitted(ga102: Opened) -> tuple[list[int], bytes]:
+    """What the device has handed the simulated GPU's channels: each channel's GP_PUT (USERD
+    dword 35, dev_ram.h NV_RAMUSERD_GP_PUT, which the PBDMA reads), and the usermode page
+    the doorbells are written into."""
+    s = ga102.sim_rm
+    puts = [int.from_bytes(s.vram[c.userd + USERD_GP_PUT:c.userd + USERD_GP_PUT + 4], "little")
+            for c in s.channels.values()]
+    return puts, bytes(s.usermode)
+
+
+def test_once_the_gsp_is_taken_as_silent_no_work_goes_to_the_gpu(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The RPC that finds the GSP silent loses the device at once, not at its next wait or
+    sleep: a launch (rig's compute copy), a copy on the copy engine, an upload to Device
+    memory (staged, then copied) and an allocation each raise Lost naming why, at once, and
+    none hands the GPU work (no GPFIFO entry, no doorbell) nor the GSP a message."""
+    machine, _ = opener(ga102, tmp_path, monkeypatch)
+    before = addresses.PROCESS.addresses().free
+    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    try:
+        a, b = d.alloc(0x4000, Memory.PINNED), d.alloc(0x4000, Memory.DEVICE)
+        assert a is not None and b is not None
+        d.copy(b, a, engine="copy").wait(timeout_s=5.0)  # the channels are in use
+        silence(ga102, d, monkeypatch)
+        rings = heard_while_silent(ga102, monkeypatch)
+        ga102.firmware.suspended = True
+        with pytest.raises(rpc.NotAnswering):
+            d.alloc(0x3000, Memory.PINNED)  # its RPC times out: the GSP is taken as silent
+        assert rings == [1]
+        work = submitted(ga102)
+        why = (r"^the device is lost: GPU 0 .*: the GSP stopped answering at ALLOC_MEMORY "
+               r"\(the GSP sent no ALLOC_MEMORY for ALLOC_MEMORY in time\)$")
+        start = time.monotonic()
+        for use in (lambda: d.copy(b, a), lambda: d.copy(b, a, engine="copy"),
+                    lambda: d.upload(b, b"x" * 0x100), lambda: d.alloc(0x1000)):
+            with pytest.raises(Lost, match=why):
+                use()
+        assert time.monotonic() - start < 0.5 * TIMEOUT_S
+        assert submitted(ga102) == work and rings == [1]
+    finally:
+        d.stop()
         give_back_for_good(before)

@@ -181,8 +181,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     # GPU lost, so that the next open resets it first.
     booted.sequencers.runtime(log.lose)
     # Likewise a GSP that stopped answering (an RPC timed out, the queues failed): no later RPC
-    # is sent (rig_nv_pci.gsp.rpc.Rpc), the device's next wait or sleep raises Lost, and its
-    # stop, unable to unload the GSP, leaves the GPU lost.
+    # is sent (rig_nv_pci.gsp.rpc.Rpc), the device is lost at once once it exists (below),
+    # and its stop, unable to unload the GSP, leaves the GPU lost.
     booted.channel.on_silent = log.lose
 
     def stop() -> None:
@@ -258,4 +258,17 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     except BaseException:
         stop()
         raise
-    return make(path)
+    device = make(path)
+
+    def silent(why: str) -> None:
+        # From here on the GSP's silence loses the device at once, not at its next wait or
+        # sleep: no launch or copy goes to a GPU whose GSP stopped answering. Called inside
+        # the RPC that found the silence, on whatever thread: Device.mark_lost takes no lock
+        # (its docstring says why), and EventLog.lose only its own, which no caller of an
+        # RPC holds.
+        device.mark_lost(log.lose(why))
+
+    booted.channel.on_silent = silent
+    if log.lost is not None:  # a loss while the device was made (none comes between)
+        device.mark_lost(log.lost)
+    return device

@@ -244,6 +244,24 @@ class Device:
                 self._lost = why
             return copy.copy(self._lost)
 
+    def mark_lost(self, why: Lost) -> None:
+        """The device is lost for ``why``, from now on: what a path calls where it learns so
+        between the device's waits (the PCI path: a GSP taken as not answering). Every later
+        launch, copy, allocation, wait or sleep raises it (the checks the submissions already
+        make: ``self._lost is not None``), so no work is submitted to a lost GPU; a loss
+        recorded earlier is kept.
+
+        Thread safety: it takes no lock. The path learns the loss inside an RPC, which may run
+        on a thread that holds :attr:`_lock` (an allocation's, a free's) or on another thread
+        while one does and waits for the RPC channel that thread holds: taking the device's
+        lock here could deadlock. One attribute store is atomic (the GIL, or the per-object
+        lock of free-threaded CPython), and readers test ``_lost`` without the lock already.
+        A race with :meth:`_lose` (both see no loss, both store) keeps one of two real causes
+        of the loss. A submission that passed its check before the store goes to the GPU,
+        as it would had it come a moment earlier; the GPU is lost either way."""
+        if self._lost is None:
+            self._lost = why
+
     # ---- the timeline --------------------------------------------------------------------
 
     def _wait_value(self, value: int, timeout_s: float | None = None) -> None:
