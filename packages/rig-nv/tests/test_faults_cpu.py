@@ -668,3 +668,36 @@ def test_read_sm_error_states_decodes_the_headers_fields(key: str) -> None:
         read_sm_error_states(rm, ffi, Debuggee(0x10, 0x20, 0x21), 132)  # type: ignore[arg-type]
     assert e.value.status == NV_ERR_INSUFFICIENT_PERMISSIONS
     assert rm.freed == [0x77, 0x77]
+
+
+def test_a_loss_the_path_marks_takes_no_lock_and_stops_every_later_use(
+    dev: tuple[Any, Any],
+) -> None:
+    """Device.mark_lost (a path that learns its GPU is lost between the device's waits):
+    it returns while another thread holds the device's lock (where a lock would deadlock an
+    RPC's thread), every later use raises the Lost, and the first loss is the one kept."""
+    import threading
+
+    d, _ = dev
+    region = d.alloc(0x1000, Memory.PINNED)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with d._lock:
+            held.set()
+            release.wait(5.0)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(5.0)
+        d.mark_lost(Lost("GPU 0: the GSP stopped answering at X"))
+        d.mark_lost(Lost("a later cause"))
+    finally:
+        release.set()
+        t.join()
+    for use in (lambda: d.alloc(0x1000), lambda: d.copy(region, region, engine="copy"),
+                lambda: d.sleep(0.0)):
+        with pytest.raises(Lost, match=r"^the device is lost: GPU 0: the GSP stopped "
+                                       r"answering at X$"):
+            use()
