@@ -91,16 +91,12 @@ rig_nv_pci or rig_nv:
   for an address nothing maps). A copy engine or PBDMA access whose PTE names system memory
   (aperture 2 or 3) goes to that bus: host memory, else another GPU's BAR 1, so a GPU that
   maps a peer's BAR 1 bus addresses reads and writes the peer's video memory.
-- each boot of GSP-RM builds BAR 1's and BAR 2's address spaces anew: kern_bus_gm107.c
-  kbusInitBar1_GM107 creates BAR 1's (VASPACE_FLAGS_BAR_BAR1), which gvaspaceConstruct_IMPL
-  (gpu_vaspace.c) sparsifies whole ("Sparsify entire VAS for BAR1"): nothing is mapped
-  through it until its client maps something. The simulated boot so empties the page at
-  :data:`BAR1_PDB` (and :data:`BAR2_PDB`) and drops the BAR 1 TLB, whatever an earlier
-  boot's client left there (the pages lie in GSP-RM's reserved region, video memory, which
-  outlives a reset);
-- a function reset (sim/gpu.py SimGpu.reset) ends GSP-RM: every object, channel, context
-  and registration it held, the PBDMA's work and the MMU's state (the address spaces handed
-  over, both TLBs) are gone, as with the GSP's memory in WPR2; video memory keeps its bytes;
+- each boot of GSP-RM builds BAR 1's and BAR 2's address spaces anew (kern_bus_gm107.c
+  kbusInitBar1_GM107 creates BAR 1's, VASPACE_FLAGS_BAR_BAR1, which gpu_vaspace.c
+  gvaspaceConstruct_IMPL sparsifies whole: nothing mapped): the boot empties the pages at
+  :data:`BAR1_PDB` and :data:`BAR2_PDB` (video memory, which outlives a reset) and the
+  BAR 1 TLB; a function reset (sim/gpu.py SimGpu.reset) ends GSP-RM: its objects, channels,
+  contexts and registrations, the PBDMA's work and the MMU's state are gone;
 - after its boot GSP-RM may ask the CPU to run a sequence of register operations
   (GSP_RUN_CPU_SEQUENCER 0x1002, as at boot: :meth:`SimRm.run_cpu_sequencer` sends one when a
   test says), which the CPU runs against BAR 0, whose every write the simulated GPU records.
@@ -315,24 +311,20 @@ class SimRm:
 
     def _boot(self) -> None:
         """GSP-RM's boot: BAR 1's and BAR 2's roots empty (see the module)."""
-        with self._lock:
+        with self._lock, self._bar1_lock:
             for root in (BAR1_PDB, BAR2_PDB):
                 self.vram[root:root + PAGE] = bytes(PAGE)
-            with self._bar1_lock:
-                self.bar1_tlb.clear()
+            self.bar1_tlb.clear()
 
     def _reset(self) -> None:
         """A function reset: GSP-RM and all it held gone (see the module); what the tests
         count (``log``, ``faults``, ``invalidates``, ``retired_asked``) stays."""
-        with self._lock:
+        with self._lock, self._bar1_lock:
             for records in (self.roots, self.tlb, self.fbmem, self.sysmem, self.virtual,
                             self.mappings, self.channels, self.groups, self.contexts,
-                            self.promoted, self.global_ctx):
+                            self.promoted, self.global_ctx, self.devices, self.bar1_tlb):
                 records.clear()
-            self.devices.clear()
             self.running = None
-            with self._bar1_lock:
-                self.bar1_tlb.clear()
 
     def peer_kw(self) -> dict[str, object]:
         return {"functions": {FN_ALLOC_MEMORY: self._alloc_memory,
