@@ -137,6 +137,33 @@ def test_a_sequence_that_fails_loses_the_gpu(ga102: Opened, why: str) -> None:
     reopens(ga102)
 
 
+
+def test_a_sequence_that_fails_during_an_rpc_loses_the_device_before_any_wait(
+    ga102: Opened,
+) -> None:
+    """A failed sequence read while an RPC waits for its reply (an allocation's) loses the
+    device at once (Device.mark_lost): the launch and the copy after it raise Lost naming the
+    sequence's failure, with no wait or sleep between, and hand the GPU no work (no channel's
+    GP_PUT moves, no doorbell)."""
+    from test_silent import submitted
+
+    make, message, _ = FAILURES["malformed"]
+    d = ga102.open()
+    try:
+        a, b = d.alloc(0x4000, Memory.PINNED), d.alloc(0x4000, Memory.DEVICE)
+        assert a is not None and b is not None
+        d.copy(b, a, engine="copy").wait(timeout_s=5.0)  # the channels are in use
+        ga102.sim_rm.run_cpu_sequencer(make(ga102))
+        d.alloc(0x3000, Memory.PINNED)  # its RPC's wait reads the sequence, which fails
+        work = submitted(ga102)
+        for use in (lambda: d.copy(b, a), lambda: d.copy(b, a, engine="copy")):
+            with pytest.raises(Lost, match=rf"the device is lost: GPU 0: {message}"):
+                use()
+        assert submitted(ga102) == work
+    finally:
+        d.stop()
+    reopens(ga102)
+
 def test_a_wait_raises_the_loss(ga102: Opened) -> None:
     """The loss reaches a wait as well: work the GPU has not done (its PBDMA stopped) is
     waited for, the sequence fails meanwhile, and the wait raises Lost naming it."""

@@ -177,8 +177,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
             f.bus_master(False)
         raise
     # From here on a GSP_RUN_CPU_SEQUENCER that fails or is cut short loses the GPU: the
-    # device raises it from its next wait or sleep (PciPath.fault), and its stop leaves the
-    # GPU lost, so that the next open resets it first.
+    # device raises it from its next wait or sleep (PciPath.fault), or at once once the device
+    # exists (below), and its stop leaves the GPU lost, so that the next open resets it first.
     booted.sequencers.runtime(log.lose)
     # Likewise a GSP that stopped answering (an RPC timed out, the queues failed): no later RPC
     # is sent (rig_nv_pci.gsp.rpc.Rpc), the device is lost at once once it exists (below),
@@ -269,6 +269,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         device.mark_lost(log.lose(why))
 
     booted.channel.on_silent = silent
+    # So does a sequence GSP-RM asks for that fails or is cut short, read by whatever polls
+    # the queues (an RPC's wait, a sleep): later launches and copies raise at once.
+    booted.sequencers.runtime(lambda error: device.mark_lost(log.lose(error)))
     if log.lost is not None:  # a loss while the device was made (none comes between)
         device.mark_lost(log.lost)
     return device
