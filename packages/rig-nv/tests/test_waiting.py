@@ -137,3 +137,14 @@ def test_a_nap_under_the_fine_slack_ends_nearer_when_asked() -> None:
     with waiting.precise_naps():
         fine = median_us()
     assert fine < coarse - 10, f"20 us naps: {fine:.0f} us fine, {coarse:.0f} us coarse"
+
+
+def test_without_prctl_naps_keep_their_slack_and_the_wait_still_returns(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Off Linux the C library has no prctl: a wait naps at the thread's own slack."""
+    monkeypatch.setattr(waiting, "libc", SimpleNamespace())
+    before = slack()
+    t = Timeline(time.perf_counter() + 0.01)
+    waiting.wait_value(t, t.done)  # type: ignore[arg-type]
+    assert t.naps and t.slack_in_naps == {before}

@@ -41,19 +41,25 @@ NAP_SLACK_NS = 1000
 @contextlib.contextmanager
 def precise_naps() -> Iterator[None]:
     """Lower the calling thread's timer slack (prctl PR_SET_TIMERSLACK) to 1 us meanwhile,
-    and put the thread's own back after; where the kernel refuses, naps keep its slack."""
+    and put the thread's own back after; where the kernel refuses, or the C library has no
+    prctl (off Linux), naps keep their slack."""
     ulong = "unsigned long"
-    before = libc.prctl(PR_GET_TIMERSLACK, ffi.cast(ulong, 0), ffi.cast(ulong, 0),
-                        ffi.cast(ulong, 0), ffi.cast(ulong, 0))
-    if before < 0 or libc.prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, NAP_SLACK_NS),
-                                ffi.cast(ulong, 0), ffi.cast(ulong, 0), ffi.cast(ulong, 0)):
+    try:
+        prctl = libc.prctl
+    except AttributeError:
+        yield
+        return
+    before = prctl(PR_GET_TIMERSLACK, ffi.cast(ulong, 0), ffi.cast(ulong, 0),
+                   ffi.cast(ulong, 0), ffi.cast(ulong, 0))
+    if before < 0 or prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, NAP_SLACK_NS),
+                           ffi.cast(ulong, 0), ffi.cast(ulong, 0), ffi.cast(ulong, 0)):
         yield
         return
     try:
         yield
     finally:
-        libc.prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, before), ffi.cast(ulong, 0),
-                   ffi.cast(ulong, 0), ffi.cast(ulong, 0))
+        prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, before), ffi.cast(ulong, 0),
+              ffi.cast(ulong, 0), ffi.cast(ulong, 0))
 
 
 def wait_value(d: Device, value: int, timeout_s: float | None = None) -> None:
