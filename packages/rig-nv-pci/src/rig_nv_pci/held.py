@@ -260,18 +260,16 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         raise
     device = make(path)
 
-    def silent(why: str) -> None:
-        # From here on the GSP's silence loses the device at once, not at its next wait or
-        # sleep: no launch or copy goes to a GPU whose GSP stopped answering. Called inside
-        # the RPC that found the silence, on whatever thread: Device.mark_lost takes no lock
-        # (its docstring says why), and EventLog.lose only its own, which no caller of an
-        # RPC holds.
+    def lose(why: object) -> None:
+        # From here on the GSP's silence, and a sequence GSP-RM asks for that fails or is cut
+        # short, lose the device at once, not at its next wait or sleep: no launch or copy
+        # goes to the lost GPU. Called inside the RPC or the poll that found it, on whatever
+        # thread: Device.mark_lost takes no lock (its docstring says why), and EventLog.lose
+        # only its own, which no caller of an RPC holds.
         device.mark_lost(log.lose(why))
 
-    booted.channel.on_silent = silent
-    # So does a sequence GSP-RM asks for that fails or is cut short, read by whatever polls
-    # the queues (an RPC's wait, a sleep): later launches and copies raise at once.
-    booted.sequencers.runtime(lambda error: device.mark_lost(log.lose(error)))
+    booted.channel.on_silent = lose
+    booted.sequencers.runtime(lose)
     if log.lost is not None:  # a loss while the device was made (none comes between)
         device.mark_lost(log.lost)
     return device

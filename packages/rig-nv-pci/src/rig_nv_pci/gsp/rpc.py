@@ -389,7 +389,6 @@ class Rpc:
                 return self._send(function, bytes(payload), time.monotonic() + self.timeout_s)
             except (RpcTimeout, QueueError) as e:
                 self._went_silent(function, e)
-                self._lost_now(e)
                 raise
 
     def call(self, function: int, payload: bytes | bytearray = b"", *,
@@ -415,7 +414,6 @@ class Rpc:
                                                           first))
             except (RpcTimeout, QueueError) as e:
                 self._went_silent(function, e)
-                self._lost_now(e)
                 raise
             if check and reply.result != 0:
                 raise RMError(f"{self.name}: RPC {reply.name} (rpc_result "
@@ -493,18 +491,12 @@ class Rpc:
                                f"stopped answering at {self.silent}; the GPU is reset at its "
                                "next open")
 
-    def _lost_now(self, e: BaseException) -> None:
-        """The timeout that made the GSP taken as not answering is raised as a
-        :class:`NotAnswering` (an :class:`RpcTimeout` and a :class:`rig_edge.Lost`), as every
-        request after it is: the GPU is lost from this one on."""
-        if isinstance(e, RpcTimeout) and not isinstance(e, NotAnswering) \
-                and self.silent is not None:
-            raise NotAnswering(f"{e}: the GSP is taken as not answering, so the GPU is lost "
-                               "and is reset at its next open") from e
-
     def _went_silent(self, function: int | None, e: BaseException) -> None:
         """Record that the GSP stopped answering at ``function`` (None: a poll) with ``e``,
-        and tell ``on_silent``, the first time."""
+        and tell ``on_silent``, the first time. The timeout that so makes the GSP taken as
+        not answering is raised as a :class:`NotAnswering` (an :class:`RpcTimeout` and a
+        :class:`rig_edge.Lost`), as every request after it is: the GPU is lost from this one
+        on; a QueueError the caller raises as it is."""
         if self.silent is not None:
             return
         if isinstance(e, RpcTimeout):
@@ -516,6 +508,9 @@ class Rpc:
         self.silent = f"{what} ({why})"
         if self.on_silent is not None:
             self.on_silent(f"the GSP stopped answering at {self.silent}")
+        if isinstance(e, RpcTimeout):
+            raise NotAnswering(f"{e}: the GSP is taken as not answering, so the GPU is lost "
+                               "and is reset at its next open") from e
 
     def _refuse_reentry(self, function: int) -> None:
         if self._in_event:
