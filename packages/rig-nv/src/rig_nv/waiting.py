@@ -49,18 +49,15 @@ def precise_naps() -> Iterator[None]:
     except AttributeError:
         yield
         return
-    before = prctl(PR_GET_TIMERSLACK, ffi.cast(ulong, 0), ffi.cast(ulong, 0),
-                   ffi.cast(ulong, 0), ffi.cast(ulong, 0))
-    if before < 0 or prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, NAP_SLACK_NS),
-                           ffi.cast(ulong, 0), ffi.cast(ulong, 0), ffi.cast(ulong, 0)):
+    zero = ffi.cast(ulong, 0)
+    before = prctl(PR_GET_TIMERSLACK, zero, zero, zero, zero)
+    if before < 0 or prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, NAP_SLACK_NS), zero, zero, zero):
         yield
         return
     try:
         yield
     finally:
-        prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, before), ffi.cast(ulong, 0),
-              ffi.cast(ulong, 0), ffi.cast(ulong, 0))
-
+        prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, before), zero, zero, zero)
 
 def wait_value(d: Device, value: int, timeout_s: float | None = None) -> None:
     """Return once ``d``'s timeline reaches ``value``.

@@ -71,12 +71,12 @@ class _Holding:
             raise first
 
 
-
 class ResetFailed(RigError):
     """A reset of a function was attempted and failed: Linux's (or VFIO's) reset refused, or
     the function did not answer after it. Unlike the other refusals of
     :meth:`Function.reset` and :func:`rig_pci.driver.attach` (no reset Linux knows, a function
     that cannot be taken), which change nothing, the function may be left in any state."""
+
 
 class Function:
     """A PCI function this process holds. Take one with :meth:`take`.
