@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import checks, qmd
+from rig_nv import checks, grids, occupancy, qmd
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
 from rig_nv.push import COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, SUBC_COMPUTE, header
@@ -153,6 +153,11 @@ class Function:
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    def max_active_blocks(self, block: int | Sequence[int], shared: int = 0) -> int:
+        """Blocks of ``block`` threads (and ``shared`` dynamic bytes) one SM holds at once, as
+        cuOccupancyMaxActiveBlocksPerMultiprocessor counts them (:mod:`rig_nv.occupancy`)."""
+        return occupancy.max_active_blocks(self.kernel, self.image.device.arch, block, shared)
 
 
 class Image:
@@ -299,12 +304,16 @@ def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
 
 
 def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-            shared: int) -> Prepared:
-    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``)."""
+            shared: int, cluster: Sequence[int] | None = None, cooperative: bool = False,
+            pdl: bool = False) -> Prepared:
+    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``); ``cluster``,
+    ``cooperative`` and ``pdl`` as :func:`rig_nv.grids.check` takes them."""
     check_function(device, fn)
     try:
         shared = operator.index(shared)
-        key = (tuple(grid), tuple(block), shared, device._slm)
+        key: tuple[Any, ...] = (tuple(grid), tuple(block), shared, device._slm)
+        if cluster is not None or cooperative or pdl:
+            key += (None if cluster is None else tuple(cluster), bool(cooperative), bool(pdl))
     except TypeError:
         raise Misuse(f"{fn.name}: grid and block must be sequences of whole numbers and shared "
                      f"a whole number, not {grid!r}, {block!r} and {shared!r}") from None
@@ -335,6 +344,8 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     if total > qmd.max_shared(arch) + 1024:
         raise Misuse(f"{k.name}: {total - 1024} bytes of shared memory exceed {arch}'s "
                      f"{qmd.max_shared(arch)} per block")
+    options = grids.check(k, arch, g, b, shared, device.sm_count if cooperative else 0, cluster,
+                          cooperative, pdl)
     lay = bank0_of(arch)
     size = max(k.param_offset + k.param_bytes, k.constant0_size, lay.stack + 4)
     bank = bytearray(-(-size // 64) * 64)
@@ -346,6 +357,9 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     struct.pack_into("<I", bank, lay.stack, STACK_TOP)
     if MEMORY_DESCRIPTOR and lay.descriptor + 8 <= len(bank):
         struct.pack_into("<Q", bank, lay.descriptor, MEMORY_DESCRIPTOR)
+    if options is not grids.PLAIN:
+        grids.fill_bank(bank, arch, g, options,
+                        grids.workspace(device).gpu if options.cooperative else 0)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
         program=fn.program,
@@ -358,6 +372,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         cbufs=((0, 0, len(bank)), *fn.cbufs),
         sass_version=sass_version(arch),
         arch=arch,
+        cluster=options.cluster,
     ))
     layout = qmd.LAYOUTS[device.classes.qmd_version]
     slot, width = qmd.cbuf0_slot(layout)
@@ -365,7 +380,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     got = Prepared(desc, bytes(bank), local, desc.ljust(512, b"\0") + bytes(bank), slot,
                    keep, layout.cbuf_addr_shift)
     fn.prepared[key] = got
-    if isinstance(grid, tuple) and isinstance(block, tuple):
+    if isinstance(grid, tuple) and isinstance(block, tuple) and len(key) == 4:
         fn.prepared[(grid, block, shared, device._slm)] = got  # the caller's own spelling
     return got
 
@@ -479,17 +494,19 @@ def check_function(device: Device, fn: Any) -> None:
 
 
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-           args: Sequence[Any], shared: int = 0, name: str | None = None) -> Point:
+           args: Sequence[Any], shared: int = 0, name: str | None = None,
+           cluster: Sequence[int] | None = None, cooperative: bool = False,
+           pdl: bool = False) -> Point:
     """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point.
     A profile names it ``name`` (default: the kernel's name).
 
     Everything is checked (:class:`Misuse`) before the compute engine's local memory grows."""
-    prep = prepare(device, fn, grid, block, shared)
+    prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
     blob = bytearray(prep.blob)
     fill_args(fn, blob, args, 512)
     if prep.local > device._slm:
         device._ensure_local(prep.local)
-        prep = prepare(device, fn, grid, block, shared)
+        prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
     return launch_blob(device, prep, blob, name or fn.name)

@@ -19,3 +19,12 @@ for sm in 80 86 89 90 100 120; do
     rm -f "$report.tmp"
     echo "$out ($(wc -c < "$out") bytes), $report"
 done
+# Hopper's launch features (clusters, cooperative grids): hopper.cu for sm_90 on.
+for sm in 90 100; do
+    out=hopper.sm_$sm.cubin
+    report=hopper.sm_$sm.ptxas.txt
+    "$nvcc" -cubin -arch=sm_$sm -Xptxas -v -o "$out" hopper.cu 2> "$report.tmp"
+    { echo "# nvcc $version: $nvcc -cubin -arch=sm_$sm -Xptxas -v hopper.cu"; cat "$report.tmp"; } > "$report"
+    rm -f "$report.tmp"
+    echo "$out ($(wc -c < "$out") bytes), $report"
+done
