@@ -37,13 +37,22 @@ SMS_PER_GPC = 16
 
 @dataclass(frozen=True)
 class ClusterWords:
-    """Where an sm_90 kernel reads its cluster in constant bank 0 (cluster_probe's SASS)."""
+    """Where an sm_90 kernel reads its cluster in constant bank 0 (cluster_probe's SASS), and
+    what else CUDA writes there for a cluster launch (tests/data/cuda_h200_launches.json)."""
 
+    shared: int = 0x13C  # u32: a CTA's shared bytes, the 1 KiB reserve in (CUDA's, unread)
     explicit: int = 0x140  # u32 1: %is_explicit_cluster is c[0x140] == 1
     dims: int = 0x144  # 3 x u32: %cluster_nctaid
     reciprocals: int = 0x150  # 3 x f32: 1 / dims; %clusterid = trunc(%ctaid * them)
     clusters: int = 0x15C  # 3 x u32: %nclusterid, the grid in clusters
+    # CUDA's 16 MiB and an address 4 GiB-aligned, unread by ptxas's code: taken as the shared
+    # window's stride a CTA (map_shared_rank puts the rank at bit 24) and its base.
+    window_stride: int = 0x16C  # u32
+    window: int = 0x170  # u64
     ctas: int = 0x188  # u32: %cluster_nctarank, CTAs a cluster
+
+
+WINDOW_STRIDE = 1 << 24
 
 
 CLUSTER_WORDS = ClusterWords()
@@ -52,11 +61,15 @@ WORKSPACE_WORDS = {"sm_80": (0x8C, 0x90), "sm_86": (0x8C, 0x90), "sm_89": (0x8C,
                    "sm_90": (0x44, 0x48)}
 WORKSPACE_BYTES = 8
 
+# What libcuda wrote on the H200 (tests/data/cuda_h200_launches.json): every launch arrives
+# at a latch of its own (ARRIVE_AT_LATCH_VALID/ID, ENABLE_PROGRAM_PRE_EXIT); a dependent one
+# also waits on the previous launch's (WAIT_ON_LATCH_VALID/ID, REQUIRE_SCHEDULING_PCAS).
 PDL_MISSING = (
-    "programmatic dependent launch is not public: clcbc0qmd.h names the QMD fields "
-    "(ENABLE_PROGRAM_PRE_EXIT, PRE_EXIT_AT_LAST_CTA_LAUNCH, ARRIVE_AT_LATCH_ID, "
-    "WAIT_ON_LATCH_ID), but not which latch the driver gives a launch and its successor, nor "
-    "what releases it; rig launches the next kernel after the previous one completes")
+    "programmatic dependent launch needs latch ids (CUDA gives each launch one: how it "
+    "numbers and recycles them is not public) and a submission that does not wait for the "
+    "previous launch, which rig's timeline has not; rig runs each launch after the previous "
+    "one completes (QMD fields: clcbc0qmd.h ARRIVE_AT_LATCH_ID, WAIT_ON_LATCH_ID, "
+    "ENABLE_PROGRAM_PRE_EXIT)")
 
 
 @dataclass(frozen=True)
@@ -144,12 +157,16 @@ def check(kernel: Kernel, arch: str, grid: tuple[int, int, int], block: tuple[in
     return Options(shape, bool(cooperative))
 
 
-def fill_bank(bank: bytearray, arch: str, grid: tuple[int, int, int], options: Options,
-              workspace_address: int = 0) -> None:
-    """Write ``options``' driver words into a bank-0 copy (``workspace_address``: the grid
-    workspace of a cooperative launch)."""
+def fill_bank(bank: bytearray, arch: str, grid: tuple[int, int, int], options: Options, *,
+              shared: int = 0, window: int = 0, workspace_address: int = 0) -> None:
+    """Write ``options``' driver words into a bank-0 copy: ``shared`` is a CTA's shared bytes
+    (the reserve in), ``window`` the shared window, ``workspace_address`` the grid workspace
+    of a cooperative launch."""
     if options.cluster is not None:
         w, c = CLUSTER_WORDS, options.cluster
+        struct.pack_into("<I", bank, w.shared, shared)
+        struct.pack_into("<I", bank, w.window_stride, WINDOW_STRIDE)
+        struct.pack_into("<Q", bank, w.window, window)
         struct.pack_into("<I", bank, w.explicit, 1)
         struct.pack_into("<3I", bank, w.dims, *c)
         struct.pack_into("<3f", bank, w.reciprocals, *(1.0 / n for n in c))

@@ -359,7 +359,10 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         struct.pack_into("<Q", bank, lay.descriptor, MEMORY_DESCRIPTOR)
     if options is not grids.PLAIN:
         grids.fill_bank(bank, arch, g, options,
-                        grids.workspace(device).gpu if options.cooperative else 0)
+                        shared=k.shared_bytes + shared + occupancy.RESERVED_SHARED,
+                        window=shared_window,
+                        workspace_address=grids.workspace(device).gpu if options.cooperative
+                        else 0)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
         program=fn.program,
