@@ -11,7 +11,7 @@ kernel loads its stack pointer and window bases from c[0x0][...]); see the proje
 from __future__ import annotations
 
 import contextlib
-import math
+import dataclasses
 import operator
 import struct
 from collections.abc import Sequence
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import checks, grids, occupancy, qmd
+from rig_nv import checks, grids, occupancy, qmd, scalars
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
 from rig_nv.push import COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, SUBC_COMPUTE, header
@@ -149,10 +149,27 @@ class Function:
     cbufs: tuple[tuple[int, int, int], ...]  # its constant banks other than 0: (bank, addr, size)
     prepared: dict[tuple[Any, ...], Prepared] = field(default_factory=dict, compare=False)
     packers: dict[tuple[type, ...], Any] = field(default_factory=dict, compare=False)
+    signature: tuple[str, ...] | None = None  # each parameter's type (rig_nv.scalars)
 
     @property
     def name(self) -> str:
         return self.kernel.name
+
+    def typed(self, signature: str | Sequence[str]) -> Function:
+        """This kernel with a type for each parameter (``"*fp32,*fp32,i32"`` or Triton's
+        names, :mod:`rig_nv.scalars`): its launches convert Python numbers to those types and
+        refuse other kinds. :class:`Misuse` for an unknown type or a count that is not the
+        kernel's."""
+        types = scalars.parse_signature(signature)
+        if len(types) != len(self.kernel.params):
+            raise Misuse(f"{self.name} takes {len(self.kernel.params)} arguments; the "
+                         f"signature names {len(types)}")
+        for i, (t, (_, size)) in enumerate(zip(types, self.kernel.params, strict=True)):
+            want = 8 if t.startswith("*") else scalars.TENSOR_MAP_BYTES \
+                if t == scalars.TENSOR_MAP else scalars.TYPES[t][1]
+            if want != size:
+                raise Misuse(f"{self.name} argument {i} is {size} bytes, not a {t} ({want})")
+        return dataclasses.replace(self, signature=types, prepared={}, packers={})
 
     def max_active_blocks(self, block: int | Sequence[int], shared: int = 0) -> int:
         """Blocks of ``block`` threads (and ``shared`` dynamic bytes) one SM holds at once, as
@@ -279,9 +296,10 @@ def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
         elif isinstance(arg, float):
             if size not in (4, 8):
                 raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            data = struct.pack("<f" if size == 4 else "<d", _float_of(kernel.name, i, size)(arg))
+            data = struct.pack("<f" if size == 4 else "<d",
+                               scalars.float_of(kernel.name, i, size)(arg))
         else:
-            data = _bytes_of(kernel.name, i, size)(arg)
+            data = scalars.bytes_of(kernel.name, i, size)(arg)
             if len(data) != size:
                 raise Misuse(f"{kernel.name} argument {i} is {size} bytes, given {len(data)}")
         out.append((offset, data))
@@ -388,78 +406,23 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     return got
 
 
-_UINT = {1: "B", 2: "H", 4: "I", 8: "Q"}
-
-
-def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
+def _packer(kernel: Kernel, kinds: tuple[type, ...], signature: tuple[str, ...] | None) -> tuple[
         struct.Struct, tuple[int, ...] | None, tuple[Any, ...]]:
     """A struct that writes arguments of these types at the kernel's parameter offsets, the
     order of the arguments in it (by offset; None when that is their own order), and one
-    converter each (checked as :func:`pack_args` checks)."""
+    converter each (:func:`rig_nv.scalars.field`)."""
     fmt, at, convs = "<", 0, list[Any]()
     order = tuple(sorted(range(len(kinds)), key=lambda j: kernel.params[j][0]))
     for i in order:
-        kind, (offset, size) = kinds[i], kernel.params[i]
+        offset, size = kernel.params[i]
         fmt += "x" * (offset - at)
         at = offset + size
-        if issubclass(kind, Region):
-            if size != 8:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
-            fmt += "Q"
-            convs.append(_GPU_ADDRESS)
-        elif issubclass(kind, int) and size in _UINT:
-            fmt += _UINT[size]
-            convs.append(_int_of(kernel.name, i, size))
-        elif issubclass(kind, float):
-            if size not in (4, 8):
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            fmt += "f" if size == 4 else "d"
-            convs.append(_float_of(kernel.name, i, size))
-        else:
-            fmt += f"{size}s"
-            convs.append(_bytes_of(kernel.name, i, size))
+        code, conv = scalars.field(kernel.name, i, kinds[i], size,
+                                   signature[i] if signature else None)
+        fmt += code
+        convs.append(conv)
     return (struct.Struct(fmt), None if order == tuple(range(len(kinds))) else order,
             tuple(convs))
-
-
-_GPU_ADDRESS = operator.attrgetter("gpu")  # a Region's GPU address
-
-
-def _int_of(name: str, i: int, size: int) -> Any:
-    low, high, mask = -(1 << (8 * size - 1)), 1 << (8 * size), (1 << (8 * size)) - 1
-
-    def conv(v: int) -> int:
-        if not low <= v < high:
-            raise Misuse(f"{name} argument {i}: {v} does not fit {size} bytes")
-        return v & mask
-
-    return conv
-
-
-F32_MAX = 3.4028234663852886e38
-
-
-def _float_of(name: str, i: int, size: int) -> Any:
-    def conv(v: float) -> float:
-        if size == 4 and math.isfinite(v) and abs(v) > F32_MAX:
-            raise Misuse(f"{name} argument {i}: {v} is beyond a 4-byte float's range")
-        return float(v)
-
-    return conv
-
-
-def _bytes_of(name: str, i: int, size: int) -> Any:
-    def conv(v: Any) -> bytes:
-        try:
-            data = bytes(memoryview(v).cast("B"))
-        except TypeError:
-            raise Misuse(f"{name} argument {i} is a {size}-byte value: pass bytes, "
-                         f"not {type(v).__name__}") from None
-        if len(data) != size:
-            raise Misuse(f"{name} argument {i} is {size} bytes, given {len(data)}")
-        return data
-
-    return conv
 
 
 def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[Any]]:
@@ -474,7 +437,7 @@ def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[A
     if packer is None:
         if len(args) != len(fn.kernel.params):
             raise Misuse(f"{fn.name} takes {len(fn.kernel.params)} arguments, not {len(args)}")
-        packer = fn.packers[kinds] = _packer(fn.kernel, kinds)
+        packer = fn.packers[kinds] = _packer(fn.kernel, kinds, fn.signature)
     st, order, convs = packer
     if order is None and (type(args) is tuple or type(args) is list):  # in offset order
         return st, list(map(operator.call, convs, args))
