@@ -76,6 +76,13 @@ def matmul_tma(a_ptr, b_ptr, c_ptr, M, N, K, BM: tl.constexpr, BN: tl.constexpr,
     c_desc.store([pid_m * BM, pid_n * BN], acc.to(tl.float16))
 
 
+@triton.jit
+def tile_copy(in_desc, out_desc, BM: tl.constexpr, BN: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    out_desc.store([pid_m * BM, pid_n * BN], in_desc.load([pid_m * BM, pid_n * BN]))
+
+
 MATMUL_SIG = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32",
               "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32",
               "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32",
@@ -96,6 +103,9 @@ KERNELS: dict[str, tuple[object, dict[str, str], dict[str, object], dict[str, in
                                 "M": "i32", "N": "i32", "K": "i32", "BM": "constexpr",
                                 "BN": "constexpr", "BK": "constexpr"},
                    MATMUL_CONST, {"num_warps": 8, "num_stages": 3}),
+    "tile_copy": (tile_copy, {"in_desc": "tensordesc<fp16[64, 64]>",
+                              "out_desc": "tensordesc<fp16[64, 64]>", "BM": "constexpr",
+                              "BN": "constexpr"}, {"BM": 64, "BN": 64}, {"num_warps": 4}),
 }
 
 
