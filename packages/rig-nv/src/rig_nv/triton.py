@@ -137,7 +137,7 @@ class TritonKernel:
                          f"{grid!r}")
         return (*dims, 1, 1)[:3]  # type: ignore[return-value]
 
-    def arguments(self, grid: tuple[int, int, int], args: Sequence[Any]) -> list[Any]:
+    def arguments(self, grid: tuple[int, int, int], args: Sequence[Any]) -> tuple[Any, ...]:
         """The kernel's parameters for ``args`` (every parameter of the signature, constexprs
         included, or only the others), descriptors expanded, scratch pointers last."""
         if len(args) == len(self.signature):
@@ -157,7 +157,7 @@ class TritonKernel:
         programs = grid[0] * grid[1] * grid[2] * self.meta.num_ctas
         out.append(self._scratch_for("global", self.meta.global_scratch, programs))
         out.append(self._scratch_for("profile", self.meta.profile_scratch, programs))
-        return out
+        return tuple(out)  # a tuple: the device's fast path caches its packer
 
     def _descriptor(self, i: int, arg: Any, meta: Mapping[str, Any] | None,
                     rank: int) -> list[Any]:
