@@ -244,6 +244,8 @@ def test_max_active_blocks_follows_cuda_occupancy_h(dev: Any) -> None:
     k = dataclasses.replace(fn.kernel, registers=255)
     assert occupancy.max_active_blocks(k, "sm_90", 256) == 1  # 8192 a warp: 2 a partition
     assert occupancy.max_active_blocks(k, "sm_86", 64) == 4  # 2 a partition x 4 // 2 warps
+    k = dataclasses.replace(fn.kernel, registers=48)  # 1536 a warp: 10 a sub-partition
+    assert occupancy.max_active_blocks(k, "sm_90", 64) == 20  # 40 // 2, not 65536 // 1536 // 2
     k = dataclasses.replace(fn.kernel, registers=32)
     assert occupancy.max_active_blocks(k, "sm_90", 512) == 4  # 2048 threads an SM
     assert occupancy.max_active_blocks(k, "sm_86", 512) == 3  # 1536 threads an SM

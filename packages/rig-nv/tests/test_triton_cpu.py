@@ -67,13 +67,15 @@ def test_every_fixture_loads_with_its_parameters_and_two_scratch_pointers(
     assert k.function.kernel.cluster == ((2, 1, 1) if name == "matmul_ctas2" else None)
 
 
-def test_vector_add_launches_as_triton_does(dev: Any) -> None:
+def test_vector_add_launches_as_triton_does(dev: Any, monkeypatch: Any) -> None:
     """32 x num_warps threads, the grid as given, constexpr BLOCK left out (given or not),
     scratch pointers null (sizes 0)."""
     d, _ = dev
     k = loaded(d, "vector_add")
+    calls = recorded(d, monkeypatch)
     x, y, out = d.alloc(4096), d.alloc(4096), d.alloc(4096)
     k[(3,)](x, y, out, 1000, 1024).wait()
+    assert calls == [((3, 1, 1), (128, 1, 1), 0, None)]
     k.launch(3, x, y, out, np.int32(1000)).wait()
     prep = last(d, k, (3, 1, 1), 128, 0)
     assert bits(prep.qmd, 1055, 1024) == 3 and bits(prep.qmd, 1167, 1152) == 128
@@ -101,13 +103,29 @@ def test_softmax_converts_scalars_by_the_signature(dev: Any) -> None:
     assert struct.unpack_from("<f", got, scale) == (2.0,)
 
 
-def test_matmul_with_num_ctas_2_launches_clusters_of_two(dev: Any) -> None:
+def recorded(d: Any, monkeypatch: Any) -> list[tuple[Any, ...]]:
+    """The device's launches from now on: (grid, block, shared, cluster), each still made."""
+    calls: list[tuple[Any, ...]] = []
+    launch = d.launch
+
+    def spy(fn: Any, grid: Any, block: Any, args: Any = (), shared: int = 0,
+            **options: Any) -> Any:
+        calls.append((grid, block, shared, options.get("cluster")))
+        return launch(fn, grid, block, args, shared, **options)
+
+    monkeypatch.setattr(d, "launch", spy)
+    return calls
+
+
+def test_matmul_with_num_ctas_2_launches_clusters_of_two(dev: Any, monkeypatch: Any) -> None:
     """Issue 18: grid x num_ctas CTAs in clusters of num_ctas: a (2, 3) grid is 4 x 3 CTAs, a
     GRID_GPC_CGA QMD of 2 x 1 x 1 (clcbc0qmd.h), 2 x 3 clusters in bank 0."""
     d, _ = dev
     k = loaded(d, "matmul_ctas2")
+    calls = recorded(d, monkeypatch)
     a, b, c = d.alloc(1 << 20), d.alloc(1 << 20), d.alloc(1 << 20)
     k[(2, 3)](a, b, c, 256, 384, 256, 256, 1, 384, 1, 384, 1, 128, 128, 64).wait()
+    assert calls == [((4, 3, 1), (256, 1, 1), k.meta.shared, (2, 1, 1))]
     prep = last(d, k, (4, 3, 1), 256, k.meta.shared, (2, 1, 1))
     q = prep.qmd
     assert bits(q, 25, 23) == 3
