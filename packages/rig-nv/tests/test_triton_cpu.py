@@ -155,6 +155,10 @@ def test_device_built_descriptors_get_their_global_scratch(dev: Any) -> None:
     assert shared == -(-(k.function.kernel.shared_section_bytes + 98328) // 256) * 256
     k[(4, 4)](a, b, c, 512, 512, 256).wait()
     assert k._scratch["global"].length >= 384 * 16
+    fresh = loaded(d, "matmul_tma")
+    with pytest.raises(Misuse, match="is i32, not float"):
+        fresh[(2, 2)](a, b, c, 256, 256, 256.0)
+    assert fresh._scratch == {}  # Misuse before any scratch memory is taken
 
 
 def test_host_descriptors_need_a_map_until_rig_encodes_them(dev: Any) -> None:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
+from rig_nv import launch as launching
 from rig_nv.launch import Function
 
 if TYPE_CHECKING:
@@ -154,10 +155,27 @@ class TritonKernel:
                 out += self._descriptor(i, arg, *descs[i])
             else:
                 out.append(arg)
-        programs = grid[0] * grid[1] * grid[2] * self.meta.num_ctas
-        out.append(self._scratch_for("global", self.meta.global_scratch, programs))
-        out.append(self._scratch_for("profile", self.meta.profile_scratch, programs))
+        m = self.meta
+        if m.global_scratch[0] > 0 or m.profile_scratch[0] > 0:
+            # Everything checked (Misuse) before scratch memory is taken: null pointers stand in.
+            launching.arg_values(self.function, (*out, 0, 0))
+            cluster, cooperative, pdl = self._options()
+            launching.prepare(self.device, self.function, *self._shape(grid), m.shared,
+                              cluster, cooperative, pdl)
+        programs = grid[0] * grid[1] * grid[2] * m.num_ctas
+        out.append(self._scratch_for("global", m.global_scratch, programs))
+        out.append(self._scratch_for("profile", m.profile_scratch, programs))
         return tuple(out)  # a tuple: the device's fast path caches its packer
+
+    def _shape(self, grid: tuple[int, int, int]) -> tuple[tuple[int, int, int],
+                                                           tuple[int, int, int]]:
+        """Triton's launch: grid x num_ctas CTAs along x, 32 x num_warps threads."""
+        return (grid[0] * self.meta.num_ctas, grid[1], grid[2]), (32 * self.meta.num_warps, 1, 1)
+
+    def _options(self) -> tuple[tuple[int, int, int] | None, bool, bool]:
+        """(cluster, cooperative, pdl) as Triton's launcher asks for them."""
+        m = self.meta
+        return (m.num_ctas, 1, 1) if m.num_ctas != 1 else None, m.cooperative, m.pdl
 
     def _descriptor(self, i: int, arg: Any, meta: Mapping[str, Any] | None,
                     rank: int) -> list[Any]:
@@ -206,12 +224,10 @@ class TritonKernel:
         g = self.grid_of(grid)
         if g[0] * g[1] * g[2] == 0:
             return None
-        m = self.meta
-        return self.device.launch(
-            self.function, (g[0] * m.num_ctas, g[1], g[2]), (32 * m.num_warps, 1, 1),
-            self.arguments(g, args), m.shared,
-            cluster=(m.num_ctas, 1, 1) if m.num_ctas != 1 else None,
-            cooperative=m.cooperative, pdl=m.pdl)
+        cluster, cooperative, pdl = self._options()
+        return self.device.launch(self.function, *self._shape(g), self.arguments(g, args),
+                                  self.meta.shared, cluster=cluster, cooperative=cooperative,
+                                  pdl=pdl)
 
 
 def load(device: Device, kernel: Any, metadata: Any = None,
