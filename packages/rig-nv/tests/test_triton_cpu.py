@@ -67,6 +67,25 @@ def test_every_fixture_loads_with_its_parameters_and_two_scratch_pointers(
     assert k.function.kernel.cluster == ((2, 1, 1) if name == "matmul_ctas2" else None)
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_every_fixtures_qmd_holds_its_launch(dev: Any, name: str) -> None:
+    """clcbc0qmd.h positions: CTA_THREAD_DIMENSION0 MW(1167:1152) = 32 x num_warps,
+    REGISTER_COUNT MW(1208:1200) the cubin's, SHARED_MEMORY_SIZE MW(601:584) the section's
+    1 KiB and metadata.shared rounded up to 256, QMD_TYPE and GPC_CGA_WIDTH by num_ctas, the
+    grid x num_ctas along x (GRID_WIDTH MW(1055:1024))."""
+    d, _ = dev
+    k = loaded(d, name)
+    m, kern = k.meta, k.function.kernel
+    cluster = (m.num_ctas, 1, 1) if m.num_ctas != 1 else None
+    q = last(d, k, (3 * m.num_ctas, 2, 1), 32 * m.num_warps, m.shared, cluster).qmd
+    assert bits(q, 1167, 1152) == 32 * m.num_warps and bits(q, 1183, 1168) == 1
+    assert bits(q, 1208, 1200) == kern.registers > 0
+    assert bits(q, 601, 584) == -(-(kern.shared_section_bytes + m.shared) // 256) * 256
+    assert (bits(q, 1055, 1024), bits(q, 1071, 1056)) == (3 * m.num_ctas, 2)
+    assert bits(q, 25, 23) == (3 if cluster else 2)
+    assert bits(q, 2149, 2144) == (m.num_ctas if cluster else 0)
+
+
 def test_vector_add_launches_as_triton_does(dev: Any, monkeypatch: Any) -> None:
     """32 x num_warps threads, the grid as given, constexpr BLOCK left out (given or not),
     scratch pointers null (sizes 0)."""
