@@ -213,6 +213,17 @@ def mutate(rng: random.Random, c: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
+def variant(base: dict[str, Any], **set_: Any) -> dict[str, Any]:
+    """A deep copy of base with the given fields set; list fields as (index, value)."""
+    c: dict[str, Any] = json.loads(json.dumps(base))
+    for key, value in set_.items():
+        if isinstance(value, tuple):
+            c[key][value[0]] = value[1]
+        else:
+            c[key] = value
+    return c
+
+
 def sweeps() -> list[dict[str, Any]]:
     """One field at a time from a base case, so each field's bits can be read alone."""
     base = {"fn": "tiled", "dtype": 7, "rank": 5, "addr": 0x7F0000000000,
@@ -221,44 +232,32 @@ def sweeps() -> list[dict[str, Any]]:
             "swizzle": 0, "l2": 0, "oob": 0}
     out = [dict(base)]
     for i in range(5):
-        for b in range(33):
-            c = json.loads(json.dumps(base)); c["dims"][i] = 1 << b if b < 32 else (1 << 32); out.append(c)
-        for v in (1, 2, 3, 5, 7, 100, 255, 256, 65535, (1 << 32) - 1):
-            c = json.loads(json.dumps(base)); c["dims"][i] = v; out.append(c)
+        out += [variant(base, dims=(i, 1 << b)) for b in range(33)]
+        out += [variant(base, dims=(i, v))
+                for v in (1, 2, 3, 5, 7, 100, 255, 256, 65535, (1 << 32) - 1)]
         if i < 4:
-            for b in range(4, 40):
-                c = json.loads(json.dumps(base)); c["strides"][i] = 1 << b; out.append(c)
-        for v in (4, 8, 16, 32, 64, 128, 200, 256):
-            c = json.loads(json.dumps(base)); c["box"][i] = v; out.append(c)
-        for v in range(1, 9):
-            c = json.loads(json.dumps(base)); c["estrides"][i] = v; out.append(c)
-    for b in range(4, 57):
-        c = json.loads(json.dumps(base)); c["addr"] = 1 << b; out.append(c)
-    for key, vals in (("dtype", range(16)), ("swizzle", range(7)), ("l2", range(4)),
-                      ("oob", range(2)), ("interleave", range(3))):
-        for v in vals:
-            c = json.loads(json.dumps(base)); c[key] = v; out.append(c)
+            out += [variant(base, strides=(i, 1 << b)) for b in range(4, 40)]
+        out += [variant(base, box=(i, v)) for v in (4, 8, 16, 32, 64, 128, 200, 256)]
+        out += [variant(base, estrides=(i, v)) for v in range(1, 9)]
+    out += [variant(base, addr=1 << b) for b in range(4, 57)]
+    for key, n in (("dtype", 16), ("swizzle", 7), ("l2", 4), ("oob", 2), ("interleave", 3)):
+        out += [variant(base, **{key: v}) for v in range(n)]
     for r in range(1, 6):
-        c = json.loads(json.dumps(base)); c["rank"] = r
-        c["dims"], c["strides"] = c["dims"][:r], c["strides"][:r - 1]
-        c["box"], c["estrides"] = c["box"][:r], c["estrides"][:r]
-        out.append(c)
-    im = json.loads(json.dumps(base)); im.update(fn="im2col", lower=[0, 0, 0], upper=[0, 0, 0],
-                                                 channels=16, pixels=32); del im["box"]
+        out.append(variant(base, rank=r, dims=base["dims"][:r], strides=base["strides"][:r - 1],
+                           box=base["box"][:r], estrides=base["estrides"][:r]))
+    im = variant(base, fn="im2col", lower=[0, 0, 0], upper=[0, 0, 0], channels=16, pixels=32)
+    del im["box"]
     out.append(im)
     for j in range(3):
         for v in (-16, -8, -1, 1, 2, 7, 15):
-            for side in ("lower", "upper"):
-                c = json.loads(json.dumps(im)); c[side][j] = v; out.append(c)
-    for v in (1, 4, 8, 16, 32, 64, 128, 256):
-        c = json.loads(json.dumps(im)); c["channels"] = v; out.append(c)
-    for v in (1, 2, 3, 64, 255, 256, 512, 1023, 1024):
-        c = json.loads(json.dumps(im)); c["pixels"] = v; out.append(c)
+            out += [variant(im, lower=(j, v)), variant(im, upper=(j, v))]
+    out += [variant(im, channels=v) for v in (1, 4, 8, 16, 32, 64, 128, 256)]
+    out += [variant(im, pixels=v) for v in (1, 2, 3, 64, 255, 256, 512, 1023, 1024)]
     for r, lim in ((3, 1 << 15), (4, 1 << 7)):
         for v in (-lim, lim - 1, 1, -1, 1000 % lim):
-            c = json.loads(json.dumps(im)); c["rank"] = r
-            c["dims"], c["strides"], c["estrides"] = c["dims"][:r], c["strides"][:r - 1], c["estrides"][:r]
-            c["lower"], c["upper"] = [v] * (r - 2), [-v] * (r - 2); out.append(c)
+            out.append(variant(im, rank=r, dims=im["dims"][:r], strides=im["strides"][:r - 1],
+                               estrides=im["estrides"][:r], lower=[v] * (r - 2),
+                               upper=[-v] * (r - 2)))
     for c in out:
         c["mutation"] = "sweep"
     return out
