@@ -1,8 +1,10 @@
 /* Record the QMD and constant bank 0 that NVIDIA's libcuda writes for a plain, a cluster, a
  * cooperative and a programmatic-dependent launch on this GPU, by finding them in the
  * process's own host-visible memory after each launch. A probe of facts, not shipped code.
- * QMD V04 positions (open-gpu-doc clcbc0qmd.h): GRID_WIDTH dword 32, GRID_HEIGHT dword 33
- * low half, CTA_THREAD_DIMENSION0/1 dword 36; the QMD is 384 bytes (96 dwords).
+ * QMD V04 positions (open-gpu-doc clcbc0qmd.h): GRID_WIDTH dword 32, CTA_THREAD_DIMENSION0/1
+ * dword 36; the QMD is 384 bytes (96 dwords). Each case's block width is its own, so a
+ * candidate is the 384 bytes around a matching dword 36 whose dword 32 is the grid width
+ * (or the width in clusters).
  * Each launch's kernel arguments (a u64 then a u32, distinctive per launch) find its
  * constant bank 0: the parameters sit at 0x210 in it on Hopper.
  * Output: one JSON object per line on stdout.  Usage: capture kernels.cubin */
@@ -33,7 +35,8 @@ static int read_page(const uint8_t *src, uint8_t *dst, size_t n) {
 
 /* Scan every readable mapping (device ones last, capped) for the QMD and the parameters. */
 static int scan(const char *variant, unsigned gw, unsigned gh, unsigned bx, unsigned by,
-                 unsigned long long a, unsigned b, int devices) {
+                 unsigned cx, unsigned long long a, unsigned b, int devices) {
+    (void)gh;
     FILE *m = fopen("/proc/self/maps", "r");
     char line[512];
     uint8_t *buf = malloc(1 << 16);
@@ -55,12 +58,15 @@ static int scan(const char *variant, unsigned gw, unsigned gh, unsigned bx, unsi
             if (!read_page((const uint8_t *)p, buf, n)) continue;
             for (size_t o = 0; o + 8 <= n; o += 4) {
                 uint32_t w = *(uint32_t *)(buf + o);
-                if (w == gw && o >= 128 && o + 256 <= n) {
-                    uint32_t *q = (uint32_t *)(buf + o - 128);
-                    if ((q[33] & 0xffff) == gh && (q[36] & 0xffff) == bx && (q[36] >> 16) == by) {
+                /* The block's dimensions are unique per case; QMD V04 holds them at dword 36.
+                 * Keep every candidate whose grid dword (32) is the grid or the grid in
+                 * clusters, so a cluster launch's QMD is found whichever it holds. */
+                if (w == (by << 16 | bx) && o >= 144 && o - 144 + 384 <= n) {
+                    uint32_t *q = (uint32_t *)(buf + o - 144);
+                    if (q[32] == gw || (cx && q[32] == gw / cx)) {
                         printf("{\"variant\":\"%s\",\"kind\":\"qmd\",\"map\":\"%s\",\"addr\":%lu,\"bytes\":\"",
-                               variant, path, p + o - 128);
-                        hexdump(buf + o - 128, 384); printf("\"}\n"); hits++; qmds++;
+                               variant, path, p + o - 144);
+                        hexdump(buf + o - 144, 384); printf("\"}\n"); hits++; qmds++;
                     }
                 }
                 if (w == (uint32_t)a && *(uint32_t *)(buf + o + 4) == (uint32_t)(a >> 32)
@@ -82,6 +88,7 @@ done:
 typedef struct { const char *name, *fn; unsigned gx, gy, bx, by, cx, cy, shared; int coop, pdl, nonportable; } Case;
 
 int main(int argc, char **argv) {
+    if (argc < 2) return 2;
     struct sigaction sa = {0}; sa.sa_handler = on_fault; sa.sa_flags = SA_NODEFER;
     sigaction(SIGSEGV, &sa, 0); sigaction(SIGBUS, &sa, 0);
     CUdevice dev; CUcontext ctx; CUmodule mod; CUstream st;
@@ -91,16 +98,16 @@ int main(int argc, char **argv) {
     int drv; cuDriverGetVersion(&drv);
     printf("{\"driver\":%d}\n", drv);
     Case cases[] = {
-        {"plain", "plain", 77770, 3, 40, 3, 0, 0, 0, 0, 0, 0},
-        {"plain_shared", "clus", 77774, 1, 40, 3, 0, 0, 48 << 10, 0, 0, 0},
-        {"cluster2", "clus", 77772, 3, 40, 3, 2, 1, 1024, 0, 0, 0},
-        {"cluster2x2", "clus", 77772, 4, 41, 3, 2, 2, 1024, 0, 0, 0},
-        {"cluster4_shared100k", "clus", 77776, 1, 40, 3, 4, 1, 100 << 10, 0, 0, 0},
-        {"cluster8", "clus", 77776, 2, 42, 3, 8, 1, 4096, 0, 0, 0},
-        {"cluster16_nonportable", "clus", 77792, 1, 43, 3, 16, 1, 4096, 0, 0, 1},
+        {"plain", "plain", 77770, 3, 33, 3, 0, 0, 0, 0, 0, 0},
+        {"plain_shared", "clus", 77774, 1, 34, 3, 0, 0, 48 << 10, 0, 0, 0},
+        {"cluster2", "clus", 77772, 3, 35, 3, 2, 1, 1024, 0, 0, 0},
+        {"cluster2x2", "clus", 77772, 4, 36, 3, 2, 2, 1024, 0, 0, 0},
+        {"cluster4_shared100k", "clus", 77776, 1, 37, 3, 4, 1, 100 << 10, 0, 0, 0},
+        {"cluster8", "clus", 77776, 2, 38, 3, 8, 1, 4096, 0, 0, 0},
+        {"cluster16_nonportable", "clus", 77792, 1, 39, 3, 16, 1, 4096, 0, 0, 1},
         {"fixed2_declared", "fixed2", 77778, 3, 40, 3, 0, 0, 0, 0, 0, 0},
-        {"cooperative", "coop", 66, 2, 40, 3, 0, 0, 0, 1, 0, 0},
-        {"pdl", "pdl", 77780, 3, 40, 3, 0, 0, 0, 0, 1, 0},
+        {"cooperative", "coop", 66, 2, 41, 3, 0, 0, 0, 1, 0, 0},
+        {"pdl", "pdl", 77780, 3, 42, 3, 0, 0, 0, 0, 1, 0},
     };
     for (unsigned i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         Case *c = &cases[i];
@@ -128,8 +135,10 @@ int main(int argc, char **argv) {
                "\"shared\":%u,\"a\":%llu,\"b\":%u}\n", c->name, rs, c->gx, c->gy, c->bx, c->by, c->cx, c->cy, c->shared, a, b);
         fflush(stdout);
         CK(cuStreamSynchronize(st));
-        if (!scan(c->name, c->gx, c->gy, c->bx, c->by, a, b, 0))
-            scan(c->name, c->gx, c->gy, c->bx, c->by, a, b, 1);
+        /* fixed2 declares its cluster in the cubin (__cluster_dims__), not at the launch. */
+        unsigned cm = c->cx ? c->cx : (strcmp(c->fn, "fixed2") == 0 ? 2 : 0);
+        scan(c->name, c->gx, c->gy, c->bx, c->by, cm, a, b, 0);
+        scan(c->name, c->gx, c->gy, c->bx, c->by, cm, a, b, 1);
     }
     return 0;
 }
