@@ -53,7 +53,8 @@ def plot(table: dict[str, Any], path: Path) -> str:
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{r.label} ({'higher' if r.unit == 'GB/s' else 'lower'} is better)"
+    higher = ("GB/s", "TFLOP/s")
+    ax.set_yticklabels([f"{r.label} ({'higher' if r.unit in higher else 'lower'} is better)"
                         for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ratio to CUDA from C (black: target; bars: rig's min-max over rounds)")

@@ -25,7 +25,7 @@ IMPORTS = ("rig_edge", "rig_pci", "rig_nv", "rig_nv_nvidia", "rig_cli", "torch",
 class Row:
     key: str
     label: str
-    unit: str  # "us", "ms" (lower is better), "GB/s" (higher is better), "CPU s/s" (lower)
+    unit: str  # "us", "ms", "CPU s/s" (lower is better); "GB/s", "TFLOP/s" (higher)
     target: tuple[str, float] | None = None  # ("<=" | ">=", ratio to ref) or ("ms<=", ms)
     cuda_key: str | None = None  # the CUDA row to compare with, where not the same key
     ref: str = "cuda"  # the peer rig's ratio is taken against
@@ -93,10 +93,17 @@ ROWS = (
     Row("9_peer_10_ce", "9' GPU1->GPU0, copy engine", "GB/s", None, "9_peer_10"),
     Row("9_peer_10_sm", "9' GPU1->GPU0, SM kernels", "GB/s", None, "9_peer_10"),
     *sweep_rows(),
+    # Row 12 (issue 23): the same Triton cubin through rig and through Triton's own launcher
+    # (cuLaunchKernelEx, in the torch column); torch.matmul is the ceiling (12').
+    Row("12_matmul", "12 Triton fp16 matmul 8192^3", "TFLOP/s", (">=", 0.98), ref="torch"),
+    Row("12_matmul_torch", "12' torch.matmul fp16 8192^3 (ceiling)", "TFLOP/s", ref="torch"),
     Row("11_wait_cpu", "11 CPU s per s of waiting", "CPU s/s", ("<=", 1.0)),
 )
 
 NOTES = {
+    "12_matmul": "bench/matmul.py compiled by the installed Triton; rig: rig_nv.triton; the "
+    "torch column: the same source and options through Triton's own launcher "
+    "(cuLaunchKernelEx), each worker's cubin digest in the JSON; each product waited for",
     "7_first_use_fresh": "what a user pays in a fresh process, imports left out: rig: open, "
     "load, launch vadd and wait, upload and download 4 KiB, stop; CUDA: cuInit, context, "
     "module, launch, cuMemcpy both ways, destroy",
@@ -135,8 +142,8 @@ def summary(row: Row, data: dict[str, Any]) -> dict[str, Any]:
         med = hi
     if row.unit == "CPU s/s":
         return {"value": med, "min": lo, "max": hi, "n": len(s)}
-    if row.unit == "GB/s":
-        b = data.get("bytes") or 0
+    if row.unit in ("GB/s", "TFLOP/s"):  # "bytes" holds the FLOPs of a TFLOP/s row
+        b = (data.get("bytes") or 0) / (1e3 if row.unit == "TFLOP/s" else 1)
         if not b or lo <= 0:
             return {"error": "no byte count"}
         return {"value": b / med / 1e9, "min": b / hi / 1e9, "max": b / lo / 1e9, "n": len(s)}

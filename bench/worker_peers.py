@@ -163,9 +163,45 @@ def worker_torch(rec: Recorder, cubin: Path) -> None:
                           rec.reps(count), rec.reps(count // 10))
                 rec.add(key, s, size)
 
+    if rec.wants("12_matmul", "12_matmul_torch"):
+        with rec.row("12_matmul", "12_matmul_torch"):
+            matmul_torch(rec, rng)
+
     if rec.wants(*PEER_ROWS):
         with rec.row(*PEER_ROWS):
             peers_torch(rec, rng)
+
+
+def matmul_torch(rec: Recorder, rng: Any) -> None:
+    """Row 12 for CUDA: the same Triton matmul launched by Triton's own launcher (its
+    cuLaunchKernelEx) on torch's tensors; and torch.matmul, the ceiling (12')."""
+    import matmul as mm
+    import torch
+
+    kernel = mm.compile_for(torch.cuda.get_device_capability())
+    a, b = mm.inputs(rng)
+    ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
+    tc = torch.empty_like(ta)
+    launch = kernel[mm.grid()]
+    args = mm.args(ta, tb, tc)
+    launch(*args)
+    torch.cuda.synchronize()
+    rows = rng.choice(mm.SIZE, mm.CHECK_ROWS, replace=False)
+    mm.check(a, b, rows, tc[torch.from_numpy(rows).cuda()].cpu().numpy(), "12_matmul (CUDA)")
+
+    def once() -> None:
+        launch(*args)
+        torch.cuda.synchronize()
+
+    rec.add("12_matmul", timed(once, rec.reps(20), 3), mm.FLOPS, cubin=mm.digest(kernel))
+
+    def ceiling() -> None:
+        torch.matmul(ta, tb, out=tc)
+        torch.cuda.synchronize()
+
+    ceiling()
+    mm.check(a, b, rows, tc[torch.from_numpy(rows).cuda()].cpu().numpy(), "12_matmul_torch")
+    rec.add("12_matmul_torch", timed(ceiling, rec.reps(20), 3), mm.FLOPS)
 
 
 def peers_torch(rec: Recorder, rng: Any) -> None:

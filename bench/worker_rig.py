@@ -232,6 +232,10 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
                 s.append((time.process_time() - c0) / (time.perf_counter() - t0))
             rec.add("11_wait_cpu", s)
 
+    if rec.wants("12_matmul"):
+        with rec.row("12_matmul"):
+            matmul_rig(rec, d, rng, alloc)
+
     if rec.wants(*PEER_KEYS):
         with rec.row(*PEER_KEYS):
             peers_rig(rec, d, rng)
@@ -280,6 +284,33 @@ def sweep_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
                 rec.add(key, s, n)
         for r in (hsrc, hdst, g1, g2):
             d.free(r)
+
+
+def matmul_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any]) -> None:
+    """Row 12 for rig: the Triton matmul compiled here, launched through rig_nv.triton."""
+    import matmul as mm
+    import numpy as np
+
+    from rig_nv import triton as rig_triton
+
+    sm = int(d.arch[3:].rstrip("a"))  # "sm_90" -> 90
+    kernel = mm.compile_for((sm // 10, sm % 10))
+    k = rig_triton.load(d, kernel)
+    a, b = mm.inputs(rng)
+    ra, rb, rc = (alloc(a.nbytes) for _ in range(3))
+    d.upload(ra, a).wait()
+    d.upload(rb, b).wait()
+    launch = k[mm.grid()]
+    args = mm.args(ra, rb, rc)
+    launch(*args).wait()
+    rows = rng.choice(mm.SIZE, mm.CHECK_ROWS, replace=False)
+    got = np.stack([np.frombuffer(bytes(d.download(rc, mm.SIZE * 2, int(r) * mm.SIZE * 2)),
+                                  dtype=np.float16) for r in rows])
+    mm.check(a, b, rows, got, "12_matmul (rig)")
+    s = timed(lambda: launch(*args).wait(), rec.reps(20), 3)
+    rec.add("12_matmul", s, mm.FLOPS, cubin=mm.digest(kernel))
+    for r in (ra, rb, rc):
+        d.free(r)
 
 
 def peers_rig(rec: Recorder, d0: Any, rng: Any) -> None:
