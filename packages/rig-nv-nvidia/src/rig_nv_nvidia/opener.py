@@ -15,14 +15,15 @@ from rig_nv_nvidia.listing import gpu_functions
 from rig_nv_nvidia.path import NvidiaPath
 from rig_pci import FunctionInfo
 
-# ctrl/ctrl2080/ctrl2080rc.h @570.211.01, @580.142: the RM's watchdog state
-# (kernel_rc_watchdog_ctrl.c sets RUNNING where it is initialized, not disabled and the GPU at
-# full power).
+# ctrl/ctrl2080/ctrl2080rc.h @570.211.01, @580.142: the RM's watchdog state. The kernel's own
+# RM answers it (g_subdevice_nvoc.c flags 0x118: NON_PRIVILEGED, no ROUTE_TO_PHYSICAL), setting
+# RUNNING where the watchdog is initialized, not disabled and the GPU at full power
+# (kernel_rc_watchdog_ctrl.c).
 NV2080_CTRL_CMD_RC_GET_WATCHDOG_INFO = 0x20802209
 NV2080_CTRL_RC_GET_WATCHDOG_INFO_FLAGS_RUNNING = 0x2
 NV2080_CTRL_CMD_PERF_GET_GPUMON_PERFMON_UTIL_SAMPLES_V2 = 0x20802096
 NV2080_CTRL_GPUMON_SAMPLE_TYPE_PERFMON_UTIL = 2
-HANG_MS = 30_000  # rig's limit where no RM watchdog runs (a GPU without a display)
+HANG_MS = 30_000  # rig's limit where the RM's watchdog does not run (a GPU without a display)
 
 
 def _function(name: str, i: int) -> FunctionInfo:
