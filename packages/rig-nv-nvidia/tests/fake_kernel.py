@@ -114,25 +114,14 @@ class FakeKernel:
 
     def close(self) -> None:
         """Close every file of the driver still open in the process (the test is over)."""
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(self.dev)) or int(fd) in self.dmabufs:
-                os.close(int(fd))
+        for fd, target in _open_fds():
+            if target.startswith(str(self.dev)) or fd in self.dmabufs:
+                os.close(fd)
 
     def open_files(self) -> list[str]:
         """The driver's files open in this process, by name, sorted."""
-        names = []
-        for fd in os.listdir("/proc/self/fd"):
-            try:
-                target = os.readlink(f"/proc/self/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith(str(self.dev)):
-                names.append(os.path.basename(target))
-        return sorted(names)
+        return sorted(os.path.basename(target) for _, target in _open_fds()
+                      if target.startswith(str(self.dev)))
 
     # -- the process's mappings of the reservation (rig_nv.hostmem's, patched in driver) ----
 
@@ -285,3 +274,14 @@ class FakeKernel:
                 status = NV_ERR_INVALID_ADDRESS
         p.rmStatus = status
         return 0
+
+
+def _open_fds() -> list[tuple[int, str]]:
+    """The process's open files: (fd, what /proc/self/fd links it to)."""
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            found.append((int(name), os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:  # the listing's own descriptor, closed by now
+            continue
+    return found

@@ -50,6 +50,15 @@ def opened_path(kernel: Any, monkeypatch: pytest.MonkeyPatch, root: Path) -> Nvi
     return NvidiaPath("NV", g, rm, hang_ms=None)
 
 
+def with_memory(kernel: Any, monkeypatch: pytest.MonkeyPatch,
+                root: Path) -> tuple[NvidiaPath, Allocation]:
+    """:func:`opened_path` and 1 MiB of Device memory on it."""
+    p = opened_path(kernel, monkeypatch, root)
+    a = p.alloc_memory(1 << 20, Memory.DEVICE)
+    assert a is not None
+    return p, a
+
+
 # -- the open's refusals and what stays (items 2, 6) -----------------------------------------
 
 
@@ -222,9 +231,7 @@ def test_dma_is_error_where_the_kernel_driver_exports_none(
         kernel: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """dma "is Error where the kernel driver exports none": the escape refused, or the RM's
     NV_ERR_NOT_SUPPORTED (nv-dmabuf.c, without dma-buf support); nothing is marked held."""
-    p = opened_path(kernel, monkeypatch, tmp_path)
-    a = p.alloc_memory(1 << 20, Memory.DEVICE)
-    assert a is not None
+    p, a = with_memory(kernel, monkeypatch, tmp_path)
     kernel.export_errno = errno.EINVAL
     with pytest.raises(RigError, match="exports no dma-buf"):
         p.export(a, 0, a.length)
@@ -238,9 +245,7 @@ def test_dma_is_error_for_an_fn_that_is_no_function(
         kernel: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """dma is Error "for an fn that is no function under /sys/bus/pci/devices", asking the
     driver nothing."""
-    p = opened_path(kernel, monkeypatch, tmp_path)
-    a = p.alloc_memory(1 << 20, Memory.DEVICE)
-    assert a is not None
+    p, a = with_memory(kernel, monkeypatch, tmp_path)
     monkeypatch.setattr(path_module, "PCI_DEVICES", str(tmp_path / "elsewhere"))
     with pytest.raises(RigError, match=f"{BUS} is no function under"):
         p.export(a, 0, a.length)
@@ -251,9 +256,7 @@ def test_dma_is_error_for_an_object_that_is_no_whole_number_of_pages(
         kernel: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """dma is Error "for an object that is no whole number of the host's pages", asking the
     driver nothing."""
-    p = opened_path(kernel, monkeypatch, tmp_path)
-    a = p.alloc_memory(1 << 20, Memory.DEVICE)
-    assert a is not None
+    p, a = with_memory(kernel, monkeypatch, tmp_path)
     part = Allocation(a.gpu, None, os.sysconf("SC_PAGE_SIZE") + 0x800, Memory.DEVICE, a.handle)
     with pytest.raises(RigError, match="no whole number of the host's pages"):
         p.export(part, 0, part.length)
