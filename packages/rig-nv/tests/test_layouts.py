@@ -150,6 +150,8 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     }),
     # ctrl/ctrl2080/ctrl2080tmr.h @570.211.01, @580.142
     "NV2080_CTRL_TIMER_GET_TIME_PARAMS": (8, {"time_nsec": 0}),
+    # ctrl/ctrl2080/ctrl2080rc.h @570.211.01, @580.142
+    "NV2080_CTRL_RC_GET_WATCHDOG_INFO_PARAMS": (4, {"watchdogStatusFlags": 0}),
     # nvgputypes.h @570.211.01, @580.142 (timeStamp.nanoseconds[2] flattened)
     "NvNotification": (16, {"nanoseconds": 0, "info32": 8, "info16": 12, "status": 14}),
 }

@@ -179,11 +179,12 @@ def exit_code(e: BaseException) -> int:
     """The exit code of an error: misuse 2, no such GPU 3, refused 4, a lost device or
     anything else 1."""
     from rig_cli.changes import NoSuchGpu
-    from rig_edge import Lost, OpenRefused, RigError
+    from rig_edge import Lost, RigError
 
     if isinstance(e, ValueError):  # rig_edge.Misuse is one
         return MISUSE
-    if isinstance(e, NoSuchGpu) or (isinstance(e, OpenRefused) and "has no GPU" in str(e)):
+    # An open's refusal, or usage's error (a RigError: usage opens nothing), of no GPU i.
+    if isinstance(e, NoSuchGpu) or (isinstance(e, RigError) and "has no GPU" in str(e)):
         return NO_GPU
     if isinstance(e, Lost):  # the GPU faulted or hung: it broke, nobody refused
         return FAILURE

@@ -75,10 +75,11 @@ class Allocation:
     """Memory a path made and mapped: GPU address, host address (or ``None``), length, kind,
     the RM memory object's handle, and whatever the path needs to undo it.
 
-    ``held``: the path handed the memory's bus addresses to another device (the PCI path's
-    :meth:`Path.export`), so it stays the process's: the device never keeps it for reuse, and
-    the path's ``free_memory`` gives none of it back (Rig_nv_pci: "The region's memory and the
-    GPU then stay the process's until it exits")."""
+    ``held``: the path gave the memory to another device (:meth:`Path.export`), so the device
+    never keeps it for reuse. The kernel path's dma-buf holds the RM object until its last
+    reference goes; the PCI path handed out bus addresses, and its ``free_memory`` gives none
+    of it back (Rig_nv_pci: "The region's memory and the GPU then stay the process's until it
+    exits")."""
 
     gpu: int
     host: int | None
@@ -133,7 +134,7 @@ class Path(Protocol):
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf | Bus:
         """Give another device ``length`` bytes at ``offset`` of ``a``: the kernel path exports
         the RM object as a new dma-buf; the PCI path answers the bus ranges (or why it
-        cannot reach them), setting ``a.held`` once it hands ranges out."""
+        cannot reach them). Either sets ``a.held`` once it hands the memory out."""
         ...
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
