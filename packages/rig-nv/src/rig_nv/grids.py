@@ -45,8 +45,9 @@ class ClusterWords:
     dims: int = 0x144  # 3 x u32: %cluster_nctaid
     reciprocals: int = 0x150  # 3 x f32: 1 / dims; %clusterid = trunc(%ctaid * them)
     clusters: int = 0x15C  # 3 x u32: %nclusterid, the grid in clusters
-    # CUDA's 16 MiB and an address 4 GiB-aligned, unread by ptxas's code: taken as the shared
-    # window's stride a CTA (map_shared_rank puts the rank at bit 24) and its base.
+    # CUDA's 16 MiB and 0x7fcd_0000_0000 (its local window's high word, 0x7fcc at c[0x24], plus
+    # 4 GiB: where rig too puts the shared window), unread by ptxas's code: taken as the
+    # shared window's stride a CTA (map_shared_rank puts the rank at bit 24) and its base.
     window_stride: int = 0x16C  # u32
     window: int = 0x170  # u64
     ctas: int = 0x188  # u32: %cluster_nctarank, CTAs a cluster
