@@ -165,8 +165,7 @@ class Function:
             raise Misuse(f"{self.name} takes {len(self.kernel.params)} arguments; the "
                          f"signature names {len(types)}")
         for i, (t, (_, size)) in enumerate(zip(types, self.kernel.params, strict=True)):
-            want = 8 if t.startswith("*") else scalars.TENSOR_MAP_BYTES \
-                if t == scalars.TENSOR_MAP else scalars.TYPES[t][1]
+            want = scalars.size_of(t)
             if want != size:
                 raise Misuse(f"{self.name} argument {i} is {size} bytes, not a {t} ({want})")
         return dataclasses.replace(self, signature=types, prepared={}, packers={})

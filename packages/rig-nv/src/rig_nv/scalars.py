@@ -56,6 +56,13 @@ def parse_signature(signature: str | Sequence[str]) -> tuple[str, ...]:
     return types
 
 
+def size_of(ty: str) -> int:
+    """The bytes a parameter of signature type ``ty`` takes."""
+    if ty.startswith("*"):
+        return 8
+    return TENSOR_MAP_BYTES if ty == TENSOR_MAP else TYPES[ty][1]
+
+
 def numpy_dtype(kind: type) -> str | None:
     """The dtype name of a numpy scalar type, or None for any other type."""
     np = sys.modules.get("numpy")
