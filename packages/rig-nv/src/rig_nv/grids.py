@@ -3,7 +3,8 @@
 :func:`check` resolves and checks a launch's options (:class:`Misuse`, nothing changed) and
 :func:`fill_bank` writes what the kernel then reads from the driver's area of constant bank 0.
 Those words were read off ptxas 13.0's code for sm_90 (tests/cubins/hopper.cu: cluster_probe,
-cluster_swap, grid_sum) and for sm_80/86/89 (grid_sum alone); see docs/hopper-launch.md. On
+cluster_swap, grid_sum) and for sm_80/86/89 (grid_sum alone), and match what libcuda wrote on
+the H200 (tests/data/cuda_h200_launches.json); see docs/hopper-launch.md. On
 sm_100 and later ptxas indexes the same words by SR_CgaSize, a layout rig has not measured:
 clusters and cooperative grids are refused there. A cooperative grid's ``grid.sync()`` uses
 the driver's grid workspace (cooperative_groups/details/driver_abi.h: ``{u32 wsSize; u32
