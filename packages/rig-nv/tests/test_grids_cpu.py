@@ -274,6 +274,21 @@ def test_a_cooperative_grid_gets_the_grid_workspace(dev: Any) -> None:
     assert words(plain.bank, 0x44, 2) == (0, 0)
 
 
+def test_a_step_records_a_cooperative_launch(dev: Any) -> None:
+    """Issue 18: cooperative=True on steps: the recorded bank holds the workspace address."""
+    d, _ = dev
+    fn = loaded(d, "grid_sum")
+    s = d.step()
+    s.launch(fn, (264,), (256,), (d.alloc(4096), d.alloc(4096), d.alloc(4), 1024),
+             cooperative=True)
+    high, low = words(bytes(s._items[0].bank), 0x44, 2)
+    assert (high << 32 | low) == grids.workspace(d).gpu
+    s.submit().wait()
+    with pytest.raises(Misuse, match="exceeds the 1056"):
+        d.step().launch(fn, (2000,), (256,), (d.alloc(4096), d.alloc(4096), d.alloc(4), 1),
+                        cooperative=True)
+
+
 def test_a_cooperative_grid_larger_than_the_gpu_holds_is_misuse(dev: Any) -> None:
     """Issue 18: cooperative=True refuses a grid larger than the GPU holds at once (8 blocks
     of 256 threads an SM, 132 SMs), having changed nothing."""
