@@ -271,38 +271,23 @@ def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
     return Image(device, cubin, code, globals_)
 
 
-def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
-    """Each argument's (offset within the parameters, bytes).
-
-    A :class:`rig_edge.Region` is its GPU address; an int fills its parameter's size
-    (signed or unsigned, little-endian); a float is a 4-byte float or an 8-byte double by the
-    parameter's size; bytes-like values are copied as they are and must have the parameter's
-    exact size (structs by value).
+def pack_args(kernel: Kernel, args: Sequence[Any],
+              signature: Sequence[str] | None = None) -> list[tuple[int, bytes]]:
+    """Each argument's (offset within the parameters, bytes), converted as a launch converts
+    them (:mod:`rig_nv.scalars`): a :class:`rig_edge.Region` is its GPU address; an int fills
+    its parameter's size (signed or unsigned, little-endian); a float is a 4-byte float or an
+    8-byte double by the parameter's size; a numpy scalar keeps its dtype; bytes-like values
+    are copied as they are and must have the parameter's exact size (structs by value).
+    ``signature`` types the parameters as :meth:`Function.typed` does.
     """
     if len(args) != len(kernel.params):
         raise Misuse(f"{kernel.name} takes {len(kernel.params)} arguments, not {len(args)}")
-    out = []
-    for i, (arg, (offset, size)) in enumerate(zip(args, kernel.params, strict=True)):
-        if isinstance(arg, Region):
-            if size != 8:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
-            data = arg.gpu.to_bytes(8, "little")
-        elif isinstance(arg, bool | int):
-            v = int(arg)
-            if not -(1 << (8 * size - 1)) <= v < (1 << (8 * size)):
-                raise Misuse(f"{kernel.name} argument {i}: {v} does not fit {size} bytes")
-            data = (v % (1 << (8 * size))).to_bytes(size, "little")
-        elif isinstance(arg, float):
-            if size not in (4, 8):
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            data = struct.pack("<f" if size == 4 else "<d",
-                               scalars.float_of(kernel.name, i, size)(arg))
-        else:
-            data = scalars.bytes_of(kernel.name, i, size)(arg)
-            if len(data) != size:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes, given {len(data)}")
-        out.append((offset, data))
-    return out
+    st, order, convs = _packer(kernel, tuple(map(type, args)),
+                               None if signature is None else scalars.parse_signature(signature))
+    data = bytearray(st.size)
+    st.pack_into(data, 0, *(conv(args[j]) for conv, j in
+                            zip(convs, order or range(len(args)), strict=True)))
+    return [(offset, bytes(data[offset : offset + size])) for offset, size in kernel.params]
 
 
 def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
