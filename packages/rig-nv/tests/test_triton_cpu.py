@@ -201,6 +201,22 @@ def test_host_descriptors_need_a_map_until_rig_encodes_them(dev: Any) -> None:
     assert (p[0] + k.function.kernel.param_offset) % 64 == 0  # CUtensorMap's alignment
 
 
+def test_cooperative_and_dependent_launches_as_the_metadata_asks(dev: Any) -> None:
+    """launch_cooperative_grid: a cooperative launch (the grid workspace in bank 0);
+    launch_pdl: Misuse, as rig_nv.grids refuses it."""
+    d, _ = dev
+    cubin, meta = fixture("vector_add")
+    coop = rt.load(d, cubin, {**meta["metadata"], "launch_cooperative_grid": True},
+                   meta["signature"])
+    x = d.alloc(4096)
+    coop[(2,)](x, x, x, 16, 1024).wait()
+    prep = L.prepare(d, coop.function, (2, 1, 1), (128, 1, 1), 0, None, True)
+    assert struct.unpack_from("<II", prep.bank, 0x44) != (0, 0)
+    pdl = rt.load(d, cubin, {**meta["metadata"], "launch_pdl": True}, meta["signature"])
+    with pytest.raises(Misuse, match="latch"):
+        pdl[(2,)](x, x, x, 16, 1024)
+
+
 def test_descriptors_without_metadata_expand_as_triton_does() -> None:
     """driver.py's _expand_signature for a descriptor the metadata does not describe: base,
     shape and strides (i64), padding (i1), then shape (i32) and strides (i64) again."""
