@@ -703,6 +703,14 @@ class Device:
             raise self._lose(fault)
         self.path.sleep(timeout_s)
 
+    def __enter__(self) -> Device:
+        """``with gpu(0).open() as d:`` holds the device for the block."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the device at the block's end, on an exception too (which then propagates)."""
+        self.stop()
+
     def stop(self) -> None:
         """Free the channels and what the device holds; the GPU can then be opened again.
 
