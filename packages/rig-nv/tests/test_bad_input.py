@@ -279,6 +279,9 @@ COPY: dict[str, Case] = {
     "src-other-device": (lambda c: c.d.copy(c.pin, c.foreign), Misuse, "another device's"),
     "dst-str": (lambda c: c.d.copy("dst", c.pin), Misuse, "must be a rig_edge.Region, not str"),
     "src-bytes": (lambda c: c.d.copy(c.pin, b"abc"), Misuse, "rig_edge.Region, not bytes"),
+    # Issue 22, trip 1: alloc's None (out of memory) passed on says what None means.
+    "dst-none": (lambda c: c.d.copy(None, c.pin), Misuse,
+                 "destination is None.*alloc returns None when the GPU is out of that memory"),
     "made-up-host": (lambda c: c.d.copy(Region(c.pin.gpu, 0x1000, 64, Memory.PINNED), c.dev, 64),
                      Misuse, "not a live region"),
 }

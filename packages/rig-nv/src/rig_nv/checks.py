@@ -45,6 +45,9 @@ def buffer(what: str, data: Any, *, writable: bool = False) -> memoryview:
 
 
 def region_of(what: str, region: Any) -> Region:
+    if region is None:  # alloc's answer when the GPU is out of memory, passed on unread
+        raise Misuse(f"{what} is None, not a rig_edge.Region: alloc returns None when the GPU "
+                     "is out of that memory; check its answer")
     if not isinstance(region, Region):
         raise Misuse(f"{what} must be a rig_edge.Region, not {type(region).__name__}")
     return region
