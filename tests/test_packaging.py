@@ -1,4 +1,5 @@
-"""The packages' dependency graph is DESIGN.md's: proven on built wheels in fresh venvs.
+"""The packages' dependency graph is the README's package table, proven on built wheels in
+fresh venvs.
 
 rig-pci installs and imports alone (nothing NVIDIA comes with it); rig-nv-nvidia brings
 rig-edge, rig-pci and rig-nv (and cffi) but not rig-nv-pci or rig-cli.

@@ -1,6 +1,6 @@
 """The argument checks every public call of rig_nv makes before it touches the GPU: each
 raises :class:`rig_edge.Misuse` (a ValueError) naming the argument and the problem, having
-changed nothing (DESIGN.md's error policy)."""
+changed nothing (the error policy of rig_edge.errors)."""
 
 from __future__ import annotations
 
