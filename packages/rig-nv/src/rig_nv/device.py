@@ -176,6 +176,7 @@ class Device:
 
     @property
     def arch(self) -> str:
+        """The GPU's architecture as nvcc names it (``"sm_90"`` on an H200): pick cubins by it."""
         return self._facts.arch
 
     @property

@@ -152,6 +152,7 @@ class Function:
 
     @property
     def name(self) -> str:
+        """The kernel's name in its cubin (``extern "C"`` names stay as written)."""
         return self.kernel.name
 
 
@@ -171,6 +172,7 @@ class Image:
             self.functions[name] = Function(self, k, code.gpu + k.entry_offset, cbufs)
 
     def __getitem__(self, name: str) -> Function:
+        """The kernel ``name``; raises :class:`rig_edge.Misuse` naming the image's kernels."""
         try:
             return self.functions[name]
         except KeyError:
