@@ -7,12 +7,29 @@ from __future__ import annotations
 import math
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from rig_edge import Misuse, Region
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
     from rig_nv.device import Device
+
+
+class ArrayInterface(Protocol):
+    """What numpy's array interface describes. numpy's stubs give arrays the buffer protocol
+    only from Python 3.12, so host data is typed as either."""
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's description of the object's memory."""
+        ...
+
+
+# Host data a call reads or writes: anything with the buffer protocol (bytes, bytearray,
+# memoryview, numpy arrays, array.array), contiguous; :func:`buffer` checks it.
+HostData: TypeAlias = "Buffer | ArrayInterface"
 
 
 def whole(what: str, v: Any) -> int:
