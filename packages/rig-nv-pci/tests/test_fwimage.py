@@ -261,7 +261,7 @@ def test_fuse_version() -> None:
 
 # Hopper's files are not in rig_pci's pinned set (its boot is not built, so `rig firmware nv`
 # does not fetch them); their BLAKE2b-256 digests here were computed from Debian's
-# firmware-nvidia-graphics (linux-firmware 20260916, ../shared/tools/firmware-from-debian).
+# firmware-nvidia-graphics package (linux-firmware 20260916).
 HOPPER_570_144 = {
     "nvidia/gh100/gsp/bootloader-570.144.bin":
         "f4713d4418da92b4d2079528ca94e64cc2b0fd5f12b3d4259625ba25ad003de7",
@@ -280,8 +280,9 @@ def _real(name: str) -> bytes:
     path = _firmware_dir() / name
     if not path.exists():
         pytest.skip(f"NVIDIA's {name} is not in {_firmware_dir()}: fill that directory with "
-                    f"../shared/tools/firmware-from-debian DIR (Debian's firmware-nvidia-graphics)"
-                    f" and name it in RIG_NV_FIRMWARE, or use /tmp/rig-nv-firmware")
+                    f"the nvidia/ files of Debian's firmware-nvidia-graphics package"
+                    f" (linux-firmware 20260916) and name it in RIG_NV_FIRMWARE, or use"
+                    f" /tmp/rig-nv-firmware")
     data = path.read_bytes()
     got = hashlib.blake2b(data, digest_size=32).hexdigest()
     assert got == PINNED[name], f"{path} has BLAKE2b-256 {got}, not the pinned {PINNED[name]}"

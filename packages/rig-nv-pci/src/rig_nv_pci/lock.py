@@ -4,7 +4,7 @@
 at a time in this process, so a boot delays the others; one called from inside another (a
 callback run while the lock is held) raises :class:`rig_edge.Misuse`, having changed nothing.
 This is the Rig_nv_pci spec's "called from a callback inside a lock (Rig's domains section),
-raise Invalid_argument" (DESIGN.md: misuse is a call from inside a lock's callback): the
+raise Invalid_argument" (rig_edge.errors: such a call is Misuse): the
 callbacks that run inside it in Python are the holding thread's own, a signal handler (which
 runs between any two bytecodes of the main thread), a finalizer, a trace hook, or a callback
 the open or change itself calls. Waiting for the lock there would wait forever for the thread
