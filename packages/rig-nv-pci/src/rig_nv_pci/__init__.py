@@ -297,15 +297,24 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
             images = held.read_images(chip, found)
         except RigError as e:
             raise RigError(f"{name}: {e}") from e
+        memory_taken = False
+
+        def taken_memory() -> None:
+            nonlocal memory_taken
+            memory_taken = True
+
         try:
             # No kernel driver's watchdog watches this GPU's work: rig gives it up after
             # rig_pci.driver.hang_ms without progress (the spec's device hang_ms).
             device = held.open_device(f, name=name, chip=chip, images=images,
                                       device_name=opener_name(PATH, i),
                                       hang_ms=driver.hang_ms, on_stopped=stopped,
-                                      on_kept=kept)
-        except boot.BootError:
-            _lost.add((machine.name, bus))  # the boot failed once the GSP's memory was taken
+                                      on_kept=kept, on_memory_taken=taken_memory)
+        except BaseException:
+            # The spec: once the GSP's memory is taken, a failure loses the GPU (any failure,
+            # a KeyboardInterrupt too), and its next open resets it.
+            if memory_taken:
+                _lost.add((machine.name, bus))
             raise
         given = True
         return device
