@@ -330,13 +330,13 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
 
 
 def _make(i: int, machine: Machine | None, dirs: Sequence[str | os.PathLike[str]]) -> Device:
-    with lock.serial(f"{opener_name(PATH, i)}'s make"):
-        try:
+    try:
+        with lock.serial(f"{opener_name(PATH, i)}'s make"):
             return _open(i, machine or Machine.this(), dirs)
-        except OpenRefused:
-            raise
-        except RigError as e:
-            raise OpenRefused(str(e)) from e
+    except OpenRefused:
+        raise
+    except RigError as e:
+        raise OpenRefused(str(e)) from e
 
 
 def gpu(
@@ -409,10 +409,13 @@ def _detach(machine: Machine, i: int) -> driver.Progress:
         bus = _function(machine, i).address
         name = _name(i, machine, bus)
         _not_held(machine, bus, name)
+        held = _lock(machine, bus, name)  # no other process's open or change meanwhile
         try:
             return driver.detach(machine, bus, device_files=_device_files(machine, bus))
         except RigError as e:
             raise RigError(f"{name}: {_reason(e, bus)}") from e
+        finally:
+            held.release()
 
 
 def detach(i: int) -> driver.Progress:
@@ -421,7 +424,8 @@ def detach(i: int) -> driver.Progress:
 
     Its users, a display among them, lose the GPU until :func:`attach` or a reboot. Raises
     :class:`rig_edge.RigError` naming the GPU, having written nothing, if the machine's PCI
-    functions cannot be listed, there is no GPU i, this process holds it over PCI, a process
+    functions cannot be listed, there is no GPU i, this process holds it over PCI, another
+    process's open or change holds it (waited for as :mod:`rig_nv_pci.lock` says), a process
     holds its /dev/nvidiaN, its DRM nodes or its sysfs files open or mapped (naming the
     process), or as :func:`rig_pci.driver.detach` (debugfs, vfio-pci not loaded, files not
     writable). After its first write it returns :class:`rig_pci.driver.Detached` or
