@@ -32,7 +32,7 @@ LINUX_FIRMWARE_COMMIT = "0a6871b19abf5d6e024b5d208b101ae53e7fa0de"
 # ga102's); the bootloader, the image that starts the GSP (booter_load on Ampere and Ada, the
 # FMC on Blackwell) and, on Ampere and Ada, the booter that takes the boot down at its stop
 # are per family. The two booter_unload digests were computed from Debian's
-# firmware-nvidia-graphics (linux-firmware 20260916, ../shared/tools/firmware-from-debian),
+# firmware-nvidia-graphics (linux-firmware 20260916, rig-nv-pci's tests/debian_firmware.py),
 # whose other seven files match the digests the rig-pci issue pins from the commit above.
 NVIDIA_GSP_570_144: dict[str, str] = {
     "nvidia/ga102/gsp/gsp-570.144.bin":
