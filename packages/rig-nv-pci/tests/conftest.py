@@ -14,6 +14,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 import debian_firmware
 from test_held import Opened, simulated_ga102
 
+from rig_nv_pci import lock
+
+
+@pytest.fixture(autouse=True)
+def private_locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test's lock files in a directory of its own (a test's fixture may name another):
+    the machine's rig-nv-pci.lock would make every test run on the machine, another
+    engineer's among them, wait for the others' opens and changes."""
+    own = tmp_path / "private-locks"
+    own.mkdir()
+    monkeypatch.setattr(lock, "directory", lambda: own)
+
 
 @pytest.fixture
 def ga102(tmp_path: Path) -> Iterator[Opened]:

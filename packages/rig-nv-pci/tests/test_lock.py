@@ -9,6 +9,8 @@ import pytest
 
 from rig_nv_pci import lock
 
+DIRECTORY = lock.directory  # the module's own rule (conftest's private_locks replaces it)
+
 
 @pytest.mark.parametrize(("mode", "where"), [(0o1777, "run-lock"), (0o755, "tmp")])
 def test_root_and_every_user_lock_in_one_place(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -23,10 +25,10 @@ def test_root_and_every_user_lock_in_one_place(tmp_path: Path, monkeypatch: pyte
     run.chmod(mode)
     monkeypatch.setattr(lock, "RUN_LOCK", run)
     monkeypatch.setattr(lock, "TMP", tmp)
-    as_root = lock.directory()
+    as_root = DIRECTORY()
     assert as_root == tmp_path / where
     # a user: /run/lock not writable by this process, a runtime directory and TMPDIR of its own
     monkeypatch.setattr(os, "access", lambda *args, **kwargs: False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    assert lock.directory() == as_root
+    assert DIRECTORY() == as_root
