@@ -16,7 +16,7 @@ import pytest
 import rig_nv_pci
 from rig_edge import Misuse, RigError
 from rig_nv_pci import lock
-from rig_pci import Function
+from rig_pci import Function, Machine
 from rig_pci.driver import Detached
 from rig_pci.testing import add_function, add_process, fixture_machine, set_lockdown
 
@@ -81,6 +81,19 @@ def hold(file: Path) -> int:
     return fd
 
 
+def detach_refused_while_held(file: Path, machine: Machine, writes: list[tuple[str, str]],
+                              match: str) -> None:
+    """GPU 0's detach, while another process holds ``file``, raises ``match`` having written
+    nothing."""
+    fd = hold(file)
+    try:
+        with pytest.raises(RigError, match=match):
+            rig_nv_pci._detach(machine, 0)
+    finally:
+        os.close(fd)
+    assert writes == []
+
+
 def test_a_change_waits_for_another_processs_open_or_change_then_runs(
         tmp_path: Path, locks: Path) -> None:
     """The spec: "Opens and changes of NVIDIA GPUs run one at a time, so a boot delays the
@@ -100,14 +113,9 @@ def test_another_processs_open_or_change_is_waited_for_with_a_bound_then_refused
     monkeypatch.setattr(lock, "SERIAL_WAIT_S", 0.2)
     add_gpu(tmp_path, driver="nvidia")
     machine, sysfs = fixture_machine(tmp_path)
-    fd = hold(locks / "rig-nv-pci.lock")
-    try:
-        with pytest.raises(RigError, match=r"^detach waited 0\.2 s for another process's open "
-                           r"or change of an NVIDIA GPU, which holds .*/rig-nv-pci\.lock"):
-            rig_nv_pci._detach(machine, 0)
-    finally:
-        os.close(fd)
-    assert sysfs.writes == []
+    detach_refused_while_held(locks / "rig-nv-pci.lock", machine, sysfs.writes,
+                              r"^detach waited 0\.2 s for another process's open or change "
+                              r"of an NVIDIA GPU, which holds .*/rig-nv-pci\.lock")
 
 
 def test_detach_takes_the_gpus_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -116,14 +124,9 @@ def test_detach_takes_the_gpus_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(lock, "BUS_WAIT_S", 0.2)
     add_gpu(tmp_path, driver="nvidia")
     machine, sysfs = fixture_machine(tmp_path)
-    fd = hold(lock.path(machine, BUS))
-    try:
-        with pytest.raises(RigError, match=rf"^{re.escape(name(tmp_path))}: another process "
-                           r"holds it \(an open or change of it held .* for the 0\.2 s"):
-            rig_nv_pci._detach(machine, 0)
-    finally:
-        os.close(fd)
-    assert sysfs.writes == []
+    detach_refused_while_held(lock.path(machine, BUS), machine, sysfs.writes,
+                              rf"^{re.escape(name(tmp_path))}: another process holds it "
+                              r"\(an open or change of it held .* for the 0\.2 s")
     monkeypatch.setattr(lock, "BUS_WAIT_S", 30.0)
     fd = hold(lock.path(machine, BUS))
     threading.Timer(0.3, os.close, (fd,)).start()  # the other process's stop ends

@@ -20,7 +20,17 @@ import rig_nv_pci
 from rig_edge import Memory, OpenRefused, RigError
 from rig_nv_pci import addresses, boot, held
 from rig_nv_pci.gsp import retired
+from rig_pci import Machine
 from rig_pci.testing import add_function, fixture_machine
+
+
+def next_open_resets_it(machine: Machine, takes: list[TakenSim], firmware: Path) -> None:
+    """The lost GPU's next open resets it first, and is no longer lost; its device runs."""
+    d = rig_nv_pci.gpu(0, machine, firmware=[firmware]).open()
+    try:
+        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    finally:
+        d.stop()
 
 
 def test_make_refused_the_gsps_memory_names_the_gpu_and_leaves_it_as_found(
@@ -56,11 +66,7 @@ def test_a_failed_stop_loses_the_gpu_and_its_next_open_resets_it_first(
     assert boot.wpr2_range(ga102.rig.bar0) is not None
     given_back(machine, BUS)
     g.sec2.programs[UNLOAD_UCODE_ID] = unload
-    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-    try:
-        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
-    finally:
-        d.stop()
+    next_open_resets_it(machine, takes, tmp_path)
     assert rig_nv_pci._lost == set() and boot.wpr2_range(ga102.rig.bar0) is None
 
 
@@ -94,11 +100,7 @@ def test_any_failure_once_the_gsps_memory_is_taken_loses_the_gpu_and_its_next_op
     assert takes[-1].resets == 0 and takes[-1].closed
     assert rig_nv_pci._lost == {(machine.name, BUS)}, where
     given_back(machine, BUS)
-    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-    try:
-        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
-    finally:
-        d.stop()
+    next_open_resets_it(machine, takes, tmp_path)
     given_back(machine, BUS)
 
 
