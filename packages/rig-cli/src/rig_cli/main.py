@@ -165,16 +165,17 @@ def _parser() -> argparse.ArgumentParser:
 
 def exit_code(e: BaseException) -> int:
     """The exit code of an error: misuse 2, no such GPU 3, refused 4, a lost device or
-    anything else 1."""
+    anything else 1 (a firmware download that failed among them)."""
     from rig_cli.changes import NoSuchGpu
     from rig_edge import Lost, RigError
+    from rig_pci.firmware import FetchFailed
 
     if isinstance(e, ValueError):  # rig_edge.Misuse is one
         return MISUSE
     # An open's refusal, or usage's error (a RigError: usage opens nothing), of no GPU i.
     if isinstance(e, NoSuchGpu) or (isinstance(e, RigError) and "has no GPU" in str(e)):
         return NO_GPU
-    if isinstance(e, Lost):  # the GPU faulted or hung: it broke, nobody refused
+    if isinstance(e, Lost | FetchFailed):  # the GPU or the network broke: nobody refused
         return FAILURE
     if isinstance(e, RigError):
         return REFUSED
