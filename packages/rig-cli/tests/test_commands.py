@@ -6,9 +6,11 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -113,6 +115,20 @@ def test_firmware_passes_dir_and_mirror(calls: list[tuple[str, Any]],
     assert calls == [("firmware", ("/tmp/fw", "http://127.0.0.1:1/")),
                      ("firmware", (None, None))]
     assert "kept 3, fetched 4" in capsys.readouterr().out
+
+
+def test_a_network_failure_is_exit_1_with_its_cause(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 20 item 8: ``rig firmware nv`` that cannot reach the server broke (exit 1, not
+    4, refused), and its sentence says why."""
+    with socket.socket() as s:  # a port nobody listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["firmware", "nv", str(tmp_path / "fw"),
+                 "--base-url", f"http://127.0.0.1:{port}/"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rig: firmware nvidia/") and "Connection refused" in err
+    assert not [p for p in (tmp_path / "fw").rglob("*") if p.is_file()]
 
 
 def test_find_tells_a_missing_module_from_a_broken_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,7 +1,7 @@
 """RM parameter structs (rig_nv.layouts) against NVIDIA's headers, compiled with gcc for x86-64.
 
 Every number here comes from open-gpu-kernel-modules at tags 570.211.01 and 580.142, built with
-gcc and read with gdb ``ptype /o`` (the notes in /work/notes/rm_structs.md and channels.md).
+gcc and read with gdb ``ptype /o``.
 The header path of each struct is relative to src/common/sdk/nvidia/inc.
 """
 

@@ -101,7 +101,8 @@ def run_change(operation: str, index: int, *, yes: bool) -> int:
     """Detach, attach or reset GPU ``index`` after asking."""
     _, fn, _ = _needed(operation, f"rig {operation}")
     function = gpu(index)
-    where = f"{function.address}, {chip(function.device).name}"
+    name = chip(function.device).name
+    where = function.address if name is None else f"{function.address}, {name}"
     text = {"i": index, "where": where, "driver": function.driver or "none",
             "suffix": "" if index == 0 else f":{index}"}
     if not confirm(QUESTIONS[operation].format(**text), yes):
@@ -127,7 +128,13 @@ def run_firmware(which: str, directory: str | None, *, base_url: str | None) -> 
     kwargs: dict[str, Any] = {}
     if base_url is not None:
         kwargs["base_url"] = base_url
-    result = fn(directory, **kwargs) if directory is not None else fn(**kwargs)
+    try:
+        result = fn(directory, **kwargs) if directory is not None else fn(**kwargs)
+    except RigError as e:
+        if isinstance(e.__cause__, OSError):  # the network or the disk failed: nobody refused
+            print(f"rig: {e}", file=sys.stderr)
+            return FAILURE
+        raise
     if result is not None and not isinstance(result, list):  # a list was printed as it went
         print(result)
     return OK

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from rig_cli.show import duration, size
+from rig_cli.show import MISSING, duration, size
 from rig_edge import Misuse, RigError
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ class Info:
     name: str
     bus: str
     device_id: str | None
-    product: str
+    product: str | None
     arch: str
     sm_count: int
     budget_bytes: int
@@ -63,7 +63,7 @@ def facts(index: int) -> Info:
             name=f.name,
             bus=f.bus,
             device_id=f"0x{device_id:04x}" if device_id is not None else None,
-            product=chip(device_id).name if device_id is not None else "unknown",
+            product=chip(device_id).name if device_id is not None else None,
             arch=f.arch,
             sm_count=d.sm_count,
             budget_bytes=f.budget,
@@ -87,7 +87,8 @@ def run_info(index: int, *, as_json: bool) -> int:
         print(json.dumps(asdict(i), indent=2))
         return 0
     c = i.classes
-    print(f"GPU {index} ({i.name}): {i.product} at {i.bus}, PCI device {i.device_id or 'unknown'}")
+    print(f"GPU {index} ({i.name}): {i.product or MISSING} at {i.bus}, "
+          f"PCI device {i.device_id or MISSING}")
     for key, value in (
         ("arch", f"{i.arch}, {i.sm_count} SMs"),
         ("memory budget", size(i.budget_bytes)),

@@ -173,6 +173,17 @@ class Gpu:
     device_open: bool = False
 
 
+def gpu_uuid(rm: KernelRM, h_subdevice: int) -> bytes:
+    """The GPU's 16-byte UUID, as the RM reports it (NV2080_CTRL_CMD_GPU_GET_GID_INFO in its
+    binary format, ctrl2080gpu.h): what UVM names the GPU by and nvidia-smi prints.
+    Raises :class:`rig_nv.rm.RMError` where the RM refuses."""
+    rmf = rm_ffi(rm.layouts)
+    gid = Params(rmf, "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS",
+                 flags=NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY, length=16)
+    rm.control(h_subdevice, NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid.buf)
+    return bytes(rmf.buffer(gid.p.data, 16))
+
+
 class Process:
     """What the process keeps of the kernel driver; one per process (``PROCESS``)."""
 
@@ -358,10 +369,7 @@ class Process:
             rm = self.client()
             uvm = self.unified_memory()
             rmf = rm_ffi(rm.layouts)
-            gid = Params(rmf, "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS",
-                         flags=NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY, length=16)
-            rm.control(g.h_subdevice, NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid.buf)
-            uuid = bytes(rmf.buffer(gid.p.data, 16))
+            uuid = gpu_uuid(rm, g.h_subdevice)
             # The driver copies its own struct's size for allocs: a buffer at least that large.
             vas = Params(rmf, "NV_VASPACE_ALLOCATION_PARAMETERS", vaBase=VA_BASE, vaSize=VA_SIZE,
                          flags=VASPACE_FLAGS)

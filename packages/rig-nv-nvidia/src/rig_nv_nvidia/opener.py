@@ -10,7 +10,7 @@ from rig_nv.clock import rm_time_ns
 from rig_nv.controls import FB_HEAP_FREE, FB_RAM_SIZE, NV2080_CTRL_CMD_FB_GET_INFO, info_list
 from rig_nv.device import Device, make
 from rig_nv.layouts import Params, rm_ffi
-from rig_nv_nvidia.driver import PROCESS, Gpu, KernelRM
+from rig_nv_nvidia.driver import PROCESS, Gpu, KernelRM, gpu_uuid
 from rig_nv_nvidia.listing import gpu_functions
 from rig_nv_nvidia.path import NvidiaPath
 from rig_pci import FunctionInfo
@@ -182,6 +182,23 @@ def reaches(a: int, b: int) -> bool:
     status = p.p.p2pCapsStatus
     return bool(status[P2P_CAPS_INDEX_READ] == NV0000_P2P_CAPS_STATUS_OK
                 and status[P2P_CAPS_INDEX_WRITE] == NV0000_P2P_CAPS_STATUS_OK)
+
+
+def uuid_text(raw: bytes) -> str:
+    """A 16-byte GPU UUID as nvidia-smi prints it: ``GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx``."""
+    import uuid
+
+    return f"GPU-{uuid.UUID(bytes=raw)}"
+
+
+def uuid(i: int) -> str:
+    """GPU ``i``'s UUID as nvidia-smi prints it (``GPU-`` and 32 hex digits in five groups),
+    from the RM. Reads as :func:`usage` does and opens no device. Raises
+    :class:`rig_edge.RigError` if the machine has no GPU i, the kernel driver does not hold it
+    or the RM refuses; :class:`rig_edge.Misuse` if ``i`` < 0."""
+    f = _function(opener_name("NV", i), i)
+    rm = PROCESS.client()
+    return uuid_text(gpu_uuid(rm, PROCESS.gpu(f.address).h_subdevice))
 
 
 def usage(i: int, window: float = 1.0) -> Usage:

@@ -17,8 +17,9 @@ import copy
 import operator
 import threading
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cffi import FFI
 
@@ -54,6 +55,9 @@ from rig_nv.setup import (
     VIDEO,
 )
 from rig_nv.step import Step
+
+if TYPE_CHECKING:
+    from rig_nv.checks import HostData
 
 # NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
 GONE = (0x31, 0x33, 0x57)
@@ -176,6 +180,7 @@ class Device:
 
     @property
     def arch(self) -> str:
+        """The GPU's architecture as nvcc names it (``"sm_90"`` on an H200): pick cubins by it."""
         return self._facts.arch
 
     @property
@@ -454,7 +459,7 @@ class Device:
                         self._cached_bytes += length
                 raise
 
-    def map_host(self, buffer: Any) -> Region | Refusal:
+    def map_host(self, buffer: HostData) -> Region | Refusal:
         """Map the caller's memory (any buffer of whole pages or not) for the GPU.
 
         Returns a PINNED-kind region whose ``host`` is the buffer's address and whose ``gpu``
@@ -464,9 +469,10 @@ class Device:
         """
         self._check()
         ffi = self.ffi
+        raw: Any = buffer  # the buffer protocol, checked here at run time
         try:
-            address = int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
-            length = memoryview(buffer).nbytes
+            address = int(ffi.cast("uintptr_t", ffi.from_buffer(raw)))
+            length = memoryview(raw).nbytes
         except TypeError as e:
             raise Misuse(f"map_host needs a buffer, not {type(buffer).__name__} ({e})") from None
         if length <= 0:
@@ -524,8 +530,9 @@ class Device:
         self._check()
         return launching.load(self, cubin)
 
-    def launch(self, fn: Function, grid: Any, block: Any, args: Any = (),
-               shared: int = 0, *, cluster: Any = None, cooperative: bool = False,
+    def launch(self, fn: Function, grid: Sequence[int], block: Sequence[int],
+               args: Sequence[Any] = (), shared: int = 0, *,
+               cluster: Sequence[int] | None = None, cooperative: bool = False,
                pdl: bool = False) -> Point:
         """Launch kernel ``fn`` (``image["name"]``) on ``grid`` blocks of ``block`` threads.
 
@@ -661,7 +668,7 @@ class Device:
                 self._profile = profile
         return self._builtins
 
-    def upload(self, dst: Region, data: Any, offset: int = 0) -> Point:
+    def upload(self, dst: Region, data: HostData, offset: int = 0) -> Point:
         """Copy host bytes ``data`` into ``dst`` at ``offset``.
 
         Host-visible regions are written directly; Device memory through pinned staging,
@@ -678,7 +685,7 @@ class Device:
         return copies.staged_upload(self, dst, src, offset)
 
     def download(self, src: Region, n: int | None = None, offset: int = 0,
-                 out: Any = None) -> memoryview:
+                 out: HostData | None = None) -> memoryview:
         """Copy ``n`` bytes of ``src`` from ``offset`` to the host and return them (in ``out``
         when given). Waits for earlier work, so the bytes are those the timeline's last point
         left. Raises :class:`Misuse` for bytes outside ``src``, a ``src`` that is not a live
@@ -709,6 +716,14 @@ class Device:
         if fault is not None:
             raise self._lose(fault)
         self.path.sleep(timeout_s)
+
+    def __enter__(self) -> Device:
+        """``with gpu(0).open() as d:`` holds the device for the block."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the device at the block's end, on an exception too (which then propagates)."""
+        self.stop()
 
     def stop(self) -> None:
         """Free the channels and what the device holds; the GPU can then be opened again.

@@ -5,7 +5,7 @@ methods (SEND_PCAS_A with the QMD's address, SEND_SIGNALING_PCAS2_B) on the comp
 no ioctl. Constant bank 0 holds the driver's area (block and grid sizes, the shared and local
 memory windows, the initial stack pointer) and then the kernel's parameters, at the offsets the
 cubin's .nv.info declares. The driver-area offsets were read off ptxas's own code (every
-kernel loads its stack pointer and window bases from c[0x0][...]); see the project notes.
+kernel loads its stack pointer and window bases from c[0x0][...], as cuobjdump -sass shows).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
 if TYPE_CHECKING:
     from rig_nv.device import Device, Point
 
-# R_CUDA relocation types (nvdisasm's machine description, as listed in the project notes).
+# R_CUDA relocation types (the numbers nvdisasm's machine description gives them).
 R_CUDA_64 = 2
 R_CUDA_G64 = 4
 R_CUDA_ABS32_LO_32 = 0x38
@@ -153,6 +153,7 @@ class Function:
 
     @property
     def name(self) -> str:
+        """The kernel's name in its cubin (``extern "C"`` names stay as written)."""
         return self.kernel.name
 
     def typed(self, signature: str | Sequence[str]) -> Function:
@@ -192,6 +193,7 @@ class Image:
             self.functions[name] = Function(self, k, code.gpu + k.entry_offset, cbufs)
 
     def __getitem__(self, name: str) -> Function:
+        """The kernel ``name``; raises :class:`rig_edge.Misuse` naming the image's kernels."""
         try:
             return self.functions[name]
         except KeyError:
@@ -340,7 +342,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
                      f"exceed the SM's 65536")
     arch = device.arch
     # The system keeps 1 KiB of every block's shared memory; ptxas counts it in
-    # .nv.shared.<kernel> from sm_90 on (measured: see the project notes), not before.
+    # .nv.shared.<kernel> from sm_90 on (measured on the H200's cubins), not before.
     reserve = 0 if int(arch[3:].rstrip("af")) >= 90 else 0x400
     total = k.shared_section_bytes + shared + reserve
     if total > qmd.max_shared(arch) + 1024:

@@ -114,7 +114,9 @@ class Path(Protocol):
         """Map RM object ``handle`` (a usermode page) into the process, read-write."""
         ...
 
-    def unmap_object(self, view: memoryview) -> None: ...
+    def unmap_object(self, view: memoryview) -> None:
+        """Unmap what :meth:`map_object` mapped."""
+        ...
 
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
         """``n`` bytes (rounded up to pages) mapped for the GPU, or ``None`` when out of it."""
@@ -125,7 +127,10 @@ class Path(Protocol):
         mapped for the host (not for the GPU)."""
         ...
 
-    def free_memory(self, a: Allocation) -> None: ...
+    def free_memory(self, a: Allocation) -> None:
+        """Give back memory :meth:`alloc_memory`, :meth:`alloc_notifier` or :meth:`map_host`
+        made."""
+        ...
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         """Map the caller's pages ``[address, address+length)`` for the GPU."""
@@ -150,7 +155,9 @@ class Path(Protocol):
         """Tell the path about a new channel (the kernel path registers it with UVM)."""
         ...
 
-    def detach_channel(self, h_channel: int) -> None: ...
+    def detach_channel(self, h_channel: int) -> None:
+        """Tell the path a channel is going, before the RM frees it."""
+        ...
 
     def sleep(self, timeout_s: float) -> None:
         """Sleep until the GPU may have made progress, or ``timeout_s`` passed."""

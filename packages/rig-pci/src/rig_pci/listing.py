@@ -33,14 +33,17 @@ class Bar:
 
     @property
     def prefetchable(self) -> bool:
+        """Whether the window is prefetchable (IORESOURCE_PREFETCH in sysfs' resource flags)."""
         return bool(self.flags & IORESOURCE_PREFETCH)
 
     @property
     def is_memory(self) -> bool:
+        """Whether the window is memory space, not I/O space (IORESOURCE_MEM)."""
         return bool(self.flags & IORESOURCE_MEM)
 
     @property
     def is_64bit(self) -> bool:
+        """Whether the BAR holds a 64-bit address (IORESOURCE_MEM_64)."""
         return bool(self.flags & IORESOURCE_MEM_64)
 
 
