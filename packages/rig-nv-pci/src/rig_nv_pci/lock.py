@@ -13,28 +13,25 @@ taken but before the holder marked itself inside runs whole first (the holder ha
 nothing yet).
 
 :class:`BusLock` is an exclusive ``flock`` on a file per GPU, ``rig-nv-pci-BUS.lock``, in
-/run/lock where the process may write there, else in ``$XDG_RUNTIME_DIR``, else in the
-system's temporary directory. An open holds it for as long as its device lives, so no other
-open or change, in this process or another, takes the GPU meanwhile; the kernel lets the lock
-go when the process dies. (Taking the function is exclusive too: VFIO opens a group once and
-a physical take locks the function's config file. The lock file says why earlier, and names
-the GPU.)
+the machine's lock directory (:func:`rig_pci.locks.directory`). An open holds it for as long
+as its device lives, so no other open or change, in this process or another, takes the GPU
+meanwhile; the kernel lets the lock go when the process dies. Another machine's GPU is locked
+there, by rig's agent (:class:`rig_pci.transport.LocksThere`), for as long as it is held.
+(Taking the function is exclusive too: VFIO opens a group once and a physical take locks the
+function's config file. The lock file says why earlier, and names the GPU.)
 """
 
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
-import os
-import tempfile
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from rig_edge import Misuse, RigError
-from rig_pci import Machine
+from rig_pci import Machine, locks
+from rig_pci.transport import Held, LocksThere
 
 
 class _Serial:
@@ -69,15 +66,8 @@ def serial(what: str) -> Iterator[None]:
 
 
 def directory() -> Path:
-    """Where the lock files lie: /run/lock if writable, else $XDG_RUNTIME_DIR (an absolute
-    directory), else the temporary directory."""
-    run = Path("/run/lock")
-    if run.is_dir() and os.access(run, os.W_OK | os.X_OK):
-        return run
-    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
-    if os.path.isabs(runtime) and os.path.isdir(runtime):
-        return Path(runtime)
-    return Path(tempfile.gettempdir())
+    """Where this machine's lock files lie (:func:`rig_pci.locks.directory`)."""
+    return locks.directory()
 
 
 def path(machine: Machine, bus: str) -> Path:
@@ -89,74 +79,52 @@ def path(machine: Machine, bus: str) -> Path:
     return directory() / f"rig-nv-pci-{tag}-{bus}.lock"
 
 
-def _open(p: Path) -> int:
-    try:
-        return os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        pass
-    # Readable by all, so that any user's process can open and lock it (flock needs no write).
-    fd = os.open(p, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    with suppress(OSError):  # a umask may have taken the others' read bit
-        os.fchmod(fd, 0o644)
-    return fd
-
-
 class BusLock:
     """The lock of one GPU, held from :meth:`take` until :meth:`release` (or the process's
     end)."""
 
-    def __init__(self, key: tuple[str, str], fd: int, file: Path) -> None:
+    def __init__(self, key: tuple[str, str], lock: Held, file: Path) -> None:
         self._key = key
-        self._fd: int | None = fd
+        self._lock: Held | None = lock
         self.path = file
 
     @classmethod
     def take(cls, machine: Machine, bus: str) -> BusLock:
-        """Take the lock of the GPU at ``bus`` of ``machine``, without waiting.
+        """Take the lock of the GPU at ``bus`` of ``machine``, without waiting: on another
+        machine reached by a :class:`rig_pci.transport.LocksThere`, there.
 
         Raises :class:`rig_edge.RigError` saying who holds it: this process (an open device of
         the GPU, or an open or change under way), another process, or that the lock file
-        cannot be opened or locked.
+        cannot be opened or locked (or the machine cannot be reached).
         """
         key = (machine.name, bus)
         with _held_lock:
             if key in _held:
                 raise RigError("this process holds it (a device of it is open)")
             _held.add(key)
-        file = path(machine, bus)
         try:
-            try:
-                fd = _open(file)
-            except OSError as e:
-                raise RigError(f"its lock file {file} cannot be opened: {e.strerror}") from e
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as e:
-                os.close(fd)
-                if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise RigError(
-                        f"another process holds it (an open or change of it holds {file})"
-                    ) from e
-                raise RigError(f"its lock file {file} cannot be locked: {e.strerror}") from e
+            if isinstance(machine.transport, LocksThere):
+                name = f"rig-nv-pci-{bus}.lock"
+                return cls(key, machine.transport.lock(name), Path(name))
+            file = path(machine, bus)
+            return cls(key, locks.FileLock.take(file), file)
         except BaseException:
             with _held_lock:
                 _held.discard(key)
             raise
-        return cls(key, fd, file)
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._lock is not None
 
     def release(self) -> None:
         """Let the lock go; again does nothing."""
-        fd, self._fd = self._fd, None
-        if fd is None:
+        lock, self._lock = self._lock, None
+        if lock is None:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            lock.release()
         finally:
-            os.close(fd)
             with _held_lock:
                 _held.discard(self._key)
 
