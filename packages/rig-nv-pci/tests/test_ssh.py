@@ -119,6 +119,6 @@ def test_an_open_over_ssh_is_refused_as_the_spec_says(tmp_path: Path, sshd: Serv
 def test_a_machine_without_ssh_says_so(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert shutil.which("ssh") is None
-    with pytest.raises(RigError, match="the machine at ssh://gpu-host cannot be reached: ssh "
-                                       "cannot be run: No such file or directory"):
+    with pytest.raises(RigError, match="the machine at ssh://gpu-host: it cannot be reached: "
+                                       "ssh cannot be run: No such file or directory"):
         rig_nv_pci.count(Machine.ssh("gpu-host"))

@@ -48,7 +48,7 @@ def test_the_listing_over_ssh_equals_the_local_listing_of_the_same_tree(
     with sshd.machine(tmp_path) as there:
         assert there.functions() == Machine.at(tmp_path).functions()
         assert there.function(NIC) == Machine.at(tmp_path).function(NIC)
-        assert there.name == f"the machine at ssh://127.0.0.1:{sshd.port}"
+        assert there.name == f"the machine at ssh://127.0.0.1:{sshd.port}{tmp_path}"
         assert not there.is_this
 
 
@@ -167,7 +167,7 @@ def test_ssh_refusing_is_an_error_with_ssh_s_own_message(tmp_path: Path, sshd: S
     import asyncssh
 
     tree(tmp_path)
-    name = f"the machine at ssh://127.0.0.1:{sshd.port}"
+    name = f"the machine at ssh://127.0.0.1:{sshd.port}{tmp_path}"
     sshd.trust(asyncssh.generate_private_key("ssh-ed25519"))  # another host key expected
     with pytest.raises(RigError) as e:
         sshd.machine(tmp_path).functions()
@@ -211,8 +211,9 @@ def test_a_machine_without_python_3_11_is_an_error_saying_so(tmp_path: Path, ssh
                 f"(3, 8, 10, \"final\", 0); exec(sys.argv[1])' \"$2\"")
     with pytest.raises(RigError) as e:
         sshd.machine(tmp_path).functions()
-    assert str(e.value) == (f"the machine at ssh://127.0.0.1:{sshd.port}: it cannot run rig's "
-                            "agent: its python3 is Python 3.8, and the agent needs 3.11 or later")
+    assert str(e.value) == (f"the machine at ssh://127.0.0.1:{sshd.port}{tmp_path}: it cannot "
+                            "run rig's agent: its python3 is Python 3.8, and the agent needs "
+                            "3.11 or later")
 
 
 def agent_program(monkeypatch: pytest.MonkeyPatch, text: str) -> None:

@@ -41,13 +41,15 @@ class Machine:
 
     @classmethod
     def ssh(cls, destination: str, *, port: int | None = None,
-            options: Sequence[str] = (), timeout_s: float = 30.0) -> Machine:
+            options: Sequence[str] = (), root: str = "/", timeout_s: float = 30.0) -> Machine:
         """The machine ``destination`` (``[user@]host``, or a host of ~/.ssh/config) reached by
         OpenSSH's ``ssh``, on ``port`` if given, with ``options`` (more of ssh's arguments,
         such as ``["-i", key]``: they come before rig's own, and ssh keeps the first value of
-        each option). Nothing is installed there: rig's agent is sent to its python3 (Python
-        3.11 or later) over the connection, which the first call starts and every call then
-        shares, from any thread, until :meth:`close`. ``timeout_s`` bounds the start and each
+        each option), whose sysfs tree lies under ``root`` there (``/``; another directory
+        for a tree standing for a machine, as ``Machine.at``). Nothing is installed there:
+        rig's agent is sent to its python3 (Python 3.11 or later) over the connection, which
+        the first call starts and every call then shares, from any thread, until
+        :meth:`close`. ``timeout_s`` bounds the start and each
         call.
 
         Listing, config space, BAR registers, reset and the locks of rig_nv_pci go there; what
@@ -57,7 +59,7 @@ class Machine:
         1-65535 or options given as one string."""
         from rig_pci.ssh import SshTransport
 
-        return cls(SshTransport(destination, port=port, options=options,
+        return cls(SshTransport(destination, port=port, options=options, root=str(root),
                                 timeout_s=timeout_s))
 
     def close(self) -> None:

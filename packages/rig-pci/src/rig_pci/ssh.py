@@ -103,7 +103,7 @@ class Connection:
             self._ssh = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE, start_new_session=True)
         except OSError as e:
-            raise RigError(f"{name} cannot be reached: {argv[0]} cannot be run: "
+            raise RigError(f"{name}: it cannot be reached: {argv[0]} cannot be run: "
                            f"{e.strerror}") from e
         assert self._ssh.stdin and self._ssh.stdout and self._ssh.stderr
         self._stderr = threading.Thread(target=self._read_errors, daemon=True)
@@ -384,6 +384,8 @@ class SshTransport:
             raise Misuse(f"{port!r} is no TCP port")
         if isinstance(options, str):
             raise Misuse("options is a list of ssh's arguments, not one string")
+        if not root.startswith("/"):
+            raise Misuse(f"the tree's root there is an absolute path, not {root!r}")
         if not timeout_s > 0:
             raise Misuse(f"timeout_s must be positive, not {timeout_s!r}")
         self.destination = destination
@@ -402,7 +404,8 @@ class SshTransport:
     @property
     def name(self) -> str:
         port = f":{self.port}" if self.port else ""
-        return f"the machine at ssh://{self.destination}{port}"
+        root = "" if self._root == "/" else self._root
+        return f"the machine at ssh://{self.destination}{port}{root}"
 
     def connection(self) -> Connection:
         """The connection, started on first use and again after one ended."""
