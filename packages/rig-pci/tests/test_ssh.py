@@ -248,6 +248,22 @@ def test_what_is_not_the_protocol_is_an_error(
     assert "whether functions was done is unknown" in str(e.value)
 
 
+def test_an_agent_that_fails_inside_a_call_answers_so_at_once(
+        tmp_path: Path, sshd: Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    tree(tmp_path)
+    real = zlib.decompress(ssh.program(str(tmp_path))).decode()
+    line = "def functions(self) -> list[dict[str, Any]]:\\n"
+    assert line in real
+    agent_program(monkeypatch, real.replace(line, line + "        1 / 0\\n"))
+    with sshd.machine(tmp_path, timeout_s=20) as there:
+        t = time.monotonic()
+        with pytest.raises(RigError, match="rig's agent failed at functions: "
+                                           "ZeroDivisionError: division by zero"):
+            there.functions()
+        assert time.monotonic() - t < 10
+        assert there.function(NIC).vendor == 0x8086
+
+
 def blocking(dev: Path, name: str) -> None:
     """Make the function's file ``name`` a FIFO, on which the agent's open waits forever."""
     (dev / name).unlink()

@@ -198,6 +198,9 @@ class Agent:
             reply({"id": n, "error": {"kind": "misuse", "message": str(e)}})
         except (RigError, OSError) as e:
             reply({"id": n, "error": {"kind": "rig", "message": str(e)}})
+        except Exception as e:  # a bug of the agent's: said, so the caller waits for nothing
+            reply({"id": n, "error": {"kind": "rig", "message": f"rig's agent failed at {op}: "
+                                                             f"{type(e).__name__}: {e}"}})
         else:
             reply({"id": n, "ok": result})
 
