@@ -123,8 +123,8 @@ class Connection:
             with self._lock:
                 self._errors = [*self._errors, line][-20:]
 
-    def _said(self) -> str:
-        """What ssh exited with and wrote on stderr (its own message)."""
+    def _said(self) -> tuple[int, str]:
+        """ssh's exit status, and what it exited with and wrote on stderr (its own message)."""
         try:
             status = self._ssh.wait(5)
         except subprocess.TimeoutExpired:
@@ -134,7 +134,7 @@ class Connection:
         with self._lock:
             text = b"".join(self._errors).decode(errors="replace").strip()
         said = " ".join(text.split())
-        return f"ssh exited with status {status}" + (f": {said}" if said else "")
+        return status, f"ssh exited with status {status}" + (f": {said}" if said else "")
 
     def _start(self) -> str | None:
         """Read the agent's hello; the reason it is not one, or ``None``."""
@@ -142,8 +142,8 @@ class Connection:
         line = self._ssh.stdout.readline(200)
         words = line.decode(errors="replace").split()
         if not line:
-            said = self._said()
-            if "127" in said.split(":")[0]:
+            status, said = self._said()
+            if status == 127:  # POSIX sh: a command not found
                 return (f"it cannot run rig's agent: it has no python3 (rig needs Python 3.11 "
                         f"there) ({said})")
             return f"it cannot be reached: {said}"
@@ -175,7 +175,7 @@ class Connection:
             except (OSError, ValueError):
                 message = None
             if message is None:
-                self._end(f"the connection ended ({self._said()})")
+                self._end(f"the connection ended ({self._said()[1]})")
                 return
             with self._lock:
                 call = self._pending.pop(message.get("id"), None)  # type: ignore[arg-type]
