@@ -22,7 +22,7 @@ img = d.load((ROOT / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin").read_by
 path.complete()
 r = d.alloc(4096, Memory.DEVICE)
 fn = img["vadd"]
-d._word[0] = 1 << 62  # every value complete: no waits
+d.timeline.word[0] = 1 << 62  # every value complete: no waits
 for _ in range(1000):
     d.launch(fn, (1,), (1,), (r, r, r, 1))
 n = 20000
@@ -43,5 +43,5 @@ for _ in range(5000):
     d.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
 prof.disable()
 pstats.Stats(prof).sort_stats("tottime").print_stats(12)
-d._word[0] = d._next - 1
+d.timeline.word[0] = d.timeline.current()
 d.stop()

@@ -268,13 +268,13 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
         # GRAPHICS 1, the copy one's its copy engine's: the GA102's sysmem LCE 2, COPY2 0x0b,
         # sim/engines.py), their tokens their ids, each ran its submission: the timeline's
         # word shows the copy channel's release, which waited for the compute one's
-        assert d.copy_engine == 2 and d._copy_tsg is not None
-        assert s.groups == {d._tsg: 0x01, d._copy_tsg: 0x0B}
+        assert d.copy_engine == 2 and d.objects.copy_tsg is not None
+        assert s.groups == {d.objects.tsg: 0x01, d.objects.copy_tsg: 0x0B}
         assert sorted((c.runlist, c.chid) for c in s.channels.values()) == [(1, 1), (0x0B, 1)]
         assert (d.compute.token, d.copy_channel.token) == (1, 1)
         assert d.completed() == 2 and s.faults == []
         assert all(c.pending == [] and c.get == 1 for c in s.channels.values())
-        point = d._submit(d.compute, Push())
+        point = d.timeline.submit(d.compute, Push().words)
         point.wait(timeout_s=5.0)
         assert d.completed() == 3
     finally:
@@ -399,7 +399,7 @@ def test_a_step_is_one_entry_and_after_a_copy_waits_for_it_on_the_simulated_pbdm
         view(out.host, 4096)[:] = bytes(4096)
         again = step.submit()  # after compute work: the step's own commands
         entry = int(d.compute.entries[(d.compute.put - 1) % d.compute.count])
-        assert entry & 0xFF_FFFF_FFFC == step._pb and (entry >> 42) & 0x1FFFFF == step._words
+        assert entry & 0xFF_FFFF_FFFC == step.address and (entry >> 42) & 0x1FFFFF == step.dwords
         s.step()
         assert d.completed() == again.value and bytes(view(out.host, 4096)) == data
         assert s.faults == []
