@@ -183,14 +183,14 @@ def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     assert p.alloc_memory(0x2000, Memory.PINNED) is None  # its page table has no room
     assert ga102.firmware.peer.objects == objects and s.sysmem == {}
     assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     for at, n in free:
         p.heap.give(at, n)
     p.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
     with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_NOT_SUPPORTED"):
         p.alloc_memory(0x2000, Memory.DEVICE)
     assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     assert p.heap.free == free
 
 
@@ -470,7 +470,7 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     free = p.heap.free
     assert p.alloc_memory(0x1000, Memory.MAPPED) is None
     assert s.fbmem == {} and p.heap.free == free
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
 
 
 def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
