@@ -220,7 +220,10 @@ class Timeline:
                     words[8] = value >> 32
                     compute.submit(words, value, done)
                     slots.values[k] = value
-                    return _point(self.device, value)
+                    point = _new(Point)  # _point(self.device, value), inline
+                    fields = point.__dict__
+                    fields["device"], fields["value"] = self.device, value
+                    return point
         return self.launch_blob(prep, prep.blob, "launch", st, values, params)
 
     def _send_qmd(self, address: int, name: str, done: int) -> Point:
@@ -345,7 +348,15 @@ class Timeline:
             compute = self.compute
             profile = self.profile
             if (self.last is compute or self.last is None) and profile is None:
-                return self._send_entry(compute, step.entry)
+                # _send_entry, inline: the common case of a step after compute work
+                value = self.next
+                self.next = value + 1
+                compute.submit_entry(step.entry, value, self.word[0])
+                self.last = compute
+                point = _new(Point)
+                fields = point.__dict__
+                fields["device"], fields["value"] = self.device, value
+                return point
             cmds = step.commands
             if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
                 return self.submit(compute, cmds[:-RELEASE_WORDS], "step",
