@@ -418,6 +418,22 @@ def targeted() -> list[dict[str, Any]]:
         for lo in range(-4, 5):
             for up in range(-4, 5):
                 out.append(("area3", variant(IM2COL, dims=[64, w, 4], lower=[lo], upper=[up])))
+    # Round 1: interleaved im2col maps encoded with empty boxes that plain ones refuse.
+    for il in (1, 2):
+        for w in (1, 3, 8):
+            for lo in range(-4, 5, 2):
+                for up in range(-12, 5, 2):
+                    out.append(("area3-il", variant(IM2COL, dims=[64, w, 4], lower=[lo],
+                                                    upper=[up], interleave=il, swizzle=1)))
+        for lo in range(-16, 16, 3):
+            for up in (-16, -9, -8, -7, -1, 0, 15):
+                out.append(("area5-il", with_rank(IM2COL, 5, dims=[64, 8, 8, 8, 2],
+                                                  lower=[0, 0, lo], upper=[0, 0, up],
+                                                  interleave=il, swizzle=1)))
+    for d0 in (1, 7, 8, 16, 64):
+        for ch in (4, 8, 16, 64):
+            out.append(("channels-vs-dim0", variant(IM2COL, dims=[d0, 8, 4], channels=ch,
+                                                    strides=[256, 2048])))
     for es in (2, 3):
         for lo in range(-4, 5):
             for up in range(-8, 1):
