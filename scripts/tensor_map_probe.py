@@ -430,6 +430,19 @@ def targeted() -> list[dict[str, Any]]:
                 out.append(("area5-il", with_rank(IM2COL, 5, dims=[64, 8, 8, 8, 2],
                                                   lower=[0, 0, lo], upper=[0, 0, up],
                                                   interleave=il, swizzle=1)))
+    # Round 1: the bounding box counts a dim as a signed 32-bit number, and with interleave
+    # pairs offset i with dim i (not i + 1). Dims about 2^31 and 2^32 everywhere settle both.
+    for il in (0, 1):
+        for r in (3, 4, 5):
+            for j in range(r):
+                for d in (1, 2, (1 << 31) - 2, (1 << 31) - 1, 1 << 31, (1 << 31) + 1,
+                          (1 << 32) - 1, 1 << 32):
+                    for lo, up in ((0, 0), (1, 0), (0, -1), (-2, 2)):
+                        dims = [64] + [4] * (r - 1)
+                        dims[j] = d
+                        out.append(("area-dim-edge", with_rank(
+                            IM2COL, r, dims=dims, strides=[256, 1 << 20, 1 << 30, 1 << 36][:r - 1],
+                            lower=[lo] * (r - 2), upper=[up] * (r - 2), interleave=il)))
     for d0 in (1, 7, 8, 16, 64):
         for ch in (4, 8, 16, 64):
             out.append(("channels-vs-dim0", variant(IM2COL, dims=[d0, 8, 4], channels=ch,
