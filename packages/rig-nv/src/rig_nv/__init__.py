@@ -9,6 +9,7 @@ from rig_nv.clock import Clock
 from rig_nv.device import Device, Point, make
 from rig_nv.pci import NVIDIA, PciIdentity, is_gpu
 from rig_nv.rm import RM, Allocation, Path, RMError
+from rig_nv.tensormap import TensorMap, TensorMapError, tensor_map, tensor_map_im2col
 
 __version__ = "0.1.0"
 
@@ -23,7 +24,11 @@ __all__ = [
     "PciIdentity",
     "Point",
     "RMError",
+    "TensorMap",
+    "TensorMapError",
     "__version__",
     "is_gpu",
     "make",
+    "tensor_map",
+    "tensor_map_im2col",
 ]
