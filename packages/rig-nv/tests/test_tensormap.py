@@ -133,3 +133,16 @@ def test_fields_table_covers_what_the_encoder_writes() -> None:
             if c["result"] == 0:
                 seen |= int.from_bytes(bytes.fromhex(c["map"]), "little")
     assert seen & ~covered == 0
+
+
+def test_for_triton_is_fill_tma_descriptor_reversed() -> None:
+    """Triton's fill_tma_descriptor arguments (outermost first, strides in elements) give the
+    map of the same tensor named innermost first in bytes, with 128-byte L2 promotion."""
+    got = tensormap.for_triton(BASE, 3, 2, 6, [128, 64], [1024, 512], [512, 1], 0)
+    assert got == tensormap.tensor_map(BASE, "float16", [512, 1024], [1024], [64, 128],
+                                       swizzle="128b", l2="128b")
+    nan = tensormap.for_triton(BASE, 2, 4, 7, [8, 4, 16], [6, 40, 64], [2560, 64, 1], 1)
+    assert nan == tensormap.tensor_map(BASE, "float32", [64, 40, 6], [256, 10240], [16, 4, 8],
+                                       swizzle="64b", l2="128b", oob="nan")
+    with pytest.raises(tensormap.TensorMapError):
+        tensormap.for_triton(BASE, 3, 4, 6, [128, 64], [1024, 512], [512, 1], 0)

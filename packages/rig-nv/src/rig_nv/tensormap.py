@@ -289,3 +289,22 @@ def tensor_map_im2col(base: Region | int, dtype: Any, shape: Sequence[int],
     packed_up = sum((v & mask) << (bits * i) for i, v in enumerate(up))
     tail = packed_lo | packed_up << 16 | (px - 1) << 32
     return _pack(c, True, ch, tail, _load_bytes(c["elem"] * ch * px))
+
+
+def for_triton(address: int, swizzle: int, elem_size: int, elem_type: int,
+               block_size: Sequence[int], shape: Sequence[int], strides: Sequence[int],
+               padding: int) -> TensorMap:
+    """The map Triton's launcher builds for a host tensor descriptor, taking what its
+    ``fill_tma_descriptor`` takes (triton/backends/nvidia/driver.c, Triton 3.6): sizes and
+    element strides outermost first, CUDA's dtype and swizzle values, padding 1 for NaN.
+    It asks for no interleave and 128-byte L2 promotion. Raises :class:`TensorMapError`."""
+    names = {code: name for name, (code, _) in DTYPES.items()}
+    if elem_type not in names or DTYPES[names[elem_type]][1] != elem_size:
+        raise TensorMapError("dtype", f"Triton's element type {elem_type} of {elem_size} "
+                             "bytes is no tensor map dtype")
+    if not 0 <= swizzle < len(SWIZZLES):
+        raise TensorMapError("swizzle", f"Triton's swizzle {swizzle} is no CUtensorMapSwizzle")
+    inner = [elem_size * s for s in _ints("strides", strides)[-2::-1]]
+    return tensor_map(address, names[elem_type], list(shape)[::-1], inner,
+                      list(block_size)[::-1], swizzle=SWIZZLES[swizzle], l2="128b",
+                      oob="nan" if padding == 1 else "zero")
