@@ -554,6 +554,18 @@ def targeted() -> list[dict[str, Any]]:
     # Strides that do not cover the dimension below, or go backwards.
     for pair in ([16, 1 << 32], [1 << 22, 16], [1 << 22, 1 << 21], [64, 64]):
         out.append(("stride-order", variant(TILED, strides=pair)))
+    # What Triton's launcher asks for (fill_tma_descriptor: no interleave, L2 128B, dims
+    # reversed from its outermost-first block shapes), as a matmul's A and B tiles.
+    for dt in (0, 6, 9, 7):
+        e = ELEM[dt]
+        for want, outer in ((64, 128), (64, 64), (32, 256), (128, 128), (16, 64)):
+            inner_ = min(want, 128 // e)  # Triton splits wider tiles at the 128-byte span
+            nb = inner_ * e
+            swz = 3 if nb % 128 == 0 else 2 if nb % 64 == 0 else 1 if nb % 32 == 0 else 0
+            for oob in (0, 1) if dt != 0 else (0,):
+                out.append(("triton", variant(TILED, dtype=dt, rank=2, dims=[4096, 2048],
+                                              strides=[4096 * e], box=[inner_, outer],
+                                              estrides=[1, 1], swizzle=swz, l2=2, oob=oob)))
     for name, c in out:
         c["mutation"] = "probe:" + name
     return [c for _, c in out]
