@@ -146,3 +146,33 @@ def test_for_triton_is_fill_tma_descriptor_reversed() -> None:
                                        swizzle="64b", l2="128b", oob="nan")
     with pytest.raises(tensormap.TensorMapError):
         tensormap.for_triton(BASE, 3, 4, 6, [128, 64], [1024, 512], [512, 1], 0)
+
+
+# The rules a one-field sweep from a valid base case may break, by the field it changed.
+SWEPT_RULES = {"box": {"box"}, "dtype": {"dtype"}, "swizzle": {"swizzle"},
+               "lower": {"corner"}, "upper": {"corner"}, "channels": {"inner", "channels"},
+               "pixels": {"pixels"}, "rank": {"rank", "corner"}, "dims": {"shape"},
+               "strides": {"strides"}, "estrides": {"element_strides"}, "addr": {"address"},
+               "interleave": {"interleave", "swizzle"}, "l2": {"l2"}, "oob": {"oob"}}
+
+
+@pytest.mark.parametrize("path", DATA, ids=[p.name for p in DATA])
+def test_a_refused_sweep_names_the_rule_of_the_field_it_changed(path: Path) -> None:
+    """Issue 19: the rule a Misuse names is the one broken. A sweep case differs from its
+    valid base case (the first sweep case of its kind) in one field: the rule named must be
+    that field's."""
+    bases: dict[str, dict[str, Any]] = {}
+    checked = 0
+    for c in cases(path):
+        if c.get("mutation") != "sweep":
+            continue
+        base = bases.setdefault(c["fn"], c)
+        changed = {k for k in SWEPT_RULES if c.get(k) != base.get(k)}
+        if c["result"] == 0 or len(changed - {"dims", "strides", "estrides", "box"}) > 1:
+            continue
+        with pytest.raises(tensormap.TensorMapError) as e:
+            encode(c)
+        key = (changed - {"dims", "strides", "estrides", "box"} or changed).pop()
+        assert e.value.rule in SWEPT_RULES[key], (key, e.value, c)
+        checked += 1
+    assert checked >= 20
