@@ -118,7 +118,7 @@ def _ints(what: str, xs: Any) -> list[int]:
                              f"{xs!r}") from None
 
 
-def _address(base: Region | int, rank: int, dims: Sequence[int], strides: Sequence[int],
+def _address(base: Region | int, dims: Sequence[int], strides: Sequence[int],
              elem: int) -> int:
     if isinstance(base, Region):
         end = dims[0] * elem + sum((d - 1) * s for d, s in zip(dims[1:], strides, strict=True))
@@ -171,7 +171,7 @@ def _common(base: Region | int, dtype: Any, shape: Sequence[int], strides: Seque
     for e in es:
         if not 1 <= e <= 8:
             raise TensorMapError("element_strides", f"element strides must be 1 to 8, not {e}")
-    addr = _address(base, rank, dims, st, elem)
+    addr = _address(base, dims, st, elem)
     if addr % align:
         raise TensorMapError("address", f"address {addr:#x} is not {align}-byte aligned")
     if il == 2 and swz == 3:
