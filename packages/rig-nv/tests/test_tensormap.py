@@ -176,3 +176,23 @@ def test_a_refused_sweep_names_the_rule_of_the_field_it_changed(path: Path) -> N
         assert e.value.rule in SWEPT_RULES[key], (key, e.value, c)
         checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize(("call", "rule"), [
+    (lambda: tensormap.tensor_map(BASE, "float32", [64, 32], [256, 512], [16, 8]), "strides"),
+    (lambda: tensormap.tensor_map(BASE, "float32", [64, 32], [256], [16]), "box"),
+    (lambda: tensormap.tensor_map(BASE, "float32", [64, 32], [256], [16, 8],
+                                  element_strides=[1]), "element_strides"),
+    (lambda: tensormap.tensor_map(BASE, "float32", [64, 32], [256], ["a", 8]), "box"),
+    (lambda: tensormap.tensor_map(BASE + 8, "float32", [64, 32], [256], [16, 8]), "address"),
+    (lambda: tensormap.tensor_map(-16, "float32", [64, 32], [256], [16, 8]), "address"),
+    (lambda: tensormap.tensor_map_im2col(BASE, "float32", [64, 8, 4], [256, 2048], lower=[0, 0],
+                                         upper=[0], channels=16, pixels=8), "corner"),
+    (lambda: tensormap.tensor_map_im2col(BASE, "float32", [64, 8], [256], lower=[], upper=[],
+                                         channels=16, pixels=8), "rank"),
+])
+def test_calls_of_the_wrong_shape_are_refused_naming_the_argument(call: Any, rule: str) -> None:
+    """Misuse, naming what was wrong, for arguments the driver's call cannot even express."""
+    with pytest.raises(tensormap.TensorMapError) as e:
+        call()
+    assert e.value.rule == rule
