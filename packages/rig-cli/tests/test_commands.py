@@ -48,8 +48,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         return f"fake.{op}", by_index(op), "index"
 
     monkeypatch.setattr(changes, "find", find)
-    monkeypatch.setattr(changes, "gpu", lambda i: H200 if i == 0 else (_ for _ in ()).throw(
-        changes.NoSuchGpu(f"this machine has no GPU {i} (it has 1)")))
+    monkeypatch.setattr(changes, "gpu", lambda i, machine=None: H200 if i == 0 else (
+        _ for _ in ()).throw(changes.NoSuchGpu(f"this machine has no GPU {i} (it has 1)")))
     return seen
 
 
@@ -102,7 +102,7 @@ def test_detach_part_way_is_a_failure(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(changes, "find",
                         lambda op: ("fake", lambda i: PartWay("unbind timed out"), "index"))
-    monkeypatch.setattr(changes, "gpu", lambda i: H200)
+    monkeypatch.setattr(changes, "gpu", lambda i, machine=None: H200)
     assert main(["detach", "0", "--yes"]) == 1
     assert capsys.readouterr().err == (
         "rig: GPU 0 (0000:00:06.0): detach went only part way: unbind timed out.\n")

@@ -212,7 +212,8 @@ def test_a_machine_root_that_does_not_exist_is_misuse(tmp_path: Path) -> None:
     out = rig("list", "--machine", str(tmp_path / "nonexistent"))
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip() == (f"rig: --machine {tmp_path / 'nonexistent'}: no such "
-                                  "directory (it names the root of a machine's sysfs tree)")
+                                  "directory (it names the root of a machine's sysfs tree, or "
+                                  "is ssh://[user@]host[:port])")
 
 
 def test_a_missing_value_is_one_word_everywhere(machine: Path) -> None:

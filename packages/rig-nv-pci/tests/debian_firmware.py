@@ -3,8 +3,8 @@ tests that parse NVIDIA's own files (never committed: the package's licence is N
 
 :func:`fetch` reads the package's entry in Debian unstable's non-free-firmware index, downloads
 the .deb it names, checks its SHA-256 against the index, and writes its
-``nvidia/*/gsp/*-570.144.bin`` files (links kept as links) under a directory, as
-../shared/tools/firmware-from-debian does with apt. Where unstable no longer carries a package,
+``nvidia/*/gsp/*-570.144.bin`` files (links kept as links) under a directory, with no apt.
+Where unstable no longer carries a package,
 the one these tests were written against (20260916-1, linux-firmware 20260916) comes from
 snapshot.debian.org by its SHA-1. The tests check each file's BLAKE2b-256 digest themselves.
 Run as a script it fills a directory: ``python debian_firmware.py DIR``.

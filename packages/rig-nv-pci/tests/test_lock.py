@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from rig_nv_pci import lock
+from rig_pci import locks
 
 DIRECTORY = lock.directory  # the module's own rule (conftest's private_locks replaces it)
 
@@ -23,8 +24,8 @@ def test_root_and_every_user_lock_in_one_place(tmp_path: Path, monkeypatch: pyte
     run.mkdir()
     tmp.mkdir()
     run.chmod(mode)
-    monkeypatch.setattr(lock, "RUN_LOCK", run)
-    monkeypatch.setattr(lock, "TMP", tmp)
+    monkeypatch.setattr(locks, "RUN_LOCK", run)
+    monkeypatch.setattr(locks, "TMP", tmp)
     as_root = DIRECTORY()
     assert as_root == tmp_path / where
     # a user: /run/lock not writable by this process, a runtime directory and TMPDIR of its own

@@ -330,8 +330,8 @@ class FakePath:
     def complete(self) -> None:
         """The GPU finishes every submission so far: the timeline word reaches the last."""
         d = self.device
-        if d is not None and getattr(d, "_word", None) is not None:
-            d._word[0] = d._next - 1
+        if d is not None and getattr(d, "timeline", None) is not None:
+            d.timeline.word[0] = d.timeline.current()
 
 
 def rc(d: Any, xid: int, engine: int = 1) -> None:
@@ -340,20 +340,27 @@ def rc(d: Any, xid: int, engine: int = 1) -> None:
     NV2080 engine type, status 0xFFFF). What GET_MMU_FAULT_INFO answers is FakeRM.mmu_faults,
     what a GT200_DEBUGGER's READ_MMU_FAULT_INFO answers FakeRM.fault_records, its
     READ_ALL_SM_ERROR_STATES FakeRM.sm_errors."""
-    for note in d._notifiers:
+    for note in d.health.notifiers():
         struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
+
+
+def open_on(path: FakePath, device: type[Any] | None = None) -> Any:
+    """A rig_nv.Device (or ``device``, a subclass) built on ``path``, which knows its device
+    before the build: its ``complete`` writes the device's timeline word. As
+    :func:`rig_nv.make`, but a failed build is left as it is, for the test to look at."""
+    from rig_nv import Device
+
+    d = (device or Device)(path)
+    path.device = d
+    d._build()
+    return d
 
 
 def open_fake() -> tuple[Any, FakePath]:
     """A rig_nv.Device on the stand-in path (the private anonymous mapping of MAP_PRIVATE is
     not used: memory is shared so that views of it alias)."""
-    from rig_nv import device as device_module
-
     path = FakePath()
-    d = device_module.Device(path)  # type: ignore[arg-type]
-    path.device = d
-    d._build()
-    return d, path
+    return open_on(path), path
 
 
-__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "rc"]
+__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "open_on", "rc"]

@@ -10,8 +10,9 @@ spec (Rig_nv_nvidia) promises ``Invalid_argument`` for ``gpu i`` and ``usage`` w
 or a window that is not positive: test_open_errors.py in rig-nv-nvidia checks those.
 
 Each case asserts the exception type, a message naming the problem, and that nothing reached
-the GPU or the RM: the timeline (``d._next``), every channel's ``put``, the stand-in's memory
-(``path.next``), its RM objects, the device's live regions and its local memory are as before.
+the GPU or the RM: the timeline (``d.timeline.next``), every channel's ``put``, the stand-in's
+memory (``path.next``), its RM objects, the device's live regions and its local memory are as
+before.
 """
 
 from __future__ import annotations
@@ -23,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu import BASE, FakePath, open_fake
+from fake_gpu import BASE, FakePath, open_fake, open_on
 
 from rig_edge import Memory, Misuse, Region
-from rig_nv import device as device_module
 from rig_nv.cubin import CubinError
 from rig_nv.device import Point
 from rig_nv.hostmem import view
@@ -58,10 +58,7 @@ def open_other() -> tuple[Any, FakePath]:
     """A second stand-in device whose memory lies apart from open_fake()'s."""
     path = FakePath()
     path.next = BASE + (64 << 30)
-    d = device_module.Device(path)  # type: ignore[arg-type]
-    path.device = d
-    d._build()
-    return d, path
+    return open_on(path), path
 
 
 @pytest.fixture
@@ -88,8 +85,9 @@ def ctx() -> Iterator[Ctx]:
 def state(c: Ctx) -> tuple[Any, ...]:
     """What a call may not change when it refuses its input."""
     d, path = c.d, c.path
-    return (d._next, tuple(ch.put for ch in d._channels), path.next, dict(path.rm.objects),
-            dict(d._allocs), d._slm, len(c.step._items), c.other._next,
+    return (d.timeline.next, tuple(ch.put for ch in d.timeline.channels), path.next,
+            dict(path.rm.objects), d.memory.regions(), d.loader.slm, len(c.step.items),
+            c.other.timeline.next,
             bytes(view(c.freed.host, N)), bytes(view(c.foreign.host, N)))
 
 
@@ -298,9 +296,9 @@ def test_copy(ctx: Ctx, call: Any, exc: Any, match: str) -> None:
 def test_copy_accepts_a_sub_region(ctx: Ctx) -> None:
     """Device.copy: "any kinds, any offsets" -- a Region lying inside a live one is live."""
     sub = Region(ctx.pin.gpu + 64, ctx.pin.host + 64, 64, Memory.PINNED)  # type: ignore[operator]
-    before = ctx.d._next
+    before = ctx.d.timeline.next
     ctx.d.copy(sub, Region(ctx.dev.gpu + 128, None, 64, Memory.DEVICE))
-    assert ctx.d._next == before + 1
+    assert ctx.d.timeline.next == before + 1
 
 
 UPLOAD: dict[str, Case] = {
@@ -358,9 +356,9 @@ def test_download(ctx: Ctx, call: Any, exc: Any, match: str) -> None:
 WAIT: dict[str, Case] = {
     "int": (lambda c: c.d.wait(1), Misuse, "wait needs a Point, not int"),
     "other-device": (lambda c: c.d.wait(Point(c.other, 1)), Misuse, "another device's"),
-    "never-submitted": (lambda c: c.d.wait(Point(c.d, c.d._next)), Misuse,
+    "never-submitted": (lambda c: c.d.wait(Point(c.d, c.d.timeline.next)), Misuse,
                         "was never submitted"),
-    "point-never-submitted": (lambda c: Point(c.d, c.d._next + 5).wait(), Misuse,
+    "point-never-submitted": (lambda c: Point(c.d, c.d.timeline.next + 5).wait(), Misuse,
                               "never submitted"),
 }
 
@@ -434,7 +432,7 @@ def test_step(ctx: Ctx, call: Any, exc: Any, match: str) -> None:
 def test_step_set_args_checks_before_writing(ctx: Ctx) -> None:
     """Step.set_args: bad arguments are Misuse, and the recorded bank keeps its old bytes."""
     i = ctx.step.launch(ctx.vadd, (1,), (32,), (ctx.dev, ctx.dev, ctx.dev, 1))
-    bank = bytes(ctx.step._items[i].bank)
+    bank = bytes(ctx.step.items[i].bank)
     refused(ctx, lambda c: c.step.set_args(i, (c.dev, c.dev, c.dev, 1 << 40)), Misuse,
             "does not fit 4 bytes")
-    assert bytes(ctx.step._items[i].bank) == bank
+    assert bytes(ctx.step.items[i].bank) == bank

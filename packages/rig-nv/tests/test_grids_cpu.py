@@ -156,7 +156,7 @@ def test_a_step_records_a_cluster_launch(dev: Any) -> None:
     fn = loaded(d, "cluster_rank")
     s = d.step()
     s.launch(fn, (8, 2, 1), (128, 1, 1), (d.alloc(8 * 2 * 128 * 4),), cluster=(2, 2, 1))
-    item = s._items[0]
+    item = s.items[0]
     assert bits(item.prep.qmd, 25, 23) == 3
     assert (bits(item.prep.qmd, 2149, 2144), bits(item.prep.qmd, 2157, 2152)) == (2, 2)
     assert words(bytes(item.bank), 0x15C, 3) == (4, 1, 1)
@@ -179,14 +179,14 @@ def test_cluster_misuse_changes_nothing(dev: Any, kernel: str, grid: tuple[int, 
     maximum."""
     d, _ = dev
     fn = loaded(d, kernel)
-    before = d._next
+    before = d.timeline.next
     args = (d.alloc(4096),) if kernel != "grid_sum" else (
         d.alloc(4096), d.alloc(4096), d.alloc(4), 1024)
     with pytest.raises(Misuse, match=match):
         d.launch(fn, grid, (128, 1, 1), args, cluster=cluster)
     with pytest.raises(Misuse, match=match):
         d.step().launch(fn, grid, (128, 1, 1), args, cluster=cluster)
-    assert d._next == before
+    assert d.timeline.next == before
     assert not any(len(key) > 4 for key in fn.prepared)
 
 
@@ -267,7 +267,7 @@ def test_a_cooperative_grid_gets_the_grid_workspace(dev: Any) -> None:
     d.launch(fn, (132, 1, 1), (256, 1, 1), (x, partial, out, 1024), cooperative=True).wait()
     prep = L.prepare(d, fn, (132, 1, 1), (256, 1, 1), 0, None, True)
     high, low = words(prep.bank, 0x44, 2)
-    ws = grids.workspace(d)
+    ws = d.loader.grid_workspace()
     assert (high << 32 | low) == ws.gpu != 0
     assert struct.unpack("<II", d.download(ws, 8)) == (8, 0)
     plain = L.prepare(d, fn, (132, 1, 1), (256, 1, 1), 0)
@@ -281,8 +281,8 @@ def test_a_step_records_a_cooperative_launch(dev: Any) -> None:
     s = d.step()
     s.launch(fn, (264,), (256,), (d.alloc(4096), d.alloc(4096), d.alloc(4), 1024),
              cooperative=True)
-    high, low = words(bytes(s._items[0].bank), 0x44, 2)
-    assert (high << 32 | low) == grids.workspace(d).gpu
+    high, low = words(bytes(s.items[0].bank), 0x44, 2)
+    assert (high << 32 | low) == d.loader.grid_workspace().gpu
     s.submit().wait()
     with pytest.raises(Misuse, match="exceeds the 1056"):
         d.step().launch(fn, (2000,), (256,), (d.alloc(4096), d.alloc(4096), d.alloc(4), 1),
@@ -296,10 +296,10 @@ def test_a_cooperative_grid_larger_than_the_gpu_holds_is_misuse(dev: Any) -> Non
     fn = loaded(d, "grid_sum")
     args = (d.alloc(4096), d.alloc(4096), d.alloc(4), 1024)
     d.launch(fn, (8 * 132, 1, 1), (256, 1, 1), args, cooperative=True).wait()
-    before = d._next
+    before = d.timeline.next
     with pytest.raises(Misuse, match="1057 blocks exceeds the 1056"):
         d.launch(fn, (8 * 132 + 1, 1, 1), (256, 1, 1), args, cooperative=True)
-    assert d._next == before
+    assert d.timeline.next == before
 
 
 def test_cooperative_grids_are_refused_where_rig_has_not_measured_the_workspace() -> None:

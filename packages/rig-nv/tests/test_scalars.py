@@ -95,6 +95,6 @@ def test_a_typed_function_launches_with_converted_arguments(dev: Any) -> None:
         d.launch(fn, (1,), (64,), (3, x, y, 64)).wait()
     prep = L.prepare(d, fn, (1,), (64,), 0)
     at = prep.slots.at[prep.slots.turn - 1] + 512 + fn.kernel.param_offset
-    assert struct.unpack_from("<f", d._pool.view, at) == (3.0,)
+    assert struct.unpack_from("<f", d.timeline.pool.view, at) == (3.0,)
     with pytest.raises(Misuse, match="is i32, not float"):
         d.launch(fn, (1,), (64,), (3, x, y, 64.0))

@@ -14,6 +14,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rig_pci import Machine
 
 OK, FAILURE, MISUSE, NO_GPU, REFUSED = 0, 1, 2, 3, 4
 
@@ -120,14 +124,18 @@ def _parser() -> argparse.ArgumentParser:
         help="also each GPU's memory and UUID, read from the kernel driver's RM (loads "
         "rig_nv_nvidia: slower than the sysfs listing)",
     )
-    lister.add_argument(
-        "--machine", metavar="ROOT",
-        help="list the machine whose sysfs tree lies under ROOT (default: this machine)",
-    )
+    machine_help = ("the machine: ssh://[user@]host[:port] over SSH (rig's agent runs on its "
+                    "python3; nothing is installed there; a /ROOT after it names the directory "
+                    "its sysfs tree lies under there), or the directory a sysfs tree lies "
+                    "under here (default: this machine)")
+    lister.add_argument("--machine", metavar="MACHINE", help=machine_help)
 
     info = command("info", "open a GPU through its kernel driver and show its facts")
     index(info)
     info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument("--machine", metavar="MACHINE",
+                      help=machine_help + "; another machine's GPU is not opened: its PCI facts "
+                      "are shown")
 
     usage = command("usage", "show a GPU's memory (total, free) and how busy it is")
     index(usage)
@@ -153,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
         p = command(name, text)
         index(p, optional=False)
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if name == "reset":
+            p.add_argument("--machine", metavar="MACHINE", help=machine_help)
 
     firmware = command("firmware", "fetch the GSP firmware set the NV-PCI path boots with")
     firmware.add_argument("which", choices=["nv"], help="whose firmware (nv: NVIDIA's)")
@@ -192,26 +202,55 @@ def sentence(e: BaseException) -> str:
     return f"rig: {text}"
 
 
-def _run(args: argparse.Namespace) -> int:
+def machine_of(text: str) -> Machine:
+    """``--machine``: ``ssh://[user@]host[:port][/ROOT]`` over SSH (ROOT: where the sysfs
+    tree lies there, ``/`` by default), anything else the directory a sysfs tree lies under
+    here. Raises :class:`rig_edge.Misuse` for an ssh:// address that is not of that form."""
     from rig_edge import Misuse
+    from rig_pci import Machine
 
+    if not text.startswith("ssh://"):
+        if not Path(text).is_dir():
+            raise Misuse(f"--machine {text}: no such directory (it names the root of a "
+                         "machine's sysfs tree, or is ssh://[user@]host[:port])")
+        return Machine.at(text)
+    where, _, root = text.removeprefix("ssh://").partition("/")
+    user, at, hostport = where.rpartition("@")
+    if hostport.startswith("["):  # an IPv6 address: [::1]:22
+        host, _, tail = hostport[1:].partition("]")
+        port = tail.removeprefix(":") if tail.startswith(":") else tail
+    else:
+        host, _, port = hostport.partition(":")
+    if not host or (at and not user) or (port and not port.isdigit()):
+        raise Misuse(f"--machine {text!r} is not ssh://[user@]host[:port][/ROOT]")
+    return Machine.ssh(f"{user}@{host}" if at else host, port=int(port) if port else None,
+                       root="/" + root.rstrip("/"))
+
+
+def _run(args: argparse.Namespace) -> int:
     _check_ranges(args)
+    machine = machine_of(args.machine) if getattr(args, "machine", None) else None
+    try:
+        return _command(args, machine)
+    finally:
+        if machine is not None:
+            machine.close()
+
+
+def _command(args: argparse.Namespace, machine: Machine | None) -> int:
     if args.command == "list":
         from rig_cli.listing import run_list
-        from rig_pci import Machine
 
-        if args.machine and not Path(args.machine).is_dir():
-            raise Misuse(f"--machine {args.machine}: no such directory (it names the root of "
-                         "a machine's sysfs tree)")
-        machine = Machine.at(args.machine) if args.machine else None
         fmt = args.format
         if args.query and fmt is None and not args.json:
             fmt = ("csv", True)  # the columns asked for are the CSV's and JSON's vocabulary
         return run_list(as_json=args.json, machine=machine, fmt=fmt, columns=args.query,
                         memory=args.memory)
     if args.command == "info":
-        from rig_cli.info import run_info
+        from rig_cli.info import run_info, run_pci_info
 
+        if machine is not None:
+            return run_pci_info(args.index, machine, as_json=args.json)
         return run_info(args.index, as_json=args.json)
     if args.command == "usage":
         from rig_cli.info import run_usage
@@ -224,7 +263,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("detach", "attach", "reset"):
         from rig_cli.changes import run_change
 
-        return run_change(args.command, args.index, yes=args.yes)
+        return run_change(args.command, args.index, yes=args.yes, machine=machine)
     if args.command == "firmware":
         from rig_cli.changes import run_firmware
 

@@ -6,9 +6,9 @@ import math
 from dataclasses import dataclass
 
 from rig_edge import Misuse, Opener, OpenRefused, RigError, opener_name
+from rig_nv import Device, make
 from rig_nv.clock import rm_time_ns
 from rig_nv.controls import FB_HEAP_FREE, FB_RAM_SIZE, NV2080_CTRL_CMD_FB_GET_INFO, info_list
-from rig_nv.device import Device, make
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv_nvidia.driver import PROCESS, Gpu, KernelRM, gpu_uuid
 from rig_nv_nvidia.listing import gpu_functions

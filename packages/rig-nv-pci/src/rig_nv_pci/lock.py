@@ -8,27 +8,25 @@ run while the lock is held: the holding thread's signal handler, finalizer or tr
 a callback the open or change calls) raises :class:`rig_edge.Misuse`, having changed nothing
 (the Rig_nv_pci spec's Invalid_argument): waiting there would wait for the thread itself.
 
-:class:`BusLock` is an exclusive ``flock`` on a file per GPU, ``rig-nv-pci-BUS.lock``. An
-open holds it for as long as its device lives and a change while it runs; another process
-waits for it up to :data:`BUS_WAIT_S` (another's stop ends), then is refused. The kernel lets
-both go when the process dies. Both files lie in :func:`directory`, one place for root and
-every user whatever their environment.
+:class:`BusLock` is an exclusive ``flock`` on a file per GPU, ``rig-nv-pci-BUS.lock``, in
+the machine's lock directory (:func:`rig_pci.locks.directory`). An open holds it for as long
+as its device lives, so no other open or change, in this process or another, takes the GPU
+meanwhile; the kernel lets the lock go when the process dies. Another machine's GPU is locked
+there, by rig's agent (:class:`rig_pci.transport.LocksThere`), for as long as it is held.
+(Taking the function is exclusive too: VFIO opens a group once and a physical take locks the
+function's config file. The lock file says why earlier, and names the GPU.)
 """
 from __future__ import annotations
 
-import errno
-import fcntl
 import hashlib
-import os
-import stat
 import threading
-import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 
 from rig_edge import Misuse, RigError
-from rig_pci import Machine
+from rig_pci import Machine, locks
+from rig_pci.transport import Held, LocksThere
 
 
 class _Serial:
@@ -44,8 +42,6 @@ class _Serial:
 # together: GFW, the falcons, GSP_INIT_DONE) and for another's hold of one GPU (its stop).
 SERIAL_WAIT_S = 120.0
 BUS_WAIT_S = 10.0
-_NAP_S = 0.02
-RUN_LOCK, TMP = Path("/run/lock"), Path("/tmp")
 
 _serial = _Serial()
 _held: set[tuple[str, str]] = set()
@@ -67,27 +63,21 @@ def serial(what: str) -> Iterator[None]:
             raise Misuse(f"{what} was called from inside another open or change of a GPU")
         _serial.inside = True  # before the wait: a callback during it is refused, not waited on
         try:
-            file = directory() / "rig-nv-pci.lock"
-            fd = _locked(file, SERIAL_WAIT_S, f"{what} waited {{wait}} s for another process's "
-                         "open or change of an NVIDIA GPU, which holds {file}, and no longer")
+            held = locks.FileLock.take(
+                directory() / "rig-nv-pci.lock", SERIAL_WAIT_S, f"{what} waited {{wait}} s for "
+                "another process's open or change of an NVIDIA GPU, which holds {file}, and "
+                "no longer")
             try:
                 yield
             finally:
-                os.close(fd)  # which lets the flock go
+                held.release()
         finally:
             _serial.inside = False
 
 
 def directory() -> Path:
-    """Where the lock files lie: /run/lock where every user may write there (Debian and
-    Ubuntu make it a sticky tmpfs), else /tmp; one place for root and every user, read from
-    neither the user nor the environment."""
-    try:
-        mode = RUN_LOCK.stat().st_mode
-    except OSError:
-        return TMP
-    others = stat.S_IWOTH | stat.S_IXOTH
-    return RUN_LOCK if stat.S_ISDIR(mode) and mode & others == others else TMP
+    """Where this machine's lock files lie (:func:`rig_pci.locks.directory`)."""
+    return locks.directory()
 
 
 def path(machine: Machine, bus: str) -> Path:
@@ -99,90 +89,55 @@ def path(machine: Machine, bus: str) -> Path:
     return directory() / f"rig-nv-pci-{tag}-{bus}.lock"
 
 
-def _open(p: Path) -> int:
-    try:
-        return os.open(p, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        pass
-    # Readable by all, so that any user's process can open and lock it (flock needs no write).
-    fd = os.open(p, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    with suppress(OSError):  # a umask may have taken the others' read bit
-        os.fchmod(fd, 0o644)
-    return fd
-
-
-def _locked(file: Path, wait_s: float, refusal: str) -> int:
-    """An fd of ``file`` holding its exclusive flock, waited for up to ``wait_s`` (flock has
-    no timeout of its own, so the wait naps and tries again). Raises
-    :class:`rig_edge.RigError`: ``refusal`` (formatted with ``file`` and ``wait``) when
-    another holds it that long, or why the file cannot be opened or locked."""
-    try:
-        fd = _open(file)
-    except OSError as e:
-        raise RigError(f"its lock file {file} cannot be opened: {e.strerror}") from e
-    deadline = time.monotonic() + wait_s
-    try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except OSError as e:
-                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise RigError(f"its lock file {file} cannot be locked: {e.strerror}") from e
-            if time.monotonic() >= deadline:
-                raise RigError(refusal.format(file=file, wait=f"{wait_s:g}"))
-            time.sleep(_NAP_S)
-    except BaseException:
-        os.close(fd)
-        raise
-
-
 class BusLock:
     """The lock of one GPU, held from :meth:`take` until :meth:`release` (or the process's
     end)."""
 
-    def __init__(self, key: tuple[str, str], fd: int, file: Path) -> None:
+    def __init__(self, key: tuple[str, str], lock: Held, file: Path) -> None:
         self._key = key
-        self._fd: int | None = fd
+        self._lock: Held | None = lock
         self.path = file
 
     @classmethod
     def take(cls, machine: Machine, bus: str) -> BusLock:
         """Take the lock of the GPU at ``bus`` of ``machine``, waiting up to
-        :data:`BUS_WAIT_S` while another process holds it (never while this one does).
+        :data:`BUS_WAIT_S` while another process holds it (never while this one does); on
+        another machine reached by a :class:`rig_pci.transport.LocksThere`, there, at once.
 
         Raises :class:`rig_edge.RigError` saying who holds it: this process (an open device of
         the GPU, or an open or change under way), another process (for that long), or that
-        the lock file cannot be opened or locked.
+        the lock file cannot be opened or locked (or the machine cannot be reached).
         """
         key = (machine.name, bus)
         with _held_lock:
             if key in _held:
                 raise RigError("this process holds it (a device of it is open)")
             _held.add(key)
-        file = path(machine, bus)
         try:
-            fd = _locked(file, BUS_WAIT_S, "another process holds it (an open or change of it "
-                         "held {file} for the {wait} s this one waited)")
+            if isinstance(machine.transport, LocksThere):
+                name = f"rig-nv-pci-{bus}.lock"
+                return cls(key, machine.transport.lock(name), Path(name))
+            file = path(machine, bus)
+            return cls(key, locks.FileLock.take(
+                file, BUS_WAIT_S, "another process holds it (an open or change of it held "
+                "{file} for the {wait} s this one waited)"), file)
         except BaseException:
             with _held_lock:
                 _held.discard(key)
             raise
-        return cls(key, fd, file)
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._lock is not None
 
     def release(self) -> None:
         """Let the lock go; again does nothing."""
-        fd, self._fd = self._fd, None
-        if fd is None:
+        lock, self._lock = self._lock, None
+        if lock is None:
             return
         try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
+            lock.release()
         finally:
-            os.close(fd)
             with _held_lock:
                 _held.discard(self._key)
 

@@ -13,6 +13,7 @@ from rig_nv.pci import NVIDIA, PciIdentity, is_gpu
 from rig_nv.profile import Event, Profile
 from rig_nv.rm import RM, Allocation, Path, RMError
 from rig_nv.step import Step
+from rig_nv.tensormap import TensorMap, TensorMapError, tensor_map, tensor_map_im2col
 
 __version__ = "0.1.0"
 
@@ -33,8 +34,12 @@ __all__ = [
     "Profile",
     "RMError",
     "Step",
+    "TensorMap",
+    "TensorMapError",
     "UnknownKernel",
     "__version__",
     "is_gpu",
     "make",
+    "tensor_map",
+    "tensor_map_im2col",
 ]

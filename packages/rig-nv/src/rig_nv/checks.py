@@ -14,7 +14,7 @@ from rig_edge import Misuse, Region
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
 
-    from rig_nv.device import Device
+    from rig_nv.memory import Heap
 
 
 class ArrayInterface(Protocol):
@@ -70,25 +70,18 @@ def region_of(what: str, region: Any) -> Region:
     return region
 
 
-def live(d: Device, region: Region, what: str) -> None:
-    """:class:`Misuse` unless ``region`` is, or lies inside, a live region of ``d`` (at the
-    same host address): not freed, not another device's."""
-    with d._lock:
-        if region in d._allocs:
-            return
-        for r in d._allocs:
-            if (r.kind is region.kind and r.gpu <= region.gpu
-                    and region.gpu + region.length <= r.gpu + r.length
-                    and region.host == (None if r.host is None
-                                        else r.host + region.gpu - r.gpu)):
-                return
-    raise Misuse(f"{what} {region} is not a live region of {d.facts.name} (freed, or "
-                 "another device's)")
+def live(memory: Heap, region: Region, what: str) -> None:
+    """:class:`Misuse` unless ``region`` is, or lies inside, a live region of ``memory`` (at
+    the same host address): not freed, not another device's."""
+    if not memory.contains(region):
+        raise Misuse(f"{what} {region} is not a live region of {memory.name} (freed, or "
+                     "another device's)")
 
 
-def span(d: Device, what: str, region: Any, offset: Any, n: Any) -> tuple[Region, int, int]:
-    """Check that ``n`` bytes at ``offset`` lie inside ``region``, a live region of ``d``;
-    returns them. Raises :class:`Misuse` naming the problem, before anything is submitted."""
+def span(memory: Heap, what: str, region: Any, offset: Any, n: Any) -> tuple[Region, int, int]:
+    """Check that ``n`` bytes at ``offset`` lie inside ``region``, a live region of
+    ``memory`` (a device's :class:`rig_nv.memory.Heap`); returns them. Raises
+    :class:`Misuse` naming the problem, before anything is submitted."""
     if type(region) is not Region:
         region = region_of(what, region)
     if type(offset) is not int:
@@ -100,6 +93,6 @@ def span(d: Device, what: str, region: Any, offset: Any, n: Any) -> tuple[Region
     if offset < 0 or offset + n > region.length:
         raise Misuse(f"bytes [{offset}, {offset + n}) lie outside the {region.length}-byte "
                      f"{what}")
-    if region not in d._allocs:  # the common case needs no lock: a dict's lookup is atomic
-        live(d, region, what)
+    if not memory.holds(region):
+        live(memory, region, what)
     return region, offset, n

@@ -8,14 +8,13 @@ the H200 (tests/data/cuda_h200_launches.json); see docs/hopper-launch.md. On
 sm_100 and later ptxas indexes the same words by SR_CgaSize, a layout rig has not measured:
 clusters and cooperative grids are refused there. A cooperative grid's ``grid.sync()`` uses
 the driver's grid workspace (cooperative_groups/details/driver_abi.h: ``{u32 wsSize; u32
-barrier}`` at the address in %envreg1:%envreg2); rig keeps one per device, zeroed, since the
-device runs its launches one after another.
+barrier}`` at the address in %envreg1:%envreg2); the loader keeps one per device, zeroed,
+since the device runs its launches one after another.
 """
 
 from __future__ import annotations
 
 import struct
-import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -27,7 +26,7 @@ from rig_nv.occupancy import max_active_blocks
 if TYPE_CHECKING:
     from rig_nv.device import Device
 
-__all__ = ["PDL_MISSING", "Options", "check", "fill_bank", "workspace"]
+__all__ = ["PDL_MISSING", "Options", "check", "fill_bank", "make_workspace"]
 
 PORTABLE_CLUSTER = 8  # the CUDA programming guide's portable cluster size
 MOST_CLUSTER = {"sm_90": 16}  # non-portable: cudaFuncAttributeNonPortableClusterSizeAllowed
@@ -180,16 +179,11 @@ def fill_bank(bank: bytearray, arch: str, grid: tuple[int, int, int], options: O
         struct.pack_into("<I", bank, low, workspace_address & 0xFFFFFFFF)
 
 
-_workspaces: weakref.WeakKeyDictionary[Device, Region] = weakref.WeakKeyDictionary()
-
-
-def workspace(device: Device) -> Region:
-    """The device's grid workspace (made on first use): wsSize 8, the barrier word 0."""
-    got = _workspaces.get(device)
+def make_workspace(device: Device) -> Region:
+    """A new grid workspace on ``device``: wsSize 8, the barrier word 0 (the device's loader
+    keeps one, :meth:`rig_nv.loader.Loader.grid_workspace`)."""
+    got = device.alloc(256, Memory.DEVICE)
     if got is None:
-        got = device.alloc(256, Memory.DEVICE)
-        if got is None:
-            raise RigError(f"{device.facts.name}: no memory for a cooperative grid's workspace")
-        device.upload(got, struct.pack("<II", WORKSPACE_BYTES, 0)).wait()
-        _workspaces[device] = got
+        raise RigError(f"{device.facts.name}: no memory for a cooperative grid's workspace")
+    device.upload(got, struct.pack("<II", WORKSPACE_BYTES, 0)).wait()
     return got

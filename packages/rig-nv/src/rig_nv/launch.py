@@ -22,11 +22,10 @@ from rig_edge import Memory, Misuse, Region, RigError
 from rig_nv import checks, grids, occupancy, qmd, scalars
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
-from rig_nv.push import COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, SUBC_COMPUTE, header
-from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
 
 if TYPE_CHECKING:
-    from rig_nv.device import Device, Point
+    from rig_nv.device import Device
+    from rig_nv.timeline import Point
 
 # R_CUDA relocation types (the numbers nvdisasm's machine description gives them).
 R_CUDA_64 = 2
@@ -46,7 +45,10 @@ CODE_SLACK = 0x1000  # the SM prefetches past a kernel's last instruction
 @dataclass(frozen=True)
 class Bank0:
     """Where the driver's values lie in constant bank 0 (per architecture). ``descriptor`` is
-    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``)."""
+    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``).
+    ``address`` holds the bank's own GPU address, plus the parameters' offset where
+    ``to_params``: a kernel takes a parameter's address from it (``&p`` of a
+    ``__grid_constant__`` parameter, a TMA load's tensor map)."""
 
     block: int
     grid: int
@@ -54,14 +56,19 @@ class Bank0:
     local_window: int
     stack: int
     descriptor: int
+    address: int
+    to_params: bool
 
 
+# ``address``: read off ptxas 13.0's code for ``&p`` of a __grid_constant__ parameter:
+# sm_80 adds 0x160 to c[0x0][0x40]; sm_90 uses c[0x0][0x198] as the parameters' address (a
+# tensor map at parameter offset 0x70 is c[0x0][0x198] + 0x70), sm_100 and sm_120 c[0x0][0x348].
 BANK0_AMPERE = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
-                     descriptor=0x118)
+                     descriptor=0x118, address=0x40, to_params=False)
 BANK0_HOPPER = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
-                     descriptor=0x208)
+                     descriptor=0x208, address=0x198, to_params=True)
 BANK0_BLACKWELL = Bank0(block=0x360, grid=0x370, shared_window=0x2F0, local_window=0x2F8,
-                        stack=0x37C, descriptor=0x358)
+                        stack=0x37C, descriptor=0x358, address=0x348, to_params=True)
 # The memory descriptor written for every launch (0 until measured otherwise).
 MEMORY_DESCRIPTOR = 0
 
@@ -113,30 +120,23 @@ class Prepared:
     slot: int = 0  # where constant buffer 0's address lies in the QMD
     keep: int = 0  # the bits above that address in its upper dword (its size, flags)
     shift: int = 0  # how far the QMD shifts constant-buffer addresses
+    address: int = 0  # where the bank holds its own address (Bank0.address)
+    to_address: int = 0  # what that address adds to the bank's (0 or the parameters' offset)
     slots: Slots = field(default_factory=Slots, compare=False)
 
 
 def point_cbuf0(prep: Prepared, host: memoryview, at: int, gpu: int) -> None:
-    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it."""
+    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it,
+    and write the bank's address into the bank."""
     shifted = (gpu + 512) >> prep.shift
     _pack_q(host, at + prep.slot, (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
+    address_bank(prep, host, at + 512, gpu + 512)
 
 
-def make_slots(device: Device, prep: Prepared) -> None:
-    """Give ``prep`` its :data:`SLOTS` places in ``device``'s slot pool, each written once, or
-    mark it as having none (turn -1) when the pool is full."""
-    pool, slots = device._pool, prep.slots
-    size = -(-len(prep.blob) // 256) * 256
-    if device._pool_head + SLOTS * size > pool.length:
-        slots.turn = -1
-        return
-    for _ in range(SLOTS):
-        at = device._pool_head
-        device._pool_head = at + size
-        pool.view[at : at + len(prep.blob)] = prep.blob
-        point_cbuf0(prep, pool.view, at, pool.gpu + at)
-        slots.at.append(at)
-        slots.values.append(0)
+def address_bank(prep: Prepared, bank: memoryview | bytearray, at: int, gpu: int) -> None:
+    """Write into the bank at ``bank[at:]`` its GPU address ``gpu`` where the kernel reads it
+    (:attr:`Bank0.address`)."""
+    _pack_q(bank, at + prep.address, gpu + prep.to_address)
 
 
 @dataclass(frozen=True)
@@ -267,9 +267,9 @@ def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
         for region in (code, globals_):  # nothing of a failed load stays
             if region is not None:
                 with contextlib.suppress(Exception):
-                    device._give_back(region)
+                    device.memory.give_back(region)
         raise
-    device._images_loaded = True  # the next launch invalidates the instruction cache
+    device.timeline.code_loaded()  # the next launch invalidates the instruction cache
     return Image(device, cubin, code, globals_)
 
 
@@ -315,7 +315,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     check_function(device, fn)
     try:
         shared = operator.index(shared)
-        key: tuple[Any, ...] = (tuple(grid), tuple(block), shared, device._slm)
+        key: tuple[Any, ...] = (tuple(grid), tuple(block), shared, device.loader.slm)
         if cluster is not None or cooperative or pdl:
             key += (None if cluster is None else tuple(cluster), bool(cooperative), bool(pdl))
     except TypeError:
@@ -362,11 +362,10 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     if MEMORY_DESCRIPTOR and lay.descriptor + 8 <= len(bank):
         struct.pack_into("<Q", bank, lay.descriptor, MEMORY_DESCRIPTOR)
     if options is not grids.PLAIN:
+        workspace = device.loader.grid_workspace().gpu if options.cooperative else 0
         grids.fill_bank(bank, arch, g, options,
                         shared=k.shared_bytes + shared + occupancy.RESERVED_SHARED,
-                        window=shared_window,
-                        workspace_address=grids.workspace(device).gpu if options.cooperative
-                        else 0)
+                        window=shared_window, workspace_address=workspace)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
         program=fn.program,
@@ -374,7 +373,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         block=b,
         registers=max(k.registers, 1),
         shared_bytes=total,
-        local_bytes=max(local, device._slm),
+        local_bytes=max(local, device.loader.slm),
         barriers=max(k.barriers, 1),
         cbufs=((0, 0, len(bank)), *fn.cbufs),
         sass_version=sass_version(arch),
@@ -385,10 +384,11 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     slot, width = qmd.cbuf0_slot(layout)
     keep = int.from_bytes(desc[slot + 4 : slot + 8], "little") & ~((1 << width) - 1)
     got = Prepared(desc, bytes(bank), local, desc.ljust(512, b"\0") + bytes(bank), slot,
-                   keep, layout.cbuf_addr_shift)
+                   keep, layout.cbuf_addr_shift, lay.address,
+                   k.param_offset if lay.to_params else 0)
     fn.prepared[key] = got
     if isinstance(grid, tuple) and isinstance(block, tuple) and len(key) == 4:
-        fn.prepared[(grid, block, shared, device._slm)] = got  # the caller's own spelling
+        fn.prepared[(grid, block, shared, device.loader.slm)] = got  # the caller's own spelling
     return got
 
 
@@ -456,90 +456,14 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
     prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
     blob = bytearray(prep.blob)
     fill_args(fn, blob, args, 512)
-    if prep.local > device._slm:
-        device._ensure_local(prep.local)
+    if prep.local > device.loader.slm:
+        device.loader.ensure_local(prep.local)
         prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
-    return launch_blob(device, prep, blob, name or fn.name)
+    return device.timeline.launch_blob(prep, blob, name or fn.name)
 
 
 def view_of(region: Region) -> memoryview:
     assert region.host is not None
     return view(region.host, region.length)
-
-
-def launch_blob(d: Device, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
-                st: struct.Struct | None = None, values: Any = (), params: int = 0) -> Point:
-    """Send the QMD of ``blob`` (a QMD in its 512-byte slot, then its bank) with ``values``
-    packed by ``st`` at ``params`` in the bank: from one of the configuration's slots
-    (:class:`rig_nv.launch.Slots`, only the arguments written) when ``blob`` is the
-    prepared one and a slot is free, else written whole into the launch arena."""
-    with d._lock:
-        if d._lost is not None or d._stopped:
-            d._check()
-        done = d._word[0]
-        slots = prep.slots
-        k = slots.turn
-        if st is not None and blob is prep.blob and k >= 0:
-            if not slots.at:
-                make_slots(d, prep)
-                k = slots.turn
-            if k >= 0 and slots.values[k] <= done:
-                at = slots.at[k]
-                st.pack_into(d._pool.view, at + 512 + params, *values)
-                slots.turn = k + 1 if k + 1 < SLOTS else 0
-                point = send_qmd(d, d._pool.gpu + at, name, done)
-                slots.values[k] = point.value
-                return point
-        arena = d._arena
-        ring = arena.ring
-        inflight = arena.inflight
-        n = len(blob)
-        head = arena.head
-        while inflight and inflight[0][0] <= done:  # Arena.retire
-            inflight.popleft()
-        # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
-        at = -(-head // 256) * 256
-        end = at + n
-        if end > ring.length or n > ring.length >> 1 or (
-                inflight and inflight[0][1] < end and at < inflight[0][2]):
-            at = arena.take(n, 256)
-            end = at + n
-        else:
-            arena.head = end
-        host = ring.view
-        host[at:end] = blob
-        if st is not None:
-            try:  # values no Misuse check caught (a made-up Region's address): as it was
-                st.pack_into(host, at + 512 + params, *values)
-            except BaseException:
-                arena.head = head
-                raise
-        point_cbuf0(prep, host, at, ring.gpu + at)
-        point = send_qmd(d, ring.gpu + at, name, done)
-        inflight.append((point.value, at, end))  # Arena.used
-        return point
-
-def send_qmd(d: Device, address: int, name: str, done: int) -> Point:
-    """Launch the QMD at ``address`` on the compute channel as the next timeline value
-    (the caller holds the lock; ``done``: the timeline word it read)."""
-    value = d._next
-    compute = d.compute
-    if d._last is not compute or d._images_loaded or d._profile:
-        body: tuple[int, ...] = (d._pcas_a, address >> 8, d._pcas2_b,
-                                 PCAS_INVALIDATE_COPY_SCHEDULE)
-        if d._images_loaded:  # new code: the SMs' caches must not hold old bytes
-            body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                    INVALIDATE_CODE_AND_DATA, *body)
-            d._images_loaded = False
-        return d._submit_words(compute, body, name)
-    d._next = value + 1
-    words = d._launch_words
-    words[1] = address >> 8
-    words[7] = value & 0xFFFFFFFF
-    words[8] = value >> 32
-    compute.submit(words, value, done)
-    from rig_nv.device import Point
-
-    return Point(d, value)
