@@ -19,6 +19,7 @@ import pytest
 
 from rig_edge import Misuse
 from rig_nv import launch as L  # noqa: N812
+from rig_nv import tensormap
 from rig_nv import triton as rt
 
 HERE = Path(__file__).resolve().parent / "triton"
@@ -180,25 +181,41 @@ def test_device_built_descriptors_get_their_global_scratch(dev: Any) -> None:
     assert fresh._scratch == {}  # Misuse before any scratch memory is taken
 
 
-def test_host_descriptors_need_a_map_until_rig_encodes_them(dev: Any) -> None:
+def test_host_descriptors_are_their_map_then_shape_and_strides(dev: Any) -> None:
     """Issue 18: a host tensor descriptor the metadata describes is the 128-byte map then its
-    shape (i32) and strides (i64); until the tensor-map encoder exists, a Misuse naming it;
-    a map given (as tensor_map(...) will build it) goes in as it is."""
+    shape (i32) and strides (i64); the map is rig_nv.tensormap.for_triton's of what Triton's
+    make_tensordesc_arg hands fill_tma_descriptor, or one given (tensor_map(...)) as it is."""
     d, _ = dev
     k = loaded(d, "tile_copy")
+    meta = k.meta.tensordesc_meta[0]
+    assert meta is not None and (meta["swizzle"], meta["elem_size"], meta["elem_type"]) == (
+        3, 2, 6)
     src, dst = d.alloc(1 << 16), d.alloc(1 << 16)
-    desc = rt.TensorDescriptor(src, (128, 128), (128, 1), (64, 64))
-    with pytest.raises(Misuse, match="issue 19"):
-        k[(2, 2)](desc, rt.TensorDescriptor(dst, (128, 128), (128, 1), (64, 64)), 64, 64)
-    maps = bytes(range(128)), bytes(range(128, 256))
-    args = (rt.TensorDescriptor(src, (128, 128), (128, 1), (64, 64), map=maps[0]),
-            rt.TensorDescriptor(dst, (96, 128), (256, 1), (64, 64), map=maps[1]))
-    k[(2, 2)](*args).wait()
+    built = (rt.TensorDescriptor(src, (128, 128), (128, 1), (64, 64)),
+             rt.TensorDescriptor(dst, (96, 128), (256, 1), (64, 64), padding="nan"))
+    k[(2, 2)](*built, 64, 64).wait()
+    got = params(k, (2, 2, 1), *built)
     p = [x.offset for x in k.function.kernel.params]
-    got = params(k, (2, 2, 1), *args)
+    want = (tensormap.for_triton(src.gpu, 3, 2, 6, [64, 64], [128, 128], [128, 1], 0),
+            tensormap.for_triton(dst.gpu, 3, 2, 6, [64, 64], [96, 128], [256, 1], 1))
+    assert got[p[0] : p[0] + 128] == want[0] and got[p[5] : p[5] + 128] == want[1]
+    assert want[0] != want[1]
+    maps = bytes(range(128)), bytes(range(128, 256))
+    given = (rt.TensorDescriptor(src, (128, 128), (128, 1), (64, 64), map=maps[0]),
+             rt.TensorDescriptor(dst, (96, 128), (256, 1), (64, 64), map=maps[1]))
+    k[(2, 2)](*given).wait()
+    got = params(k, (2, 2, 1), *given)
     assert got[p[0] : p[0] + 128] == maps[0] and got[p[5] : p[5] + 128] == maps[1]
     assert struct.unpack_from("<iiqq", got, p[6]) == (96, 128, 256, 1)
     assert (p[0] + k.function.kernel.param_offset) % 64 == 0  # CUtensorMap's alignment
+    with pytest.raises(Misuse, match="compiled for blocks of"):
+        k[(2, 2)](rt.TensorDescriptor(src, (128, 128), (128, 1), (32, 64)), built[1])
+
+
+def test_device_element_types_become_cudas_for_the_map() -> None:
+    """driver.py's TMA_DTYPE_DEVICE_TO_HOST: device types 8, 9, 10 are CUDA's 10, 8, 9."""
+    assert {t: rt.TMA_DTYPE_DEVICE_TO_HOST.get(t, t) for t in range(12)} == {
+        0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5, 6: 6, 7: 7, 8: 10, 9: 8, 10: 9, 11: 11}
 
 
 def test_cooperative_and_dependent_launches_as_the_metadata_asks(dev: Any) -> None:

@@ -4,9 +4,10 @@ The rules are Triton 3.6's (triton/backends/nvidia/driver.py, CudaLauncher and m
 grid x ``num_ctas`` CTAs along x, in clusters of ``num_ctas``; 32 x ``num_warps`` threads;
 ``metadata.shared`` bytes of dynamic shared memory; constexpr parameters left out; a host
 tensor descriptor expanded into the 128-byte tensor map then its shape (i32) and strides
-(i64) where the metadata describes it, else into base, shape, strides, padding, shape and
-strides; then the global and the profile scratch pointers (size x CTAs bytes, aligned as the
-metadata says; null where the size is 0). Scalars are converted by the signature's types
+(i64) where the metadata describes it (the map built by :func:`rig_nv.tensormap.for_triton`
+unless given), else into base, shape, strides, padding, shape and strides; then the global
+and the profile scratch pointers (size x CTAs bytes, aligned as the metadata says; null where
+the size is 0). Scalars are converted by the signature's types
 (:mod:`rig_nv.scalars`). rig never imports triton: a CompiledKernel is read by its attributes.
 """
 
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
 from rig_nv import launch as launching
+from rig_nv import tensormap
 from rig_nv.launch import Function
 
 if TYPE_CHECKING:
@@ -26,17 +28,17 @@ if TYPE_CHECKING:
 
 __all__ = ["TensorDescriptor", "TritonKernel", "load"]
 
-TENSOR_MAPS_ISSUE = "issue 19, tensor maps built by rig"
-# Where rig's tensor-map encoder will plug in (issue 19): given a descriptor and Triton's
-# metadata of it (swizzle, elem_size, elem_type, block_size, fp4_padded), its 128 bytes.
-encode_tensor_map: Callable[[TensorDescriptor, Mapping[str, Any]], bytes] | None = None
+# Triton's element types on the device are not CUDA's on the host (driver.py's
+# TMA_DTYPE_DEVICE_TO_HOST): 8, 9 and 10 are rotated, the others the same.
+TMA_DTYPE_DEVICE_TO_HOST = {8: 10, 9: 8, 10: 9}
 
 
 @dataclass(frozen=True)
 class TensorDescriptor:
     """A host tensor descriptor, as triton.tools.tensor_descriptor.TensorDescriptor: a tensor
-    at ``base`` of ``shape`` and ``strides`` (in elements) read in ``block_shape`` tiles.
-    ``map`` is its 128-byte CUtensorMap where the caller has one (``tensor_map(...)``)."""
+    at ``base`` of ``shape`` and ``strides`` (in elements, outermost first) read in
+    ``block_shape`` tiles. ``map`` is its 128-byte CUtensorMap where the caller has built one
+    (:func:`rig_nv.tensormap.tensor_map`); else the launch builds it as Triton does."""
 
     base: Region
     shape: Sequence[int]
@@ -188,17 +190,19 @@ class TritonKernel:
                          f"and strides {strides}")
         if meta is None:
             return [arg.base, *shape, *strides, arg.padding == "nan", *shape, *strides]
+        if list(arg.block_shape) != list(meta["block_size"]):
+            raise Misuse(f"{self.meta.name} argument {i} was compiled for blocks of "
+                         f"{list(meta['block_size'])}, not {list(arg.block_shape)}")
         if meta.get("fp4_padded"):
             shape[-1] *= 2
-        if arg.map is not None:
-            tensor_map = arg.map
-        elif encode_tensor_map is not None:
-            tensor_map = encode_tensor_map(arg, meta)
-        else:
-            raise Misuse(f"{self.meta.name} argument {i} needs a 128-byte tensor map, which rig "
-                         f"cannot yet encode ({TENSOR_MAPS_ISSUE}): give the "
-                         "TensorDescriptor a map")
-        return [tensor_map, *shape, *strides]
+        tensor_map = arg.map
+        if tensor_map is None:  # as driver.py's make_tensordesc_arg fills it
+            elem_type = int(meta["elem_type"])
+            tensor_map = tensormap.for_triton(
+                arg.base.gpu, int(meta["swizzle"]), int(meta["elem_size"]),
+                TMA_DTYPE_DEVICE_TO_HOST.get(elem_type, elem_type), list(meta["block_size"]),
+                shape, strides, 1 if arg.padding == "nan" else 0)
+        return [bytes(tensor_map), *shape, *strides]
 
     def _scratch_for(self, kind: str, size_align: tuple[int, int], programs: int) -> Any:
         size, align = size_align
