@@ -18,7 +18,7 @@ from sim import fmc as sim_fmc
 from sim import fsp as sim_fsp
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE
 
-from rig_nv_pci import boot, boot_fsp, chips, gspmem, hopper, layout
+from rig_nv_pci import boot, boot_fsp, chips, fsp, gspmem, hopper, layout
 from rig_nv_pci.boot import BootError
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
@@ -220,3 +220,28 @@ def test_a_wpr_meta_the_fmc_cannot_use_fails_the_boot_with_its_error() -> None:
                                         rf"0x{sim_fmc.FMC_BAD_ARGS:02x}"):
         r.boot()
     assert "FMC error: GspFwWprMeta" in r.fmc.log[-1]
+
+
+def test_blackwell_waits_for_the_fsp_at_gb202s_therm_scratch_five_seconds() -> None:
+    """Issue 26 finding 1: GB202's NV_THERM_I2CS_SCRATCH is 0x00ad00bc (blackwell/gb202/
+    dev_therm.h), and kfspWaitForSecureBoot_GB202 waits 5 s. The simulated GB202 answers
+    only there (GH100's 0x000200bc reads 0), so an open waiting at GH100's address fails."""
+    assert chips.BLACKWELL.fsp_ready == (0xAD00BC, 5.0)
+    assert chips.HOPPER.fsp_ready == (0x0200BC, 4.0)
+    r = Gb202()
+    r.fsp.boot_polls = 3
+    r.boot()
+    assert 0xAD00BC in r.gpu.reads and 0x0200BC not in r.gpu.reads
+    assert r.gpu.bar0().read32(0x0200BC) == 0  # nothing answers at GH100's address on GB202
+
+
+def test_the_fsp_wait_at_gh100s_address_times_out_on_a_gb202() -> None:
+    """Issue 26 finding 1, the old behaviour planted: a wait at GH100's address on the
+    simulated GB202 never sees 0xff."""
+    r = Gb202()
+    device = fsp.Fsp(r.bar0, "GPU 3", timeout_s=0.05, ready=(0x0200BC, 0.05))
+    with pytest.raises(fsp.FspError, match=r"did not finish its boot within 0.05 s "
+                                            r"\(NV_THERM_I2CS_SCRATCH 0x00000000, not "
+                                            r"0x000000ff, at 0x0200bc\)"):
+        device.wait_ready()
+    fsp.Fsp(r.bar0, "GPU 3", ready=chips.BLACKWELL.fsp_ready).wait_ready()

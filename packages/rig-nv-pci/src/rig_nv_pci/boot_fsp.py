@@ -4,7 +4,8 @@ it in kernel_gsp_gh100.c, kfspPrepareBootCommands_GH100 / kfspSendBootCommands_G
 kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvoc.c):
 
 1. WPR2 is down (kgspIsWpr2Up_GH100 -> kgspIsWpr2Up_TU102, as :func:`boot.check_wpr2_down`);
-2. the FSP finished its own boot (kfspWaitForSecureBoot_GH100, :meth:`Fsp.wait_ready`);
+2. the FSP finished its own boot (kfspWaitForSecureBoot_GB202: GB202's NV_THERM_I2CS_SCRATCH,
+   5 s; :meth:`Fsp.wait_ready`);
 3. the FMC's ``image`` section copied into DMA memory rounded up to 4 KiB, zero-padded
    (kfspSetupGspImages: the "ucode_image" copy whose address is gspFmcSysmemOffset);
 4. GSP_FMC_BOOT_PARAMS in its own DMA buffer (kgspAllocBootArgs_GH100: 4 KiB aligned),
@@ -139,8 +140,11 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
              timeout_s: float = fsp.READY_TIMEOUT_S) -> FmcBooted:
     """Steps 1-6 of the module's docstring on the GPU ``name`` behind ``bar0``; ``fmc`` is
     the family's fmc-570.144.bin, ``memory`` built by :func:`rig_nv_pci.gspmem.build` with
-    :func:`rig_nv_pci.layout.fmc_sizes`. Returns once the GSP's RISC-V core runs."""
-    if family.boot != "fsp" or family.cot_version is None:
+    :func:`rig_nv_pci.layout.fmc_sizes`. The FSP's own boot is awaited at the family's
+    register for the family's time (kfspWaitForSecureBoot_GH100 / _GB202), or ``timeout_s``
+    where that is shorter than NVIDIA's default wait. Returns once the GSP's RISC-V core
+    runs."""
+    if family.boot != "fsp" or family.cot_version is None or family.fsp_ready is None:
         raise BootError(f"{name}: {family.architecture} does not boot through the FSP")
     try:
         parsed = fwimage.parse_fmc(fmc, cot_version=family.cot_version)
@@ -148,8 +152,8 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
         raise BootError(f"{name}: the FMC firmware is unusable: {e}") from e
     try:
         boot.check_wpr2_down(bar0)
-        device = fsp.Fsp(bar0, name, timeout_s=timeout_s)
-        device.wait_ready(timeout_s)
+        device = fsp.Fsp(bar0, name, timeout_s=timeout_s, ready=family.fsp_ready)
+        device.wait_ready(timeout_s if timeout_s < fsp.READY_TIMEOUT_S else None)
         image = _dma(alloc, bytes(parsed.image.data), "the FMC image")
         params = hopper.fmc_boot_params(memory.wpr_meta, memory.libos_args).pack()
         params_buf = _dma(alloc, params, "GSP_FMC_BOOT_PARAMS")

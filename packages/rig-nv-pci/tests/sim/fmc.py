@@ -36,9 +36,11 @@ WPR_META_SIZE = 256  # sizeof(GspFwWprMeta)
 
 
 def gb202(host: HostMemory | None = None) -> SimGpu:
-    """A simulated GB202: the FSP takes COT version 2; the GSP locked to it until the FMC.
-    GPUs given one ``host`` lie on one machine (sim/gpu.py HostMemory)."""
-    gpu = SimGpu(boot42=GB202_BOOT42, fsp=SimFsp(cot_version=2), host=host or HostMemory())
+    """A simulated GB202: the FSP takes COT version 2 and reports its boot at GB202's
+    NV_THERM_I2CS_SCRATCH; the GSP locked to it until the FMC. GPUs given one ``host`` lie on
+    one machine (sim/gpu.py HostMemory)."""
+    gpu = SimGpu(boot42=GB202_BOOT42, host=host or HostMemory(),
+                 fsp=SimFsp(cot_version=2, therm=regs.GB202_THERM_I2CS_SCRATCH))
     gpu.gsp.target_mask_locked = True
     gpu.gsp.br_lockdown = True
     return gpu

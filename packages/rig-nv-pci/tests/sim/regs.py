@@ -85,9 +85,11 @@ SW_SCRATCH = 0x1400
 # reports GSP-RM reloaded)
 BSI_SECURE_SCRATCH_14 = 0x1180F8
 
-# hopper/gh100/dev_therm.h NV_THERM_I2CS_SCRATCH; dev_therm_addendum.h: _FSP_BOOT_COMPLETE_STATUS
-# reads _SUCCESS 0xff once the FSP has booted
+# NV_THERM_I2CS_SCRATCH, per chip: hopper/gh100/dev_therm.h 0x000200bc, blackwell/gb202/
+# dev_therm.h 0x00ad00bc (gb100's keeps GH100's); dev_therm_addendum.h: _FSP_BOOT_COMPLETE_STATUS
+# reads _SUCCESS 0xff once the FSP has booted. On GB202 nothing answers at GH100's address.
 THERM_I2CS_SCRATCH = 0x0200BC
+GB202_THERM_I2CS_SCRATCH = 0xAD00BC
 # hopper/gh100/dev_fsp_pri.h, channel i at + 8i: EMEMC (OFFS 7:2, BLK 15:8, AINCW 24, AINCR 25),
 # EMEMD, the host -> FSP queue and the FSP -> host message queue
 FSP_EMEMC, FSP_EMEMD = 0x8F2AC0, 0x8F2AC4
