@@ -4,8 +4,8 @@ packet the host rings in (QUEUE_HEAD written) is parsed as MCTP/NVDM, a COT payl
 recorded, and an NVDM FSP_RESPONSE put in the message queue.
 
 Written from NVIDIA's headers (open-gpu-kernel-modules 570.144: hopper/gh100/dev_fsp_pri.h,
-dev_therm.h, blackwell/gb202/dev_therm.h, fsp_mctp_format.h, fsp_nvdm_format.h, kern_fsp_cot_payload.h,
-nvdm_payload_cmd_response.h) and importing nothing of rig_nv_pci.
+dev_therm.h, blackwell/gb202/dev_therm.h, fsp_mctp_format.h, fsp_nvdm_format.h,
+kern_fsp_cot_payload.h, nvdm_payload_cmd_response.h) and importing nothing of rig_nv_pci.
 """
 
 from __future__ import annotations
