@@ -157,7 +157,7 @@ def test_an_fmc_error_in_mailbox0_fails_the_boot_naming_it() -> None:
 def test_lockdown_never_released_times_out_naming_the_gpu() -> None:
     r = Gb202(release_lockdown=False)
     with pytest.raises(BootError, match=r"^GPU 3: the GSP's FMC did not release its lockdown "
-                                        r"within 0.05 s .*HWCFG2 0x00002400"):
+                                        r"within 0.05 s .*HWCFG2 0x80002400"):
         r.boot(timeout_s=0.05)
     assert r.firmware.boots == 0
 

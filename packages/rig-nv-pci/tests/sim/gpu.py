@@ -181,9 +181,14 @@ class SimGpu:
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
-                             self.host.read, bus_master=self.bus_master)
+                             self.host.read, bus_master=self.bus_master, boot0=self.boot0)
         self.sec2 = SimFalcon("SEC2", regs.SEC_BASE, regs.SEC_RISCV, regs.SEC_FBIF, 1 << 0,
-                              self.host.read, bus_master=self.bus_master)
+                              self.host.read, bus_master=self.bus_master, boot0=self.boot0)
+
+    def boot0(self) -> int:
+        """NV_PMC_BOOT_0: the chip's architecture and implementation in bits 31:20 (nv_ref.h
+        via BOOT_42's 29:20; enough for a BOOT_0 that is not all-ones)."""
+        return self.boot42 >> 20 << 20
 
     def bus_master(self) -> bool:
         """Whether Bus Master Enable (PCI_COMMAND bit 2) is set in its config space."""
@@ -266,7 +271,7 @@ class SimGpu:
         if self.timer.owns(offset):
             return self.timer.read(offset)
         if offset == regs.PMC_BOOT_0:
-            return self.boot42 >> 20 << 20  # enough for a BOOT_0 that is not all-ones
+            return self.boot0()
         if offset == regs.PMC_BOOT_42:
             return self.boot42
         if offset == regs.WPR2_ADDR_LO:

@@ -41,7 +41,8 @@ SEC_BASE, SEC_RISCV, SEC_FBIF = 0x840000, 0x841000, 0x840600
 # ga102/dev_falcon_v4.h, relative to the engine's base
 MAILBOX0, MAILBOX1 = 0x040, 0x044
 OS = 0x080
-HWCFG2 = 0x0F4  # RISCV 10:10, MEM_SCRUBBING 12:12 (0 = done)
+FALCON_RM = 0x084  # NV_PFALCON_FALCON_RM: what the HS ucode checks against NV_PMC_BOOT_0
+HWCFG2 = 0x0F4  # RISCV 10:10, MEM_SCRUBBING 12:12 (0 = done); _addendum.h RESET_READY 31:31
 CPUCTL = 0x100  # STARTCPU 1:1 (write), HALTED 4:4, ALIAS_EN 6:6
 BOOTVEC = 0x104
 HWCFG = 0x108  # IMEM_SIZE 8:0 in 256-byte blocks
