@@ -4,6 +4,7 @@ and the root client, and its stop (docs/hopper-boot.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 import sys
@@ -53,7 +54,8 @@ class Gb202:
         return sysinfo.SystemInfo(g.bar0_address, g.bar1_address, g.bar3_address, domain=0,
                                   bus=0x41, devfn=0, vendor=0x10DE, device=0x2B85,
                                   subsystem_vendor=0x10DE, subsystem_device=0x2057,
-                                  revision=0xA1)
+                                  revision=0xA1,
+                                  config_mirror=sysinfo.PCI_CONFIG_MIRROR_BASE_FSP)
 
     def boot(self, timeout_s: float = 0.2, fmc: bytes = FMC_FILE) -> boot.GspBooted:
         return boot_fsp.boot_fsp(self.bar0, name="GPU 3", family=chips.BLACKWELL, fmc=fmc,
@@ -245,3 +247,39 @@ def test_the_fsp_wait_at_gh100s_address_times_out_on_a_gb202() -> None:
                                             r"0x000000ff, at 0x0200bc\)"):
         device.wait_ready()
     fsp.Fsp(r.bar0, "GPU 3", ready=chips.BLACKWELL.fsp_ready).wait_ready()
+
+
+def test_blackwell_names_gb20xs_config_mirror_and_coherent_libos_arguments() -> None:
+    """Issue 26 finding 4: GspSystemInfo.pciConfigMirrorBase is NV_EP_PCFGM 0x92000 from GH100
+    on (kbifGetPciConfigSpacePriMirror_GH100), and the FMC boot parameters name rig's
+    write-back cached LibOS arguments COHERENT_SYSTEM (_kgspMemdescToDmaTarget)."""
+    r = Gb202()
+    r.boot()
+    assert r.firmware.failure is None, r.firmware.log
+    assert sysinfo.decode(r.firmware.system_info or b"")["pciConfigMirrorBase"] == 0x92000
+    assert r.fmc.boot_params["libos_target"] == hopper.GSP_DMA_TARGET_COHERENT_SYSTEM
+
+
+def test_a_gb202_told_ampere_s_config_mirror_never_reports_init_done() -> None:
+    """Issue 26 finding 4, the old mirror planted: GSP-RM on the simulated GB202 reads config
+    space through the mirror GspSystemInfo names, so 0x88000 there is garbage: no INIT_DONE."""
+    r = Gb202()
+    old = dataclasses.replace(r.system(), config_mirror=sysinfo.PCI_CONFIG_MIRROR_BASE)
+    r.system = lambda: old  # type: ignore[method-assign]
+    with pytest.raises(BootError, match="did not report GSP_INIT_DONE"):
+        r.boot(timeout_s=0.2)
+    assert "pciConfigMirrorBase 0x88000" in (r.firmware.failure or "")
+
+
+def test_libos_arguments_named_noncoherent_read_stale_and_never_start_gsp_rm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26 finding 4, the old target planted: NONCOHERENT_SYSTEM over cached memory reads
+    stale data on the simulated GB202 (no snoop), so LibOS finds no arguments."""
+    made = hopper.fmc_boot_params
+    monkeypatch.setattr(boot_fsp.hopper, "fmc_boot_params", lambda *a, **k: made(
+        *a, **k, libos_args_target=hopper.GSP_DMA_TARGET_NONCOHERENT_SYSTEM))
+    r = Gb202()
+    with pytest.raises(BootError, match="did not report GSP_INIT_DONE"):
+        r.boot(timeout_s=0.2)
+    assert "stale" in " ".join(r.firmware.log)
+    assert "no RMARGS" in (r.firmware.failure or "")

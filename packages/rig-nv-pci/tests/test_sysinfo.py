@@ -124,3 +124,8 @@ def test_system_info_from_a_listed_function_takes_bars_0_1_and_3() -> None:
     assert info.domain_bus_devfn == 0x4100 and info.device == 0x2204
     with pytest.raises(Misuse, match=r"0000:41:00.0 has no BAR 3"):
         sysinfo.SystemInfo.for_function(function(bars[:2]))
+    # issue 26 finding 4: NV_PCFG 0x88000 (GM107's HAL, GA10x/AD10x), NV_EP_PCFGM 0x92000 from
+    # GH100 on (kbifGetPciConfigSpacePriMirror_GH100), where the boot goes through the FSP
+    assert info.values()["pciConfigMirrorBase"] == 0x88000
+    fsp = sysinfo.SystemInfo.for_function(function(bars), fsp_boot=True)
+    assert sysinfo.decode(fsp.encode())["pciConfigMirrorBase"] == 0x92000

@@ -150,7 +150,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
             data_offset=bl.desc.monitor_data_offset, manifest_offset=bl.desc.manifest_offset,
             signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
             doorbell=boot.doorbell(bar0), name=name)
-        system = sysinfo.SystemInfo.for_function(f.info)
+        system = sysinfo.SystemInfo.for_function(f.info, fsp_boot=fsp_boot)
         log = EventLog(name)
 
         def on_event(event: rpc.Incoming) -> None:

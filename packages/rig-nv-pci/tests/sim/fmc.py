@@ -16,7 +16,9 @@ and polls show:
   :data:`FMC_BAD_ARGS` in MAILBOX0 with the lockdown held;
 - its ACR raises WPR2 (FRTS at ``frtsVidmemOffset`` from the end of FB), the FSP releases the
   GSP's PRIV target mask, the FMC releases HWCFG2.RISCV_BR_PRIV_LOCKDOWN and GSP-RM starts
-  on the RISC-V core with the LibOS arguments' address from the boot params.
+  on the RISC-V core with the LibOS arguments' address from the boot params, read through
+  the coherence gspRmParams.target names (sim/gsp_fw.py: stale over cached memory when it
+  says NONCOHERENT_SYSTEM).
 """
 
 from __future__ import annotations
@@ -129,4 +131,4 @@ class SimFmc:
         gsp.start_riscv()
         self.log.append("GSP-RM started")
         if self.gpu.on_gsp_start_at is not None:
-            self.gpu.on_gsp_start_at(libos)
+            self.gpu.on_gsp_start_at(libos, libos_target == COHERENT_SYSTEM)

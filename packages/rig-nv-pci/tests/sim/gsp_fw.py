@@ -16,7 +16,9 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig
   message_queue_cpu.c GspMsgQueuesInit), creates the status queue and serves the command
   queue (tests/gsp_peer.py);
 - it needs GSP_SET_SYSTEM_INFO (72) among what the CPU posted before the boot: a GspSystemInfo
-  (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address;
+  (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address
+  and whose pciConfigMirrorBase/Size (NvU32s at 80, 84) are the chip's config mirror
+  (sim/regs.py: NV_PCFG on GA10x/AD10x, NV_EP_PCFGM from GH100 on) and 4 KiB;
 - it hands the CPU a sequencer, GSP_RUN_CPU_SEQUENCER (0x1002) with an
   rpc_run_cpu_sequencer_v17_00 (g_rpc-structures.h: bufferSizeDWord, cmdIndex,
   regSaveArea[8], then the commands of rmgspseq.h: REG_WRITE 0, REG_POLL 2, DELAY_US 3), and
@@ -170,6 +172,13 @@ class GspFirmware:
             self._fail(f"GSP_SET_SYSTEM_INFO gpuPhysAddr 0x{bar0:x} is not BAR 0's bus address "
                        f"0x{self.gpu.bar0_address:x}")
             return False
+        (mirror, size) = struct.unpack_from("<II", payload, 80)
+        if (mirror, size) != (self.gpu.config_mirror, 0x1000):
+            # GSP-RM reads the GPU's config space through this window of BAR 0
+            self._fail(f"GSP_SET_SYSTEM_INFO pciConfigMirrorBase 0x{mirror:x} (size "
+                       f"0x{size:x}) is not the chip's config mirror "
+                       f"0x{self.gpu.config_mirror:x}")
+            return False
         self.log.append(f"system info: BAR 0 at 0x{bar0:x}")
         return True
 
@@ -195,9 +204,12 @@ class GspFirmware:
         gsp = self.gpu.gsp
         self.start_at(gsp.mailbox(1) << 32 | gsp.mailbox(0))
 
-    def start_at(self, args: int) -> None:
+    def start_at(self, args: int, coherent: bool = True) -> None:
         """Started by the FMC (Hopper, Blackwell), which hands LibOS its arguments' address
-        from GSP_FMC_BOOT_PARAMS.gspRmParams.bootArgsOffset."""
+        from GSP_FMC_BOOT_PARAMS.gspRmParams.bootArgsOffset and whether its target is
+        COHERENT_SYSTEM. A NONCOHERENT_SYSTEM read of cached host memory (sim/gpu.py
+        HostMemory.cached) does not snoop the CPU's caches: the simulator takes what DRAM
+        holds to be stale zeros, so LibOS finds no arguments."""
         self.boots += 1
         self.peer, self.suspended, self.sequencer_done = None, False, False
         self.regions, self.queue_init, self.system_info = {}, None, None
@@ -208,6 +220,9 @@ class GspFirmware:
         if raw is None:
             self._fail(f"no host memory at the LibOS arguments' 0x{args:x}")
             return
+        if not coherent and self.gpu.host.cached:
+            self.log.append("LibOS arguments read non-coherently from cached memory: stale")
+            raw = memoryview(bytes(PAGE))
         names = {name_id(n): n for n in ("LOGINIT", "LOGINTR", "LOGRM", "RMARGS")}
         for at in range(0, PAGE, REGION.size):
             id8, pa, size, kind, loc = REGION.unpack_from(raw, at)

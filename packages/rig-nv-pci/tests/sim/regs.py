@@ -96,3 +96,9 @@ GB202_THERM_I2CS_SCRATCH = 0xAD00BC
 FSP_EMEMC, FSP_EMEMD = 0x8F2AC0, 0x8F2AC4
 FSP_QUEUE_HEAD, FSP_QUEUE_TAIL = 0x8F2C00, 0x8F2C04
 FSP_MSGQ_HEAD, FSP_MSGQ_TAIL = 0x8F2C80, 0x8F2C84
+
+# The PCI config space's mirror in BAR 0, which GSP-RM reads config space through
+# (GspSystemInfo.pciConfigMirrorBase): ampere/ga100/dev_nv_xve.h NV_PCFG 0x00088FFF:0x00088000
+# on GA10x/AD10x; hopper/gh100/dev_xtl_ep_pri.h NV_EP_PCFGM 0x92FFF:0x92000 from GH100 on
+PCFG_MIRROR = 0x088000
+EP_PCFGM_MIRROR = 0x092000
