@@ -24,7 +24,18 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import addresses, boot, boot_fsp, chips, fwimage, gspmem, layout, mmu, vidmem
+from rig_nv_pci import (
+    addresses,
+    boot,
+    boot_fsp,
+    chips,
+    fwimage,
+    gspmem,
+    layout,
+    mmu,
+    runlists,
+    vidmem,
+)
 from rig_nv_pci.gsp import retired, rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
@@ -224,6 +235,12 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         # (memmgrGetBlackListPages_GA100); a refusal other than "none" or a garbled list
         # fails the open (rig_nv_pci.gsp.retired)
         pages = retired.get_retired(booted.channel, booted.static)
+        # which runlist each engine is on, as CPU-RM reads it (kfifoGetHostDeviceInfoTable_
+        # KERNEL, GSP-RM's internal client and subdevice): the channels' doorbell tokens
+        internal = rpc.RpcRM(booted.channel, booted.static.internal_client)
+        table = runlists.get(lambda p: internal.control(
+            booted.static.internal_subdevice,
+            runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p))
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
@@ -254,7 +271,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        f if isinstance(f, Function) else None,
                        fb_size=fb_mib << 20,
                        # the device's clock: PTIMER's registers (Rig_nv.clock.Registers)
-                       timer=bar0)
+                       timer=bar0, runlist_table=table,
+                       runlist_doorbell=family.runlist_doorbell)
     except BaseException:
         stop()
         raise
