@@ -73,7 +73,7 @@ def test_a_gb202_boots_through_the_fsp_to_init_done_and_the_root_client() -> Non
     assert done.init_done.function == rpc.Event.GSP_INIT_DONE
     # GSP-RM found its LibOS arguments through the FMC (not the mailboxes, never written)
     assert firmware.log[0] == f"libos args at 0x{r.memory.libos_args:x}"
-    assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
+    assert sorted(firmware.regions) == sorted(sim.gsp_fw.LIBOS_REGIONS)
     mailboxes = (sim.regs.GSP_BASE + sim.regs.MAILBOX0, sim.regs.GSP_BASE + sim.regs.MAILBOX1)
     assert not [w for w in g.writes if w[0] in mailboxes]
     # SET_SYSTEM_INFO, SET_REGISTRY before the boot, the sequencer ran, then the static info
