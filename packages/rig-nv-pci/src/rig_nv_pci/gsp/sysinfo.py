@@ -114,10 +114,13 @@ class SystemInfo:
     config_mirror: int = PCI_CONFIG_MIRROR_BASE  # the chip's (PCI_CONFIG_MIRROR_BASE_FSP ...)
 
     @classmethod
-    def for_function(cls, info: FunctionInfo, *, subsystem_vendor: int = 0,
-                     subsystem_device: int = 0, revision: int = 0,
+    def for_function(cls, info: FunctionInfo, *, subsystem_vendor: int | None = None,
+                     subsystem_device: int | None = None, revision: int | None = None,
                      fsp_boot: bool = False) -> SystemInfo:
-        """From a listed function: its BARs 0, 1 and 3 and bus address; the config mirror of
+        """From a listed function: its BARs 0, 1 and 3, bus address and IDs (the subsystem's
+        and the revision as the listing read them, unless given: NVIDIA reads NV_XVE_SUBSYSTEM
+        and NV_XVE_REV_ID's revision byte from config space, gpuGetIdInfo_GM107, and
+        rpcGspSetSystemInfo_v17_00 sends them); the config mirror of
         a chip that boots through the FSP (``fsp_boot``: GH100 and Blackwell, whose HAL is
         kbifGetPciConfigSpacePriMirror_GH100) at :data:`PCI_CONFIG_MIRROR_BASE_FSP`. Raises
         :class:`rig_edge.Misuse` if one of the BARs is missing."""
@@ -128,7 +131,10 @@ class SystemInfo:
                          "Ampere/Ada GPU's BAR layout")
         domain, bus, dev, fn = parse_address(info.address)
         return cls(bars[0], bars[1], bars[3], domain, bus, dev << 3 | fn, info.vendor,
-                   info.device, subsystem_vendor, subsystem_device, revision,
+                   info.device,
+                   info.subsystem_vendor if subsystem_vendor is None else subsystem_vendor,
+                   info.subsystem_device if subsystem_device is None else subsystem_device,
+                   info.revision if revision is None else revision,
                    PCI_CONFIG_MIRROR_BASE_FSP if fsp_boot else PCI_CONFIG_MIRROR_BASE)
 
     @property
