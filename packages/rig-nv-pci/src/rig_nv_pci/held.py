@@ -249,7 +249,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # the page tables written through PRAMIN: Blackwell's in Hopper's
                        # version-3 format (kgmmuFmtFamiliesInit_GH100)
                        pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
-                       # BAR 1's tables under GSP-RM's root (kbusPatchBar1Pdb_GSPCLIENT)
+                       # BAR 1's tables under GSP-RM's root, from BAR 1 offset 0, as CPU-RM
+                       # rebuilds them for a GSP client (kbusPatchBar1Pdb_GSPCLIENT); tinygrad
+                       # puts BAR 1 in physical mode instead, which CPU-RM never does
                        bar1=(booted.static.bar1_pde_base, bar1_size),
                        # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT),
                        # nor the retired pages' 64 KiB frames (pmaRegisterBlacklistInfo)
