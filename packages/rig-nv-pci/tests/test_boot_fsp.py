@@ -114,9 +114,12 @@ def test_the_cot_is_version_2_with_the_addresses_the_cpu_laid_out() -> None:
     assert f("hash384") == hashlib.sha384(FMC_IMAGE).digest()
     assert f("publicKey") == (b"\x04" + b"\x33" * 96).ljust(384, b"\0")
     assert f("signature") == (b"\x22" * 96).ljust(384, b"\0")
-    # FRTS: 2 MiB, plus 4 KiB and GB202's PMU reservation, aligned to 2 MiB; 1 MiB; no sysmem
+    # FRTS: memmgrGetFBEndReserveSizeEstimate_GB100's 0x220000 plus GB202's PMU reservation
+    # (kfspGetExtraReservedMemorySize 0 past GH100), aligned to 2 MiB: 28 MiB, tinygrad's
+    # 0x1c00000 too; 1 MiB; no sysmem
     pmu = r.memory.meta.pmu_reserved_size
-    assert pmu and f("frtsVidmemOffset") == layout.align_up(0x200000 + 0x1000 + pmu, 0x200000)
+    assert pmu and f("frtsVidmemOffset") == layout.align_up(0x220000 + pmu, 0x200000)
+    assert f("frtsVidmemOffset") == 0x1C00000
     assert (f("frtsVidmemSize"), f("frtsSysmemOffset"), f("frtsSysmemSize")) == (0x100000, 0, 0)
     # the image in 4 KiB-rounded DMA memory, zero-padded; the boot params name meta and LibOS
     host = r.gpu.host
@@ -283,3 +286,14 @@ def test_libos_arguments_named_noncoherent_read_stale_and_never_start_gsp_rm(
         r.boot(timeout_s=0.2)
     assert "stale" in " ".join(r.firmware.log)
     assert "no RMARGS" in (r.firmware.failure or "")
+
+
+def test_the_frts_offset_follows_each_familys_reserve_estimate() -> None:
+    """kfspPrepareBootCommands_GH100's FRTS offset: GH100's 2 MiB estimate plus 4 KiB
+    (kfspGetExtraReservedMemorySize_GH100), GB20x's 0x220000 (memmgrGetFBEndReserveSize
+    Estimate_GB100) plus nothing, each with the PMU's reservation and aligned to 2 MiB."""
+    meta = dataclasses.replace(Gb202().memory.meta, pmu_reserved_size=0x1FF000)
+    assert boot_fsp.frts_vidmem_offset(meta, chips.HOPPER) == 0x400000
+    assert boot_fsp.frts_vidmem_offset(meta, chips.BLACKWELL) == 0x600000
+    none = dataclasses.replace(meta, pmu_reserved_size=0)
+    assert boot_fsp.frts_vidmem_offset(none, chips.BLACKWELL) == 0x220000

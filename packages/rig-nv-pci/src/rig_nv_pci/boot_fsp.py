@@ -59,10 +59,12 @@ TARGET_MASK_LOCKED_MASK = 0xFFFFFF00
 # hopper/gh100/dev_falcon_v4.h NV_PFALCON_FALCON_HWCFG2_RISCV_BR_PRIV_LOCKDOWN 13:13 (1 LOCK)
 HWCFG2_RISCV_BR_PRIV_LOCKDOWN = 1 << 13
 # kfspPrepareBootCommands_GH100: the FRTS offset from the end of FB starts at
-# memmgrGetFBEndReserveSizeEstimate_GM107 (2 MiB); with a PMU reservation it grows by
-# kfspGetExtraReservedMemorySize_GH100 (4 KiB) and the PMU's size, aligned to 2 MiB
-FB_END_RESERVE_ESTIMATE = 0x200000
-FSP_EXTRA_RESERVED = 0x1000
+# memmgrGetFBEndReserveSizeEstimate; with a PMU reservation it grows by
+# kfspGetExtraReservedMemorySize and the PMU's size, aligned to 2 MiB. Per family
+# (g_mem_mgr_nvoc.c, g_kern_fsp_nvoc.c): GH100 memmgrGetFBEndReserveSizeEstimate_GM107 2 MiB
+# and kfspGetExtraReservedMemorySize_GH100 4 KiB ("Bug: 3763996"); GB10x/GB20x
+# memmgrGetFBEndReserveSizeEstimate_GB100 0x220000 and the default 0 (_4a4dee)
+FB_END_RESERVE = {"gh100": (0x200000, 0x1000), "gb202": (0x220000, 0)}
 FRTS_ALIGN = 0x200000
 
 
@@ -80,16 +82,15 @@ class FmcBooted:
     buffers: tuple[DmaBuffer, ...]
 
 
-def frts_vidmem_offset(meta: layout.WprMeta) -> int:
+def frts_vidmem_offset(meta: layout.WprMeta, family: chips.Family = chips.BLACKWELL) -> int:
     """NVDM_PAYLOAD_COT.frtsVidmemOffset, counted from the end of FB, as
-    kfspPrepareBootCommands_GH100 computes it for a first boot (kgspGetWprEndMargin 0): 2 MiB,
-    plus 4 KiB and the PMU's reservation aligned up to 2 MiB when there is one. (GB20x's
-    kfspGetExtraReservedMemorySize is assumed to be GH100's: not confirmed.)"""
-    offset = FB_END_RESERVE_ESTIMATE
-    if meta.pmu_reserved_size:
-        offset = layout.align_up(offset + FSP_EXTRA_RESERVED + meta.pmu_reserved_size,
-                                 FRTS_ALIGN)
-    return offset
+    kfspPrepareBootCommands_GH100 computes it for a first boot (kgspGetWprEndMargin 0): the
+    family's FB end reserve estimate, plus its extra reservation and the PMU's, aligned up to
+    2 MiB, when there is a PMU reservation (:data:`FB_END_RESERVE`)."""
+    estimate, extra = FB_END_RESERVE[family.name]
+    if not meta.pmu_reserved_size:
+        return estimate
+    return layout.align_up(estimate + extra + meta.pmu_reserved_size, FRTS_ALIGN)
 
 
 def _dma(alloc: Alloc, data: bytes, what: str) -> DmaBuffer:
@@ -167,7 +168,7 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
         fmc_address=fmc_address, boot_params_address=params_address,
         hash384=bytes(parsed.hash.data), public_key=bytes(parsed.public_key.data),
         signature=bytes(parsed.signature.data), frts_vidmem_offset=frts_vidmem_offset(
-            memory.meta), version=family.cot_version)
+            memory.meta, family), version=family.cot_version)
     try:
         response = device.send_cot(cot, timeout_s)
     except fsp.FspError as e:  # names the GPU, the COT command and the FSP's error code
