@@ -212,7 +212,9 @@ class Falcon:
         """kflcnPreResetWait_GA102 (HWCFG2.RESET_READY, 150 us, no failure when it stays
         clear), the engine's reset (kgspResetHw_TU102 / ksec2ResetHw_TU102: ENGINE.RESET
         set, then cleared, each edge followed by the propagation reads) and the scrub wait
-        (kflcnWaitForResetToFinish_GA102)."""
+        (kflcnWaitForResetToFinish_GA102). Not yet Blackwell's kgspResetHw_GB100 (a wait for
+        the reset's PLM, then GH100's waits for each edge): its boot resets no falcon (the FSP
+        starts the GSP), only a sequencer's CORE_RESET would."""
         poll(lambda: self.rd(HWCFG2), lambda v: bool(v & HWCFG2_RESET_READY),
              PRE_RESET_TIMEOUT_S)
         for value in (ENGINE_RESET, 0):
