@@ -5,7 +5,6 @@ a channel by its runlist and ChID (sim/runlists.py)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -13,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 from test_held import Opened
+from test_held_chips import round_trip
 
-from rig_edge import Memory
 from rig_nv import Device
 from rig_nv_pci import chips, runlists
 from rig_nv_pci.gsp import rpc
@@ -33,22 +32,13 @@ def test_tokens_carry_the_runlist_and_on_gb20x_the_doorbell_enable() -> None:
         ga.token(0x2B, 1)
 
 
-def _copy(d: Device) -> None:
-    data = os.urandom(0x2000)
-    a, b = d.alloc(len(data), Memory.PINNED), d.alloc(len(data), Memory.DEVICE)
-    assert a is not None and b is not None
-    d.upload(a, data).wait(timeout_s=5.0)
-    d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-    assert bytes(d.download(b)) == data
-
-
 def test_a_ga102_copy_runs_on_the_tokens_cpu_rm_builds(ga102: Opened) -> None:
     """The device's channels, on the simulated GA102's runlists 1 and 2, ring tokens holding
     the runlist; the PBDMA ignored none; no GSP_RM_CONTROL asked GSP-RM for a token (CPU-RM
     answers NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN itself)."""
     d = ga102.open()
     try:
-        _copy(d)
+        round_trip(d)
         s = ga102.sim_rm
         tokens = {c.runlist_id << 16 | c.chid for c in s.channels.values()}
         assert {1 << 16 | 1, 2 << 16 | 1} <= tokens and set(s.doorbells) <= tokens
@@ -73,7 +63,7 @@ def test_a_bare_chid_token_is_never_fetched(ga102: Opened,
     with pytest.raises(TimeoutError):
         d = ga102.open()
         try:
-            _copy(d)
+            round_trip(d)
         finally:
             d.stop()
     assert ga102.sim_rm.ignored_doorbells and all(
