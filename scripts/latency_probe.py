@@ -68,7 +68,7 @@ def run(arena: Memory, pushbuffer: Memory) -> list[tuple[str, float, float, floa
         args = (r, r, r, 1)
         d.launch(fn, (1,), (1,), args).wait()
         original = {k: p.blob for k, p in fn.prepared.items()}
-        release_op = d._launch_words[9]
+        release_op = d.timeline.launch_words[9]
 
         def measure(name: str, once: Callable[[], Callable[[], None]]) -> None:
             for _ in range(WARM):
@@ -135,15 +135,15 @@ def run(arena: Memory, pushbuffer: Memory) -> list[tuple[str, float, float, floa
         measure("QMD release (sysmembar), wait on it", on_probe)
         qmd(release(0))
         measure("QMD release (no membar), wait on it", on_probe)
-        d._launch_words[9] = release_op & ~SEM_RELEASE_WFI
+        d.timeline.launch_words[9] = release_op & ~SEM_RELEASE_WFI
         measure("QMD release, channel release without WFI", on_probe)
-        d._launch_words[9] = release_op
+        d.timeline.launch_words[9] = release_op
         d.synchronize()
         qmd(lambda b: None)
 
         def empty(ch: object) -> Callable[[], Callable[[], None]]:
             def once() -> Callable[[], None]:
-                return d._submit_words(ch, ()).wait  # type: ignore[arg-type]
+                return d.timeline.submit(ch, ()).wait  # type: ignore[arg-type]
             return once
         measure("empty submission, compute channel", empty(d.compute))
         measure("empty submission, copy channel", empty(d.copy_channel))

@@ -103,7 +103,7 @@ def stand_in() -> list[tuple[str, float]]:
     from fake_gpu import open_fake
 
     fake, _path = open_fake()
-    fake._word[0] = 1 << 62  # the stand-in runs nothing: every value complete
+    fake.timeline.word[0] = 1 << 62  # the stand-in runs nothing: every value complete
     return [(f"stand-in: {name}", v) for name, v in probe(fake)]
 
 

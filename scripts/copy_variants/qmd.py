@@ -39,7 +39,7 @@ def edits(name: str, value: int) -> Callable[[Qmd], None]:
 
 def main() -> int:
     d = rig_nv_nvidia.gpu(0).open()
-    fn = d._copy_kernels()["copy16"]
+    fn = d.loader.copy_kernels()["copy16"]
     rng = np.random.default_rng()
     data = rng.bytes(N)
     a, b = d.alloc(N), d.alloc(N)

@@ -24,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 def main() -> int:
     d = rig_nv_nvidia.gpu(0).open()
     img = d.load((HERE / "variants2.sm_90.cubin").read_bytes())
-    ship = d._copy_kernels()
+    ship = d.loader.copy_kernels()
     data = np.random.default_rng().bytes(N)
     a, b = d.alloc(N), d.alloc(N)
     d.upload(a, data).wait()

@@ -59,7 +59,7 @@ CHILD = textwrap.dedent("""
     # The RM's records of the compute context's MMU faults, asked again (a read clears
     # nothing): the access's evidence, or why the Fault has none.
     try:
-        got = read_fault_records(d.path.rm, d.ffi, d._debuggee())
+        got = read_fault_records(d.path.rm, d.ffi, d.health.debuggee())
         print("RECORDS", [(hex(r.address), r.fault_type, r.access) for r in got])
     except RigError as e:
         print("REFUSED", e)
@@ -147,7 +147,7 @@ KIND_CHILD = textwrap.dedent("""
     # The RM's SM error states of the compute channel, asked again (a read clears nothing):
     # the error's evidence, or why the Fault has none.
     try:
-        got = read_sm_error_states(d.path.rm, d.ffi, d._debuggee(), d.sm_count)
+        got = read_sm_error_states(d.path.rm, d.ffi, d.health.debuggee(), d.sm_count)
         shown = [(s.sm, hex(s.global_esr), hex(s.warp_esr), hex(s.pc), hex(s.esr_address),
                   hex(s.cga_esr), s.error) for s in got if s.global_esr or s.warp_esr or s.cga_esr]
         print("STATES", len(got), "SMs,", len(shown), "nonzero:", shown[:6])

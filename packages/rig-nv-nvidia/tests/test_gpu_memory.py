@@ -102,7 +102,7 @@ def test_copies_run_on_an_async_copy_engine_in_a_group_of_their_own(device: Devi
     chosen = engines.choose(ces)
     print(f"UVM's picks {engines.pick(ces)}; rig's copies on {chosen}")
     assert chosen is not None and device.copy_engine == chosen.index
-    assert device._copy_tsg is not None and not chosen.has(engines.CE_GRCE)
+    assert device.objects.copy_tsg is not None and not chosen.has(engines.CE_GRCE)
     n = (8 << 20) + 5
     data = random_bytes(n)
     a, b, pin = (device.alloc(n, k) for k in (Memory.DEVICE, Memory.DEVICE, Memory.PINNED))

@@ -78,7 +78,7 @@ def test_bus_ranges_of_each_kind_are_where_the_simulated_gpu_shows_the_memory(
         for kind, bus in got.items():
             assert isinstance(bus, Bus) and bus.reason is None, (kind, bus)
             assert sum(n for _, n in bus.ranges) == regions[kind].length
-        mapped, device, pinned = (d._allocs[regions[k]]
+        mapped, device, pinned = (d.memory.regions()[regions[k]]
                                   for k in (Memory.MAPPED, Memory.DEVICE, Memory.PINNED))
         # what the path says of each: BAR 1 offsets and the DMA memory's bus address
         assert got[Memory.MAPPED].ranges == ((g.bar1_address + mapped.undo.bar1, 0x5000),)
@@ -120,7 +120,7 @@ def test_a_region_freed_after_dma_keeps_its_memory(ga102: Opened) -> None:
     try:
         regions, data = filled(d)
         got = {kind: d.dma(r) for kind, r in regions.items()}
-        allocations = {kind: d._allocs[r] for kind, r in regions.items()}
+        allocations = {kind: d.memory.regions()[r] for kind, r in regions.items()}
         for r in regions.values():
             d.free(r)
         for kind, a in allocations.items():
@@ -130,10 +130,10 @@ def test_a_region_freed_after_dma_keeps_its_memory(ga102: Opened) -> None:
         assert through_bar1(ga102, got[Memory.DEVICE]) == data
         assert through_bar1(ga102, got[Memory.MAPPED]) == data
         assert in_host_memory(ga102, got[Memory.PINNED]) == data
-        assert d._cache == {}  # not kept for reuse: another alloc would get this memory
+        assert d.memory.kept() == []  # not kept for reuse: another alloc would get this memory
         fresh = d.alloc(0x5000, Memory.DEVICE)
         assert fresh is not None
-        assert d._allocs[fresh].undo.fb != allocations[Memory.DEVICE].undo.fb
+        assert d.memory.regions()[fresh].undo.fb != allocations[Memory.DEVICE].undo.fb
         for r in regions.values():
             with pytest.raises(Misuse, match="not a live region"):
                 d.dma(r)
@@ -178,7 +178,7 @@ def test_behind_an_iommu_the_reason_comes_back_and_nothing_is_kept(ga102: Opened
             assert isinstance(bus, Bus) and bus.ranges == ()
             assert bus.reason is not None and "taken through VFIO" in bus.reason, kind
             assert "IOMMU" in bus.reason
-        assert d._allocs[regions[Memory.DEVICE]].undo.bar1 is None
+        assert d.memory.regions()[regions[Memory.DEVICE]].undo.bar1 is None
         assert path._bar1_addresses.free == bar1_free and path.kept == []
         for r in regions.values():
             d.free(r)
@@ -201,7 +201,7 @@ def test_device_memory_bar1_has_no_room_for_is_a_reason(ga102: Opened) -> None:
         assert d.dma(r) == Bus(reason="GPU 0: BAR 1 has no room for 0x400000 bytes of "
                                "Device memory")
         path._bar1_addresses.free = rest
-        assert d._allocs[r].undo.bar1 is None and path.kept == []
+        assert d.memory.regions()[r].undo.bar1 is None and path.kept == []
         d.free(r)
     finally:
         d.stop()

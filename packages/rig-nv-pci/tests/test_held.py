@@ -391,7 +391,7 @@ def test_mapped_memory_lies_at_its_gpu_address_through_bar_1(ga102: Opened) -> N
         device = d.alloc(3 << 20, Memory.DEVICE)
         assert small is not None and large is not None and device is not None
         for r in (small, large):
-            a = d._allocs[r]  # the path's allocation: its size, its BAR 1 offset
+            a = d.memory.regions()[r]  # the path's allocation: its size, its BAR 1 offset
             assert r.host == r.gpu == a.host and addresses.LOW <= r.gpu < WINDOWS
             assert bar1_window(r.gpu, r.gpu + a.length)
             # host -> GPU: the bytes the host writes at the address are the GPU's memory
@@ -414,7 +414,7 @@ def test_mapped_memory_lies_at_its_gpu_address_through_bar_1(ga102: Opened) -> N
             assert bytes(view(r.host + 0x10, 7)) == b"the GPU"
             assert bytes(d.download(r, 7, 0x10)) == b"the GPU"
         # the free puts the reservation back over the region, at once
-        size, kept = d._allocs[small].length, d._allocs[large].length
+        size, kept = d.memory.regions()[small].length, d.memory.regions()[large].length
         d.free(small)
         assert inaccessible(small.gpu, small.gpu + size)
         assert bar1_window(large.gpu, large.gpu + kept)  # the other region's, untouched

@@ -184,14 +184,14 @@ def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     assert p.alloc_memory(0x2000, Memory.PINNED) is None  # its page table has no room
     assert ga102.firmware.peer.objects == objects and s.sysmem == {}
     assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     for at, n in free:
         p.heap.give(at, n)
     p.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
     with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_NOT_SUPPORTED"):
         p.alloc_memory(0x2000, Memory.DEVICE)
     assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     assert p.heap.free == free
 
 
@@ -271,13 +271,13 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
         # runlist << 16 | ChID as CPU-RM builds them (issue 26 finding 3), each ran its
         # submission: the timeline's word shows the copy channel's release, which waited for
         # the compute one's
-        assert d.copy_engine == 2 and d._copy_tsg is not None
-        assert s.groups == {d._tsg: 0x01, d._copy_tsg: 0x0B}
+        assert d.copy_engine == 2 and d.objects.copy_tsg is not None
+        assert s.groups == {d.objects.tsg: 0x01, d.objects.copy_tsg: 0x0B}
         assert sorted((c.runlist, c.chid) for c in s.channels.values()) == [(1, 1), (0x0B, 1)]
         assert (d.compute.token, d.copy_channel.token) == (1 << 16 | 1, 2 << 16 | 1)
         assert d.completed() == 2 and s.faults == []
         assert all(c.pending == [] and c.get == 1 for c in s.channels.values())
-        point = d._submit(d.compute, Push())
+        point = d.timeline.submit(d.compute, Push().words)
         point.wait(timeout_s=5.0)
         assert d.completed() == 3
     finally:
@@ -402,7 +402,7 @@ def test_a_step_is_one_entry_and_after_a_copy_waits_for_it_on_the_simulated_pbdm
         view(out.host, 4096)[:] = bytes(4096)
         again = step.submit()  # after compute work: the step's own commands
         entry = int(d.compute.entries[(d.compute.put - 1) % d.compute.count])
-        assert entry & 0xFF_FFFF_FFFC == step._pb and (entry >> 42) & 0x1FFFFF == step._words
+        assert entry & 0xFF_FFFF_FFFC == step.address and (entry >> 42) & 0x1FFFFF == step.dwords
         s.step()
         assert d.completed() == again.value and bytes(view(out.host, 4096)) == data
         assert s.faults == []
@@ -473,7 +473,7 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     free = p.heap.free
     assert p.alloc_memory(0x1000, Memory.MAPPED) is None
     assert s.fbmem == {} and p.heap.free == free
-    assert p._addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
 
 
 def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(

@@ -43,7 +43,7 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
         assert held is not None and p.tables is not None
         assert set(held.channels) == set(s.channels) and len(s.channels) == 2
         # one method buffer a group: the compute channel's group's and the copy channel's
-        assert set(held.method_buffers) == {d._tsg, d._copy_tsg}
+        assert set(held.method_buffers) == {d.objects.tsg, d.objects.copy_tsg}
         buffers = list(held.method_buffers.values())
         for handle, ch in s.channels.items():
             at = held.channels[handle].instance
@@ -146,11 +146,11 @@ def test_the_compute_objects_context_buffers_are_promoted_to_gsp_rm_first(
     d = rig_nv.make(p)
     try:
         g = p.rm.grctx
-        assert g is not None and set(g.groups) == {d._tsg}
-        assert set(g.groups[d._tsg].buffers) == {grctx.MAIN, grctx.PATCH}
+        assert g is not None and set(g.groups) == {d.objects.tsg}
+        assert set(g.groups[d.objects.tsg].buffers) == {grctx.MAIN, grctx.PATCH}
         assert set(g.globals) == set(grctx.GLOBAL_BUFFERS)
-        assert s.promoted == {d._tsg: {0, 2, 9, 10, 11}}
-        for buffer_id, b in [*g.groups[d._tsg].buffers.items(), *g.globals.items()]:
+        assert s.promoted == {d.objects.tsg: {0, 2, 9, 10, 11}}
+        for buffer_id, b in [*g.groups[d.objects.tsg].buffers.items(), *g.globals.items()]:
             where = s.translate(b.va)
             assert where.video and where.address == b.fb and s.usable(b.fb, b.size)
             assert b.size >= CTX_PROPERTIES[grctx.ENGINE_ID[buffer_id]][1]
@@ -272,12 +272,13 @@ def test_without_a_usable_copy_engine_both_channels_share_the_gr_runlist(
     d2 = rig_nv.make(p)
     for d, expected in ((d1, [1, 2]), (d2, [3, 4])):
         chans = (d.compute, d.copy_channel)
-        assert d.copy_engine is None and d._copy_tsg is None and set(s.groups) >= {d._tsg}
+        assert d.copy_engine is None and d.objects.copy_tsg is None
+        assert set(s.groups) >= {d.objects.tsg}
         assert [held.channels[c.handle].chid for c in chans] == expected
         assert [s.channels[c.handle].chid for c in chans] == expected
         assert [c.token for c in chans] == [1 << 16 | chid for chid in expected]
         assert {held.channels[c.handle].runlist for c in chans} == {1}  # the GR group's
-    assert len(s.groups) == 2 and set(held.method_buffers) == {d1._tsg, d2._tsg}
+    assert len(s.groups) == 2 and set(held.method_buffers) == {d1.objects.tsg, d2.objects.tsg}
     assert d2.completed() == 2 and s.faults == []
     d2.stop()  # the path's device goes, and every ChID with it
     assert held.channels == {} and held.groups == {} and s.channels == {}

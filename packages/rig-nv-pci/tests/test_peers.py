@@ -236,7 +236,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
 
             entry = mapper.pte(p.gpu + n - 1)
             aperture, uncached, pte_kind, address = decoded(entry, mapper.sim_rm.version)
-            a = owner.d._allocs[r]
+            a = owner.d.memory.regions()[r]
             if kind is Memory.PINNED:  # the owner's own pages, as the owner maps them
                 assert aperture == SYSTEM_COHERENT and not uncached
                 assert entry == owner.pte(p.gpu + n - 1)
@@ -244,7 +244,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
             else:  # the owner's BAR 1, through its tables
                 assert aperture == SYSTEM_NON_COHERENT and uncached
                 assert pte_kind == 0x06  # NV_MMU_PTE_KIND_GENERIC_MEMORY
-                undo = mapper.d._allocs[p].undo
+                undo = mapper.d.memory.regions()[p].undo
                 at = a.undo.bar1 if kind is Memory.MAPPED else undo.lent[1]
                 assert (undo.lent is None) == (kind is Memory.MAPPED)
                 page = (p.gpu + n - 1) & ~0xFFF if n < (2 << 20) else p.gpu + (2 << 20)
@@ -283,7 +283,7 @@ def test_refused_naming_why_the_gpus_do_not_reach_each_other(
                                         f"be mapped here: {reason}")
                 assert not isinstance(e.value, Misuse)
                 assert unmapped(mapper, r.gpu) and owner.path._bar1_addresses.free == bar1
-                assert not owner.d._peer_out and not mapper.d._peer_in
+                assert not owner.d.memory.peers_out() and not mapper.d.memory.peers_in()
                 owner.d.free(r)
 
 
@@ -291,7 +291,7 @@ def test_refused_for_an_owner_not_opened_over_pci_or_with_no_function(tmp_path: 
     with two(tmp_path) as (g0, g1):
         r = g0.d.alloc(0x1000, Memory.DEVICE)
         assert r is not None
-        a = g0.d._allocs[r]
+        a = g0.d.memory.regions()[r]
         with pytest.raises(RigError, match="must be opened over PCI too, not through object"):
             g1.path.map_peer(a, object())
         g0.path.function = None
@@ -312,7 +312,7 @@ def test_device_memory_is_refused_where_the_owners_bar1_has_no_room(tmp_path: Pa
         with pytest.raises(RigError, match=f"{BUS1}: {BUS0}'s BAR 1 has no room for the "
                            "0x2000 bytes"):
             g1.d.map_peer(g0.d, r)
-        assert unmapped(g1, r.gpu) and not g0.d._peer_out
+        assert unmapped(g1, r.gpu) and not g0.d.memory.peers_out()
         for at, size in left:
             addresses.give(at, size)
         p = g1.d.map_peer(g0.d, r)  # with room again
@@ -334,7 +334,7 @@ def test_unmap_ends_the_mapping_and_a_copy_of_it_is_refused(tmp_path: Path) -> N
         g0.d.upload(r, data).wait(timeout_s=5.0)
         bar1 = list(g0.path._bar1_addresses.free)
         p = g1.d.map_peer(g0.d, r)
-        lent = g1.d._allocs[p].undo.lent[1]
+        lent = g1.d.memory.regions()[p].undo.lent[1]
         local = g1.d.alloc(len(data), Memory.DEVICE)
         assert local is not None
         g1.d.copy(local, p, engine="copy").wait(timeout_s=5.0)  # fills the TLBs
@@ -371,7 +371,7 @@ def test_a_stop_of_either_first_ends_the_mapping(tmp_path: Path, first: str) -> 
         if first == "owner":
             g0.d.stop()
             assert g0.stops == [None]
-            assert not g1.d._peer_in and p not in g1.d._allocs
+            assert not g1.d.memory.peers_in() and p not in g1.d.memory.regions()
             assert unmapped(g1, p.gpu)
             with pytest.raises(Misuse):
                 g1.d.copy(local, p, engine="copy")
@@ -388,7 +388,7 @@ def test_a_stop_of_either_first_ends_the_mapping(tmp_path: Path, first: str) -> 
         else:
             g1.d.stop()
             assert g1.stops == [None]
-            assert not g0.d._peer_out and g0.path._bar1_addresses.free == bar1
+            assert not g0.d.memory.peers_out() and g0.path._bar1_addresses.free == bar1
             g0.d.free(r)
             again = g0.d.alloc(len(data), Memory.DEVICE)
             assert again is not None

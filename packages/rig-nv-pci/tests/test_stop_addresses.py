@@ -27,8 +27,8 @@ from test_open import given_back
 import rig_nv_pci
 from rig_edge import Memory, Region
 from rig_nv import Device
-from rig_nv.device import CACHE_LARGEST
 from rig_nv.hostmem import view
+from rig_nv.memory import CACHE_LARGEST
 from rig_nv.rm import Allocation
 from rig_nv_pci import addresses, held
 from rig_nv_pci.stop import StopError, stop_gsp
@@ -54,7 +54,7 @@ def spans(d: Device) -> list[Span]:
     """Every allocation the device holds, its own (timeline, rings) too: the addresses its
     memory took from the process's range (not the channels' error notifiers, which the GPU
     reaches by bus address and so take no GPU address: PciPath.alloc_notifier's gpu 0)."""
-    held_: list[Allocation] = [*d._allocs.values(), *d._own]
+    held_: list[Allocation] = [*d.memory.regions().values(), *d.memory.owned()]
     return [(a.gpu, a.length, a.kind) for a in held_ if a.gpu != 0]
 
 
@@ -90,7 +90,7 @@ def test_a_stop_gives_back_every_address_and_the_next_open_takes_the_same_ones(
             taken = spans(d)
             assert none_free(taken) and addresses.PROCESS.free != before
             for r in regions:  # while held: Pinned memory and Mapped's BAR 1 window lie there
-                size = d._allocs[r].length
+                size = d.memory.regions()[r].length
                 if r.kind is Memory.PINNED:
                     assert r.host == r.gpu and not inaccessible(r.gpu, r.gpu + size)
                     view(r.host, 8)[:] = b"pinned!!"
@@ -120,7 +120,7 @@ def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
             for n in (0x3000, 3 << 20):
                 r = d.alloc(n, kind)
                 assert r is not None
-                size = d._allocs[r].length
+                size = d.memory.regions()[r].length
                 assert not is_free(r.gpu, size)
                 d.free(r)
                 assert addresses.PROCESS.free == took and inaccessible(r.gpu, r.gpu + size)
@@ -130,7 +130,7 @@ def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
         assert addresses.PROCESS.free == took
         small = d.alloc(0x3000, Memory.DEVICE)
         assert small is not None
-        size = d._allocs[small].length
+        size = d.memory.regions()[small].length
         d.free(small)
         assert not is_free(small.gpu, size)  # kept for reuse by the device
         again = d.alloc(0x3000, Memory.DEVICE)

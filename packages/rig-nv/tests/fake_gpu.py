@@ -7,6 +7,7 @@ path, without a GPU. It is not a simulator of the hardware: nothing is executed.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 from cffi import FFI
 
-from rig_edge import Dmabuf, Memory, Refusal
+from rig_edge import Dmabuf, Memory, Refusal, RigError
 from rig_nv.clock import Clock, rm_time_ns
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
@@ -246,6 +247,8 @@ class FakePath:
         self.mapped: list[tuple[int, int]] = []
         self.device: Any = None
         self.peer_maps: list[int] = []  # owners' addresses mapped here (map_peer)
+        self.map_host_answer: Refusal | None = None  # what map_host answers (None: it maps)
+        self.export_refusal: str | None = None  # what export raises (None: it exports)
 
     @property
     def rm(self) -> FakeRM:
@@ -280,10 +283,22 @@ class FakePath:
         pass
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
-        return Refusal.NEVER
+        """The pages at a GPU address of their own, or ``map_host_answer`` where a test set
+        one (Refusal.NEVER or NO_ROOM)."""
+        if self.map_host_answer is not None:
+            return self.map_host_answer
+        with self.lock:
+            at = self.next
+            self.next += (length + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        return Allocation(at, address, length, Memory.PINNED, self._rm.new_handle())
 
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
-        raise NotImplementedError
+        """A dma-buf (a memfd here, the caller's to close) marking ``a`` held, as a path does
+        once it hands memory out; or the RigError ``export_refusal`` where a test set one."""
+        if self.export_refusal is not None:
+            raise RigError(self.export_refusal)
+        a.held = True
+        return Dmabuf(os.memfd_create("stand-in-dmabuf", os.MFD_CLOEXEC), offset, length)
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         """Host memory is one for every stand-in: a peer's memory is already reachable."""
@@ -315,8 +330,8 @@ class FakePath:
     def complete(self) -> None:
         """The GPU finishes every submission so far: the timeline word reaches the last."""
         d = self.device
-        if d is not None and getattr(d, "_word", None) is not None:
-            d._word[0] = d._next - 1
+        if d is not None and getattr(d, "timeline", None) is not None:
+            d.timeline.word[0] = d.timeline.current()
 
 
 def rc(d: Any, xid: int, engine: int = 1) -> None:
@@ -325,20 +340,27 @@ def rc(d: Any, xid: int, engine: int = 1) -> None:
     NV2080 engine type, status 0xFFFF). What GET_MMU_FAULT_INFO answers is FakeRM.mmu_faults,
     what a GT200_DEBUGGER's READ_MMU_FAULT_INFO answers FakeRM.fault_records, its
     READ_ALL_SM_ERROR_STATES FakeRM.sm_errors."""
-    for note in d._notifiers:
+    for note in d.health.notifiers():
         struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
+
+
+def open_on(path: FakePath, device: type[Any] | None = None) -> Any:
+    """A rig_nv.Device (or ``device``, a subclass) built on ``path``, which knows its device
+    before the build: its ``complete`` writes the device's timeline word. As
+    :func:`rig_nv.make`, but a failed build is left as it is, for the test to look at."""
+    from rig_nv import Device
+
+    d = (device or Device)(path)
+    path.device = d
+    d._build()
+    return d
 
 
 def open_fake() -> tuple[Any, FakePath]:
     """A rig_nv.Device on the stand-in path (the private anonymous mapping of MAP_PRIVATE is
     not used: memory is shared so that views of it alias)."""
-    from rig_nv import device as device_module
-
     path = FakePath()
-    d = device_module.Device(path)  # type: ignore[arg-type]
-    path.device = d
-    d._build()
-    return d, path
+    return open_on(path), path
 
 
-__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "rc"]
+__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "open_on", "rc"]

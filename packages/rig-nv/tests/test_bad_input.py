@@ -2,15 +2,17 @@
 out-of-range offset, a freed region, a region of another device or a too-large grid raises a
 clear error before touching the GPU. On the CPU over the stand-in RM path (fake_gpu.py).
 
-The promises quoted: DESIGN.md's error policy, "misuse (the spec's ``Invalid_argument``) raises
-``ValueError`` (or a subclass), having changed nothing", ``rig_edge.Misuse``'s "The caller
-broke a call's contract; nothing was changed", and each method's own Raises words. The backend
+The promises quoted: the error policy (rig_edge.errors), "misuse (the spec's
+``Invalid_argument``) raises ``ValueError`` (or a subclass), having changed nothing",
+``rig_edge.Misuse``'s "The caller broke a call's contract; nothing was changed", and each
+method's own Raises words. The backend
 spec (Rig_nv_nvidia) promises ``Invalid_argument`` for ``gpu i`` and ``usage`` with ``i < 0``
 or a window that is not positive: test_open_errors.py in rig-nv-nvidia checks those.
 
 Each case asserts the exception type, a message naming the problem, and that nothing reached
-the GPU or the RM: the timeline (``d._next``), every channel's ``put``, the stand-in's memory
-(``path.next``), its RM objects, the device's live regions and its local memory are as before.
+the GPU or the RM: the timeline (``d.timeline.next``), every channel's ``put``, the stand-in's
+memory (``path.next``), its RM objects, the device's live regions and its local memory are as
+before.
 """
 
 from __future__ import annotations
@@ -22,10 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu import BASE, FakePath, open_fake
+from fake_gpu import BASE, FakePath, open_fake, open_on
 
 from rig_edge import Memory, Misuse, Region
-from rig_nv import device as device_module
 from rig_nv.cubin import CubinError
 from rig_nv.device import Point
 from rig_nv.hostmem import view
@@ -57,10 +58,7 @@ def open_other() -> tuple[Any, FakePath]:
     """A second stand-in device whose memory lies apart from open_fake()'s."""
     path = FakePath()
     path.next = BASE + (64 << 30)
-    d = device_module.Device(path)  # type: ignore[arg-type]
-    path.device = d
-    d._build()
-    return d, path
+    return open_on(path), path
 
 
 @pytest.fixture
@@ -87,8 +85,9 @@ def ctx() -> Iterator[Ctx]:
 def state(c: Ctx) -> tuple[Any, ...]:
     """What a call may not change when it refuses its input."""
     d, path = c.d, c.path
-    return (d._next, tuple(ch.put for ch in d._channels), path.next, dict(path.rm.objects),
-            dict(d._allocs), d._slm, len(c.step._items), c.other._next,
+    return (d.timeline.next, tuple(ch.put for ch in d.timeline.channels), path.next,
+            dict(path.rm.objects), d.memory.regions(), d.loader.slm, len(c.step.items),
+            c.other.timeline.next,
             bytes(view(c.freed.host, N)), bytes(view(c.foreign.host, N)))
 
 
@@ -279,6 +278,9 @@ COPY: dict[str, Case] = {
     "src-other-device": (lambda c: c.d.copy(c.pin, c.foreign), Misuse, "another device's"),
     "dst-str": (lambda c: c.d.copy("dst", c.pin), Misuse, "must be a rig_edge.Region, not str"),
     "src-bytes": (lambda c: c.d.copy(c.pin, b"abc"), Misuse, "rig_edge.Region, not bytes"),
+    # Issue 22, trip 1: alloc's None (out of memory) passed on says what None means.
+    "dst-none": (lambda c: c.d.copy(None, c.pin), Misuse,
+                 "destination is None.*alloc returns None when the GPU is out of that memory"),
     "made-up-host": (lambda c: c.d.copy(Region(c.pin.gpu, 0x1000, 64, Memory.PINNED), c.dev, 64),
                      Misuse, "not a live region"),
 }
@@ -294,9 +296,9 @@ def test_copy(ctx: Ctx, call: Any, exc: Any, match: str) -> None:
 def test_copy_accepts_a_sub_region(ctx: Ctx) -> None:
     """Device.copy: "any kinds, any offsets" -- a Region lying inside a live one is live."""
     sub = Region(ctx.pin.gpu + 64, ctx.pin.host + 64, 64, Memory.PINNED)  # type: ignore[operator]
-    before = ctx.d._next
+    before = ctx.d.timeline.next
     ctx.d.copy(sub, Region(ctx.dev.gpu + 128, None, 64, Memory.DEVICE))
-    assert ctx.d._next == before + 1
+    assert ctx.d.timeline.next == before + 1
 
 
 UPLOAD: dict[str, Case] = {
@@ -354,9 +356,9 @@ def test_download(ctx: Ctx, call: Any, exc: Any, match: str) -> None:
 WAIT: dict[str, Case] = {
     "int": (lambda c: c.d.wait(1), Misuse, "wait needs a Point, not int"),
     "other-device": (lambda c: c.d.wait(Point(c.other, 1)), Misuse, "another device's"),
-    "never-submitted": (lambda c: c.d.wait(Point(c.d, c.d._next)), Misuse,
+    "never-submitted": (lambda c: c.d.wait(Point(c.d, c.d.timeline.next)), Misuse,
                         "was never submitted"),
-    "point-never-submitted": (lambda c: Point(c.d, c.d._next + 5).wait(), Misuse,
+    "point-never-submitted": (lambda c: Point(c.d, c.d.timeline.next + 5).wait(), Misuse,
                               "never submitted"),
 }
 
@@ -430,7 +432,7 @@ def test_step(ctx: Ctx, call: Any, exc: Any, match: str) -> None:
 def test_step_set_args_checks_before_writing(ctx: Ctx) -> None:
     """Step.set_args: bad arguments are Misuse, and the recorded bank keeps its old bytes."""
     i = ctx.step.launch(ctx.vadd, (1,), (32,), (ctx.dev, ctx.dev, ctx.dev, 1))
-    bank = bytes(ctx.step._items[i].bank)
+    bank = bytes(ctx.step.items[i].bank)
     refused(ctx, lambda c: c.step.set_args(i, (c.dev, c.dev, c.dev, 1 << 40)), Misuse,
             "does not fit 4 bytes")
-    assert bytes(ctx.step._items[i].bank) == bank
+    assert bytes(ctx.step.items[i].bank) == bank

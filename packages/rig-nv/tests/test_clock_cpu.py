@@ -139,17 +139,13 @@ def test_the_clock_advances_with_the_hosts(dev: tuple[Any, Any]) -> None:
 
 
 def test_a_path_that_reads_no_clock_has_none() -> None:
-    from fake_gpu import FakePath
-
-    from rig_nv import device as device_module
+    from fake_gpu import FakePath, open_on
 
     class Clockless(FakePath):
         clock = None  # type: ignore[assignment]
 
     path = Clockless()
-    d = device_module.Device(path)  # type: ignore[arg-type]
-    path.device = d
-    d._build()
+    d = open_on(path)
     try:
         assert d.clock is None
         with pytest.raises(RigError, match="NV: its path reads no GPU clock"):

@@ -28,7 +28,7 @@ def test_eight_threads_share_one_device(dev: tuple[Any, Any]) -> None:
     d, _ = dev
     img = d.load(CUBIN.read_bytes())
     vadd = img["vadd"]
-    before = dict(d._allocs)  # the image's code and constants
+    before = dict(d.memory.regions())  # the image's code and constants
     values: list[int] = []
     live: dict[int, tuple[int, int]] = {}  # region start -> (end, thread)
     book = threading.Lock()
@@ -81,7 +81,7 @@ def test_eight_threads_share_one_device(dev: tuple[Any, Any]) -> None:
     assert sorted(values) == list(range(min(values), min(values) + len(values)))
     d.synchronize()
     assert d.completed() == max(values)
-    assert d._allocs == before  # every region freed, none lost to a race
+    assert d.memory.regions() == before  # every region freed, none lost to a race
 
 
 def test_keyboard_interrupt_in_a_wait_loses_nothing(dev: tuple[Any, Any]) -> None:
@@ -117,7 +117,6 @@ def test_keyboard_interrupt_in_a_wait_loses_nothing(dev: tuple[Any, Any]) -> Non
 def test_work_without_progress_for_hang_ms_loses_the_device(dev: tuple[Any, Any]) -> None:
     """Issue 6, hang_ms: "a kernel that spins forever ... is given up after 30 s without
     progress, with a clear reason" (here 50 ms: the stand-in GPU never finishes)."""
-    import dataclasses
     import time
 
     from rig_edge import Lost
@@ -126,7 +125,7 @@ def test_work_without_progress_for_hang_ms_loses_the_device(dev: tuple[Any, Any]
     img = d.load(CUBIN.read_bytes())
     path.complete()
     r = d.alloc(4096, Memory.DEVICE)
-    d._facts = dataclasses.replace(d._facts, hang_ms=50)
+    d.timeline.hang_ms = 50
     path.sleep = time.sleep  # the GPU makes no progress: the timeline never moves
     point = d.launch(img["vadd"], (1,), (32,), (r, r, r, 1))
     start = time.monotonic()

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-import threading
 from typing import Any
 
 import pytest
 
 from rig_edge import Memory, Region
 from rig_nv import copies
-from rig_nv.push import CE_LAUNCH_DMA, CE_LINE_LENGTH_IN, CE_OFFSET_IN_UPPER, Push
+from rig_nv.push import CE_LAUNCH_DMA, CE_LINE_LENGTH_IN, CE_OFFSET_IN_UPPER
 from rig_nv.rm import Allocation
 
 
@@ -32,25 +31,39 @@ class FakePath:
         return Allocation(address, address, n, kind, 0)
 
 
-class FakeDevice:
-    """What copies.py touches of a Device; the copy engine copies at submit time."""
+class FakeMemory:
+    """What copies.Staging takes of a device's memory: its staging allocation."""
+
+    def __init__(self, path: FakePath) -> None:
+        self.path = path
+        self.made: Allocation | None = None
+
+    def staging(self) -> Allocation:
+        if self.made is None:
+            self.made = self.path.alloc_memory(copies.STAGING, Memory.PINNED)
+        return self.made
+
+
+class FakeTimeline:
+    """What copies.Staging takes of a device's timeline; the copy engine copies at submit
+    time."""
 
     def __init__(self) -> None:
-        self.path = FakePath()
-        self._staging: Allocation | None = None
-        self._staging_lock = threading.Lock()
-        self._staging_busy = [0, 0]
-        self._own: list[Allocation] = []
-        self._next = 1
+        self.next = 1
         self.copy_channel = object()
         self.waited: list[int] = []
-        self.facts = type("F", (), {"name": "fake"})()
 
-    def _wait_value(self, value: int) -> None:
+    def current(self) -> int:
+        return self.next - 1
+
+    def point(self, value: int) -> Point:
+        return Point(value)
+
+    def wait_value(self, value: int) -> None:
         self.waited.append(value)
 
-    def _submit(self, channel: object, body: Push, name: str = "work") -> Point:
-        words, i, regs = list(body.words), 0, {}
+    def submit(self, channel: object, body: Any, name: str = "work") -> Point:
+        words, i, regs = list(body), 0, {}
         while i < len(words):
             head = words[i]
             count, method = (head >> 16) & 0x1FFF, (head & 0xFFF) << 2
@@ -61,8 +74,17 @@ class FakeDevice:
                 dst = (regs[CE_OFFSET_IN_UPPER + 8] << 32) | regs[CE_OFFSET_IN_UPPER + 12]
                 ctypes.memmove(dst, src, regs[CE_LINE_LENGTH_IN])
             i += 1 + count
-        self._next += 1
-        return Point(self._next - 1)
+        self.next += 1
+        return Point(self.next - 1)
+
+
+class FakeDevice:
+    """A stand-in device's staging: its path, memory and timeline."""
+
+    def __init__(self) -> None:
+        self.path = FakePath()
+        self.timeline = FakeTimeline()
+        self.staging = copies.Staging(FakeMemory(self.path), self.timeline)  # type: ignore[arg-type]
 
 
 def device_region(d: FakeDevice, n: int) -> tuple[Region, bytearray]:
@@ -75,10 +97,10 @@ def test_staged_upload_and_download_round_trip(n: int) -> None:
     d: Any = FakeDevice()
     region, memory = device_region(d, n + 64)
     data = os.urandom(n)
-    copies.staged_upload(d, region, memoryview(data), 7)
+    d.staging.upload(region, memoryview(data), 7)
     assert bytes(memory[7 : 7 + n]) == data
     out = memoryview(bytearray(n))
-    copies.staged_download(d, region, n, 7, out)
+    d.staging.download(region, n, 7, out)
     assert bytes(out) == data
 
 
@@ -86,7 +108,8 @@ def test_staging_halves_are_waited_for_before_reuse() -> None:
     d: Any = FakeDevice()
     n = copies.STAGING * 2  # four halves: the third and fourth reuse the first two
     region, _ = device_region(d, n)
-    copies.staged_upload(d, region, memoryview(os.urandom(n)), 0)
-    first, second = d._staging_busy[0], d._staging_busy[1]
+    d.staging.upload(region, memoryview(os.urandom(n)), 0)
+    first, second = d.staging.busy[0], d.staging.busy[1]
     assert (first, second) == (3, 4)  # the last value submitted into each half
-    assert 1 in d.waited and 2 in d.waited  # half 0 and 1 were waited for before reuse
+    # half 0 and 1 were waited for before reuse
+    assert 1 in d.timeline.waited and 2 in d.timeline.waited

@@ -160,4 +160,4 @@ def test_profile_stamps_each_submission_and_writes_a_chrome_trace(
     assert [(t["name"], t["ts"], t["dur"]) for t in trace["traceEvents"]] == [
         ("vadd", 0.0, 3.0), ("copy", 4.0, 4.0)]
     assert trace["otherData"]["clock"].startswith("GPU PTIMER through the RM")
-    assert d._profile is None  # the profile stopped with its block
+    assert d.timeline.profile is None  # the profile stopped with its block

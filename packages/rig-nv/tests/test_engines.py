@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from fake_gpu import H200_COPY_ENGINES, FakePath
+from fake_gpu import H200_COPY_ENGINES, FakePath, open_on
 
 from rig_edge import RigError
 from rig_nv import device as device_module
@@ -220,18 +220,10 @@ class Recording(FakePath):
 @contextmanager
 def made(path: Recording | None = None) -> Iterator[tuple[Any, Recording]]:
     path = path or Recording()
-
-    class Tracked(device_module.Device):
-        def __init__(self, p: Any) -> None:
-            super().__init__(p)
-            p.device = self
-
-    d = Tracked(path)
     try:
-        d._build()
-        yield d, path
+        yield open_on(path), path
     finally:
-        d.stop()
+        path.device.stop()  # a failed build's too: open_on gave the path its device first
 
 
 def allocs(path: FakePath, cls: int) -> list[tuple[int, int, bytes]]:
@@ -249,13 +241,13 @@ def test_the_copy_channel_has_a_group_of_its_own_on_the_chosen_lce() -> None:
         assert d.copy_engine == 4 and "copies on LCE 4" in repr(d)
         (gr_parent, gr, gr_params), (ce_parent, ce_group, ce_params) = allocs(
             path, KEPLER_CHANNEL_GROUP_A)
-        assert (gr, ce_group) == (d._tsg, d._copy_tsg)
+        assert (gr, ce_group) == (d.objects.tsg, d.objects.copy_tsg)
         assert gr_parent == ce_parent == path.h_device
         assert struct.unpack_from("<II", gr_params, 8) == (0, 1)
         assert struct.unpack_from("<II", ce_params, 8) == (path.h_vaspace, COPY[4])
         compute, copy = allocs(path, HOPPER_CHANNEL_GPFIFO_A)
-        assert (compute[0], compute[1]) == (d._tsg, d.compute.handle)
-        assert (copy[0], copy[1]) == (d._copy_tsg, d.copy_channel.handle)
+        assert (compute[0], compute[1]) == (d.objects.tsg, d.compute.handle)
+        assert (copy[0], copy[1]) == (d.objects.copy_tsg, d.copy_channel.handle)
         assert struct.unpack_from("<I", compute[2], 24)[0] != 0  # its context share
         assert struct.unpack_from("<I", compute[2], 128)[0] == 0
         assert struct.unpack_from("<I", copy[2], 24)[0] == 0
@@ -264,8 +256,8 @@ def test_the_copy_channel_has_a_group_of_its_own_on_the_chosen_lce() -> None:
         assert objects == {d.compute.handle: b"", d.copy_channel.handle: struct.pack(
             "<II", 1, COPY[4])}
         schedules = [obj for obj, cmd in path.sent if cmd == NVA06C_CTRL_CMD_GPFIFO_SCHEDULE]
-        assert schedules == [d._tsg, d._copy_tsg]
-        assert path.rm.objects[d._copy_tsg] == KEPLER_CHANNEL_GROUP_A
+        assert schedules == [d.objects.tsg, d.objects.copy_tsg]
+        assert path.rm.objects[d.objects.copy_tsg] == KEPLER_CHANNEL_GROUP_A
 
 
 @pytest.mark.parametrize("how", ["refused", "grces only", "grce asked"])
@@ -279,13 +271,13 @@ def test_without_an_async_ce_the_copy_channel_joins_the_graphics_group(
     else:
         monkeypatch.setattr(setup, "COPY_ENGINE", "grce")
     with made(path) as (d, _):
-        assert d.copy_engine is None and d._copy_tsg is None and "copies on GRCE" in repr(d)
-        assert [h for _, h, _ in allocs(path, KEPLER_CHANNEL_GROUP_A)] == [d._tsg]
+        assert d.copy_engine is None and d.objects.copy_tsg is None and "copies on GRCE" in repr(d)
+        assert [h for _, h, _ in allocs(path, KEPLER_CHANNEL_GROUP_A)] == [d.objects.tsg]
         channels = allocs(path, HOPPER_CHANNEL_GPFIFO_A)
-        assert [parent for parent, _, _ in channels] == [d._tsg, d._tsg]
+        assert [parent for parent, _, _ in channels] == [d.objects.tsg, d.objects.tsg]
         assert all(params == b"" for _, _, params in allocs(path, HOPPER_DMA_COPY_A))
         schedules = [obj for obj, cmd in path.sent if cmd == NVA06C_CTRL_CMD_GPFIFO_SCHEDULE]
-        assert schedules == [d._tsg]
+        assert schedules == [d.objects.tsg]
     if how == "grce asked":
         assert not any(cmd == 0x20800170 for _, cmd in path.sent)  # not even asked
 
@@ -312,8 +304,8 @@ def test_copies_go_to_the_copy_channel_after_the_compute_one() -> None:
     from test_device_cpu import commands, methods
 
     with made() as (d, path):
-        launched = d._submit(d.compute, None)
-        point = d._submit(d.copy_channel, None, "copy")
+        launched = d.timeline.submit(d.compute, ())
+        point = d.timeline.submit(d.copy_channel, (), "copy")
         acquire = methods(commands(d, d.copy_channel)[-1])[0]
         assert acquire[1] == push.SEM_ADDR_LO and acquire[2][2] == launched.value
         assert acquire[2][4] & 7 == push.SEM_OP_ACQ_CIRC_GEQ
@@ -325,7 +317,7 @@ def test_stop_frees_the_copy_group_and_everything_under_it() -> None:
     """stop() detaches both channels from UVM, then frees every RM object in reverse: the copy
     object and channel before their group, the group with the rest."""
     with made() as (d, path):
-        copy_group, copy_channel = d._copy_tsg, d.copy_channel.handle
+        copy_group, copy_channel = d.objects.copy_tsg, d.copy_channel.handle
         copy_object = next(h for parent, h, _ in allocs(path, HOPPER_DMA_COPY_A)
                            if parent == copy_channel)
     assert path.detached == [d.compute.handle, copy_channel]

@@ -134,7 +134,7 @@ def test_the_rm_is_asked_once_and_the_device_stays_lost(dev: tuple[Any, Any]) ->
     assert str(again.value) == str(first)
     with pytest.raises(Fault):
         d.sleep(0)
-    assert d._faulted() is not None and d._faulted().address == 0xDEAD0000
+    assert d.health.faulted() is not None and d.health.faulted().address == 0xDEAD0000
     assert path.rm.controls.count(GET_MMU_FAULT_INFO) == 1
 
 
@@ -149,7 +149,7 @@ def test_other_channel_errors_ask_the_rm_nothing(dev: tuple[Any, Any]) -> None:
 
 def test_nothing_faulted_asks_nothing(dev: tuple[Any, Any]) -> None:
     d, path = dev
-    assert d._faulted() is None
+    assert d.health.faulted() is None
     pending(d).wait(timeout_s=10)  # the stand-in completes it: no Fault
     d.sleep(0)
     assert GET_MMU_FAULT_INFO not in path.rm.controls
@@ -339,7 +339,7 @@ def test_no_mmu_record_makes_no_debugger(dev: tuple[Any, Any]) -> None:
 def test_other_faults_and_no_fault_make_no_debugger(dev: tuple[Any, Any]) -> None:
     d, path = dev
     pending(d).wait(timeout_s=10)
-    assert d._faulted() is None
+    assert d.health.faulted() is None
     rc(d, 69)  # ROBUST_CHANNEL_GR_CLASS_ERROR: neither an MMU fault nor an SM exception
     f = fault_of(d)
     assert f.channel_error == "ROBUST_CHANNEL_GR_CLASS_ERROR (Xid 69) on the compute channel"
@@ -351,7 +351,7 @@ def test_the_debuggee_is_the_compute_channels_compute_object(dev: tuple[Any, Any
     """Device._debuggee finds the object by where setup.channel made it: the stand-in, which
     records every object's class and parent, says it is the right one."""
     d, path = dev
-    g = d._debuggee()
+    g = d.health.debuggee()
     assert g is not None
     assert g.device == path.h_device and g.channel == d.compute.handle
     assert g.graphics_object == graphics_object(d, path)
@@ -566,7 +566,7 @@ def test_without_a_known_compute_object_no_debugger_is_made(dev: tuple[Any, Any]
                                                            monkeypatch: pytest.MonkeyPatch
                                                            ) -> None:
     d, path = dev
-    monkeypatch.setattr(d, "_debuggee", lambda: None)
+    monkeypatch.setattr(d.health, "debuggee", lambda: None)
     assert sm_fault(d, path, STATES).reason == AS_TODAY
     assert path.rm.debuggers == [] and path.rm.sm_reads == []
 
@@ -583,7 +583,7 @@ def test_a_device_that_does_not_fault_reads_no_sm_states(dev: tuple[Any, Any]) -
     path.rm.sm_errors[d.compute.handle] = STATES
     pending(d).wait(timeout_s=10)
     d.sleep(0)
-    assert d._faulted() is None
+    assert d.health.faulted() is None
     assert path.rm.debuggers == [] and READ_ALL_SM_ERROR_STATES not in path.rm.controls
 
 
@@ -683,7 +683,7 @@ def test_a_loss_the_path_marks_takes_no_lock_and_stops_every_later_use(
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with d._lock:
+        with d.timeline.lock:
             held.set()
             release.wait(5.0)
 

@@ -1,12 +1,12 @@
 """rig_nv.launch without a GPU: arguments, limits, bank 0, relocations and launch templates.
 
 The kernels are the fixture cubins' (cubins/kernels.cu, built by cubins/build.sh). Expected
-figures come from the project's notes (notes/qmd.md): the cbank-0 driver area per architecture
-(section 5.7, read off ptxas's own SASS: ``c[0x0][0x28]`` / ``c[0x0][0x37c]`` for the stack
-pointer, tinygrad's 0xfffdc0), the parameter bases (5.6), SASS_VERSION = major << 4 | minor
-(tinygrad's ``sass_version``), the 1 KiB shared-memory reservation that ptxas counts in
-``.nv.shared.<k>`` only from sm_90 on (2.4), the carveouts per arch (Mesa, section 1) and the
-R_CUDA relocation numbers and bit positions (5.4, nvdisasm's table via denvdis).
+figures: the cbank-0 driver area per architecture (read off ptxas's own SASS:
+``c[0x0][0x28]`` / ``c[0x0][0x37c]`` for the stack pointer, tinygrad's 0xfffdc0), the
+parameter bases, SASS_VERSION = major << 4 | minor (tinygrad's ``sass_version``), the 1 KiB
+shared-memory reservation that ptxas counts in ``.nv.shared.<k>`` only from sm_90 on, the
+carveouts per arch (Mesa) and the R_CUDA relocation numbers and bit positions (nvdisasm's
+table via denvdis).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import dataclasses
 import struct
 from functools import cache
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -54,7 +55,7 @@ class FakeDevice:
     def __init__(self, arch: str) -> None:
         self.arch = arch
         self.windows = (LOCAL_WINDOW, SHARED_WINDOW)  # (local, shared), as Device has them
-        self._slm = 0
+        self.loader = SimpleNamespace(slm=0)  # local memory per thread given so far
         self.classes = Classes(usermode=0xC661, gpfifo=0xC86F, compute=COMPUTE[arch],
                                copy=0xC8B5)
         self.facts = Facts(name="fake GPU", arch=arch, budget=1 << 34,
@@ -416,7 +417,7 @@ def _shared_total(arch: str, kernel: Kernel, dynamic: int) -> int:
 @pytest.mark.parametrize("name", ["vadd", "reduce", "by_value"])
 def test_prepare_qmd_fields(arch: str, name: str) -> None:
     dev, img = image(arch)
-    dev._slm = 0x300 if name == "vadd" else 0  # the device's current local memory per thread
+    dev.loader.slm = 0x300 if name == "vadd" else 0  # the device's current local memory per thread
     fn = img[name]
     k = fn.kernel
     grid, block, dynamic = (0x1234, 5, 3), (128, 2, 1), 0x310
@@ -445,7 +446,7 @@ def test_prepare_qmd_fields(arch: str, name: str) -> None:
     want_local = -(-(k.local_bytes + 0x240) // 32) * 32 if k.local_bytes else 0
     assert prep.local == want_local
     got_local = q.get("SHADER_LOCAL_MEMORY_HIGH_SIZE") << layout.local_shift
-    assert got_local == max(want_local, dev._slm)
+    assert got_local == max(want_local, dev.loader.slm)
 
     # constant buffers: 0 (pointed per launch), 3 (__constant__ taps), 4 (globals' addresses)
     assert q.cbuf(0) == (0, len(prep.bank), True)
@@ -531,7 +532,7 @@ def test_prepare_caches_per_configuration() -> None:
     assert b is not a and b.qmd != a.qmd
     c = L.prepare(dev, fn, (4, 3), (64,), 0)  # type: ignore[arg-type]
     assert c is not a and c.bank != a.bank
-    dev._slm = 0x1000  # the device grew its local memory: the QMD says so
+    dev.loader.slm = 0x1000  # the device grew its local memory: the QMD says so
     d = L.prepare(dev, fn, (4, 2), (64,), 0)  # type: ignore[arg-type]
     assert d is not a
     q = qmd.Qmd(qmd.LAYOUTS[4], d.qmd)

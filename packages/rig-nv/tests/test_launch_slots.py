@@ -26,7 +26,7 @@ def sent_qmds(d: Any, since: int) -> list[int]:
         address, dwords = entry & ((1 << 40) - 1) & ~3, (entry >> 42) & 0x1FFFFF
         start = address - ch.pb.gpu
         body = ch.pb_words[start >> 2 : (start >> 2) + dwords]
-        out.append(body[list(body).index(d._pcas_a) + 1] << 8)
+        out.append(body[list(body).index(d.timeline.pcas_a) + 1] << 8)
     return out
 
 
@@ -37,21 +37,22 @@ def test_a_configuration_launched_again_uses_its_slots_round_robin(
     a = d.alloc(1 << 16, Memory.DEVICE)
     path.complete()
     d.launch(fn, (2,), (64,), (a, a, a, 0))  # prepares the configuration (the arena)
-    prep = fn.prepared[((2,), (64,), 0, d._slm)]
-    head, put = d._arena.head, d.compute.put
+    prep = fn.prepared[((2,), (64,), 0, d.loader.slm)]
+    head, put = d.timeline.arena.head, d.compute.put
     for i in range(2 * launching.SLOTS):
         d.launch(fn, (2,), (64,), (a, a, a, i + 1))
         path.complete()
-    assert d._arena.head == head  # nothing more went through the arena
+    assert d.timeline.arena.head == head  # nothing more went through the arena
     addresses = sent_qmds(d, put)
-    at = [d._pool.gpu + o for o in prep.slots.at]
+    at = [d.timeline.pool.gpu + o for o in prep.slots.at]
     assert addresses == at + at and len(set(at)) == launching.SLOTS
     params = fn.kernel.param_offset
     for k, o in enumerate(prep.slots.at):
         # each slot's QMD names the bank behind it, and the bank holds the last launch's n
-        q = qmd.Qmd(d._qmd_layout, bytes(d._pool.view[o : o + d._qmd_layout.size]))
-        assert q.cbuf(0)[0] == d._pool.gpu + o + 512
-        n = struct.unpack_from("<i", d._pool.view, o + 512 + params + 24)[0]
+        layout = qmd.LAYOUTS[d.classes.qmd_version]
+        q = qmd.Qmd(layout, bytes(d.timeline.pool.view[o : o + layout.size]))
+        assert q.cbuf(0)[0] == d.timeline.pool.gpu + o + 512
+        n = struct.unpack_from("<i", d.timeline.pool.view, o + 512 + params + 24)[0]
         assert n == launching.SLOTS + k + 1
 
 
@@ -62,16 +63,16 @@ def test_a_slot_the_gpu_still_reads_is_not_written_the_launch_takes_the_arena(
     a = d.alloc(1 << 16, Memory.DEVICE)
     path.complete()
     d.launch(fn, (2,), (64,), (a, a, a, 0))
-    prep = fn.prepared[((2,), (64,), 0, d._slm)]
+    prep = fn.prepared[((2,), (64,), 0, d.loader.slm)]
     d.launch(fn, (2,), (64,), (a, a, a, 1))  # makes the slots, uses the first
     # the GPU does nothing more: the other slots are free, then the first is busy
     for i in range(launching.SLOTS - 1):
         d.launch(fn, (2,), (64,), (a, a, a, 2 + i))
-    busy = bytes(d._pool.view[prep.slots.at[0] : prep.slots.at[0] + 1024])
-    head, put = d._arena.head, d.compute.put
+    busy = bytes(d.timeline.pool.view[prep.slots.at[0] : prep.slots.at[0] + 1024])
+    head, put = d.timeline.arena.head, d.compute.put
     d.launch(fn, (2,), (64,), (a, a, a, 99))
-    assert bytes(d._pool.view[prep.slots.at[0] : prep.slots.at[0] + 1024]) == busy
-    assert d._arena.head > head and sent_qmds(d, put) == [d._arena.ring.gpu + head
+    assert bytes(d.timeline.pool.view[prep.slots.at[0] : prep.slots.at[0] + 1024]) == busy
+    assert d.timeline.arena.head > head and sent_qmds(d, put) == [d.timeline.arena.ring.gpu + head
                                                            + (-head) % 256]
     assert prep.slots.turn == 0  # still waiting for the first
     path.complete()
@@ -85,11 +86,11 @@ def test_a_full_slot_pool_leaves_configurations_to_the_arena(
     fn = d.load(CUBIN.read_bytes())["vadd"]
     a = d.alloc(1 << 16, Memory.DEVICE)
     path.complete()
-    d._pool_head = d._pool.length - 1024  # nearly full
+    d.timeline.pool_head = d.timeline.pool.length - 1024  # nearly full
     d.launch(fn, (2,), (64,), (a, a, a, 0))
     d.launch(fn, (2,), (64,), (a, a, a, 1))
-    prep = fn.prepared[((2,), (64,), 0, d._slm)]
+    prep = fn.prepared[((2,), (64,), 0, d.loader.slm)]
     assert prep.slots.turn == -1 and prep.slots.at == []
-    head = d._arena.head
+    head = d.timeline.arena.head
     d.launch(fn, (2,), (64,), (a, a, a, 2))
-    assert d._arena.head > head
+    assert d.timeline.arena.head > head

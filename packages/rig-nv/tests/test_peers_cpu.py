@@ -9,21 +9,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fake_gpu import BASE, FakePath, open_fake
+from fake_gpu import BASE, FakePath, open_fake, open_on
 
 from rig_edge import Memory, Misuse
 
 
 @pytest.fixture
 def two() -> Iterator[tuple[Any, FakePath, Any, FakePath]]:
-    from rig_nv import device as device_module
 
     d0, p0 = open_fake()
     p1 = FakePath()
     p1.next = BASE + (128 << 30)  # the second stand-in's memory lies apart from the first's
-    d1 = device_module.Device(p1)  # type: ignore[arg-type]
-    p1.device = d1
-    d1._build()
+    d1 = open_on(p1)
     try:
         yield d0, p0, d1, p1
     finally:
@@ -50,10 +47,10 @@ def test_owner_free_refused_while_mapped_then_allowed(two: Any) -> None:
     p = d1.map_peer(d0, r0)
     with pytest.raises(Misuse, match=r"mapped into NV: free those mappings"):
         d0.free(r0)
-    assert r0 in d0._allocs  # the refused free changed nothing
+    assert r0 in d0.memory.regions()  # the refused free changed nothing
     d1.free(p)
     d0.free(r0)
-    assert r0 not in d0._allocs and not d0._peer_out
+    assert r0 not in d0.memory.regions() and not d0.memory.peers_out()
 
 
 @pytest.mark.parametrize("case", ["self", "not-a-device", "freed", "part", "twice", "mapped"])
@@ -91,7 +88,7 @@ def test_stop_of_the_owner_ends_the_mapping(two: Any) -> None:
     r0 = d0.alloc(4096, Memory.DEVICE)
     p = d1.map_peer(d0, r0)
     d0.stop()
-    assert p1.peer_maps == [] and p not in d1._allocs and not d1._peer_in
+    assert p1.peer_maps == [] and p not in d1.memory.regions() and not d1.memory.peers_in()
     local = d1.alloc(4096, Memory.DEVICE)
     with pytest.raises(Misuse, match="not a live region"):
         d1.copy(local, p)
@@ -102,7 +99,7 @@ def test_stop_of_the_mapper_ends_its_mappings_not_the_owners_memory(two: Any) ->
     r0 = d0.alloc(4096, Memory.PINNED)
     d1.map_peer(d0, r0)
     d1.stop()
-    assert p1.peer_maps == [] and not d0._peer_out
+    assert p1.peer_maps == [] and not d0.memory.peers_out()
     d0.free(r0)  # no longer mapped anywhere: the owner frees it
 
 

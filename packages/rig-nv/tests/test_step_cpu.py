@@ -71,27 +71,27 @@ def test_each_step_submission_is_one_gpfifo_entry(dev: tuple[Any, Any]) -> None:
     b = d.alloc(1 << 16, Memory.PINNED)
     s, other = _step(d, img, a, b), _step(d, img, a, b)
     # the load's upload went through the copy channel last
-    assert d._last is d.copy_channel
+    assert d.timeline.last is d.copy_channel
     p, address, words = _submit(d, s)  # the first submission of any step, after a copy
-    cmds = list(s._cmds)
+    cmds = list(s.commands)
     assert words == _acquire(d, p.value - 1) + cmds and _in_pushbuffer(d, address)
     d.launch(img["vadd"], (4,), (256,), (a, a, b, 1))
     for target, before in ((other, "first of another step, after a launch"),
                            (s, "after another step"), (s, "after itself"), (other, "after it")):
         p, address, words = _submit(d, target)
-        assert p.value == d._next - 1, before
+        assert p.value == d.timeline.next - 1, before
         # the entry names the step's commands in its own memory: nothing is copied
-        assert (address, len(words)) == (target._pb, target._words), before
-        assert words == list(target._cmds), before
+        assert (address, len(words)) == (target.address, target.dwords), before
+        assert words == list(target.commands), before
     prior = d.launch(img["vadd"], (4,), (256,), (a, a, b, 1))
     p, address, words = _submit(d, s)
-    assert p.value == prior.value + 1 and address == s._pb
+    assert p.value == prior.value + 1 and address == s.address
     prior = d.copy(b, a, 4096)
     p, address, words = _submit(d, s)
     assert p.value == prior.value + 1
     assert words == _acquire(d, prior.value) + cmds and _in_pushbuffer(d, address)
     prior = d.upload(a, bytes(range(256)) * 4)  # Device memory: staged, on the copy channel
-    assert d._last is d.copy_channel
+    assert d.timeline.last is d.copy_channel
     p, address, words = _submit(d, s)
     assert words == _acquire(d, prior.value) + cmds and p.value == prior.value + 1
     # under a profile: the stamps bracket the commands in the same entry, the end stamp before
@@ -145,7 +145,7 @@ def test_a_step_after_a_copy_acquires_the_copys_value_before_its_commands(
     assert copy_words[-5] == copied.value  # its release's payload (low half)
     assert p.value == copied.value + 1
     # a value past 2^32: both halves of the acquire's payload
-    d._next = (5 << 32) + 7
+    d.timeline.next = (5 << 32) + 7
     path.complete()
     copied = d.copy(b, a, 64)
     p, _, words = _submit(d, s)
@@ -171,7 +171,7 @@ def test_no_submission_changes_bytes_an_earlier_one_may_still_read(
         b = d.alloc(1 << 16, Memory.PINNED)
         s = _step(d, img, a, b)
         s.submit()
-        memory = s._memory
+        memory = s.memory
         sealed = bytes(view(memory.host, memory.length))
         sent: list[tuple[int, int, list[int]]] = []
         for i in range(600):
@@ -182,7 +182,7 @@ def test_no_submission_changes_bytes_an_earlier_one_may_still_read(
             p, address, words = _submit(d, s)
             sent.append((p.value, address, words))
             # the GPU completes all but the last few submissions
-            d._word[0] = max(d.completed(), d._next - 1 - (i % 7))
+            d.timeline.word[0] = max(d.completed(), d.timeline.next - 1 - (i % 7))
             done = d.completed()
             sent = [x for x in sent if x[0] > done]
             for value, address, words in sent:
@@ -220,32 +220,32 @@ def test_a_step_too_large_to_copy_waits_for_the_work_before_it(
         s = _giant(d, a, b)
         path.complete()
         first, address, words = _submit(d, s)  # after make's work on the copy channel
-        assert (address, len(words)) == (s._pb, s._words)
-        assert (len(s._cmds) + step_module.AROUND) * 4 > 0x4000 // 2
+        assert (address, len(words)) == (s.address, s.dwords)
+        assert (len(s.commands) + step_module.AROUND) * 4 > 0x4000 // 2
         assert d.completed() == first.value - 1  # it waited for the work before it
         waits: list[int] = []
-        wait = d._wait_value
-        monkeypatch.setattr(d, "_wait_value",
+        wait = d.timeline.wait_value
+        monkeypatch.setattr(d.timeline, "wait_value",
                             lambda value, timeout_s=None: (waits.append(value), wait(value)))
         copied = d.copy(b, a, 64)
         p, address, words = _submit(d, s)
-        assert waits == [copied.value] and (address, len(words)) == (s._pb, s._words)
-        assert words == list(s._cmds) and p.value == copied.value + 1
+        assert waits == [copied.value] and (address, len(words)) == (s.address, s.dwords)
+        assert words == list(s.commands) and p.value == copied.value + 1
         p, address, words = _submit(d, s)  # after compute: no wait
-        assert waits == [copied.value] and address == s._pb
+        assert waits == [copied.value] and address == s.address
         with d.profile(capacity=4) as prof:
             p, address, words = _submit(d, s)
             base = prof.memory.gpu
-            release = list(s._cmds[-step_module.RELEASE_WORDS:])
-            assert waits[-1] == p.value - 1 and s._stamped_memory is not None
-            assert address == s._stamped_memory.gpu
-            assert words == (_stamp(base) + list(s._cmds[:-len(release)]) + _stamp(base + 16)
+            release = list(s.commands[-step_module.RELEASE_WORDS:])
+            assert waits[-1] == p.value - 1 and s.stamped_memory is not None
+            assert address == s.stamped_memory.gpu
+            assert words == (_stamp(base) + list(s.commands[:-len(release)]) + _stamp(base + 16)
                              + release)
             p, address, words = _submit(d, s)
-            assert waits[-1] == p.value - 1 and address == s._stamped_memory.gpu
+            assert waits[-1] == p.value - 1 and address == s.stamped_memory.gpu
             assert words[:6] == _stamp(base + 32)
         s.free()
-        assert s._stamped_memory is None and s._memory is None
+        assert s.stamped_memory is None and s.memory is None
     finally:
         path.complete()
         d.stop()
@@ -265,7 +265,7 @@ def test_a_step_more_than_one_entry_holds_is_misuse(dev: tuple[Any, Any],
     put = d.compute.put
     with pytest.raises(Misuse, match="more than one GPFIFO entry holds"):
         s.submit()
-    assert s._memory is None and d.compute.put == put
+    assert s.memory is None and d.compute.put == put
 
 
 def test_a_full_profile_refuses_before_a_timeline_value_is_taken(dev: tuple[Any, Any]) -> None:
@@ -281,10 +281,10 @@ def test_a_full_profile_refuses_before_a_timeline_value_is_taken(dev: tuple[Any,
     s.submit()
     with d.profile(capacity=1):
         d.launch(img["vadd"], (4,), (256,), (a, a, b, 1))
-        taken, puts = d._next, (d.compute.put, d.copy_channel.put)
+        taken, puts = d.timeline.next, (d.compute.put, d.copy_channel.put)
         for refused in (lambda: d.launch(img["vadd"], (4,), (256,), (a, a, b, 2)),
                         lambda: d.copy(b, a, 64), s.submit, fresh.submit):
             with pytest.raises(RigError, match="the profile holds 1 events"):
                 refused()
-            assert d._next == taken and (d.compute.put, d.copy_channel.put) == puts
+            assert d.timeline.next == taken and (d.compute.put, d.copy_channel.put) == puts
     assert s.submit().value == taken and fresh.submit().value == taken + 1

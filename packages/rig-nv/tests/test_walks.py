@@ -416,12 +416,12 @@ def _check_stop(path: WalkPath, site: str, closed: int) -> None:
     assert not path.views, "stop() left the doorbell mapped"
     state = path.state()
     objects = {h for h in state["rm objects"] if h not in path.memory}
-    if site == "stop>free" or site.startswith("stop>detach_channel"):
+    if site == "stop>free_all>free" or site.startswith("stop>free_all>detach_channel"):
         assert len(objects) <= 1, f"stop() left RM objects {objects}"
-        assert not path.memory or len(path.memory) == len(path.device._own) + len(
-            path.device._allocs), "stop() freed only part of the memory"
+        assert not path.memory or len(path.memory) == len(path.device.memory.owned()) + len(
+            path.device.memory.regions()), "stop() freed only part of the memory"
         return
-    if site.startswith("stop>free_memory"):
+    if site.startswith("stop>release>free_memory"):
         # A memory object whose free failed stays (with its mapping); everything else goes.
         assert len(state["memory"]) <= 1 and set(state["rm objects"]) <= set(state["memory"]), \
             state

@@ -71,7 +71,7 @@ def bar1_bus(path: PciPath, a: Allocation, undo: Undo, offset: int, length: int)
             at = undo.fb  # BAR 1 shows video memory one to one
         if at is None:  # Device memory: into BAR 1 as Mapped memory goes
             try:
-                at = path._map_bar1(undo.fb, undo.size, undo.huge, undo)
+                at = path.map_bar1(undo.fb, undo.size, undo.huge, undo)
             except mmu.NoRoom:  # no video memory for a BAR 1 page table
                 drop_bar1(path, undo)
             if at is None:
@@ -94,5 +94,5 @@ def bar1_bus(path: PciPath, a: Allocation, undo: Undo, offset: int, length: int)
 def drop_bar1(path: PciPath, undo: Undo) -> None:
     """End the BAR 1 mapping (whole or partly written) an export made of Device memory."""
     if undo.bar1 is not None:
-        path._unmap_bar1(undo.bar1, undo.size, undo.huge)
+        path.unmap_bar1(undo.bar1, undo.size, undo.huge)
         undo.bar1 = None

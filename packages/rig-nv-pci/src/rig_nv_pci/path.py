@@ -275,7 +275,8 @@ class PciPath:
         self.events = events
         self._poll, self._on_closed = poll, on_closed
         self._lock = threading.Lock()
-        self._addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
+        # The GPU addresses the path hands out (one range for every GPU of a process).
+        self.addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
         self._place_dma, self._dma_granule = place_dma, dma_granule
         self._place_bar = place_bar
         # video memory: the path's own heap over the FB regions GSP-RM reported, less GSP-RM's
@@ -373,9 +374,9 @@ class PciPath:
         self._rm.control(self.h_vaspace, NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
                          params)
 
-    def _map(self, handle: int, size: int, va: int, huge: bool,
-             address: Callable[[int], int], video: bool, *, kind: int | None = None,
-             coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
+    def map_va(self, handle: int, size: int, va: int, huge: bool,
+               address: Callable[[int], int], video: bool, *, kind: int | None = None,
+               coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
         """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
         offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory;
         ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.mmu.PageTables.map`
@@ -401,7 +402,8 @@ class PciPath:
             raise RigError(f"{self.name}: the GSP mapped memory 0x{handle:x} at 0x{got:x}, "
                            f"not at the fixed 0x{va:x} asked for")
 
-    def _unmap(self, handle: int, va: int, size: int, huge: bool) -> None:
+    def unmap_va(self, handle: int, va: int, size: int, huge: bool) -> None:
+        """Undo :meth:`map_va` of ``handle``'s ``size`` bytes at ``va``."""
         if self.tables is not None:
             with self._tables_lock:
                 self.tables.unmap(va, size, huge=huge)
@@ -477,19 +479,19 @@ class PciPath:
         """Video memory ``[fb, fb+size)`` (not a memory object: a context buffer) mapped at a
         GPU address of the path's range by its page tables; ``None`` without room."""
         with self._lock:
-            va = self._addresses.take(size, SMALL)
+            va = self.addresses.take(size, SMALL)
         if va is None:
             return None
         try:
-            self._map(0, size, va, False, lambda o: fb + o, True)
+            self.map_va(0, size, va, False, lambda o: fb + o, True)
         except mmu.NoRoom:
-            self._unmap(0, va, size, False)
+            self.unmap_va(0, va, size, False)
             self._give_va(va, size)
             return None
         return va
 
     def _unmap_fb(self, va: int, size: int) -> None:
-        self._unmap(0, va, size, False)
+        self.unmap_va(0, va, size, False)
         self._give_va(va, size)
 
     def _method_buffer_size(self) -> int:
@@ -521,7 +523,7 @@ class PciPath:
             size = -(-size // self._dma_granule) * self._dma_granule
             align = max(align, self._dma_granule)
         with self._lock:
-            va = self._addresses.take(size, align)
+            va = self.addresses.take(size, align)
         if va is None:
             return None
         undo = Undo(None, va, size, huge=huge)
@@ -550,7 +552,7 @@ class PciPath:
                 assert undo.fb is not None
                 fb_offset = undo.fb
                 if kind is Memory.MAPPED:
-                    at = self._map_bar1(fb_offset, size, huge, undo)
+                    at = self.map_bar1(fb_offset, size, huge, undo)
                     if at is None:
                         raise mmu.NoRoom("no room in BAR 1")
                     # the window at the GPU address (over the process's reservation), so
@@ -562,12 +564,12 @@ class PciPath:
                         raise RigError(f"{self.name}: BAR 1 asked for at 0x{va:x} lies at "
                                        f"0x{host:x}")
             if undo.dma is not None:
-                self._map(handle, size, va, huge, undo.dma.bus_address, False)
+                self.map_va(handle, size, va, huge, undo.dma.bus_address, False)
                 self._placed[handle] = Placed(channels.ADDR_SYSMEM, undo.dma.bus_address, size,
                                               channels.NV_MEMORY_CACHED)
             else:
                 fb = fb_offset
-                self._map(handle, size, va, huge, lambda o: fb + o, True, big=big)
+                self.map_va(handle, size, va, huge, lambda o: fb + o, True, big=big)
                 self._placed[handle] = Placed(channels.ADDR_FBMEM, lambda o: fb + o, size,
                                               channels.NV_MEMORY_UNCACHED)
         except BaseException as e:
@@ -575,9 +577,9 @@ class PciPath:
                 self._keep(undo)  # nothing mapped yet: the registration is what failed
                 raise
             if self.tables is not None:
-                self._unmap(handle or 0, va, size, huge)  # what was written of it
+                self.unmap_va(handle or 0, va, size, huge)  # what was written of it
             if undo.bar1 is not None:
-                self._unmap_bar1(undo.bar1, size, huge)
+                self.unmap_bar1(undo.bar1, size, huge)
             if undo.view is not None:
                 self._unbar(undo.view)
             if handle is not None:
@@ -592,7 +594,7 @@ class PciPath:
             raise
         return Allocation(va, host, size, kind, handle, undo)
 
-    def _map_bar1(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
+    def map_bar1(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
         """Video memory ``[fb, fb+size)`` mapped into BAR 1 by the path's BAR 1 tables: its
         BAR 1 offset (``None`` where BAR 1 has no room); ``fb`` itself without them."""
         if self.bar1_tables is None:
@@ -607,7 +609,8 @@ class PciPath:
                                  kind=vidmem.KIND_GENERIC)
         return at
 
-    def _unmap_bar1(self, at: int, size: int, huge: bool) -> None:
+    def unmap_bar1(self, at: int, size: int, huge: bool) -> None:
+        """Undo :meth:`map_bar1` of ``size`` bytes at BAR 1 offset ``at``."""
         if self.bar1_tables is not None:
             with self._tables_lock:
                 self.bar1_tables.unmap(at, size, huge=huge)
@@ -616,7 +619,7 @@ class PciPath:
 
     def _give_va(self, va: int, size: int) -> None:
         with self._lock:
-            self._addresses.give(va, size)
+            self.addresses.give(va, size)
 
     def alloc_notifier(self) -> Allocation:
         """A page of system memory the GSP writes a channel's errors into, not mapped for the
@@ -655,7 +658,7 @@ class PciPath:
 
         if undo.va is not None:
             va = undo.va
-            step("unmap", lambda: self._unmap(a.handle, va, undo.size, undo.huge))
+            step("unmap", lambda: self.unmap_va(a.handle, va, undo.size, undo.huge))
         if undo.view is not None:
             # before the addresses go back: a window placed at them puts the reservation back
             # as it closes, so no later allocation finds BAR 1 still mapped there
@@ -663,7 +666,7 @@ class PciPath:
             step("bar", lambda: self._unbar(view))
         if undo.bar1 is not None:
             at = undo.bar1
-            step("bar1", lambda: self._unmap_bar1(at, undo.size, undo.huge))
+            step("bar1", lambda: self.unmap_bar1(at, undo.size, undo.huge))
         step("free", lambda: self._rm.free(a.handle))
         self._placed.pop(a.handle, None)
         if undo.dma is not None:
@@ -700,7 +703,7 @@ class PciPath:
         if dma is None:
             return Refusal.NO_ROOM
         with self._lock:
-            va = self._addresses.take(length, SMALL)
+            va = self.addresses.take(length, SMALL)
         if va is None:
             dma.free()
             return Refusal.NO_ROOM
@@ -708,13 +711,13 @@ class PciPath:
         mark = self._rm.mark()
         try:
             handle = self._describe(dma, length)
-            self._map(handle, length, va, False, dma.bus_address, False)
+            self.map_va(handle, length, va, False, dma.bus_address, False)
         except BaseException as e:
             if handle is None and not self._rm.refused(e, mark):
                 self._keep(Undo(dma, va, length))  # GSP-RM may hold the pages: kept mapped
                 raise
             if self.tables is not None:
-                self._unmap(handle or 0, va, length, False)
+                self.unmap_va(handle or 0, va, length, False)
             if handle is not None:
                 self._rm.free(handle)
             dma.free()

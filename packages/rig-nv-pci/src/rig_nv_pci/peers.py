@@ -91,7 +91,7 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
     if path.tables is None:
         raise RigError(f"{path.name}: the path does not write its page tables, so it maps "
                        "no peer's memory")
-    if path._addresses is not owner._addresses:
+    if path.addresses is not owner.addresses:
         raise RigError(f"{path.name}: {owner.name} takes its GPU addresses from another "
                        f"range, so 0x{a.gpu:x} may be this GPU's own")
     undo: Undo = a.undo
@@ -101,10 +101,10 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
             if undo.dma is None:
                 raise RigError(f"{path.name}: {owner.name}'s region at 0x{a.gpu:x} has no "
                                "system memory")
-            path._map(0, undo.size, a.gpu, undo.huge, undo.dma.bus_address, False)
+            path.map_va(0, undo.size, a.gpu, undo.huge, undo.dma.bus_address, False)
             return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
         start = peer_bar1_bus(path, a, owner, mine)
-        path._map(0, undo.size, a.gpu, undo.huge, lambda o: start + o, False,
+        path.map_va(0, undo.size, a.gpu, undo.huge, lambda o: start + o, False,
                   kind=vidmem.KIND_GENERIC, coherent=False, volatile=True)
     except BaseException:
         with contextlib.suppress(RigError):  # what was made, given back; the first
@@ -129,7 +129,7 @@ def peer_bar1_bus(path: PciPath, a: Allocation, owner: PciPath, mine: Undo) -> i
     else:
         lent = Undo(None, None, undo.size, huge=undo.huge)
         try:
-            got = owner._map_bar1(undo.fb, undo.size, undo.huge, lent)
+            got = owner.map_bar1(undo.fb, undo.size, undo.huge, lent)
         finally:  # a range taken (and maybe part mapped) is the mapping's to give back
             if lent.bar1 is not None:
                 mine.lent = (owner, lent.bar1)
@@ -158,7 +158,7 @@ def unmap_peer(path: PciPath, undo: Undo) -> None:
 
     va = undo.va
     assert va is not None
-    step("unmap", lambda: path._unmap(0, va, undo.size, undo.huge))
+    step("unmap", lambda: path.unmap_va(0, va, undo.size, undo.huge))
     if undo.lent is not None:
         owner, at = undo.lent
-        step("lent", lambda: owner._unmap_bar1(at, undo.size, undo.huge))
+        step("lent", lambda: owner.unmap_bar1(at, undo.size, undo.huge))

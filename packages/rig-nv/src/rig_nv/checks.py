@@ -1,18 +1,35 @@
 """The argument checks every public call of rig_nv makes before it touches the GPU: each
 raises :class:`rig_edge.Misuse` (a ValueError) naming the argument and the problem, having
-changed nothing (DESIGN.md's error policy)."""
+changed nothing (the error policy of rig_edge.errors)."""
 
 from __future__ import annotations
 
 import math
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from rig_edge import Misuse, Region
 
 if TYPE_CHECKING:
-    from rig_nv.device import Device
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
+    from rig_nv.memory import Heap
+
+
+class ArrayInterface(Protocol):
+    """What numpy's array interface describes. numpy's stubs give arrays the buffer protocol
+    only from Python 3.12, so host data is typed as either."""
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's description of the object's memory."""
+        ...
+
+
+# Host data a call reads or writes: anything with the buffer protocol (bytes, bytearray,
+# memoryview, numpy arrays, array.array), contiguous; :func:`buffer` checks it.
+HostData: TypeAlias = "Buffer | ArrayInterface"
 
 
 def whole(what: str, v: Any) -> int:
@@ -45,30 +62,26 @@ def buffer(what: str, data: Any, *, writable: bool = False) -> memoryview:
 
 
 def region_of(what: str, region: Any) -> Region:
+    if region is None:  # alloc's answer when the GPU is out of memory, passed on unread
+        raise Misuse(f"{what} is None, not a rig_edge.Region: alloc returns None when the GPU "
+                     "is out of that memory; check its answer")
     if not isinstance(region, Region):
         raise Misuse(f"{what} must be a rig_edge.Region, not {type(region).__name__}")
     return region
 
 
-def live(d: Device, region: Region, what: str) -> None:
-    """:class:`Misuse` unless ``region`` is, or lies inside, a live region of ``d`` (at the
-    same host address): not freed, not another device's."""
-    with d._lock:
-        if region in d._allocs:
-            return
-        for r in d._allocs:
-            if (r.kind is region.kind and r.gpu <= region.gpu
-                    and region.gpu + region.length <= r.gpu + r.length
-                    and region.host == (None if r.host is None
-                                        else r.host + region.gpu - r.gpu)):
-                return
-    raise Misuse(f"{what} {region} is not a live region of {d.facts.name} (freed, or "
-                 "another device's)")
+def live(memory: Heap, region: Region, what: str) -> None:
+    """:class:`Misuse` unless ``region`` is, or lies inside, a live region of ``memory`` (at
+    the same host address): not freed, not another device's."""
+    if not memory.contains(region):
+        raise Misuse(f"{what} {region} is not a live region of {memory.name} (freed, or "
+                     "another device's)")
 
 
-def span(d: Device, what: str, region: Any, offset: Any, n: Any) -> tuple[Region, int, int]:
-    """Check that ``n`` bytes at ``offset`` lie inside ``region``, a live region of ``d``;
-    returns them. Raises :class:`Misuse` naming the problem, before anything is submitted."""
+def span(memory: Heap, what: str, region: Any, offset: Any, n: Any) -> tuple[Region, int, int]:
+    """Check that ``n`` bytes at ``offset`` lie inside ``region``, a live region of
+    ``memory`` (a device's :class:`rig_nv.memory.Heap`); returns them. Raises
+    :class:`Misuse` naming the problem, before anything is submitted."""
     if type(region) is not Region:
         region = region_of(what, region)
     if type(offset) is not int:
@@ -80,6 +93,6 @@ def span(d: Device, what: str, region: Any, offset: Any, n: Any) -> tuple[Region
     if offset < 0 or offset + n > region.length:
         raise Misuse(f"bytes [{offset}, {offset + n}) lie outside the {region.length}-byte "
                      f"{what}")
-    if region not in d._allocs:  # the common case needs no lock: a dict's lookup is atomic
-        live(d, region, what)
+    if not memory.holds(region):
+        live(memory, region, what)
     return region, offset, n

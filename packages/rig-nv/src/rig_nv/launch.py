@@ -5,13 +5,13 @@ methods (SEND_PCAS_A with the QMD's address, SEND_SIGNALING_PCAS2_B) on the comp
 no ioctl. Constant bank 0 holds the driver's area (block and grid sizes, the shared and local
 memory windows, the initial stack pointer) and then the kernel's parameters, at the offsets the
 cubin's .nv.info declares. The driver-area offsets were read off ptxas's own code (every
-kernel loads its stack pointer and window bases from c[0x0][...]); see the project notes.
+kernel loads its stack pointer and window bases from c[0x0][...], as cuobjdump -sass shows).
 """
 
 from __future__ import annotations
 
 import contextlib
-import math
+import dataclasses
 import operator
 import struct
 from collections.abc import Sequence
@@ -19,16 +19,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import checks, qmd
+from rig_nv import checks, grids, occupancy, qmd, scalars
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
-from rig_nv.push import COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, SUBC_COMPUTE, header
-from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
 
 if TYPE_CHECKING:
-    from rig_nv.device import Device, Point
+    from rig_nv.device import Device
+    from rig_nv.timeline import Point
 
-# R_CUDA relocation types (nvdisasm's machine description, as listed in the project notes).
+# R_CUDA relocation types (the numbers nvdisasm's machine description gives them).
 R_CUDA_64 = 2
 R_CUDA_G64 = 4
 R_CUDA_ABS32_LO_32 = 0x38
@@ -46,7 +45,10 @@ CODE_SLACK = 0x1000  # the SM prefetches past a kernel's last instruction
 @dataclass(frozen=True)
 class Bank0:
     """Where the driver's values lie in constant bank 0 (per architecture). ``descriptor`` is
-    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``)."""
+    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``).
+    ``address`` holds the bank's own GPU address, plus the parameters' offset where
+    ``to_params``: a kernel takes a parameter's address from it (``&p`` of a
+    ``__grid_constant__`` parameter, a TMA load's tensor map)."""
 
     block: int
     grid: int
@@ -54,14 +56,19 @@ class Bank0:
     local_window: int
     stack: int
     descriptor: int
+    address: int
+    to_params: bool
 
 
+# ``address``: read off ptxas 13.0's code for ``&p`` of a __grid_constant__ parameter:
+# sm_80 adds 0x160 to c[0x0][0x40]; sm_90 uses c[0x0][0x198] as the parameters' address (a
+# tensor map at parameter offset 0x70 is c[0x0][0x198] + 0x70), sm_100 and sm_120 c[0x0][0x348].
 BANK0_AMPERE = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
-                     descriptor=0x118)
+                     descriptor=0x118, address=0x40, to_params=False)
 BANK0_HOPPER = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
-                     descriptor=0x208)
+                     descriptor=0x208, address=0x198, to_params=True)
 BANK0_BLACKWELL = Bank0(block=0x360, grid=0x370, shared_window=0x2F0, local_window=0x2F8,
-                        stack=0x37C, descriptor=0x358)
+                        stack=0x37C, descriptor=0x358, address=0x348, to_params=True)
 # The memory descriptor written for every launch (0 until measured otherwise).
 MEMORY_DESCRIPTOR = 0
 
@@ -113,30 +120,23 @@ class Prepared:
     slot: int = 0  # where constant buffer 0's address lies in the QMD
     keep: int = 0  # the bits above that address in its upper dword (its size, flags)
     shift: int = 0  # how far the QMD shifts constant-buffer addresses
+    address: int = 0  # where the bank holds its own address (Bank0.address)
+    to_address: int = 0  # what that address adds to the bank's (0 or the parameters' offset)
     slots: Slots = field(default_factory=Slots, compare=False)
 
 
 def point_cbuf0(prep: Prepared, host: memoryview, at: int, gpu: int) -> None:
-    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it."""
+    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it,
+    and write the bank's address into the bank."""
     shifted = (gpu + 512) >> prep.shift
     _pack_q(host, at + prep.slot, (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
+    address_bank(prep, host, at + 512, gpu + 512)
 
 
-def make_slots(device: Device, prep: Prepared) -> None:
-    """Give ``prep`` its :data:`SLOTS` places in ``device``'s slot pool, each written once, or
-    mark it as having none (turn -1) when the pool is full."""
-    pool, slots = device._pool, prep.slots
-    size = -(-len(prep.blob) // 256) * 256
-    if device._pool_head + SLOTS * size > pool.length:
-        slots.turn = -1
-        return
-    for _ in range(SLOTS):
-        at = device._pool_head
-        device._pool_head = at + size
-        pool.view[at : at + len(prep.blob)] = prep.blob
-        point_cbuf0(prep, pool.view, at, pool.gpu + at)
-        slots.at.append(at)
-        slots.values.append(0)
+def address_bank(prep: Prepared, bank: memoryview | bytearray, at: int, gpu: int) -> None:
+    """Write into the bank at ``bank[at:]`` its GPU address ``gpu`` where the kernel reads it
+    (:attr:`Bank0.address`)."""
+    _pack_q(bank, at + prep.address, gpu + prep.to_address)
 
 
 @dataclass(frozen=True)
@@ -149,10 +149,32 @@ class Function:
     cbufs: tuple[tuple[int, int, int], ...]  # its constant banks other than 0: (bank, addr, size)
     prepared: dict[tuple[Any, ...], Prepared] = field(default_factory=dict, compare=False)
     packers: dict[tuple[type, ...], Any] = field(default_factory=dict, compare=False)
+    signature: tuple[str, ...] | None = None  # each parameter's type (rig_nv.scalars)
 
     @property
     def name(self) -> str:
+        """The kernel's name in its cubin (``extern "C"`` names stay as written)."""
         return self.kernel.name
+
+    def typed(self, signature: str | Sequence[str]) -> Function:
+        """This kernel with a type for each parameter (``"*fp32,*fp32,i32"`` or Triton's
+        names, :mod:`rig_nv.scalars`): its launches convert Python numbers to those types and
+        refuse other kinds. :class:`Misuse` for an unknown type or a count that is not the
+        kernel's."""
+        types = scalars.parse_signature(signature)
+        if len(types) != len(self.kernel.params):
+            raise Misuse(f"{self.name} takes {len(self.kernel.params)} arguments; the "
+                         f"signature names {len(types)}")
+        for i, (t, (_, size)) in enumerate(zip(types, self.kernel.params, strict=True)):
+            want = scalars.size_of(t)
+            if want != size:
+                raise Misuse(f"{self.name} argument {i} is {size} bytes, not a {t} ({want})")
+        return dataclasses.replace(self, signature=types, prepared={}, packers={})
+
+    def max_active_blocks(self, block: int | Sequence[int], shared: int = 0) -> int:
+        """Blocks of ``block`` threads (and ``shared`` dynamic bytes) one SM holds at once, as
+        cuOccupancyMaxActiveBlocksPerMultiprocessor counts them (:mod:`rig_nv.occupancy`)."""
+        return occupancy.max_active_blocks(self.kernel, self.image.device.arch, block, shared)
 
 
 class Image:
@@ -171,6 +193,7 @@ class Image:
             self.functions[name] = Function(self, k, code.gpu + k.entry_offset, cbufs)
 
     def __getitem__(self, name: str) -> Function:
+        """The kernel ``name``; raises :class:`rig_edge.Misuse` naming the image's kernels."""
         try:
             return self.functions[name]
         except KeyError:
@@ -244,43 +267,29 @@ def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
         for region in (code, globals_):  # nothing of a failed load stays
             if region is not None:
                 with contextlib.suppress(Exception):
-                    device._give_back(region)
+                    device.memory.give_back(region)
         raise
-    device._images_loaded = True  # the next launch invalidates the instruction cache
+    device.timeline.code_loaded()  # the next launch invalidates the instruction cache
     return Image(device, cubin, code, globals_)
 
 
-def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
-    """Each argument's (offset within the parameters, bytes).
-
-    A :class:`rig_edge.Region` is its GPU address; an int fills its parameter's size
-    (signed or unsigned, little-endian); a float is a 4-byte float or an 8-byte double by the
-    parameter's size; bytes-like values are copied as they are and must have the parameter's
-    exact size (structs by value).
+def pack_args(kernel: Kernel, args: Sequence[Any],
+              signature: Sequence[str] | None = None) -> list[tuple[int, bytes]]:
+    """Each argument's (offset within the parameters, bytes), converted as a launch converts
+    them (:mod:`rig_nv.scalars`): a :class:`rig_edge.Region` is its GPU address; an int fills
+    its parameter's size (signed or unsigned, little-endian); a float is a 4-byte float or an
+    8-byte double by the parameter's size; a numpy scalar keeps its dtype; bytes-like values
+    are copied as they are and must have the parameter's exact size (structs by value).
+    ``signature`` types the parameters as :meth:`Function.typed` does.
     """
     if len(args) != len(kernel.params):
         raise Misuse(f"{kernel.name} takes {len(kernel.params)} arguments, not {len(args)}")
-    out = []
-    for i, (arg, (offset, size)) in enumerate(zip(args, kernel.params, strict=True)):
-        if isinstance(arg, Region):
-            if size != 8:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
-            data = arg.gpu.to_bytes(8, "little")
-        elif isinstance(arg, bool | int):
-            v = int(arg)
-            if not -(1 << (8 * size - 1)) <= v < (1 << (8 * size)):
-                raise Misuse(f"{kernel.name} argument {i}: {v} does not fit {size} bytes")
-            data = (v % (1 << (8 * size))).to_bytes(size, "little")
-        elif isinstance(arg, float):
-            if size not in (4, 8):
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            data = struct.pack("<f" if size == 4 else "<d", _float_of(kernel.name, i, size)(arg))
-        else:
-            data = _bytes_of(kernel.name, i, size)(arg)
-            if len(data) != size:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes, given {len(data)}")
-        out.append((offset, data))
-    return out
+    st, order, convs = _packer(kernel, tuple(map(type, args)),
+                               None if signature is None else scalars.parse_signature(signature))
+    data = bytearray(st.size)
+    st.pack_into(data, 0, *(conv(args[j]) for conv, j in
+                            zip(convs, order or range(len(args)), strict=True)))
+    return [(offset, bytes(data[offset : offset + size])) for offset, size in kernel.params]
 
 
 def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
@@ -299,12 +308,16 @@ def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
 
 
 def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-            shared: int) -> Prepared:
-    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``)."""
+            shared: int, cluster: Sequence[int] | None = None, cooperative: bool = False,
+            pdl: bool = False) -> Prepared:
+    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``); ``cluster``,
+    ``cooperative`` and ``pdl`` as :func:`rig_nv.grids.check` takes them."""
     check_function(device, fn)
     try:
         shared = operator.index(shared)
-        key = (tuple(grid), tuple(block), shared, device._slm)
+        key: tuple[Any, ...] = (tuple(grid), tuple(block), shared, device.loader.slm)
+        if cluster is not None or cooperative or pdl:
+            key += (None if cluster is None else tuple(cluster), bool(cooperative), bool(pdl))
     except TypeError:
         raise Misuse(f"{fn.name}: grid and block must be sequences of whole numbers and shared "
                      f"a whole number, not {grid!r}, {block!r} and {shared!r}") from None
@@ -329,12 +342,14 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
                      f"exceed the SM's 65536")
     arch = device.arch
     # The system keeps 1 KiB of every block's shared memory; ptxas counts it in
-    # .nv.shared.<kernel> from sm_90 on (measured: see the project notes), not before.
+    # .nv.shared.<kernel> from sm_90 on (measured on the H200's cubins), not before.
     reserve = 0 if int(arch[3:].rstrip("af")) >= 90 else 0x400
     total = k.shared_section_bytes + shared + reserve
     if total > qmd.max_shared(arch) + 1024:
         raise Misuse(f"{k.name}: {total - 1024} bytes of shared memory exceed {arch}'s "
                      f"{qmd.max_shared(arch)} per block")
+    options = grids.check(k, arch, g, b, shared, device.sm_count if cooperative else 0, cluster,
+                          cooperative, pdl)
     lay = bank0_of(arch)
     size = max(k.param_offset + k.param_bytes, k.constant0_size, lay.stack + 4)
     bank = bytearray(-(-size // 64) * 64)
@@ -346,6 +361,11 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     struct.pack_into("<I", bank, lay.stack, STACK_TOP)
     if MEMORY_DESCRIPTOR and lay.descriptor + 8 <= len(bank):
         struct.pack_into("<Q", bank, lay.descriptor, MEMORY_DESCRIPTOR)
+    if options is not grids.PLAIN:
+        workspace = device.loader.grid_workspace().gpu if options.cooperative else 0
+        grids.fill_bank(bank, arch, g, options,
+                        shared=k.shared_bytes + shared + occupancy.RESERVED_SHARED,
+                        window=shared_window, workspace_address=workspace)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
         program=fn.program,
@@ -353,95 +373,42 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         block=b,
         registers=max(k.registers, 1),
         shared_bytes=total,
-        local_bytes=max(local, device._slm),
+        local_bytes=max(local, device.loader.slm),
         barriers=max(k.barriers, 1),
         cbufs=((0, 0, len(bank)), *fn.cbufs),
         sass_version=sass_version(arch),
         arch=arch,
+        cluster=options.cluster,
     ))
     layout = qmd.LAYOUTS[device.classes.qmd_version]
     slot, width = qmd.cbuf0_slot(layout)
     keep = int.from_bytes(desc[slot + 4 : slot + 8], "little") & ~((1 << width) - 1)
     got = Prepared(desc, bytes(bank), local, desc.ljust(512, b"\0") + bytes(bank), slot,
-                   keep, layout.cbuf_addr_shift)
+                   keep, layout.cbuf_addr_shift, lay.address,
+                   k.param_offset if lay.to_params else 0)
     fn.prepared[key] = got
-    if isinstance(grid, tuple) and isinstance(block, tuple):
-        fn.prepared[(grid, block, shared, device._slm)] = got  # the caller's own spelling
+    if isinstance(grid, tuple) and isinstance(block, tuple) and len(key) == 4:
+        fn.prepared[(grid, block, shared, device.loader.slm)] = got  # the caller's own spelling
     return got
 
 
-_UINT = {1: "B", 2: "H", 4: "I", 8: "Q"}
-
-
-def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
+def _packer(kernel: Kernel, kinds: tuple[type, ...], signature: tuple[str, ...] | None) -> tuple[
         struct.Struct, tuple[int, ...] | None, tuple[Any, ...]]:
     """A struct that writes arguments of these types at the kernel's parameter offsets, the
     order of the arguments in it (by offset; None when that is their own order), and one
-    converter each (checked as :func:`pack_args` checks)."""
+    converter each (:func:`rig_nv.scalars.field`)."""
     fmt, at, convs = "<", 0, list[Any]()
     order = tuple(sorted(range(len(kinds)), key=lambda j: kernel.params[j][0]))
     for i in order:
-        kind, (offset, size) = kinds[i], kernel.params[i]
+        offset, size = kernel.params[i]
         fmt += "x" * (offset - at)
         at = offset + size
-        if issubclass(kind, Region):
-            if size != 8:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
-            fmt += "Q"
-            convs.append(_GPU_ADDRESS)
-        elif issubclass(kind, int) and size in _UINT:
-            fmt += _UINT[size]
-            convs.append(_int_of(kernel.name, i, size))
-        elif issubclass(kind, float):
-            if size not in (4, 8):
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            fmt += "f" if size == 4 else "d"
-            convs.append(_float_of(kernel.name, i, size))
-        else:
-            fmt += f"{size}s"
-            convs.append(_bytes_of(kernel.name, i, size))
+        code, conv = scalars.field(kernel.name, i, kinds[i], size,
+                                   signature[i] if signature else None)
+        fmt += code
+        convs.append(conv)
     return (struct.Struct(fmt), None if order == tuple(range(len(kinds))) else order,
             tuple(convs))
-
-
-_GPU_ADDRESS = operator.attrgetter("gpu")  # a Region's GPU address
-
-
-def _int_of(name: str, i: int, size: int) -> Any:
-    low, high, mask = -(1 << (8 * size - 1)), 1 << (8 * size), (1 << (8 * size)) - 1
-
-    def conv(v: int) -> int:
-        if not low <= v < high:
-            raise Misuse(f"{name} argument {i}: {v} does not fit {size} bytes")
-        return v & mask
-
-    return conv
-
-
-F32_MAX = 3.4028234663852886e38
-
-
-def _float_of(name: str, i: int, size: int) -> Any:
-    def conv(v: float) -> float:
-        if size == 4 and math.isfinite(v) and abs(v) > F32_MAX:
-            raise Misuse(f"{name} argument {i}: {v} is beyond a 4-byte float's range")
-        return float(v)
-
-    return conv
-
-
-def _bytes_of(name: str, i: int, size: int) -> Any:
-    def conv(v: Any) -> bytes:
-        try:
-            data = bytes(memoryview(v).cast("B"))
-        except TypeError:
-            raise Misuse(f"{name} argument {i} is a {size}-byte value: pass bytes, "
-                         f"not {type(v).__name__}") from None
-        if len(data) != size:
-            raise Misuse(f"{name} argument {i} is {size} bytes, given {len(data)}")
-        return data
-
-    return conv
 
 
 def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[Any]]:
@@ -456,7 +423,7 @@ def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[A
     if packer is None:
         if len(args) != len(fn.kernel.params):
             raise Misuse(f"{fn.name} takes {len(fn.kernel.params)} arguments, not {len(args)}")
-        packer = fn.packers[kinds] = _packer(fn.kernel, kinds)
+        packer = fn.packers[kinds] = _packer(fn.kernel, kinds, fn.signature)
     st, order, convs = packer
     if order is None and (type(args) is tuple or type(args) is list):  # in offset order
         return st, list(map(operator.call, convs, args))
@@ -479,98 +446,24 @@ def check_function(device: Device, fn: Any) -> None:
 
 
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-           args: Sequence[Any], shared: int = 0, name: str | None = None) -> Point:
+           args: Sequence[Any], shared: int = 0, name: str | None = None,
+           cluster: Sequence[int] | None = None, cooperative: bool = False,
+           pdl: bool = False) -> Point:
     """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point.
     A profile names it ``name`` (default: the kernel's name).
 
     Everything is checked (:class:`Misuse`) before the compute engine's local memory grows."""
-    prep = prepare(device, fn, grid, block, shared)
+    prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
     blob = bytearray(prep.blob)
     fill_args(fn, blob, args, 512)
-    if prep.local > device._slm:
-        device._ensure_local(prep.local)
-        prep = prepare(device, fn, grid, block, shared)
+    if prep.local > device.loader.slm:
+        device.loader.ensure_local(prep.local)
+        prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
-    return launch_blob(device, prep, blob, name or fn.name)
+    return device.timeline.launch_blob(prep, blob, name or fn.name)
 
 
 def view_of(region: Region) -> memoryview:
     assert region.host is not None
     return view(region.host, region.length)
-
-
-def launch_blob(d: Device, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
-                st: struct.Struct | None = None, values: Any = (), params: int = 0) -> Point:
-    """Send the QMD of ``blob`` (a QMD in its 512-byte slot, then its bank) with ``values``
-    packed by ``st`` at ``params`` in the bank: from one of the configuration's slots
-    (:class:`rig_nv.launch.Slots`, only the arguments written) when ``blob`` is the
-    prepared one and a slot is free, else written whole into the launch arena."""
-    with d._lock:
-        if d._lost is not None or d._stopped:
-            d._check()
-        done = d._word[0]
-        slots = prep.slots
-        k = slots.turn
-        if st is not None and blob is prep.blob and k >= 0:
-            if not slots.at:
-                make_slots(d, prep)
-                k = slots.turn
-            if k >= 0 and slots.values[k] <= done:
-                at = slots.at[k]
-                st.pack_into(d._pool.view, at + 512 + params, *values)
-                slots.turn = k + 1 if k + 1 < SLOTS else 0
-                point = send_qmd(d, d._pool.gpu + at, name, done)
-                slots.values[k] = point.value
-                return point
-        arena = d._arena
-        ring = arena.ring
-        inflight = arena.inflight
-        n = len(blob)
-        head = arena.head
-        while inflight and inflight[0][0] <= done:  # Arena.retire
-            inflight.popleft()
-        # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
-        at = -(-head // 256) * 256
-        end = at + n
-        if end > ring.length or n > ring.length >> 1 or (
-                inflight and inflight[0][1] < end and at < inflight[0][2]):
-            at = arena.take(n, 256)
-            end = at + n
-        else:
-            arena.head = end
-        host = ring.view
-        host[at:end] = blob
-        if st is not None:
-            try:  # values no Misuse check caught (a made-up Region's address): as it was
-                st.pack_into(host, at + 512 + params, *values)
-            except BaseException:
-                arena.head = head
-                raise
-        point_cbuf0(prep, host, at, ring.gpu + at)
-        point = send_qmd(d, ring.gpu + at, name, done)
-        inflight.append((point.value, at, end))  # Arena.used
-        return point
-
-def send_qmd(d: Device, address: int, name: str, done: int) -> Point:
-    """Launch the QMD at ``address`` on the compute channel as the next timeline value
-    (the caller holds the lock; ``done``: the timeline word it read)."""
-    value = d._next
-    compute = d.compute
-    if d._last is not compute or d._images_loaded or d._profile:
-        body: tuple[int, ...] = (d._pcas_a, address >> 8, d._pcas2_b,
-                                 PCAS_INVALIDATE_COPY_SCHEDULE)
-        if d._images_loaded:  # new code: the SMs' caches must not hold old bytes
-            body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                    INVALIDATE_CODE_AND_DATA, *body)
-            d._images_loaded = False
-        return d._submit_words(compute, body, name)
-    d._next = value + 1
-    words = d._launch_words
-    words[1] = address >> 8
-    words[7] = value & 0xFFFFFFFF
-    words[8] = value >> 32
-    compute.submit(words, value, done)
-    from rig_nv.device import Point
-
-    return Point(d, value)

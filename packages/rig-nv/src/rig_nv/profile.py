@@ -51,6 +51,7 @@ class Event:
 
     @property
     def duration_ns(self) -> int:
+        """How long the event ran on the GPU's clock, in nanoseconds."""
         return self.end_ns - self.start_ns
 
 
@@ -82,11 +83,11 @@ class Profile:
         (raises :class:`rig_edge.RigError` where the device's clock cannot be read)."""
         if self._start is None and self.device.clock is not None:
             self._start = pair(self.device.gpu_time_ns)
-        self.device._profile = self
+        self.device.timeline.set_profile(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.device._profile = None
+        self.device.timeline.set_profile(None)
         if self._start is not None:
             with contextlib.suppress(RigError):  # a lost device: the profile keeps one pair
                 self._end = pair(self.device.gpu_time_ns)
@@ -196,4 +197,5 @@ class Profile:
         return trace
 
     def free(self) -> None:
+        """Give back the memory the profile's timestamps are written into."""
         self.device.free(self.memory)

@@ -15,14 +15,13 @@ Everything made is recorded on the device before the next fallible call, so that
 
 from __future__ import annotations
 
-from array import array
+import contextlib
 from typing import TYPE_CHECKING
 
 from rig_edge import Facts, Memory, RigError
 from rig_nv import classes as cls
 from rig_nv import engines
-from rig_nv import qmd as qmd_mod
-from rig_nv.channel import Arena, Channel, Ring
+from rig_nv.channel import Channel, Ring
 from rig_nv.controls import (
     FB_HEAP_SIZE,
     GR_LITTER_NUM_GPCS,
@@ -36,11 +35,13 @@ from rig_nv.controls import (
     NV2080_CTRL_CMD_PERF_BOOST,
     NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
     NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
+    PERF_BOOST_CLEAR,
     PERF_BOOST_CUDA,
     PERF_BOOST_INFINITE,
     class_list,
     info_list,
 )
+from rig_nv.faults import Debuggee
 from rig_nv.hostmem import view
 from rig_nv.layouts import Params
 from rig_nv.push import (
@@ -51,10 +52,13 @@ from rig_nv.push import (
     Push,
     hi_lo,
 )
-from rig_nv.rm import Allocation
+from rig_nv.rm import Allocation, RMError
 
 if TYPE_CHECKING:
+    from cffi import FFI
+
     from rig_nv.device import Device
+    from rig_nv.rm import Path
 
 # Whether make() asks for that boost. Measured on the H200 (docs/results): copies inside the
 # GPU 655 -> 1474 GB/s from idle clocks, but launch+wait 21.5 -> 46 us in the benchmark run.
@@ -92,14 +96,71 @@ LOCAL_WINDOW, SHARED_WINDOW = WINDOWS, WINDOWS + (4 << 30)
 PCAS_INVALIDATE_COPY_SCHEDULE = 3
 # INVALIDATE_SHADER_CACHES_NO_WFI: INSTRUCTION | GLOBAL_DATA | CONSTANT (clcbc0.h).
 INVALIDATE_CODE_AND_DATA = 0x1011
+# NV_ERR_INVALID_OBJECT, NV_ERR_INVALID_OBJECT_HANDLE, NV_ERR_OBJECT_NOT_FOUND: already freed.
+GONE = (0x31, 0x33, 0x57)
+
+
+class Objects:
+    """The RM objects a build made (handles, freed in reverse at the stop), the channels the
+    path was told of, the usermode doorbell's mapping, the channel groups, and whether the
+    clock boost was asked for: what :meth:`free_all` gives back."""
+
+    def __init__(self, path: Path, ffi: FFI) -> None:
+        self.path = path
+        self.ffi = ffi
+        self.handles: list[int] = []
+        self.attached: list[int] = []
+        self.doorbell: memoryview | None = None
+        self.tsg = 0  # the compute channel's group
+        self.copy_tsg: int | None = None  # the copy channel's group, where it has its own
+        self.boosted = False
+
+    def new(self) -> int:
+        """A new handle, recorded before the object is made (its free is tried at stop)."""
+        h = self.path.rm.new_handle()
+        self.handles.append(h)
+        return h
+
+    def free_all(self) -> tuple[bool, BaseException | None]:
+        """Clear the boost, detach the channels, free every object and unmap the doorbell:
+        (whether the RM freed the channels, the first other failure)."""
+        rm, path = self.path.rm, self.path
+        failed: BaseException | None = None
+        if self.boosted:
+            # If the RM refuses, it still drops a client's boost when the client goes.
+            with contextlib.suppress(RigError):
+                boost(self, PERF_BOOST_CLEAR, 0)
+            self.boosted = False
+        freed = True
+        for h in self.attached:
+            try:
+                path.detach_channel(h)
+            except RigError:
+                freed = False
+        for h in reversed(self.handles):
+            try:
+                rm.free(h)
+            except RMError as e:
+                # Freeing a parent frees its children: an already-gone handle is no failure.
+                if e.status not in GONE:
+                    freed = False
+            except RigError:
+                freed = False
+        if self.doorbell is not None:
+            try:
+                path.unmap_object(self.doorbell)
+            except OSError as e:
+                failed = e
+        return freed, failed
+
 
 def build(d: Device) -> None:
     """Make ``d``'s channels, doorbell, timeline and launch arena on the GPU its path opened:
     what :func:`rig_nv.device.make` runs. Everything made is recorded on ``d`` first, for its
     ``stop`` to give back."""
     path, rm, ffi = d.path, d.path.rm, d.ffi
+    objects, memory, timeline = d.objects, d.memory, d.timeline
     d.classes = cls.choose(class_list(path), path.name)
-    d._qmd_layout = qmd_mod.LAYOUTS[d.classes.qmd_version]
     tpcs, sm_version, warps, sm_per_tpc, gpcs, tpc_per_gpc = info_list(
         path,
         NV2080_CTRL_CMD_GR_GET_INFO,
@@ -112,9 +173,9 @@ def build(d: Device) -> None:
     d.tpc_slots = gpcs * tpc_per_gpc
     (heap_kib,) = info_list(path, NV2080_CTRL_CMD_FB_GET_INFO, [FB_HEAP_SIZE], path.h_subdevice)
     copy_engine = copy_engine_of(d)
-    d.sm_count = tpcs * sm_per_tpc
+    d.sm_count = d.health.sm_count = tpcs * sm_per_tpc
     d.max_warps_per_sm = warps
-    d._facts = Facts(
+    d.facts = Facts(
         name=path.name,
         arch=cls.arch_of(sm_version),
         budget=heap_kib * 1024,
@@ -129,62 +190,49 @@ def build(d: Device) -> None:
     # stay at their 345 MHz idle clock under rig's work (measured: 256 MiB copies inside
     # the GPU ran at 655 GB/s, and 1474 GB/s boosted). stop() clears the request.
     if BOOST:
-        boost(d, PERF_BOOST_CUDA, PERF_BOOST_INFINITE)
-        d._boosted = True
-    usermode = d._handle()
+        boost(objects, PERF_BOOST_CUDA, PERF_BOOST_INFINITE)
+        objects.boosted = True
+    usermode = objects.new()
     rm.alloc(path.h_subdevice, usermode, d.classes.usermode)
-    d._doorbell = path.map_object(usermode, 0x10000)
+    objects.doorbell = path.map_object(usermode, 0x10000)
 
-    d.timeline = d._own_memory(4096, Memory.PINNED)
-    assert d.timeline.host is not None
-    d._word = view(d.timeline.host, 16).cast("Q")
-    # The words that end every submission, with the value to patch in at [3] and [4].
-    d._release = Push().semaphore_release(d.timeline.gpu, 0).words
-    # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
-    # then the release (the value at [7] and [8]).
-    d._launch_words = array("I", (d._pcas_a, 0, d._pcas2_b,
-                                     PCAS_INVALIDATE_COPY_SCHEDULE, *d._release))
+    timeline.place_word(memory.own(4096, Memory.PINNED))
 
-    tsg = d._handle()
+    tsg = objects.new()
     rm.alloc(
         path.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
         Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=ENGINE_GRAPHICS).buf,
     )
-    d._tsg = tsg
-    ctxshare = d._handle()
+    objects.tsg = tsg
+    ctxshare = objects.new()
     rm.alloc(
         tsg, ctxshare, cls.FERMI_CONTEXT_SHARE_A,
         Params(ffi, "NV_CTXSHARE_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
                flags=NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC).buf,
     )
-    area = d._own_memory(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True)
+    area = memory.own(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True)
     assert area.host is not None
     view(area.host, area.length)[:] = bytes(area.length)
-    d.compute = channel(d, "compute", 0, area, tsg, ctxshare, d.classes.compute)
+    timeline.compute = channel(d, "compute", 0, area, tsg, ctxshare, d.classes.compute)
     if copy_engine is None:
         # No asynchronous copy engine rig can use (or the RM answered GET_ENGINES_V2
         # NOT_SUPPORTED): the copy channel joins the graphics group and copies on its GRCE.
-        d.copy_channel = channel(d, "copy", 1, area, tsg, ctxshare, d.classes.copy)
+        timeline.copy_channel = channel(d, "copy", 1, area, tsg, ctxshare, d.classes.copy)
     rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
     if copy_engine is not None:
-        d.copy_channel = copy_group(d, area, copy_engine)
-    pool = d._own_memory(SLOT_POOL, ARENA_KIND)
-    assert pool.host is not None
-    d._pool, d._pool_head = Ring(pool.gpu, view(pool.host, pool.length), pool.length), 0
-    arena = d._own_memory(LAUNCH_ARENA, ARENA_KIND)
-    assert arena.host is not None
-    d._arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),
-                        d._wait_value)
-    d._submit(d.compute, Push()
+        timeline.copy_channel = copy_group(d, area, copy_engine)
+    timeline.place_arenas(memory.own(SLOT_POOL, ARENA_KIND), memory.own(LAUNCH_ARENA, ARENA_KIND))
+    timeline.submit(timeline.compute, Push()
                  .set_object(SUBC_COMPUTE, d.classes.compute)
                  .set_object(SUBC_COPY, d.classes.copy)
                  .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
                          *hi_lo(LOCAL_WINDOW))
                  .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
-                         *hi_lo(SHARED_WINDOW)))
-    point = d._submit(d.copy_channel, Push().set_object(SUBC_COPY, d.classes.copy))
-    d.wait(point, timeout_s=10.0)
+                         *hi_lo(SHARED_WINDOW)).words)
+    point = timeline.submit(timeline.copy_channel,
+                            Push().set_object(SUBC_COPY, d.classes.copy).words)
+    timeline.wait_value(point.value, timeout_s=10.0)
 
 def copy_engine_of(d: Device) -> engines.CopyEngine | None:
     """The copy engine the copy channel gets a group on (:data:`COPY_ENGINE`), or ``None``
@@ -211,13 +259,13 @@ def copy_group(d: Device, area: Allocation, ce: engines.CopyEngine) -> Channel:
     (kernel_channel.c kchannelConstruct_IMPL, kernel_channel_group_api.c
     kchangrpapiSetLegacyMode_IMPL). Then the group is scheduled, as the graphics one."""
     path, rm, ffi = d.path, d.path.rm, d.ffi
-    group = d._handle()
+    group = d.objects.new()
     rm.alloc(
         path.h_device, group, cls.KEPLER_CHANNEL_GROUP_A,
         Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
                engineType=ce.engine_type).buf,
     )
-    d._copy_tsg = group
+    d.objects.copy_tsg = group
     ch = channel(d, "copy", 1, area, group, 0, d.classes.copy, engine=ce.engine_type)
     rm.control(group, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
@@ -234,15 +282,16 @@ def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxsha
     different one the RM refuses) and in its copy object's (NVB0B5_ALLOCATION_PARAMETERS
     version 1, as UVM's engineAllocate)."""
     path, rm, ffi = d.path, d.path.rm, d.ffi
-    assert area.host is not None and d._doorbell is not None
-    # Everything fallible that stop() could not find comes first: memory is in _own.
-    pb = d._own_memory(PUSHBUFFER, PUSHBUFFER_KIND)
+    objects, doorbell = d.objects, d.objects.doorbell
+    assert area.host is not None and doorbell is not None
+    # Everything fallible that stop() could not find comes first: memory is the device's own.
+    pb = d.memory.own(PUSHBUFFER, PUSHBUFFER_KIND)
     assert pb.host is not None
     notifier = path.alloc_notifier()
-    d._own.append(notifier)
+    d.memory.keep(notifier)
     assert notifier.host is not None
-    d._notifiers.append(view(notifier.host, 64))
-    d._notifiers[-1][:] = bytes(64)
+    note = view(notifier.host, 64)
+    note[:] = bytes(64)
     offset = index * CHANNEL_AREA
     userd = offset + GPFIFO_ENTRIES * 8
     p = Params(ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
@@ -250,36 +299,41 @@ def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxsha
                gpFifoEntries=GPFIFO_ENTRIES, hContextShare=ctxshare, engineType=engine)
     p.p.hUserdMemory[0] = area.handle
     p.p.userdOffset[0] = userd
-    handle = d._handle()
+    handle = objects.new()
     rm.alloc(tsg, handle, d.classes.gpfifo, p.buf)
+    engine_object = objects.new()
+    if engine_class == d.classes.compute:
+        # Its graphics context keeps MMU faults' access types and SM error states.
+        d.health.set_debuggee(Debuggee(path.h_device, handle, engine_object))
     if engine:
-        rm.alloc(handle, d._handle(), engine_class,
+        rm.alloc(handle, engine_object, engine_class,
                  Params(ffi, "NVB0B5_ALLOCATION_PARAMETERS",
                         version=NVB0B5_ALLOCATION_PARAMETERS_VERSION_1, engineType=engine).buf)
     else:
-        rm.alloc(handle, d._handle(), engine_class)
+        rm.alloc(handle, engine_object, engine_class)
     if engine_class == d.classes.compute:
         # The compute channel also drives its group's copy engine (GRCE) on subchannel 4,
         # so steps can copy between launches without leaving the channel.
-        rm.alloc(handle, d._handle(), d.classes.copy)
+        rm.alloc(handle, objects.new(), d.classes.copy)
     token = Params(ffi, "NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS",
                    workSubmitToken=0xFFFFFFFF)
     rm.control(handle, NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN, token.buf)
     path.attach_channel(handle)
-    d._attached.append(handle)
+    objects.attached.append(handle)
     ch = Channel(
         name, handle,
         ring=view(area.host + offset, GPFIFO_ENTRIES * 8),
         gpput=view(area.host + userd + 0x8C, 4),
-        doorbell=d._doorbell,
+        doorbell=doorbell,
         token=token.p.workSubmitToken,
         pushbuffer=Ring(pb.gpu, view(pb.host, pb.length), pb.length),
-        wait=d._wait_value,
+        wait=d.timeline.wait_value,
     )
-    d._channels.append(ch)
+    d.health.watch(name, handle, note)
+    d.timeline.add(ch)
     return ch
 
-def boost(d: Device, flags: int, duration: int) -> None:
+def boost(objects: Objects, flags: int, duration: int) -> None:
     """Ask the RM for (or clear) the compute clock boost CUDA asks for per context."""
-    p = Params(d.ffi, "NV2080_CTRL_PERF_BOOST_PARAMS", flags=flags, duration=duration)
-    d.path.rm.control(d.path.h_subdevice, NV2080_CTRL_CMD_PERF_BOOST, p.buf)
+    p = Params(objects.ffi, "NV2080_CTRL_PERF_BOOST_PARAMS", flags=flags, duration=duration)
+    objects.path.rm.control(objects.path.h_subdevice, NV2080_CTRL_CMD_PERF_BOOST, p.buf)

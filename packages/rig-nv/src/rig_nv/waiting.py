@@ -19,16 +19,22 @@ the CPU a wake-up (a few us) every 1% of it.
 from __future__ import annotations
 
 import contextlib
-import copy
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from rig_edge import Lost
 from rig_nv.hostmem import ffi, libc
 
-if TYPE_CHECKING:
-    from rig_nv.device import Device
+
+class Waits(Protocol):
+    """What a wait reads: the word, the device's health, its hang time and its path."""
+
+    health: Any
+    hang_ms: int | None
+    path: Any
+
+    def completed(self) -> int: ...
 
 SPIN_S = 1e-3  # a wait spins this long on the timeline word before it naps
 NAP_SHARE = 1 / 128  # each nap: this share of the time waited so far ...
@@ -59,46 +65,41 @@ def precise_naps() -> Iterator[None]:
     finally:
         prctl(PR_SET_TIMERSLACK, ffi.cast(ulong, before), zero, zero, zero)
 
-def wait_value(d: Device, value: int, timeout_s: float | None = None) -> None:
-    """Return once ``d``'s timeline reaches ``value``.
+def wait_value(t: Waits, value: int, timeout_s: float | None = None) -> None:
+    """Return once ``t``'s timeline reaches ``value``.
 
     Raises the device's :class:`rig_edge.Lost` (a lost device's every wait raises, for done
     work too), a fault the path reports (losing the device), :class:`Lost` when the timeline
-    makes no progress for the device's ``hang_ms``, and :class:`TimeoutError` after
-    ``timeout_s``.
+    makes no progress for ``t.hang_ms``, and :class:`TimeoutError` after ``timeout_s``.
     """
-    if d.completed() >= value:
-        if d._lost is not None:
-            raise copy.copy(d._lost)
+    if t.completed() >= value:
+        t.health.raise_lost()
         return
     start = time.perf_counter()
     while time.perf_counter() - start < SPIN_S:
-        if d.completed() >= value:
+        if t.completed() >= value:
             return
     with precise_naps():
-        _nap_until(d, value, timeout_s, start)
+        _nap_until(t, value, timeout_s, start)
 
 
-def _nap_until(d: Device, value: int, timeout_s: float | None, start: float) -> None:
-    last, progress = d.completed(), time.monotonic()
-    hang = d._facts.hang_ms
+def _nap_until(t: Waits, value: int, timeout_s: float | None, start: float) -> None:
+    last, progress = t.completed(), time.monotonic()
+    hang, health = t.hang_ms, t.health
     while True:
-        now_done = d.completed()
+        now_done = t.completed()
         if now_done >= value:
             return
-        if d._lost is not None:
-            raise copy.copy(d._lost)
-        fault = d._faulted()
-        if fault is not None:
-            raise d._lose(fault)
+        health.raise_lost()
+        health.raise_fault()
         now = time.monotonic()
         if now_done != last:
             last, progress = now_done, now
         elif hang is not None and (now - progress) * 1000 > hang:
-            raise d._lose(Lost(f"its work made no progress for {hang / 1000:g} s "
-                               f"(timeline at {now_done}, waiting for {value})"))
+            raise health.lose(Lost(f"its work made no progress for {hang / 1000:g} s "
+                                   f"(timeline at {now_done}, waiting for {value})"))
         waited = time.perf_counter() - start
         if timeout_s is not None and waited > timeout_s:
-            raise TimeoutError(f"{d._facts.name}: timeline value {value} not reached in "
+            raise TimeoutError(f"{t.path.name}: timeline value {value} not reached in "
                                f"{timeout_s} s (at {now_done})")
-        d.path.sleep(min(max(waited * NAP_SHARE, NAP_FIRST_S), NAP_LAST_S))
+        t.path.sleep(min(max(waited * NAP_SHARE, NAP_FIRST_S), NAP_LAST_S))

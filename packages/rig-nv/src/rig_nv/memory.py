@@ -1,0 +1,315 @@
+"""A device's memory: the regions it allocated or mapped, the reuse cache of freed Device
+memory, the device's own memory (rings, pushbuffers, timeline, staging), and the records of
+peer mappings (:mod:`rig_nv.peers`).
+
+Rules: every table here is guarded by this part's own lock, and no other lock is taken while
+it is held. A freed region is handed out again only once the GPU has passed the values that
+were current at the free (``progress``: :class:`Progress`). Memory whose bus addresses another
+device was given (``Allocation.held``) never goes to another allocation. What this part holds
+at the device's stop is given back by :meth:`Heap.release` only if the RM freed the channels.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rig_edge import Memory, Misuse, Refusal, Region, RigError
+from rig_nv import checks
+from rig_nv.hostmem import round_up
+from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation
+
+if TYPE_CHECKING:
+    from cffi import FFI
+
+    from rig_nv.health import Health
+    from rig_nv.rm import Path
+
+CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
+CACHE_BYTES = 1 << 30  # and at most this much in all
+STAGING = 32 << 20  # pinned staging for copies through the host (rig_nv.copies)
+_new = object.__new__
+
+
+class Progress(Protocol):
+    """How far the GPU's work has come: :meth:`now` marks the values current now,
+    :meth:`passed` says whether the GPU has passed a mark."""
+
+    def now(self) -> Any: ...
+
+    def passed(self, mark: Any) -> bool: ...
+
+
+class Heap:
+    """The memory of one device over ``path``."""
+
+    def __init__(self, path: Path, ffi: FFI, health: Health) -> None:
+        self.path = path
+        self.name = path.name
+        self.ffi = ffi
+        self.health = health
+        self.progress: Progress | None = None  # set once the timeline exists
+        self._lock = threading.Lock()
+        self._allocs: dict[Region, Allocation] = {}
+        self._own: list[Allocation] = []  # the device's own memory
+        self._cache: dict[int, list[tuple[Any, Allocation]]] = {}  # length -> (mark, memory)
+        self._cached_bytes = 0
+        self._staging: Allocation | None = None
+        self._peer_in: dict[Region, Heap] = {}  # others' regions mapped here (peers.py)
+        self._peer_out: dict[Region, set[Heap]] = {}  # regions of this device mapped there
+
+    # ---- the device's own -----------------------------------------------------------------
+
+    def own(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation:
+        """``n`` bytes for the device's own use, kept until its stop; RigError when none."""
+        a = self.path.alloc_memory(n, kind, contiguous=contiguous)
+        if a is None:
+            raise RigError(f"{self.name}: out of {kind.value} memory for the device's own use")
+        self.keep(a)
+        return a
+
+    def keep(self, a: Allocation) -> None:
+        """Keep ``a`` (memory the path made for the device) until the device's stop."""
+        with self._lock:
+            self._own.append(a)
+
+    def staging(self) -> Allocation:
+        """The pinned staging memory of copies through the host (made on first use)."""
+        if self._staging is None:
+            a = self.path.alloc_memory(STAGING, Memory.PINNED, contiguous=False)
+            if a is None:
+                raise RigError(f"{self.name}: no pinned memory for copy staging")
+            self._staging = a
+            self.keep(a)
+        return self._staging
+
+    # ---- regions ---------------------------------------------------------------------------
+
+    def alloc(self, n: int, kind: Memory = Memory.DEVICE) -> Region | None:
+        """As :meth:`rig_nv.Device.alloc`."""
+        if type(n) is not int or type(kind) is not Memory or n <= 0:
+            n = checks.whole("an allocation's size", n)
+            if not isinstance(kind, Memory):
+                raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
+            if n <= 0:
+                raise Misuse(f"an allocation's size must be positive, not {n}")
+        health = self.health
+        if kind is Memory.DEVICE and n <= CACHE_LARGEST:
+            # The common case of a caching allocator: memory of this size freed earlier, the
+            # GPU past every value current at its free.
+            page = HUGE_PAGE if n >= HUGE_PAGE else SMALL_PAGE
+            if not health.ok:
+                health.check()
+            progress = self.progress
+            with self._lock:
+                kept = self._cache.get((n + page - 1) // page * page)
+                if kept and progress is not None and progress.passed(kept[0][0]):
+                    a = kept.pop(0)[1]
+                    self._cached_bytes -= a.length
+                    region = _new(Region)  # Region(a.gpu, a.host, n, kind), n checked above
+                    region.__dict__.update(gpu=a.gpu, host=a.host, length=n, kind=kind)
+                    self._allocs[region] = a
+                    return region
+        health.check()
+        got = self.path.alloc_memory(n, kind, contiguous=False)
+        if got is None:
+            self.trim()  # what the cache holds may be what the RM lacks
+            got = self.path.alloc_memory(n, kind, contiguous=False)
+            if got is None:
+                return None
+        region = Region(got.gpu, got.host, n, kind)
+        with self._lock:
+            self._allocs[region] = got
+        return region
+
+    def free(self, region: Region) -> None:
+        """As :meth:`rig_nv.Device.free`, for a region that is no peer mapping here."""
+        with self._lock:
+            mappers = self._peer_out.get(region)
+            names = sorted(m.name for m in mappers) if mappers else []
+        if names:
+            raise Misuse(f"{region} of {self.name} is mapped into {', '.join(names)}: free "
+                         "those mappings (their free of it) first")
+        progress = self.progress
+        mark = progress.now() if progress is not None else None
+        with self._lock:
+            a = self._allocs.pop(region, None)
+            if a is None:
+                raise Misuse(f"{region} is not a live region of {self.name} (freed, "
+                             "or another device's)")
+            # Memory whose bus addresses another device was given (held) must never go to
+            # another allocation: the path keeps it for the process.
+            if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST and not a.held
+                    and self._cached_bytes + a.length <= CACHE_BYTES
+                    and not self.health.stopped and mark is not None):
+                self._cache.setdefault(a.length, []).append((mark, a))
+                self._cached_bytes += a.length
+                return
+        try:
+            self.path.free_memory(a)
+        except BaseException:
+            with self._lock:  # still the device's: release() gives it back
+                self._allocs[region] = a
+            raise
+
+    def give_back(self, region: Region) -> None:
+        """Free ``region`` to the RM at once (no keeping for reuse): for what a failed
+        operation took."""
+        with self._lock:
+            a = self._allocs.pop(region, None)
+        if a is not None:
+            self.path.free_memory(a)
+
+    def trim(self) -> None:
+        """Give the RM back the Device memory :meth:`free` kept for reuse."""
+        with self._lock:
+            kept = [(length, entry) for length, entries in self._cache.items()
+                    for entry in entries]
+            self._cache.clear()
+            self._cached_bytes = 0
+        for i, (_, (_, a)) in enumerate(kept):
+            try:
+                self.path.free_memory(a)
+            except BaseException:
+                with self._lock:  # what was not given back stays kept, for release()
+                    for length, entry in kept[i:]:
+                        self._cache.setdefault(length, []).append(entry)
+                        self._cached_bytes += length
+                raise
+
+    def map_host(self, buffer: Any) -> Region | Refusal:
+        """As :meth:`rig_nv.Device.map_host`."""
+        self.health.check()
+        ffi = self.ffi
+        try:
+            address = int(ffi.cast("uintptr_t", ffi.from_buffer(buffer)))
+            length = memoryview(buffer).nbytes
+        except TypeError as e:
+            raise Misuse(f"map_host needs a buffer, not {type(buffer).__name__} ({e})") from None
+        if length <= 0:
+            raise Misuse("map_host needs a buffer of at least one byte")
+        base = address & ~0xFFF
+        a = self.path.map_host(base, round_up(address + length, 0x1000) - base)
+        if isinstance(a, Refusal):
+            return a
+        region = Region(a.gpu + (address - base), address, length, Memory.PINNED)
+        with self._lock:
+            self._allocs[region] = a
+        return region
+
+    # ---- what is live ----------------------------------------------------------------------
+
+    def holds(self, region: Region) -> bool:
+        """Whether ``region`` is one this device made and has not freed (no lock: a dict's
+        lookup is atomic)."""
+        return region in self._allocs
+
+    def contains(self, region: Region) -> bool:
+        """Whether ``region`` is, or lies inside, a live region (at the same host address)."""
+        with self._lock:
+            if region in self._allocs:
+                return True
+            return any(r.kind is region.kind and r.gpu <= region.gpu
+                       and region.gpu + region.length <= r.gpu + r.length
+                       and region.host == (None if r.host is None
+                                           else r.host + region.gpu - r.gpu)
+                       for r in self._allocs)
+
+    def allocation(self, region: Region) -> Allocation | None:
+        """The memory of ``region``, a live region this device made (not a peer's mapped
+        here), else ``None``."""
+        with self._lock:
+            return None if region in self._peer_in else self._allocs.get(region)
+
+    def regions(self) -> dict[Region, Allocation]:
+        """A copy of the live regions and their memory (peers' mapped here included)."""
+        with self._lock:
+            return dict(self._allocs)
+
+    def owned(self) -> list[Allocation]:
+        """The device's own memory (a copy)."""
+        with self._lock:
+            return list(self._own)
+
+    def kept(self) -> list[Allocation]:
+        """The memory the reuse cache holds (a copy)."""
+        with self._lock:
+            return [a for entries in self._cache.values() for _, a in entries]
+
+    # ---- peer records (rig_nv.peers) -------------------------------------------------------
+
+    def is_peer(self, region: Region) -> bool:
+        """Whether ``region`` is another device's, mapped here (no lock, as :meth:`holds`)."""
+        return bool(self._peer_in) and region in self._peer_in
+
+    def lend(self, region: Region, a: Allocation, mapper: Heap) -> bool:
+        """Record that ``mapper`` maps ``region`` (whose memory is ``a``), if it is still live
+        and the device not stopped; whether it was."""
+        with self._lock:
+            alive = not self.health.stopped and self._allocs.get(region) is a
+            if alive:
+                self._peer_out.setdefault(region, set()).add(mapper)
+            return alive
+
+    def unlend(self, region: Region, mapper: Heap) -> None:
+        """``mapper`` no longer maps ``region``."""
+        with self._lock:
+            mappers = self._peer_out.get(region)
+            if mappers is not None:
+                mappers.discard(mapper)
+                if not mappers:
+                    del self._peer_out[region]
+
+    def borrow(self, region: Region, p: Allocation, owner: Heap) -> bool:
+        """Record ``region`` of ``owner`` as mapped here (``p``); False if it is already."""
+        with self._lock:
+            if region in self._peer_in:
+                return False
+            self._allocs[region] = p
+            self._peer_in[region] = owner
+            return True
+
+    def borrowed(self, region: Region) -> bool:
+        with self._lock:
+            return region in self._peer_in
+
+    def unborrow(self, region: Region) -> tuple[Heap, Allocation] | None:
+        """Forget the mapping of another device's ``region`` here: (its owner, the mapping)."""
+        with self._lock:
+            owner = self._peer_in.pop(region, None)
+            p = self._allocs.pop(region, None)
+        return None if owner is None or p is None else (owner, p)
+
+    def peers_in(self) -> dict[Region, Heap]:
+        """Others' regions mapped here and their owners (a copy)."""
+        with self._lock:
+            return dict(self._peer_in)
+
+    def peers_out(self) -> dict[Region, set[Heap]]:
+        """This device's regions mapped elsewhere and their mappers (a copy)."""
+        with self._lock:
+            return {r: set(ms) for r, ms in self._peer_out.items()}
+
+    def forget_lent(self) -> None:
+        with self._lock:
+            self._peer_out.clear()
+
+    # ---- the stop --------------------------------------------------------------------------
+
+    def release(self) -> BaseException | None:
+        """Give back every region, the reuse cache and the device's own memory (the device's
+        stop, once the RM freed its channels); the first failure, the rest still tried."""
+        with self._lock:
+            kept = [a for entries in self._cache.values() for _, a in entries]
+            self._cache.clear()
+            self._cached_bytes = 0
+            memory = [*self._allocs.values(), *self._own, *kept]
+            self._allocs.clear()
+            self._own.clear()
+        failed: BaseException | None = None
+        for a in memory:  # give back all it can, then say what failed
+            try:
+                self.path.free_memory(a)
+            except Exception as e:
+                failed = failed or e
+        return failed

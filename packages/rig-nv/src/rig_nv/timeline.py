@@ -1,0 +1,371 @@
+"""A device's timeline: its channels, the timeline word, values, points and waits, the launch
+arena and slot pool, and the one submit primitive every launch, step, copy and upload goes
+through.
+
+The rule, written here once (:meth:`Timeline.submit`): every submission gets the next value;
+it is taken only once nothing can fail, then the work is sent. A submission on one channel
+first waits for the previous value when that went to the other channel, so values complete
+in order across both (device order). The GPU writes the value (64 bits) into the word once
+the work is done. The primitive's common cases (a launch from a free slot, a step, after
+compute work) are inlined beside it, measured by scripts/cpu_launch_bench.py. Every method
+that submits holds :attr:`Timeline.lock`.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from array import array
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rig_nv import waiting
+from rig_nv.channel import Arena, Channel, Ring, entry_at
+from rig_nv.hostmem import view
+from rig_nv.launch import SLOTS, point_cbuf0
+from rig_nv.push import (
+    COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+    COMPUTE_SEND_PCAS_A,
+    COMPUTE_SEND_SIGNALING_PCAS2_B,
+    SUBC_COMPUTE,
+    Push,
+    header,
+)
+from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
+
+if TYPE_CHECKING:
+    from rig_nv.health import Health
+    from rig_nv.launch import Prepared
+    from rig_nv.profile import Profile
+    from rig_nv.rm import Allocation, Path
+    from rig_nv.step import Step
+
+_new = object.__new__
+# A step's commands copied into the pushbuffer take at most this part of it (rig_nv.step).
+PUSHBUFFER_SHARE = 2
+AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
+RELEASE_WORDS = 8  # a step's commands' last words: the timeline's reduction, an interrupt
+
+
+@dataclass(frozen=True)
+class Point:
+    """A point on a device's timeline: done once the timeline word reaches ``value``."""
+
+    device: Any
+    value: int
+
+    @property
+    def signaled(self) -> bool:
+        """Whether the work of this point (and of every earlier point) is done."""
+        return bool(self.device.completed() >= self.value)
+
+    def wait(self, timeout_s: float | None = None) -> None:
+        """Wait until signaled; raises :class:`rig_edge.Lost` if the device faulted."""
+        self.device.wait(self, timeout_s)
+
+
+def _point(device: Any, value: int) -> Point:
+    """Point(device, value), without the frozen __init__'s calls (the fast paths')."""
+    point = _new(Point)
+    fields = point.__dict__
+    fields["device"], fields["value"] = device, value
+    return point
+
+
+class Timeline:
+    """The channels and timeline of ``device`` (whose points it makes)."""
+
+    def __init__(self, device: Any, path: Path, health: Health) -> None:
+        self.device = device
+        self.path = path
+        self.health = health
+        self.hang_ms = path.hang_ms
+        self.lock = threading.RLock()  # held by every submission
+        self.next = 1  # the value the next submission gets
+        self.last: Channel | None = None  # the channel of the last submission
+        self.profile: Profile | None = None
+        self.invalidate = False  # new code loaded: the next launch invalidates the SMs' caches
+        self.channels: list[Channel] = []
+        self.gpu = self.host = 0  # the word's addresses
+        self.word = memoryview(bytearray(8)).cast("Q")
+        self.compute: Channel
+        self.copy_channel: Channel
+        self.arena: Arena
+        self.pool: Ring  # launch configurations' slots (rig_nv.launch.Slots), bump-allocated
+        self.pool_head = 0
+        self.pcas_a = header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1)
+        self.pcas2_b = header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1)
+        self._release = array("I")
+        # A launch after a launch (:meth:`place_word`); scripts/latency_probe.py varies it.
+        self.launch_words = array("I")
+
+    # ---- made by rig_nv.setup -----------------------------------------------------------
+
+    def place_word(self, a: Allocation) -> None:
+        """Keep the word in ``a`` (pinned memory the GPU writes)."""
+        assert a.host is not None
+        self.gpu, self.host = a.gpu, a.host
+        self.word = view(a.host, 16).cast("Q")
+        # The words that end every submission, with the value to patch in at [3] and [4].
+        self._release = Push().semaphore_release(a.gpu, 0).words
+        # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
+        # then the release (the value at [7] and [8]).
+        self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
+                                         PCAS_INVALIDATE_COPY_SCHEDULE, *self._release))
+
+    def add(self, channel: Channel) -> None:
+        self.channels.append(channel)
+
+    def place_arenas(self, pool: Allocation, arena: Allocation) -> None:
+        """Use ``pool`` for launch slots and ``arena`` for launches' QMDs and banks."""
+        assert pool.host is not None and arena.host is not None
+        self.pool, self.pool_head = Ring(pool.gpu, view(pool.host, pool.length), pool.length), 0
+        self.arena = Arena(Ring(arena.gpu, view(arena.host, arena.length), arena.length),
+                           self.wait_value)
+
+    # ---- values and waits ---------------------------------------------------------------
+
+    def completed(self) -> int:
+        """The last value the GPU has completed."""
+        return int(self.word[0])
+
+    def point(self, value: int) -> Point:
+        """The point of ``value`` on this timeline."""
+        return Point(self.device, value)
+
+    def current(self) -> int:
+        """The last value submitted."""
+        return self.next - 1
+
+    def wait_value(self, value: int, timeout_s: float | None = None) -> None:
+        waiting.wait_value(self, value, timeout_s)
+
+    def synchronize(self) -> None:
+        """Wait until every submission so far is done."""
+        self.wait_value(self.next - 1)
+
+    def code_loaded(self) -> None:
+        """New code lies in memory: the next launch invalidates the SMs' caches first."""
+        self.invalidate = True
+
+    def set_profile(self, profile: Profile | None) -> Profile | None:
+        """Stamp submissions into ``profile`` from now on (None: none); returns the last."""
+        before, self.profile = self.profile, profile
+        return before
+
+    # ---- the primitive ------------------------------------------------------------------
+
+    def submit(self, channel: Channel, body: Any, name: str = "work",
+               tail: Any = None) -> Point:
+        """Submit ``body`` (32-bit words) on ``channel`` as the next value: after the previous
+        value when that went to the other channel, ending with ``tail`` (default: the release
+        of the new value). Raises the device's loss or stop, or a full profile's RigError,
+        having taken no value."""
+        with self.lock:
+            health = self.health
+            if not health.ok:
+                health.check()
+            value = self.next
+            words = array("I")
+            if self.last is not channel and self.last is not None:
+                words.extend(Push().semaphore_acquire(self.gpu, value - 1).words)
+            if tail is None:
+                tail = self._release
+                tail[3] = value & 0xFFFFFFFF
+                tail[4] = value >> 32
+            profile = self.profile
+            if profile is not None:
+                start, end = profile.take(name, channel.name)
+                profile.value(value)
+                words.extend(Push().timestamp(start).words)
+                words.extend(body)
+                words.extend(Push().timestamp(end).words)
+            else:
+                words.extend(body)
+            words.extend(tail)
+            # Taken only now that nothing can refuse (a full profile): a value never submitted
+            # would leave every later step's addition to the timeline one short.
+            self.next = value + 1
+            channel.retire(int(self.word[0]))
+            channel.submit(words, value)
+            self.last = channel
+            return Point(self.device, value)
+
+    # ---- its common cases, inlined --------------------------------------------------------
+
+    def launch_prepared(self, prep: Prepared, st: struct.Struct, values: Any,
+                        params: int) -> Point:
+        """Launch ``prep`` with ``values`` packed by ``st`` at ``params`` in its bank: the
+        common case (a free slot, after compute work, no new code) inline, else
+        :meth:`launch_blob`."""
+        slots = prep.slots
+        if slots.at:
+            with self.lock:
+                health = self.health
+                if not health.ok:
+                    health.check()
+                k = slots.turn
+                done = self.word[0]
+                compute = self.compute
+                if slots.values[k] <= done and self.last is compute and not self.invalidate:
+                    at = slots.at[k]
+                    pool = self.pool
+                    st.pack_into(pool.view, at + 512 + params, *values)
+                    slots.turn = k + 1 if k + 1 < SLOTS else 0
+                    value = self.next
+                    self.next = value + 1
+                    words = self.launch_words
+                    words[1] = (pool.gpu + at) >> 8
+                    words[7] = value & 0xFFFFFFFF
+                    words[8] = value >> 32
+                    compute.submit(words, value, done)
+                    slots.values[k] = value
+                    point = _new(Point)  # _point(self.device, value), inline
+                    fields = point.__dict__
+                    fields["device"], fields["value"] = self.device, value
+                    return point
+        return self.launch_blob(prep, prep.blob, "launch", st, values, params)
+
+    def _send_qmd(self, address: int, name: str, done: int) -> Point:
+        """Launch the QMD at ``address`` on the compute channel (the lock held; ``done``: the
+        word as read): the launch words after compute work, else :meth:`submit`."""
+        compute = self.compute
+        if self.last is not compute or self.invalidate or self.profile:
+            body: tuple[int, ...] = (self.pcas_a, address >> 8, self.pcas2_b,
+                                     PCAS_INVALIDATE_COPY_SCHEDULE)
+            if self.invalidate:  # new code: the SMs' caches must not hold old bytes
+                body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+                        INVALIDATE_CODE_AND_DATA, *body)
+                self.invalidate = False
+            return self.submit(compute, body, name)
+        value = self.next
+        self.next = value + 1
+        words = self.launch_words
+        words[1] = address >> 8
+        words[7] = value & 0xFFFFFFFF
+        words[8] = value >> 32
+        compute.submit(words, value, done)
+        return _point(self.device, value)
+
+    def _send_entry(self, channel: Channel, entry: int) -> Point:
+        """Send commands that lie in GPU memory and add one to the word themselves (a step's)
+        as the next value (the lock held)."""
+        value = self.next
+        self.next = value + 1
+        channel.submit_entry(entry, value, self.word[0])
+        self.last = channel
+        return _point(self.device, value)
+
+    # ---- launches -----------------------------------------------------------------------
+
+    def make_slots(self, prep: Prepared) -> None:
+        """Give ``prep`` its :data:`rig_nv.launch.SLOTS` places in the slot pool, each written
+        once, or mark it as having none (turn -1) when the pool is full."""
+        pool, slots = self.pool, prep.slots
+        size = -(-len(prep.blob) // 256) * 256
+        if self.pool_head + SLOTS * size > pool.length:
+            slots.turn = -1
+            return
+        for _ in range(SLOTS):
+            at = self.pool_head
+            self.pool_head = at + size
+            pool.view[at : at + len(prep.blob)] = prep.blob
+            point_cbuf0(prep, pool.view, at, pool.gpu + at)
+            slots.at.append(at)
+            slots.values.append(0)
+
+    def launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
+                    st: struct.Struct | None = None, values: Any = (),
+                    params: int = 0) -> Point:
+        """Send the QMD of ``blob`` (a QMD in its 512-byte slot, then its bank) with ``values``
+        packed by ``st`` at ``params`` in the bank: from one of the configuration's slots
+        (only the arguments written) when ``blob`` is the prepared one and a slot is free,
+        else written whole into the launch arena."""
+        with self.lock:
+            health = self.health
+            if not health.ok:
+                health.check()
+            done = self.word[0]
+            slots = prep.slots
+            k = slots.turn
+            if st is not None and blob is prep.blob and k >= 0:
+                if not slots.at:
+                    self.make_slots(prep)
+                    k = slots.turn
+                if k >= 0 and slots.values[k] <= done:
+                    at = slots.at[k]
+                    st.pack_into(self.pool.view, at + 512 + params, *values)
+                    slots.turn = k + 1 if k + 1 < SLOTS else 0
+                    point = self._send_qmd(self.pool.gpu + at, name, done)
+                    slots.values[k] = point.value
+                    return point
+            arena = self.arena
+            ring = arena.ring
+            inflight = arena.inflight
+            n = len(blob)
+            head = arena.head
+            while inflight and inflight[0][0] <= done:  # Arena.retire
+                inflight.popleft()
+            # Arena.take(n, 256), its common case here: no wrap, no bytes still being read.
+            at = -(-head // 256) * 256
+            end = at + n
+            if end > ring.length or n > ring.length >> 1 or (
+                    inflight and inflight[0][1] < end and at < inflight[0][2]):
+                at = arena.take(n, 256)
+                end = at + n
+            else:
+                arena.head = end
+            host = ring.view
+            host[at:end] = blob
+            if st is not None:
+                try:  # values no Misuse check caught (a made-up Region's address): as it was
+                    st.pack_into(host, at + 512 + params, *values)
+                except BaseException:
+                    arena.head = head
+                    raise
+            point_cbuf0(prep, host, at, ring.gpu + at)
+            point = self._send_qmd(ring.gpu + at, name, done)
+            inflight.append((point.value, at, end))  # Arena.used
+            return point
+
+    # ---- steps --------------------------------------------------------------------------
+
+    def submit_step(self, step: Step) -> Point:
+        """Submit a sealed step as one GPFIFO entry on the compute channel.
+
+        After compute work (the common case) the entry names the step's commands where they
+        lie. After the copy channel's work, or under a profile, the acquire, the stamps and a
+        copy of the commands (the end stamp before their release) go through the pushbuffer
+        as one entry: an entry names one run of words, and the acquire's value changes with
+        every submission while the GPU may still read the step's memory for an earlier one.
+        A step whose copy would fill more than half the pushbuffer is the exception: the CPU
+        waits for the work before it, then sends its commands where they lie, or between
+        stamps in memory of the step's own (:meth:`rig_nv.step.Step.stamped`)."""
+        with self.lock:
+            health = self.health
+            if not health.ok:
+                health.check()
+            compute = self.compute
+            profile = self.profile
+            if (self.last is compute or self.last is None) and profile is None:
+                # _send_entry, inline: the common case of a step after compute work
+                value = self.next
+                self.next = value + 1
+                compute.submit_entry(step.entry, value, self.word[0])
+                self.last = compute
+                point = _new(Point)
+                fields = point.__dict__
+                fields["device"], fields["value"] = self.device, value
+                return point
+            cmds = step.commands
+            if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
+                return self.submit(compute, cmds[:-RELEASE_WORDS], "step",
+                                   tail=cmds[-RELEASE_WORDS:])
+            # Waited for before the value is taken: a wait may raise.
+            self.wait_value(self.next - 1)
+            if profile is None:
+                return self._send_entry(compute, step.entry)
+            step.stamp_room()
+            start, end = profile.take("step", "compute")
+            profile.value(self.next)
+            return self._send_entry(compute, entry_at(*step.stamped(start, end)))
