@@ -94,6 +94,21 @@ def test_wpr2_already_up_is_refused_before_anything_runs() -> None:
     assert r.gpu.gsp.starts == [] and r.gpu.sec2.starts == []
 
 
+def test_wpr2_is_up_by_its_high_bound_alone() -> None:
+    """kgspIsWpr2Up_TU102 reads NV_PFB_PRI_MMU_WPR2_ADDR_HI alone (issue 24: a check that reads
+    the wrong bound fails here). A low bound left stale over a high bound of 0 is WPR2 down:
+    the boot goes on. A high bound over a low bound of 0 is WPR2 up: refused."""
+    stale = Rig()
+    stale.gpu.wpr2 = (0x0010_0000, 0)
+    stale.boot()
+    assert stale.gpu.gsp.state == "riscv-running"
+    up = Rig()
+    up.gpu.wpr2 = (0, 0x0010_0FF0)
+    with pytest.raises(BootError, match=r"WPR2\) is already up .*_LO 0x00000000, _HI 0x00100ff0"):
+        up.boot()
+    assert up.gpu.gsp.starts == [] and up.gpu.sec2.starts == []
+
+
 def test_a_boot_rom_that_never_completes_times_out() -> None:
     r = Rig()
     r.gpu.gfw_polls = None

@@ -27,7 +27,7 @@ from rig_edge import Fault, Lost, Memory, OpenRefused, Refusal, Region, RigError
 from rig_nv import Device
 from rig_nv.hostmem import view
 from rig_nv.setup import WINDOWS
-from rig_nv_pci import addresses, boot, chips, held, lock
+from rig_nv_pci import addresses, chips, held, lock
 from rig_pci import FunctionInfo, Machine, Window, firmware, libc
 from rig_pci.listing import Bar
 from rig_pci.testing import inaccessible, mappings
@@ -160,7 +160,7 @@ def simulated_ga102(tmp: Path, *, host: sim.HostMemory | None = None,
     r, firmware, _, unload = stop_rig(host=host)
     if bar1_address is not None:
         r.gpu.bar1_address = bar1_address
-    r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    r.gpu.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(r.gpu, **sim_rm).install(firmware).start()
     return Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp, r, unload), [])
 
@@ -177,7 +177,7 @@ def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
         assert g.gsp.read(g.gsp.base + 0x080) == 0x5701
         d.stop()
         assert ga102.stops == [None] * round
-        assert ga102.firmware.suspended and boot.wpr2_range(ga102.rig.bar0) is None
+        assert ga102.firmware.suspended and not ga102.rig.gpu.wpr2_up()
         assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
 
 
@@ -314,7 +314,7 @@ def test_a_lockdown_notice_loses_the_device(ga102: Opened) -> None:
 
 
 def test_no_fb_size_is_refused_before_the_boot(ga102: Opened) -> None:
-    ga102.rig.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = 0
+    ga102.rig.gpu.usable_fb_mib = 0
     with pytest.raises(RigError, match="GPU 0: NV_USABLE_FB_SIZE_IN_MB reads 0x0"):
         ga102.open()
     assert ga102.firmware.boots == 0
@@ -604,7 +604,7 @@ def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
         assert lock.held(machine, BUS) and not takes[-1].closed
         d.stop()
         assert takes[-1].closed and ga102.firmware.boots == round
-        assert boot.wpr2_range(ga102.rig.bar0) is None
+        assert not ga102.rig.gpu.wpr2_up()
         given_back(machine, BUS)
 
 
@@ -620,7 +620,7 @@ def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
     assert takes[-1].closed and takes[-1].resets == 0
     given_back(machine, BUS)
     assert rig_nv_pci._lost == {(machine.name, BUS)}
-    assert boot.wpr2_range(ga102.rig.bar0) is not None  # FWSEC's WPR2 stayed up
+    assert ga102.rig.gpu.wpr2_up()  # FWSEC's WPR2 stayed up
     g.sec2.programs[ga102.rig.sb.ucode_id] = booter
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
@@ -657,7 +657,7 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
     g = sim.gb202()
     sim.SimFmc(g, FMC_IMAGE).install()
     firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    g.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00}).install(firmware)
     paths = gb202_files(tmp_path)
     chip = chips.identify(sim.GB202_BOOT42)
@@ -692,7 +692,7 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         # not model, so it is not opened again here)
         assert stops == [None] and firmware.suspended
         assert s.fbmem == {} and s.sysmem == {}
-        assert boot.wpr2_range(g.bar0()) is not None
+        assert g.wpr2_up()
     finally:
         s.stop()
 

@@ -25,7 +25,7 @@ from test_open import given_back
 import rig_nv_pci
 from rig_edge import Fault, Lost, Memory
 from rig_nv import Device
-from rig_nv_pci import boot, faults, held
+from rig_nv_pci import faults, held
 from rig_nv_pci import path as pci_path
 from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp.sequencer import SequencerError
@@ -133,7 +133,7 @@ def test_a_sequence_that_fails_loses_the_gpu(ga102: Opened, why: str) -> None:
     assert "GSP event GSP_RUN_CPU_SEQUENCER" in d.path.events.text()
     [lost] = ga102.stops
     assert isinstance(lost, SequencerError) and str(lost) in str(e.value)
-    assert ga102.firmware.suspended and boot.wpr2_range(ga102.rig.bar0) is None
+    assert ga102.firmware.suspended and not ga102.rig.gpu.wpr2_up()
     reopens(ga102)
 
 

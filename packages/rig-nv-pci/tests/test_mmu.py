@@ -45,15 +45,15 @@ def test_pramin_moves_the_window_in_64k_steps_over_video_memory() -> None:
     window = mmu.Pramin(gpu.bar0())
     window.write(0x10_0FFC, b"abcdefgh")
     assert vram[0x10_0FFC:0x10_1004] == b"abcdefgh"
-    assert gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x10  # 1 MiB >> 16
+    assert gpu.regs[sim.regs.BAR0_WINDOW] == 0x10  # 1 MiB >> 16
     window.write(0x310_0000 - 4, b"last")  # beyond the first window's MiB: moved
     assert vram[0x310_0000 - 4:0x310_0000] == b"last"
-    assert gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x30F
+    assert gpu.regs[sim.regs.BAR0_WINDOW] == 0x30F
     assert window.read(0x10_0FFC, 8) == b"abcdefgh"
     window = mmu.Pramin(gpu.bar0())
     window.write(0x1F_0000, b"base")  # a window at 0x1f0000 reaches 0x202400 by adding
     window.write(0x20_2400, b"next")
-    assert vram[0x20_2400:0x20_2404] == b"next" and gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x1F
+    assert vram[0x20_2400:0x20_2404] == b"next" and gpu.regs[sim.regs.BAR0_WINDOW] == 0x1F
     with pytest.raises(ValueError, match="whole words"):
         window.write(2, b"xy")
 

@@ -26,7 +26,7 @@ from rig_pci.testing import FakeVfio, FixtureSysfs, add_function, add_vfio, set_
 BUS = "0000:01:00.0"
 GA102, AD104, GB202 = 0x172A1000, 0x194A1000, 0x1B2A1000  # BOOT_42: arch 29:24, impl 23:20
 GH100 = 0x180A1000
-BOOT_42, WPR2_HI = 0xA00, 0x1FA828
+BOOT_42, WPR2_LO, WPR2_HI = 0xA00, 0x1FA824, 0x1FA828  # nv_ref.h, tu102/dev_fb.h
 PROM = 0x300000  # NV_PROM_DATA (nouveau shadowrom.c, nova-core vbios.rs)
 sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders  # noqa: E402
@@ -431,6 +431,21 @@ def test_wpr2_up_is_reset_and_refused_if_it_stays_up(
         "its protected memory (WPR2) is up from an earlier boot, and it cannot be reset: Linux "
         "has no reset for it"
     )
+    given_back(machine)
+
+
+def test_a_stale_wpr2_low_bound_is_not_wpr2_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WPR2 is up by its high bound alone (kgspIsWpr2Up_TU102; issue 24): a low bound left
+    stale over a high bound of 0 is no reason to reset; a precondition reading the wrong
+    bound fails here."""
+    machine, sysfs = here(tmp_path)
+    dev = add_gpu(tmp_path)
+    poke(dev, WPR2_LO, 0x2FFF0)
+    fw = fake_firmware(tmp_path, "ga102", monkeypatch)
+    assert "not laid out as its format says" in refusal(machine, firmware=[fw])
+    assert sysfs.writes == []
     given_back(machine)
 
 

@@ -63,11 +63,11 @@ def test_a_failed_stop_loses_the_gpu_and_its_next_open_resets_it_first(
     g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g, error=0x2A)
     d.stop()
     assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
-    assert boot.wpr2_range(ga102.rig.bar0) is not None
+    assert ga102.rig.gpu.wpr2_up()
     given_back(machine, BUS)
     g.sec2.programs[UNLOAD_UCODE_ID] = unload
     next_open_resets_it(machine, takes, tmp_path)
-    assert rig_nv_pci._lost == set() and boot.wpr2_range(ga102.rig.bar0) is None
+    assert rig_nv_pci._lost == set() and not ga102.rig.gpu.wpr2_up()
 
 
 def _interrupted(*args: object, **kwargs: object) -> object:

@@ -318,7 +318,7 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
             # suspended; booter_unload took WPR2 down
             assert stops == ["stopped"] * (round + 1)
             assert firmware.peer.objects == {} and firmware.suspended
-            assert boot.wpr2_range(r.bar0) is None
+            assert not r.gpu.wpr2_up()
             assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
     finally:
         s.stop()

@@ -146,7 +146,7 @@ def gb202(tmp: Path, host: sim.HostMemory, bus: str) -> tuple[SimRm, SimFunction
     g.bar1_address = BAR1[bus]
     sim.SimFmc(g, FMC_IMAGE).install()
     firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    g.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00},
               fb_size=FB_SIZE, bar1_size=BAR1_SIZE[bus]).install(firmware).start()
     return s, SimFunction(g, s), chips.identify(sim.GB202_BOOT42), gb202_files(tmp)

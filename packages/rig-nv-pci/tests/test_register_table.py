@@ -59,7 +59,8 @@ TABLE: tuple[Row, ...] = (
         lambda: regs.AON_SCRATCH_GROUP_05_0),
     Row("NV_USABLE_FB_SIZE_IN_MB", ALL, 0x1183A4, "ampere/ga102/dev_gc6_island_addendum.h "
         "(NV_PGC6_AON_SECURE_SCRATCH_GROUP_42; kmemsysReadUsableFbSize_GA102, every chip "
-        "after GA100)", lambda: held.NV_USABLE_FB_SIZE_IN_MB),
+        "after GA100)", lambda: held.NV_USABLE_FB_SIZE_IN_MB,
+        lambda: regs.USABLE_FB_SIZE_IN_MB),
     Row("NV_PBUS_VBIOS_SCRATCH(0xE)", "GA10x, AD10x", 0x1438, "turing/tu102/dev_bus.h "
         "(kernel_gsp_frts_tu102.c: FRTS error 31:16)", lambda: boot.NV_PBUS_VBIOS_SCRATCH_0E,
         lambda: regs.VBIOS_SCRATCH_0E),
@@ -143,10 +144,12 @@ TABLE: tuple[Row, ...] = (
         lambda: runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE,
         lambda: sim_runlists.CTRL_GET_DEVICE_INFO_TABLE),
     Row("NV_PBUS_BAR0_WINDOW", "GA10x, AD10x", 0x1700, "dev_bus.ref.txt (PRAMIN's base)",
-        lambda: mmu.NV_PBUS_BAR0_WINDOW),
+        lambda: mmu.NV_PBUS_BAR0_WINDOW,
+        lambda: regs.BAR0_WINDOW),
     Row("NV_XAL_EP_BAR0_WINDOW", "GB20x", 0x10FD40, "pri_nv_xal_ep.h",
-        lambda: mmu.NV_XAL_EP_BAR0_WINDOW),
-    Row("NV_PRAMIN", ALL, 0x700000, "dev_ram.h", lambda: mmu.NV_PRAMIN),
+        lambda: mmu.NV_XAL_EP_BAR0_WINDOW,
+        lambda: regs.XAL_EP_BAR0_WINDOW),
+    Row("NV_PRAMIN", ALL, 0x700000, "dev_ram.h", lambda: mmu.NV_PRAMIN, lambda: regs.PRAMIN),
     Row("NV_MMU_VER3_PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED", "GB20x", 2,
         "hopper/gh100/dev_mmu.h (gmmu_walk.c: no ATS in the VA space)",
         lambda: mmu.PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED),

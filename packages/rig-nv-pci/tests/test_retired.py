@@ -36,7 +36,7 @@ from rig_nv_pci.gsp import retired, rpc, static_info
 from rig_nv_pci.gsp.retired import RetiredPage, RetiredPagesError
 from rig_nv_pci.gsp.static_info import FbRegion
 
-CMD = retired.NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES
+CMD = sim_retired.CTRL_GET_DYNAMIC_OFFLINED_PAGES  # the simulator's own (checked below)
 KiB, MiB = 1 << 10, 1 << 20
 WINDOW = 48 * MiB  # the retired pages lie in the heap's first 48 MiB, where first fit starts
 
@@ -69,7 +69,7 @@ def test_layouts_match_the_headers() -> None:
         sim_retired.VALID_ENTRIES_AT, sim_retired.BASE_INDEX_AT, sim_retired.MORE_AT]
     assert retired.TAIL.size == size - retired.VALID_ENTRIES
     assert vidmem.PMA_GRANULARITY == 0x10000  # map_defines.h
-    assert CMD == sim_retired.CTRL_GET_DYNAMIC_OFFLINED_PAGES == 0x20801348
+    assert retired.NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES == CMD == 0x20801348
     _, _, config = peer_module().c_layout("GspStaticConfigInfo")
     assert config["bPageRetirementSupported"][0] == static_info.PAGE_RETIREMENT == 1564
 
@@ -154,7 +154,7 @@ def test_a_gb202s_allocations_never_land_on_a_retired_page(tmp_path: Path, n: in
     g = sim.gb202()
     sim.SimFmc(g, FMC_IMAGE).install()
     firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    g.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**GA102_GR, 0xC: 0xC00},
               retired=random_pages(seed, n)).install(firmware)
     chip = chips.identify(sim.GB202_BOOT42)
