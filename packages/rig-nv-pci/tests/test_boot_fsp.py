@@ -7,24 +7,19 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
-import sys
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders as fb
+import pytest
 import sim
 from sim import fmc as sim_fmc
 from sim import fsp as sim_fsp
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE
+from support import BOOTLOADER, FB_SIZE, FMC_IMAGE, GSP_IMAGE
 
 from rig_nv_pci import boot, boot_fsp, chips, fsp, gspmem, hopper, layout
 from rig_nv_pci.boot import BootError
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
 
-FMC_IMAGE = bytes(range(256)) * 0x15 + b"\xfe" * 0x123  # not a multiple of 4 KiB
 FMC_FILE = fb.build_fmc(FMC_IMAGE, hash_=hashlib.sha384(FMC_IMAGE).digest())
 APP_VERSION = 0x0B57_0144
 

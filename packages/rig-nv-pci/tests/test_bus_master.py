@@ -10,15 +10,11 @@ boot fails."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, copies, opener
-from test_open import given_back
+from support import BUS, Opened, TakenSim, copies, given_back, opener
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused

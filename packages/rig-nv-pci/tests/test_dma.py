@@ -20,9 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_held import BUS, Opened, opener
+from support import BUS, Opened, opener
 
 import rig_nv_pci
 from rig_edge import Bus, Memory, Misuse, OpenRefused, Region, RigError

@@ -5,14 +5,8 @@ a channel by its runlist and ChID (sim/runlists.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_held import Opened
-from test_held_chips import round_trip
+from support import Opened, round_trip
 
 from rig_nv import Device
 from rig_nv_pci import chips, runlists

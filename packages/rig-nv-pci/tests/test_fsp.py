@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 
 from rig_edge import Misuse

@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import sys
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import firmware_builders as fb
+import pytest
 
 from rig_edge import RigError
 from rig_nv_pci import fwimage

@@ -4,12 +4,8 @@ back by hand (numbers from libos_init_args.h, gsp_init_args.h and message_queue_
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 
 from rig_nv_pci import chips, gspmem, layout

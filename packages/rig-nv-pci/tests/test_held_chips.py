@@ -7,32 +7,29 @@ first). GA102's is test_held.py's."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim.gsp_rm import GA102_CLASSES, GA102_GR, SimRm
-from test_boot import FB_SIZE
-from test_boot_fsp import FMC_IMAGE
-from test_held import (
+from support import (
     BUS,
+    FB_SIZE,
+    FMC_IMAGE,
     GB202_CLASSES,
+    UNLOAD_UCODE_ID,
     Opened,
     SimFunction,
     TakenSim,
     gb202_files,
+    given_back,
     images,
     machine_with_a_gpu,
+    round_trip,
+    stop_rig,
 )
-from test_open import given_back
-from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
-from rig_edge import Memory
-from rig_nv import Device
 from rig_nv_pci import chips
 from rig_pci import Machine
 
@@ -63,19 +60,6 @@ def simulated_ad102(tmp: Path) -> Opened:
     s = SimRm(r.gpu, classes=AD102_CLASSES, gr=AD102_GR).install(firmware).start()
     files = ad102_files(tmp / "ad102", images(tmp / "ga102", r, unload))
     return Opened(r, firmware, s, SimFunction(r.gpu, s), files, [])
-
-
-def round_trip(d: Device) -> None:
-    """Random bytes up to Pinned memory, copied to Device memory by the simulated copy
-    engine, and read back."""
-    data = os.urandom(0x5000)
-    a, b = d.alloc(len(data), Memory.PINNED), d.alloc(len(data), Memory.DEVICE)
-    assert a is not None and b is not None
-    d.upload(a, data).wait(timeout_s=5.0)
-    d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-    assert bytes(d.download(b)) == data
-    d.free(a)
-    d.free(b)
 
 
 def test_an_ad102_boots_opens_allocates_submits_stops_and_opens_again(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ came, whatever exception struck in between (Rig_edge.Driver.sleep)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,12 +14,9 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import regs
 from sim.gsp_fw import sequencer_payload
-from test_held import BUS, Opened, every_use_is_lost, opener, reopens
-from test_open import given_back
+from support import BUS, Opened, every_use_is_lost, given_back, opener, reopens
 
 import rig_nv_pci
 from rig_edge import Fault, Lost, Memory

@@ -5,15 +5,13 @@ from the manual alone); the simulated GSP-RM's check of the handed-over director
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import gmmu
-from test_path import Booted, ga102  # noqa: F401  (the fixture)
+from support import (
+    Booted,
+    ga102,  # noqa: F401  (the fixture)
+)
 
 from rig_nv_pci import mmu
 from rig_nv_pci import path as pp

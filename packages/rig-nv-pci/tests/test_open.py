@@ -7,14 +7,29 @@ the opener)."""
 import fcntl
 import hashlib
 import os
-import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import firmware_builders
 import pytest
+from support import (
+    AD104,
+    BOOT_42,
+    GA102,
+    GB202,
+    PROM,
+    VBIOS,
+    WPR2_HI,
+    WPR2_LO,
+    add_gpu,
+    given_back,
+    here,
+    poke,
+)
+from support.machine import BUS
 
 from rig_edge import Misuse, OpenRefused, RigError
 from rig_nv_pci import gpu, lock, reset
@@ -23,52 +38,9 @@ from rig_pci.function import held as function_held
 from rig_pci.listing import FunctionInfo
 from rig_pci.testing import FakeVfio, FixtureSysfs, add_function, add_vfio, set_lockdown
 
-BUS = "0000:01:00.0"
-GA102, AD104, GB202 = 0x172A1000, 0x194A1000, 0x1B2A1000  # BOOT_42: arch 29:24, impl 23:20
 GH100 = 0x180A1000
-BOOT_42, WPR2_LO, WPR2_HI = 0xA00, 0x1FA824, 0x1FA828  # nv_ref.h, tu102/dev_fb.h
-PROM = 0x300000  # NV_PROM_DATA (nouveau shadowrom.c, nova-core vbios.rs)
-sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders  # noqa: E402
 
-VBIOS = firmware_builders.build_vbios().data
 REPO_SRC = [str(p) for p in sorted(Path(__file__).resolve().parents[2].glob("*/src"))]
-
-
-class Here(FixtureSysfs):
-    """A fixture tree standing for this machine: its memory is the process's."""
-
-    @property
-    def shares_memory(self) -> bool:
-        return True
-
-
-def here(root: Path, **kwargs: object) -> tuple[Machine, Here]:
-    (root / "proc/self").mkdir(parents=True, exist_ok=True)
-    (root / "proc/self/pagemap").touch()
-    t = Here(root, **kwargs)  # type: ignore[arg-type]
-    return Machine(t), t
-
-
-def poke(dev: Path, offset: int, value: int, name: str = "resource0") -> None:
-    with open(dev / name, "r+b") as f:
-        f.seek(offset)
-        f.write(struct.pack("<I", value))
-
-
-def add_gpu(root: Path, bus: str = BUS, *, boot42: int = GA102, wpr2: int = 0,
-            **kwargs: object) -> Path:
-    """An NVIDIA GPU (3D controller) with a 16 MiB BAR 0 whose BOOT_42 and WPR2 registers
-    read ``boot42`` and ``wpr2``, and a 256 MiB BAR 1."""
-    dev = add_function(root, bus, vendor=0x10DE, device=0x2204, class_code=0x030200,
-                       bars={0: (0xF000_0000, 16 << 20, False), 1: (0xE000_0000, 256 << 20, True)},
-                       **kwargs)  # type: ignore[arg-type]
-    poke(dev, BOOT_42, boot42)
-    poke(dev, WPR2_HI, wpr2)
-    with open(dev / "resource0", "r+b") as f:  # a VBIOS with a FWSEC, in the PROM window
-        f.seek(PROM)
-        f.write(VBIOS)
-    return dev
 
 
 @pytest.fixture(autouse=True)
@@ -106,16 +78,6 @@ def refusal(machine: Machine, i: int = 0, **kwargs: object) -> str:
         gpu(i, machine, **kwargs).make()  # type: ignore[arg-type]
     assert e.value.stays == ""
     return str(e.value)
-
-
-def given_back(machine: Machine, bus: str = BUS) -> None:
-    """Nothing stays taken: not the function, not the GPU's lock (this process's or its file)."""
-    assert not function_held(machine, bus) and not lock.held(machine, bus)
-    fd = os.open(lock.path(machine, bus), os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        os.close(fd)
 
 
 # ---- names and misuse --------------------------------------------------------------------------

@@ -4,17 +4,12 @@ issue 8 audit found untested)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, opener
-from test_open import given_back
-from test_stop import UNLOAD_UCODE_ID
+from support import BUS, UNLOAD_UCODE_ID, Opened, TakenSim, given_back, opener
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused, RigError

@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import mmap
 import os
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import gmmu
 from sim.gsp_rm import GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
-from test_stop import stop, stop_rig
+from support import (
+    BOOTLOADER,
+    BUS,
+    FB_SIZE,
+    GSP_IMAGE,
+    Booted,
+    Rig,
+    ga102,
+    run_boot,
+    stop,
+    stop_rig,
+)
 
 import rig_nv
 from rig_edge import Lost, Memory, Refusal
@@ -41,35 +45,7 @@ from rig_nv_pci.boot import GspBooted
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.vidmem import SMALL
 
-BUS = "0000:41:00.0"
-
-
-@dataclass
-class Booted:
-    rig: Rig
-    firmware: sim.GspFirmware
-    sim_rm: SimRm
-    booted: GspBooted
-
-    def bar1(self) -> tuple[int, int]:
-        return self.booted.static.bar1_pde_base, self.sim_rm.bar1_size
-
-    def path(self, **kw: object) -> pp.PciPath:
-        return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
-                          alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
-                          poll=self.booted.channel.poll,
-                          fb_regions=self.booted.static.fb_regions,
-                          pramin=self.rig.bar0, bar1=self.bar1(), **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def ga102() -> Iterator[Booted]:
-    r, firmware, memory = gsp_rig()
-    sim_rm = SimRm(r.gpu).install(firmware)
-    booted = run_boot(r, memory)
-    assert firmware.failure is None, firmware.log
-    yield Booted(r, firmware, sim_rm, booted)
-    sim_rm.stop()
+__all__ = ["ga102"]  # the fixture, from support.path
 
 
 def test_struct_sizes_match_nvidia_headers() -> None:

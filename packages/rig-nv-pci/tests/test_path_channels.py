@@ -9,14 +9,10 @@ simulated GSP-RM's checks of each.
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim.gsp_rm import CTX_PROPERTIES
-from test_path import Booted, ga102
+from support import Booted, _channel_kit, ga102
 
 import rig_nv
 from rig_edge import Memory
@@ -25,7 +21,7 @@ from rig_nv.setup import CHANNEL_AREA
 from rig_nv_pci import path as pp
 from rig_nv_pci.gsp import rpc
 
-__all__ = ["ga102"]  # the fixture, from test_path
+__all__ = ["ga102"]  # the fixture, from support.path
 
 
 def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
@@ -195,24 +191,6 @@ def test_the_simulated_gsp_refuses_a_compute_object_without_promoted_buffers(
     p.rm.alloc(channel, p.rm.new_handle(), 0xC7C0)  # through the path: promoted first
     p.rm.free(tsg)
     p.closed()
-
-
-def _channel_kit(p: pp.PciPath, engine: int) -> tuple[int, bytearray]:
-    """A channel group of ``engine`` (NV2080_ENGINE_TYPE_GRAPHICS 1, _COPY0 9,
-    cl2080_notification.h) and the NV_CHANNEL_ALLOC_PARAMS for a channel of it."""
-    from rig_nv import classes as cls
-    from rig_nv.layouts import Params
-
-    tsg = p.rm.new_handle()
-    p.rm.alloc(p.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
-               Params(p.ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=engine).buf)
-    area, notifier = p.alloc_memory(2 << 20, Memory.MAPPED), p.alloc_notifier()
-    assert area is not None
-    asked = Params(p.ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
-                   gpFifoOffset=area.gpu, gpFifoEntries=0x400)
-    asked.p.hUserdMemory[0] = area.handle
-    asked.p.userdOffset[0] = 0x2000
-    return tsg, asked.buf
 
 
 def _token(p: pp.PciPath, channel: int) -> int:

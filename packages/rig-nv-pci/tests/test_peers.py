@@ -15,21 +15,16 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import gmmu
 from sim.gsp_rm import SimRm
-from test_boot import FB_SIZE
-from test_boot_fsp import FMC_IMAGE
-from test_held import GB202_CLASSES, SimFunction, gb202_files, simulated_ga102
+from support import FB_SIZE, FMC_IMAGE, GB202_CLASSES, SimFunction, gb202_files, simulated_ga102
 
 from rig_edge import Memory, Misuse, RigError
 from rig_nv import Device

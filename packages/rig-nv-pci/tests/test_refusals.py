@@ -17,20 +17,14 @@ the path gave for it, unless the GPU faulted meanwhile", through the real path
 from __future__ import annotations
 
 import mmap
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
-from test_held import Opened
-from test_path import BUS, Booted
-from test_path import ga102 as booted_ga102  # noqa: F401  (the fixture, for test_path's Booted)
-from test_path_channels import _channel_kit
+from support import BUS, Booted, Opened, _channel_kit
+from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
 
 import rig_nv
 from rig_edge import Memory

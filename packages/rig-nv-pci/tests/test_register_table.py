@@ -6,14 +6,10 @@ number one side gets wrong fails here even where the two agree with each other."
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import regs
 from sim import runlists as sim_runlists

@@ -14,20 +14,23 @@ from __future__ import annotations
 import os
 import random
 import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import GspFirmware, peer_module
 from sim import retired as sim_retired
 from sim.gsp_rm import BAR1_PDB, BAR2_PDB, GA102_GR, RESERVED, SimRm
-from test_boot import FB_SIZE
-from test_boot_fsp import FMC_IMAGE
-from test_held import GB202_CLASSES, Opened, SimFunction, gb202_files, simulated_ga102
+from support import (
+    FB_SIZE,
+    FMC_IMAGE,
+    GB202_CLASSES,
+    Opened,
+    SimFunction,
+    gb202_files,
+    simulated_ga102,
+)
 
 from rig_edge import Memory
 from rig_nv import Device
@@ -54,7 +57,7 @@ def random_pages(seed: int, n: int, low: int = RESERVED, high: int = RESERVED + 
 
 def test_layouts_match_the_headers() -> None:
     """NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS and bPageRetirementSupported against
-    the layout tests/gsp_peer.py computes from ctrl2080fb.h's and gsp_static_config.h's member
+    the layout tests/sim/gsp_peer.py computes from ctrl2080fb.h's and gsp_static_config.h's member
     lists, and against the simulated GSP-RM's hand-worked offsets."""
     size, align, leaves = peer_module().c_layout(
         "NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS")

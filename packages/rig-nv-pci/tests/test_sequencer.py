@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 import struct
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import regs
 

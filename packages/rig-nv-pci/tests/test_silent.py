@@ -12,34 +12,33 @@ message, rig_nv_pci.gsp.queue.QueuePair.send)."""
 
 from __future__ import annotations
 
-import functools
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim.pbdma import USERD_GP_PUT
-from test_held import BUS, Opened, TakenSim, copies, every_use_is_lost, opener
-from test_open import given_back
-from test_stop_addresses import (
+from support import (
+    BUS,
+    TIMEOUT_S,
+    Opened,
+    TakenSim,
     alloc_each,
+    copies,
+    every_use_is_lost,
     give_back_for_good,
+    given_back,
     gsp_goes_silent,
     none_free,
+    opener,
+    silence,
     spans,
 )
 
 import rig_nv_pci
 from rig_edge import Lost, Memory
-from rig_nv import Device
 from rig_nv_pci import addresses, held
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.stop import stop_gsp
 from rig_pci import Machine
-
-TIMEOUT_S = 0.5  # the RPC timeout here (10 s by default)
 
 
 def heard_while_silent(ga102: Opened, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -57,14 +56,6 @@ def heard_while_silent(ga102: Opened, monkeypatch: pytest.MonkeyPatch) -> list[i
 
     monkeypatch.setattr(gpu, "on_doorbell", counted)
     return rings
-
-
-def silence(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The RPCs' timeout TIMEOUT_S, the stop's wait for the GSP to suspend 0.05 s (a GSP that
-    answers nothing never suspends: rig_nv_pci.stop waits 2 s for it by default)."""
-    assert isinstance(d.path, held.PciPath)
-    monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", TIMEOUT_S)
-    monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))
 
 
 def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[TakenSim]) -> None:

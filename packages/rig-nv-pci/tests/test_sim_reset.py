@@ -5,15 +5,9 @@ BAR 1's tables empty."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
 import pytest
 from sim.gsp_rm import BAR1_PDB
-from test_held import Opened, copies
-from test_silent import silence
-from test_stop_addresses import give_back_for_good
+from support import Opened, copies, give_back_for_good, silence
 
 from rig_nv_pci import addresses
 

@@ -10,41 +10,25 @@ a GPU with." and "A GPU whose stop could not unload its GSP's firmware or take i
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
+import firmware_builders as fb
 import pytest
+import sim
+from support import (
+    BOOTLOADER,
+    FB_SIZE,
+    GSP_IMAGE,
+    UNLOAD_UCODE_ID,
+    Rig,
+    run_boot,
+    stop,
+    stop_rig,
+)
 
 from rig_edge import Misuse
-
-sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders as fb
-import sim
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, SEC_FUSE, Rig, gsp_rig, run_boot
-
 from rig_nv_pci import boot, chips, gspmem, layout
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
-
-UNLOAD_UCODE_ID = 4
-
-
-def stop_rig(*, host: sim.HostMemory | None = None, **fw: object
-             ) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory, fb.SyntheticBooter]:
-    """:func:`test_boot.gsp_rig` with a booter_unload (ucode id 4) SEC2 accepts."""
-    r, firmware, memory = gsp_rig(host=host, **fw)
-    unload = fb.build_booter(meta=(1, 1, UNLOAD_UCODE_ID))
-    g = r.gpu
-    g.sec2.ucode_id = None  # SEC2 runs both booters, each under its own ucode id
-    g.fuses[SEC_FUSE + 4 * (UNLOAD_UCODE_ID - 1)] = 0b1
-    g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g)
-    return r, firmware, memory, unload
-
-
-def stop(r: Rig, booted: boot.GspBooted, unload: fb.SyntheticBooter) -> None:
-    stop_gsp(r.bar0, booted, name="GPU 0", booter_unload=unload.data,
-             alloc=r.gpu.host.alloc_dma, timeout_s=0.2, unload_timeout_s=0.1,
-             suspend_timeout_s=0.05)
+from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError
 
 
 def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:

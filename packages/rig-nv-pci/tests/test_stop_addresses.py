@@ -12,61 +12,40 @@ addresses the stop did not free stay taken from the process's range for good."""
 
 from __future__ import annotations
 
-import functools
 import re
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_held import BUS, Opened, TakenSim, all_reserved, bar1_window, opener, simulated_ga102
-from test_open import given_back
+from support import (
+    BUS,
+    Opened,
+    Span,
+    TakenSim,
+    all_reserved,
+    alloc_each,
+    bar1_window,
+    give_back_for_good,
+    given_back,
+    gsp_goes_silent,
+    none_free,
+    opener,
+    simulated_ga102,
+    spans,
+)
 
 import rig_nv_pci
 from rig_edge import Memory, Region
 from rig_nv import Device
 from rig_nv.hostmem import view
 from rig_nv.memory import CACHE_LARGEST
-from rig_nv.rm import Allocation
 from rig_nv_pci import addresses, held
-from rig_nv_pci.stop import StopError, stop_gsp
-from rig_pci import libc
+from rig_nv_pci.stop import StopError
 from rig_pci.testing import inaccessible
-
-Span = tuple[int, int, Memory]  # GPU address, length, kind
-
-
-def alloc_each(d: Device) -> list[Region]:
-    """A small and a large region of every kind (the large Device one past the device's
-    cache, so its free goes to the path at once)."""
-    out = []
-    for kind in Memory:
-        for n in (0x3000, 3 << 20):
-            r = d.alloc(n, kind)
-            assert r is not None
-            out.append(r)
-    return out
-
-
-def spans(d: Device) -> list[Span]:
-    """Every allocation the device holds, its own (timeline, rings) too: the addresses its
-    memory took from the process's range (not the channels' error notifiers, which the GPU
-    reaches by bus address and so take no GPU address: PciPath.alloc_notifier's gpu 0)."""
-    held_: list[Allocation] = [*d.memory.regions().values(), *d.memory.owned()]
-    return [(a.gpu, a.length, a.kind) for a in held_ if a.gpu != 0]
 
 
 def is_free(at: int, n: int) -> bool:
     """Whether ``[at, at + n)`` lies in one free run of the process's range."""
     return any(lo <= at and at + n <= lo + size for lo, size in addresses.PROCESS.free)
-
-
-def none_free(taken: list[Span]) -> bool:
-    """Whether no address of ``taken`` is free in the process's range."""
-    return not any(lo < at + n and at < lo + size
-                   for at, n, _ in taken for lo, size in addresses.PROCESS.free)
 
 
 def meets(a: Region, taken: list[Span]) -> bool:
@@ -142,29 +121,6 @@ def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
         d.stop()
 
 
-def gsp_goes_silent(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch, *,
-                    after_frees: int) -> None:
-    """From the device's ``after_frees``-th RM free on, the simulated GSP answers nothing (its
-    doorbell rings unheard, as a GSP that hung, or a GPU off the bus, leaves it): RPCs time
-    out (in 0.2 s here) and it never suspends (the stop's wait cut to 0.05 s)."""
-    assert isinstance(d.path, held.PciPath)
-    monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", 0.2)
-    monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))
-    rm = d.path.rm
-    real: Callable[[int], None] = rm.free
-    frees = [0]
-
-    def free(handle: int) -> None:
-        if frees[0] == after_frees:
-            ga102.firmware.suspended = True  # doorbell() returns without serving the queue
-        frees[0] += 1
-        real(handle)
-
-    monkeypatch.setattr(rm, "free", free)
-    if after_frees == 0:
-        ga102.firmware.suspended = True
-
-
 def stop_silent(d: Device) -> None:
     """The stop of a device whose GSP stopped answering: it returns (the GPU is lost, reported
     to the opener, which resets it at its next open: rig_nv_pci.rm.PciRM.free_at_stop), having
@@ -177,21 +133,6 @@ def stop_silent(d: Device) -> None:
     assert silent is not None and re.fullmatch(r"(\w+) \(the GSP sent no \1 for \1 in time\)",
                                                silent)
     d.stop()
-
-
-def give_back_for_good(before: list[tuple[int, int]]) -> None:
-    """After a test that kept addresses: reserve again every address of the runs ``before``
-    that is not free now and give it back to the process's range, as no stop does, so that
-    later tests find the range as it was."""
-    for lo, size in before:
-        at = lo
-        for free_at, n in [*addresses.PROCESS.free, (lo + size, 0)]:
-            if free_at < lo or free_at > lo + size:
-                continue
-            if free_at > at:
-                libc.reserve(at, free_at - at)
-                addresses.PROCESS.give(at, free_at - at)
-            at = max(at, free_at + n)
 
 
 @pytest.mark.parametrize("after_frees", [0, 3], ids=["before-stop", "during-stop"])

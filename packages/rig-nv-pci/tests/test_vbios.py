@@ -4,13 +4,9 @@ written independently of the parser). No real VBIOS is read: one comes only from
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import firmware_builders as fb
+import pytest
 
 from rig_edge import Misuse, RigError
 from rig_nv_pci import vbios
