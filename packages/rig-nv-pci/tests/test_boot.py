@@ -1,4 +1,4 @@
-"""rig_nv_pci.boot against the simulated GPU (tests/sim) and synthetic firmware."""
+"""rig_nv_pci.boot.ampere against the simulated GPU (tests/sim) and synthetic firmware."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sim
 from sim import gsp_fw
 from support import Rig, gsp_rig, run_boot, system_of
 
-from rig_nv_pci import boot
-from rig_nv_pci.boot import BootError
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot.ampere import BootError
 from rig_nv_pci.gsp import rpc, static_info, sysinfo
 
 

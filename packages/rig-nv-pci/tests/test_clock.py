@@ -18,7 +18,7 @@ from support import Booted, ga102, simulated_ga102
 import rig_nv
 from rig_edge import Memory, RigError
 from rig_nv.clock import Clock, Timebase
-from rig_nv_pci import path as pp
+from rig_nv_pci.path import pci as pp
 
 __all__ = ["ga102"]  # the fixture, from support.path
 

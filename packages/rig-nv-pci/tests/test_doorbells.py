@@ -9,9 +9,10 @@ import pytest
 from support import Opened, round_trip
 
 from rig_nv import Device
-from rig_nv_pci import chips, runlists
+from rig_nv_pci.firmware import chips
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.runlists import Doorbells
+from rig_nv_pci.path import runlists
+from rig_nv_pci.path.runlists import Doorbells
 
 
 def test_tokens_carry_the_runlist_and_on_gb20x_the_doorbell_enable() -> None:

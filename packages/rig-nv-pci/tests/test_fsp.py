@@ -1,4 +1,4 @@
-"""rig_nv_pci.fsp against the simulated FSP (tests/sim/fsp.py)."""
+"""rig_nv_pci.boot.fsp against the simulated FSP (tests/sim/fsp.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 import sim
 
 from rig_edge import Misuse
-from rig_nv_pci import fsp
-from rig_nv_pci.fsp import Fsp, FspError
+from rig_nv_pci.boot import fsp
+from rig_nv_pci.boot.fsp import Fsp, FspError
 
 GPU = "GPU 0 (0000:41:00.0)"
 

@@ -33,7 +33,9 @@ import rig_pci.driver
 from rig_edge import Fault, Lost, Memory, OpenRefused, Refusal, Region, RigError
 from rig_nv.hostmem import view
 from rig_nv.setup import WINDOWS
-from rig_nv_pci import addresses, chips, held, lock
+from rig_nv_pci import held, lock
+from rig_nv_pci.firmware import chips
+from rig_nv_pci.path import addresses
 from rig_pci import Window, libc
 from rig_pci.testing import inaccessible
 
@@ -172,7 +174,7 @@ def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> Non
         held.read_images(chip, ga102.files)
 
 
-# ---- the process's addresses (rig_nv_pci.addresses) -------------------------------------------
+# ---- the process's addresses (rig_nv_pci.path.addresses) ------------------------------------
 
 
 def overlaps(a: Region, b: Region) -> bool:
@@ -359,11 +361,11 @@ def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert takes[-1].closed and takes[-1].resets == 0
     given_back(machine, BUS)
-    assert rig_nv_pci._lost == {(machine.name, BUS)}
+    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
     assert ga102.rig.gpu.wpr2_up()  # FWSEC's WPR2 stayed up
     g.sec2.programs[ga102.rig.sb.ucode_id] = booter
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-    assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
     d.stop()
     given_back(machine, BUS)
 
@@ -405,7 +407,7 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         d.free(dst)
         d.stop()
         # kgspTeardown_GH100: the GSP unloaded, suspended and halted; WPR2 stays up, so the
-        # next open (rig_nv_pci._open) resets the GPU first (a reset the simulated GB202 does
+        # next open (rig_nv_pci.opener._open) resets the GPU first (a reset the simulated GB202 does
         # not model, so it is not opened again here)
         assert stops == [None] and firmware.suspended
         assert s.fbmem == {} and s.sysmem == {}

@@ -30,7 +30,7 @@ from support import (
 )
 
 import rig_nv_pci
-from rig_nv_pci import chips
+from rig_nv_pci.firmware import chips
 from rig_pci import Machine
 
 # What an AD102 (RTX 4090's chip) reports beyond a GA102's classes: ADA_COMPUTE_A (0xC9C0,
@@ -124,7 +124,7 @@ def test_a_gb202_boots_opens_allocates_submits_stops_and_opens_again_through_the
         power_on()
         self.gpu, self.sim_rm = made[-1][0], made[-1][2]  # the same function, reset
 
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    monkeypatch.setattr(rig_nv_pci.opener, "_take", take)
     monkeypatch.setattr(TakenSim, "reset", reset)
     try:
         for round in (1, 2):

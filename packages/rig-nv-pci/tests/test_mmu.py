@@ -1,4 +1,4 @@
-"""rig_nv_pci.mmu: the version-2 page-table entries against numbers worked by hand from
+"""rig_nv_pci.path.mmu: the version-2 page-table entries against numbers worked by hand from
 open-gpu-doc's manuals/turing/tu104/dev_mmu.ref.txt, the PRAMIN window against the simulated
 BAR 0, and tables the path writes walked by the simulated MMU (tests/sim/gmmu.py, written
 from the manual alone); the simulated GSP-RM's check of the handed-over directories."""
@@ -13,9 +13,9 @@ from support import (
     ga102,  # noqa: F401  (the fixture)
 )
 
-from rig_nv_pci import mmu
-from rig_nv_pci import path as pp
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.path import mmu
+from rig_nv_pci.path import pci as pp
 
 MiB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""rig_nv_pci.path (the rig_nv path over the GSP's RPCs) against the simulated GA102 booted to
+"""rig_nv_pci.path.pci (the rig_nv path over the GSP's RPCs) against the simulated GA102 booted to
 GSP_INIT_DONE, whose simulated GSP-RM (tests/sim/gsp_rm.py) keeps the objects, video memory,
 the GPU's mappings and a PBDMA (tests/sim/pbdma.py). Its channels (their memory, context
 buffers and ChIDs) are tests/test_path_channels.py's, with this file's fixture.
@@ -39,11 +39,14 @@ from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
-from rig_nv_pci import boot, chips, gspmem, layout, rm, runlists, vidmem
-from rig_nv_pci import path as pp
-from rig_nv_pci.boot import GspBooted
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.boot.ampere import GspBooted
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.vidmem import SMALL
+from rig_nv_pci.path import pci as pp
+from rig_nv_pci.path import rm, runlists, vidmem
+from rig_nv_pci.path.vidmem import SMALL
 
 __all__ = ["ga102"]  # the fixture, from support.path
 
@@ -457,7 +460,7 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
 ) -> None:
     """GSP-RM's BAR 1 root may already name a PD2 of its own: the path reads it from video
     memory, builds under it, keeps GSP-RM's entries and never frees it."""
-    from rig_nv_pci import mmu
+    from rig_nv_pci.path import mmu
 
     s = ga102.sim_rm
     gsp_pd2 = sim.gsp_rm.BAR1_PDB - 0x1000  # in the reserved region

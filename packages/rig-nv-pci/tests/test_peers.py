@@ -28,8 +28,9 @@ from support import FB_SIZE, FMC_IMAGE, GB202_CLASSES, SimFunction, gb202_files,
 
 from rig_edge import Memory, Misuse, RigError
 from rig_nv import Device
-from rig_nv_pci import chips, held
-from rig_nv_pci.path import PciPath
+from rig_nv_pci import held
+from rig_nv_pci.firmware import chips
+from rig_nv_pci.path.pci import PciPath
 from rig_pci import Function, Machine
 from rig_pci.sysfs import SysfsTransport
 from rig_pci.testing import FakeVfio, add_function, add_vfio, config_space

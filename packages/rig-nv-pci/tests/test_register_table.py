@@ -14,8 +14,14 @@ import sim
 from sim import regs
 from sim import runlists as sim_runlists
 
-from rig_nv_pci import boot, boot_fsp, chips, falcon, fsp, held, mmu, path, runlists
+from rig_nv_pci import held
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import blackwell as boot_fsp
+from rig_nv_pci.boot import falcon, fsp
+from rig_nv_pci.firmware import chips
 from rig_nv_pci.gsp import queue, sysinfo
+from rig_nv_pci.path import mmu, runlists
+from rig_nv_pci.path import pci as path
 
 ALL = "GA10x, AD10x, GB20x"
 

@@ -1,4 +1,4 @@
-"""The GPU's retired pages (rig_nv_pci.gsp.retired, rig_nv_pci.vidmem.retired): asked of
+"""The GPU's retired pages (rig_nv_pci.gsp.retired, rig_nv_pci.path.vidmem.retired): asked of
 GSP-RM's internal subdevice as memmgrGetBlackListPages_GA100 asks (open-gpu-kernel-modules
 570.144), and never handed out by the path's heap, at PMA's 64 KiB granularity.
 
@@ -34,10 +34,12 @@ from support import (
 
 from rig_edge import Memory
 from rig_nv import Device
-from rig_nv_pci import chips, held, vidmem
+from rig_nv_pci import held
+from rig_nv_pci.firmware import chips
 from rig_nv_pci.gsp import retired, rpc, static_info
 from rig_nv_pci.gsp.retired import RetiredPage, RetiredPagesError
 from rig_nv_pci.gsp.static_info import FbRegion
+from rig_nv_pci.path import vidmem
 
 CMD = sim_retired.CTRL_GET_DYNAMIC_OFFLINED_PAGES  # the simulator's own (checked below)
 KiB, MiB = 1 << 10, 1 << 20

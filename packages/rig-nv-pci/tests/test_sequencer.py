@@ -10,7 +10,7 @@ import pytest
 import sim
 from sim import regs
 
-from rig_nv_pci.falcon import GSP, SEC2, Falcon
+from rig_nv_pci.boot.falcon import GSP, SEC2, Falcon
 from rig_nv_pci.gsp.sequencer import Opcode, Sequencer, SequencerError, encode, parse
 
 LIBOS_ARGS = 0x1_2345_6000

@@ -9,7 +9,7 @@ import pytest
 from sim.gsp_rm import BAR1_PDB
 from support import Opened, copies, give_back_for_good, silence
 
-from rig_nv_pci import addresses
+from rig_nv_pci.path import addresses
 
 
 def test_a_function_reset_ends_the_boot_and_gsp_rm_and_the_next_boot_starts_afresh(

@@ -1,4 +1,4 @@
-"""rig_nv_pci.stop against the simulated GPU: GSP-RM unloaded, FWSEC-SB run, booter_unload
+"""rig_nv_pci.boot.stop against the simulated GPU: GSP-RM unloaded, FWSEC-SB run, booter_unload
 taking WPR2 down.
 
 The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
@@ -26,9 +26,11 @@ from support import (
 )
 
 from rig_edge import Misuse
-from rig_nv_pci import boot, chips, gspmem, layout
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.boot.stop import PROCESSOR_SUSPENDED, StopError
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError
 
 
 def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:

@@ -1,4 +1,4 @@
-"""What a device's stop does with the process's addresses (rig_nv_pci.addresses), on the
+"""What a device's stop does with the process's addresses (rig_nv_pci.path.addresses), on the
 simulated GA102. The Rig_nv_pci spec: "The GPUs' addresses and the process's addresses of
 system memory coincide, from 64 GiB to Rig_nv.windows, which the process reserves at its first
 open; every GPU it opens takes its addresses from that range. A device's stop gives back every
@@ -7,7 +7,7 @@ answering (Rig_nv.stop), which keeps the addresses the GPU may still reach."
 
 rig_nv's Device.stop frees the memory only once the RM freed the channels ("otherwise the GPU
 may still reach it, and it stays with the process"); the PCI path gives a region's GPU
-addresses back in its free_memory (rig_nv_pci.path.PciPath.free_memory, step "va"), so
+addresses back in its free_memory (rig_nv_pci.path.pci.PciPath.free_memory, step "va"), so
 addresses the stop did not free stay taken from the process's range for good."""
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ from rig_edge import Memory, Region
 from rig_nv import Device
 from rig_nv.hostmem import view
 from rig_nv.memory import CACHE_LARGEST
-from rig_nv_pci import addresses, held
-from rig_nv_pci.stop import StopError
+from rig_nv_pci import held
+from rig_nv_pci.boot.stop import StopError
+from rig_nv_pci.path import addresses
 from rig_pci.testing import inaccessible
 
 
@@ -123,7 +124,7 @@ def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
 
 def stop_silent(d: Device) -> None:
     """The stop of a device whose GSP stopped answering: it returns (the GPU is lost, reported
-    to the opener, which resets it at its next open: rig_nv_pci.rm.PciRM.free_at_stop), having
+    to the opener, which resets it at its next open: rig_nv_pci.path.rm.PciRM.free_at_stop), having
     stopped the GSP all the same (on_stopped ran), the first FREE that timed out taking the
     GSP as gone, so that no later RPC was sent (rig_nv_pci.gsp.rpc.Rpc.silent); a second stop
     does nothing."""
@@ -158,7 +159,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=after_frees)
         took = addresses.PROCESS.free
         stop_silent(d)
-        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
         assert not takes[-1].bus_mastering  # before its release freed its DMA memory
         given_back(machine, BUS)
         # no address given back: neither its regions' nor the path's own (its context
@@ -189,11 +190,11 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         kept = addresses.PROCESS.free
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         try:
-            assert takes[-1].resets == 1 and rig_nv_pci._lost == set()
+            assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set()
             assert not any(meets(r, taken) for r in alloc_each(d))
         finally:
             d.stop()
-        assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
+        assert rig_nv_pci.opener._lost == set() and addresses.PROCESS.free == kept
         assert not takes[-1].bus_mastering  # every stop turns it off before the release
     finally:
         give_back_for_good(before)
@@ -226,7 +227,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     d.stop()
     # the open turned bus mastering on before its boot (held.open_device)
     assert order == ["bus master on", "bus master off", "DMA memory freed"]
-    assert rig_nv_pci._lost == set()
+    assert rig_nv_pci.opener._lost == set()
     order.clear()
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     r = d.alloc(0x3000, Memory.PINNED)
@@ -236,7 +237,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
         stop_silent(d)
         assert order == ["bus master on", "bus master off", "DMA memory freed"]
-        assert rig_nv_pci._lost == {(machine.name, BUS)} and none_free(taken)
+        assert rig_nv_pci.opener._lost == {(machine.name, BUS)} and none_free(taken)
     finally:
         give_back_for_good(before)
 

@@ -1,4 +1,4 @@
-"""rig_nv_pci.vbios against synthetic VBIOSes built by firmware_builders (NVIDIA's layouts,
+"""rig_nv_pci.firmware.vbios against synthetic VBIOSes built by firmware_builders (NVIDIA's layouts,
 written independently of the parser). No real VBIOS is read: one comes only from a GPU."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import firmware_builders as fb
 import pytest
 
 from rig_edge import Misuse, RigError
-from rig_nv_pci import vbios
-from rig_nv_pci.vbios import VbiosError
+from rig_nv_pci.firmware import vbios
+from rig_nv_pci.firmware.vbios import VbiosError
 
 
 def _edit(data: bytes, at: int, new: bytes) -> bytes:

@@ -7,9 +7,11 @@ from collections.abc import Callable
 import firmware_builders as fb
 import sim
 
-from rig_nv_pci import boot, chips, gspmem, layout
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.boot.stop import stop_gsp
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc, sysinfo
-from rig_nv_pci.stop import stop_gsp
 
 FB_SIZE = 8 << 30
 

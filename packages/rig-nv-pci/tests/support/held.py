@@ -19,8 +19,10 @@ import rig_nv_pci
 from rig_edge import Lost, Memory, Region
 from rig_nv import Device
 from rig_nv.rm import Allocation
-from rig_nv_pci import addresses, chips, held, lock
-from rig_nv_pci.stop import stop_gsp
+from rig_nv_pci import held, lock
+from rig_nv_pci.boot.stop import stop_gsp
+from rig_nv_pci.firmware import chips
+from rig_nv_pci.path import addresses
 from rig_pci import FunctionInfo, Machine, Window, firmware, libc
 from rig_pci.listing import Bar
 from rig_pci.testing import inaccessible, mappings
@@ -268,8 +270,8 @@ def machine_with_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: 
     monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
     monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
     monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    monkeypatch.setattr(rig_nv_pci, "_lost", set())
-    monkeypatch.setattr(rig_nv_pci, "_kept", {})
+    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())
+    monkeypatch.setattr(rig_nv_pci.opener, "_kept", {})
     machine, _ = here(tmp_path / "machine")
     add_gpu(tmp_path / "machine", BUS, boot42=boot42)
     for name, path in files.items():
@@ -291,7 +293,7 @@ def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         takes.append(TakenSim(g, ga102.sim_rm))
         return takes[-1]
 
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    monkeypatch.setattr(rig_nv_pci.opener, "_take", take)
     return machine, takes
 
 
@@ -336,7 +338,7 @@ TIMEOUT_S = 0.5  # the RPC timeout here (10 s by default)
 
 def silence(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
     """The RPCs' timeout TIMEOUT_S, the stop's wait for the GSP to suspend 0.05 s (a GSP that
-    answers nothing never suspends: rig_nv_pci.stop waits 2 s for it by default)."""
+    answers nothing never suspends: rig_nv_pci.boot.stop waits 2 s for it by default)."""
     assert isinstance(d.path, held.PciPath)
     monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", TIMEOUT_S)
     monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))

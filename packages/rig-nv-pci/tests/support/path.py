@@ -1,4 +1,4 @@
-"""A GSP booted on the simulated GA102 under a rig_nv_pci.path.PciPath, and its channels."""
+"""A GSP booted on the simulated GA102 under a rig_nv_pci.path.pci.PciPath, and its channels."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import sim
 from sim.gsp_rm import SimRm
 
 from rig_edge import Memory
-from rig_nv_pci import path as pp
-from rig_nv_pci.boot import GspBooted
+from rig_nv_pci.boot.ampere import GspBooted
+from rig_nv_pci.path import pci as pp
 from support.boot import Rig, gsp_rig, run_boot
 from support.held import BUS
 

@@ -1,4 +1,4 @@
-"""What the GSP reported about the PCI path's device (:meth:`rig_nv_pci.path.PciPath.fault`,
+"""What the GSP reported about the PCI path's device (:meth:`rig_nv_pci.path.pci.PciPath.fault`,
 rig_nv's optional :class:`rig_nv.rm.ReportsFaults`).
 
 GSP-RM stops a faulted channel's group itself, writes the error notifiers the path handed it
@@ -11,7 +11,7 @@ path's ``poll``: :class:`rig_nv_pci.gsp.sequencer.SequencerEvents`), and one tha
 cut short is the device's Lost, naming the opcode and its offset. The first answer is kept: an
 exception between the GSP's report and the device's record of it loses neither.
 
-Module functions taking the path; :class:`rig_nv_pci.path.PciPath` keeps the method rig_nv's
+Module functions taking the path; :class:`rig_nv_pci.path.pci.PciPath` keeps the method rig_nv's
 ReportsFaults protocol names, which calls them.
 """
 
@@ -25,7 +25,7 @@ from rig_edge import Lost
 from rig_nv_pci.gsp.events import RcTriggered
 
 if TYPE_CHECKING:
-    from rig_nv_pci.path import PciPath
+    from rig_nv_pci.path.pci import PciPath
 
 # How long a device that found an error notifier written drains the GSP's queue for the
 # RC_TRIGGERED that follows it (rig's own bound; past it the notifier alone is the fault).
