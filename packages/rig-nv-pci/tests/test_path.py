@@ -41,7 +41,7 @@ from rig_nv.push import Push
 from rig_nv.rm import RMError
 from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.boot import gspmem
-from rig_nv_pci.boot.ampere import GspBooted
+from rig_nv_pci.boot.booted import GspBooted
 from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.path import pci as pp

@@ -10,7 +10,7 @@ import sim
 from sim.gsp_rm import SimRm
 
 from rig_edge import Memory
-from rig_nv_pci.boot.ampere import GspBooted
+from rig_nv_pci.boot.booted import GspBooted
 from rig_nv_pci.path import pci as pp
 from support.boot import Rig, gsp_rig, run_boot
 from support.held import BUS

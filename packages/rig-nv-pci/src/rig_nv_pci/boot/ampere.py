@@ -36,11 +36,10 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rig_edge import RigError
 from rig_nv.rm import RMError
+from rig_nv_pci.boot.booted import Booted, GspBooted
 from rig_nv_pci.boot.falcon import GSP, OS, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
 from rig_nv_pci.boot.gspmem import GspMemory
 from rig_nv_pci.firmware import chips, fwimage, vbios
@@ -48,9 +47,6 @@ from rig_nv_pci.gsp import rpc, static_info, sysinfo
 from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
 from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError, SequencerEvents
 from rig_pci import Window
-
-if TYPE_CHECKING:
-    from rig_nv_pci.boot.blackwell import FmcBooted
 
 # dev_fb.h (turing/tu102): WPR2's bounds, bits 31:4 holding the address >> 12 (ALIGNMENT 0xc)
 NV_PFB_PRI_MMU_WPR2_ADDR_LO = 0x001FA824
@@ -242,15 +238,6 @@ def run_booter_load(sec2: Falcon, booter: bytes, wpr_meta_address: int, alloc: A
                         f"(MAILBOX1 0x{m1:08x})")
 
 
-@dataclass(frozen=True)
-class Booted:
-    """What the boot saw: the VBIOS's FWSEC, WPR2 after FWSEC-FRTS and after booter_load."""
-
-    fwsec: vbios.Fwsec
-    wpr2_after_frts: tuple[int, int]
-    wpr2_after_booter: tuple[int, int] | None
-
-
 def boot(bar0: Window, *, booter_load: bytes, frts_offset: int, wpr_meta_address: int,
          alloc: Alloc, libos_args: int = 0, app_version: int = 0,
          timeout_s: float = GFW_TIMEOUT_S) -> Booted:
@@ -306,24 +293,6 @@ def registry(dwords: dict[str, int] = REGISTRY) -> bytes:
                                        value, 4)
         names += name.encode() + b"\0"
     return struct.pack("<II", head + len(names), len(dwords)) + entries + names
-
-
-@dataclass(frozen=True)
-class GspBooted:
-    """A booted GSP: what :func:`boot` (or :func:`rig_nv_pci.boot.blackwell.boot_fmc`) saw, the
-    host memory, the RPC channel, the INIT_DONE message (``channel`` the RPCs), the RM of
-    the root client made on the GSP, the static configuration GSP-RM reported, and the
-    channel's handler of GSP_RUN_CPU_SEQUENCER, which goes on running those the GSP sends
-    while the device runs (:meth:`rig_nv_pci.gsp.sequencer.SequencerEvents.runtime` makes a
-    failed one lose the GPU)."""
-
-    booted: Booted | FmcBooted
-    memory: GspMemory
-    channel: rpc.Rpc
-    init_done: rpc.Incoming
-    rm: rpc.RpcRM
-    static: static_info.StaticInfo
-    sequencers: SequencerEvents
 
 
 def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, alloc: Alloc,

@@ -33,12 +33,12 @@ Computing), the sysmem FRTS copy (kfspFrtsSysmemLocationProgram_GH100; nouveau l
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.boot import fmc_params as hopper
 from rig_nv_pci.boot import fsp
 from rig_nv_pci.boot.ampere import Alloc, BootError
+from rig_nv_pci.boot.booted import FmcBooted, GspBooted
 from rig_nv_pci.boot.falcon import (
     GSP,
     HWCFG2,
@@ -69,20 +69,6 @@ HWCFG2_RISCV_BR_PRIV_LOCKDOWN = 1 << 13
 # memmgrGetFBEndReserveSizeEstimate_GB100 0x220000 and the default 0 (_4a4dee)
 FB_END_RESERVE = {"gh100": (0x200000, 0x1000), "gb202": (0x220000, 0)}
 FRTS_ALIGN = 0x200000
-
-
-@dataclass(frozen=True)
-class FmcBooted:
-    """What :func:`boot_fmc` laid out and saw: the bus addresses of the FMC image and of
-    GSP_FMC_BOOT_PARAMS, the COT payload sent, the FSP's answer, and WPR2 afterwards (the FMC
-    raises it; ``None`` if it reads down)."""
-
-    fmc_address: int
-    boot_params_address: int
-    cot: bytes
-    response: fsp.FspResponse
-    wpr2: tuple[int, int] | None
-    buffers: tuple[DmaBuffer, ...]
 
 
 def frts_vidmem_offset(meta: layout.WprMeta, family: chips.Family = chips.BLACKWELL) -> int:
@@ -192,7 +178,7 @@ def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memor
              alloc: Alloc, system: sysinfo.SystemInfo, app_version: int = 0,
              timeout_s: float = fsp.READY_TIMEOUT_S,
              init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S,
-             on_event: Callable[[rpc.Incoming], None] | None = None) -> boot.GspBooted:
+             on_event: Callable[[rpc.Incoming], None] | None = None) -> GspBooted:
     """Steps 1-7 of the module's docstring: :func:`boot_fmc` between the posted
     SET_SYSTEM_INFO/SET_REGISTRY and GSP_INIT_DONE, as :func:`rig_nv_pci.boot.ampere.boot_gsp` has
     booter_load there. Returns once GSP-RM reported GSP_INIT_DONE and made the root client;
@@ -204,4 +190,4 @@ def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memor
                       app_version=app_version, timeout_s=timeout_s)
     done, rm, static = boot.finish(bar0, name, channel, memory, init_timeout_s,
                                    sequencers.failed, started_by="the FMC")
-    return boot.GspBooted(booted, memory, channel, done, rm, static, sequencers)
+    return GspBooted(booted, memory, channel, done, rm, static, sequencers)
