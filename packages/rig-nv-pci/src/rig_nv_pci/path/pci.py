@@ -770,7 +770,7 @@ class PciPath:
     def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
         """What the GSP reported of ``channels`` (rig_nv.rm.ReportsFaults), the first answer
         kept: :func:`rig_nv_pci.path.faults.fault`."""
-        return faults.fault(self, channels, notified)
+        return faults.fault(self.events, self._poll, self.rm.channels, channels, notified)
 
     def sleep(self, timeout_s: float) -> None:
         """Hand on the GSP's events (running the sequencers it asked for), then nap (the GPU's
