@@ -26,7 +26,6 @@ from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
     COMPUTE_SEND_SIGNALING_PCAS2_B,
-    NON_STALL_INTERRUPT,
     SEM_ADDR_LO,
     SEM_PAYLOAD_64BIT,
     SEM_RELEASE_WFI,
@@ -37,7 +36,7 @@ from rig_nv.push import (
     lo_hi,
 )
 from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
-from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE, RELEASE_WORDS  # noqa: F401 (tests')
+from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
@@ -181,7 +180,8 @@ class Step:
         words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(d.timeline.gpu), *lo_hi(1),
                      SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
                      | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
-        words.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
+        if d.timeline.interrupt:
+            words.interrupt()
         return words
 
     def set_args(self, index: int, args: Sequence[Any]) -> None:
@@ -228,8 +228,9 @@ class Step:
         no GPU reads that memory while it changes."""
         cmds, memory = self.commands, self.stamped_memory
         assert memory is not None and memory.host is not None
-        words = (Push().timestamp(start).words + cmds[:-RELEASE_WORDS]
-                 + Push().timestamp(end).words + cmds[-RELEASE_WORDS:])
+        last = self.device.timeline.release_words
+        words = (Push().timestamp(start).words + cmds[:-last]
+                 + Push().timestamp(end).words + cmds[-last:])
         view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
         return memory.gpu, len(words)
 

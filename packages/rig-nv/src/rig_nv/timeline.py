@@ -44,7 +44,8 @@ _new = object.__new__
 # A step's commands copied into the pushbuffer take at most this part of it (rig_nv.step).
 PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
-RELEASE_WORDS = 8  # a step's commands' last words: the timeline's reduction, an interrupt
+RELEASE_WORDS = 6  # a step's commands' last words: the timeline's reduction ...
+INTERRUPT_WORDS = 2  # ... and, where the path wakes on it, the non-stall interrupt
 
 
 @dataclass(frozen=True)
@@ -80,6 +81,9 @@ class Timeline:
         self.path = path
         self.health = health
         self.hang_ms = path.hang_ms
+        # Submissions ask for the non-stall interrupt only where the path's sleep wakes on it.
+        self.interrupt = path.wakes_on_interrupt
+        self.release_words = RELEASE_WORDS + (INTERRUPT_WORDS if self.interrupt else 0)
         self.lock = threading.RLock()  # held by every submission
         self.next = 1  # the value the next submission gets
         self.last: Channel | None = None  # the channel of the last submission
@@ -107,7 +111,7 @@ class Timeline:
         self.gpu, self.host = a.gpu, a.host
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
-        self._release = Push().semaphore_release(a.gpu, 0).words
+        self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]).
         self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
@@ -359,8 +363,8 @@ class Timeline:
                 return point
             cmds = step.commands
             if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
-                return self.submit(compute, cmds[:-RELEASE_WORDS], "step",
-                                   tail=cmds[-RELEASE_WORDS:])
+                last = self.release_words
+                return self.submit(compute, cmds[:-last], "step", tail=cmds[-last:])
             # Waited for before the value is taken: a wait may raise.
             self.wait_value(self.next - 1)
             if profile is None:
