@@ -201,13 +201,19 @@ class Step:
             host = view(self.memory.host or 0, self.memory.length)
             host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
 
-    def submit(self) -> Point:
-        """Run the step once more, as one GPFIFO entry; returns its point on the device's
-        timeline."""
+    def submit(self, times: int = 1) -> Point:
+        """Run the step ``times`` more times, each as one GPFIFO entry with its own value on
+        the device's timeline (after compute work, all of them with one doorbell as far as
+        the ring has room); returns the last one's point. Raises :class:`Misuse` for
+        ``times`` that is no whole number of at least 1, having submitted nothing."""
+        if times != 1:
+            times = checks.whole("times", times)
+            if times < 1:
+                raise Misuse(f"a step is submitted at least once, not times={times}")
         if self.memory is None:
             self._seal()
-        self._last = self.device.timeline.submit_step(self)
-        return self._last
+        self._last = point = self.device.timeline.submit_step(self, times)
+        return point
 
     def stamp_room(self) -> None:
         """Make sure of the memory :meth:`stamped` writes: mapped memory of the step's own
