@@ -7,6 +7,7 @@ names is committed for each architecture rig knows and parses as one. The GPU te
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import runpy
@@ -32,8 +33,8 @@ class Opener:
         raise ReachedTheOpen
 
 
-def test_there_are_the_three_examples() -> None:
-    assert SCRIPTS == ["peers.py", "saxpy_step.py", "vadd.py"]
+def test_there_are_the_four_examples() -> None:
+    assert SCRIPTS == ["peers.py", "saxpy_step.py", "triton_softmax.py", "vadd.py"]
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -53,6 +54,15 @@ def test_each_cubin_an_example_names_is_committed_for_every_architecture(script:
 
     names = set(re.findall(r'f"(\w+)\.\{d\d?\.arch\}\.cubin"', (EXAMPLES / script).read_text()))
     assert names, script
+    if script.startswith("triton_"):  # Triton-compiled: its metadata beside each cubin
+        for name in names:
+            for arch in ARCHS:
+                parsed = cubin.parse((EXAMPLES / "cubins" / f"{name}.{arch}.cubin").read_bytes())
+                meta = json.loads((EXAMPLES / "cubins" / f"{name}.{arch}.json").read_text())
+                kernel = meta["metadata"]["name"]
+                assert parsed.arch.rstrip("a") == arch and kernel in parsed.kernels, (name, arch)
+                assert f"def {kernel}(" in (EXAMPLES / "triton" / "build.py").read_text()
+        return
     for name in names:
         source = (EXAMPLES / f"{name}.cu").read_text()
         for arch in ARCHS:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import struct
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -202,7 +203,9 @@ def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
     assert firmware.failure is None, firmware.log
     # the GSP found its arguments through the mailboxes, LibOS regions and RMARGS
     assert (r.gpu.gsp.mailbox(1) << 32 | r.gpu.gsp.mailbox(0)) == memory.libos_args
-    assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
+    assert sorted(firmware.regions) == sorted(sim.gsp_fw.LIBOS_REGIONS)
+    # issue 26 item 5: what Linux's CPU-RM registers (osinit.c initUnixSpecificRegistry)
+    assert firmware.registry == {"RMSecBusResetEnable": 1, "RMForcePcieConfigSave": 1}
     assert firmware.queue_init == (memory.shared, 129, 0x1000, 0x41000)
     assert done.init_done.function == rpc.Event.GSP_INIT_DONE and events == []
     # SET_SYSTEM_INFO and SET_REGISTRY (an empty table) went first, then (after INIT_DONE)
@@ -213,7 +216,11 @@ def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
                                                     rpc.Function.GET_GSP_STATIC_INFO,
                                                     rpc.Function.GSP_RM_ALLOC]
     assert peer.requests[0].payload == system_of(r).encode()
-    assert peer.requests[1].payload == bytes([8, 0, 0, 0, 0, 0, 0, 0])
+    # PACKED_REGISTRY_TABLE (g_os_nvoc.h) by hand: size 82, 2 entries of 16 bytes {nameOffset,
+    # type DWORD 1 (3 bytes padding), data 1, length 4}, then the names
+    assert peer.requests[1].payload == struct.pack(
+        "<IIIB3xIIIB3xII", 82, 2, 40, 1, 1, 4, 60, 1, 1, 4) + (
+        b"RMSecBusResetEnable\0RMForcePcieConfigSave\0")
     # the GSP's sequencer ran against BAR 0 before INIT_DONE, and was not handed to on_event
     g = r.gpu
     assert g.regs[gsp_fw.SEQ_REG_A] == gsp_fw.SEQ_VALUE_A

@@ -4,6 +4,7 @@ and the root client, and its stop (docs/hopper-boot.md)."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import struct
 import sys
@@ -18,7 +19,7 @@ from sim import fmc as sim_fmc
 from sim import fsp as sim_fsp
 from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE
 
-from rig_nv_pci import boot, boot_fsp, chips, gspmem, hopper, layout
+from rig_nv_pci import boot, boot_fsp, chips, fsp, gspmem, hopper, layout
 from rig_nv_pci.boot import BootError
 from rig_nv_pci.gsp import rpc, sysinfo
 from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
@@ -53,7 +54,8 @@ class Gb202:
         return sysinfo.SystemInfo(g.bar0_address, g.bar1_address, g.bar3_address, domain=0,
                                   bus=0x41, devfn=0, vendor=0x10DE, device=0x2B85,
                                   subsystem_vendor=0x10DE, subsystem_device=0x2057,
-                                  revision=0xA1)
+                                  revision=0xA1,
+                                  config_mirror=sysinfo.PCI_CONFIG_MIRROR_BASE_FSP)
 
     def boot(self, timeout_s: float = 0.2, fmc: bytes = FMC_FILE) -> boot.GspBooted:
         return boot_fsp.boot_fsp(self.bar0, name="GPU 3", family=chips.BLACKWELL, fmc=fmc,
@@ -71,7 +73,7 @@ def test_a_gb202_boots_through_the_fsp_to_init_done_and_the_root_client() -> Non
     assert done.init_done.function == rpc.Event.GSP_INIT_DONE
     # GSP-RM found its LibOS arguments through the FMC (not the mailboxes, never written)
     assert firmware.log[0] == f"libos args at 0x{r.memory.libos_args:x}"
-    assert sorted(firmware.regions) == ["LOGINIT", "LOGINTR", "LOGRM", "RMARGS"]
+    assert sorted(firmware.regions) == sorted(sim.gsp_fw.LIBOS_REGIONS)
     mailboxes = (sim.regs.GSP_BASE + sim.regs.MAILBOX0, sim.regs.GSP_BASE + sim.regs.MAILBOX1)
     assert not [w for w in g.writes if w[0] in mailboxes]
     # SET_SYSTEM_INFO, SET_REGISTRY before the boot, the sequencer ran, then the static info
@@ -112,9 +114,12 @@ def test_the_cot_is_version_2_with_the_addresses_the_cpu_laid_out() -> None:
     assert f("hash384") == hashlib.sha384(FMC_IMAGE).digest()
     assert f("publicKey") == (b"\x04" + b"\x33" * 96).ljust(384, b"\0")
     assert f("signature") == (b"\x22" * 96).ljust(384, b"\0")
-    # FRTS: 2 MiB, plus 4 KiB and GB202's PMU reservation, aligned to 2 MiB; 1 MiB; no sysmem
+    # FRTS: memmgrGetFBEndReserveSizeEstimate_GB100's 0x220000 plus GB202's PMU reservation
+    # (kfspGetExtraReservedMemorySize 0 past GH100), aligned to 2 MiB: 28 MiB, tinygrad's
+    # 0x1c00000 too; 1 MiB; no sysmem
     pmu = r.memory.meta.pmu_reserved_size
-    assert pmu and f("frtsVidmemOffset") == layout.align_up(0x200000 + 0x1000 + pmu, 0x200000)
+    assert pmu and f("frtsVidmemOffset") == layout.align_up(0x220000 + pmu, 0x200000)
+    assert f("frtsVidmemOffset") == 0x1C00000
     assert (f("frtsVidmemSize"), f("frtsSysmemOffset"), f("frtsSysmemSize")) == (0x100000, 0, 0)
     # the image in 4 KiB-rounded DMA memory, zero-padded; the boot params name meta and LibOS
     host = r.gpu.host
@@ -174,7 +179,7 @@ def test_an_fmc_error_in_mailbox0_fails_the_boot_naming_it() -> None:
 def test_lockdown_never_released_times_out_naming_the_gpu() -> None:
     r = Gb202(release_lockdown=False)
     with pytest.raises(BootError, match=r"^GPU 3: the GSP's FMC did not release its lockdown "
-                                        r"within 0.05 s .*HWCFG2 0x00002400"):
+                                        r"within 0.05 s .*HWCFG2 0x80002400"):
         r.boot(timeout_s=0.05)
     assert r.firmware.boots == 0
 
@@ -237,3 +242,75 @@ def test_a_wpr_meta_the_fmc_cannot_use_fails_the_boot_with_its_error() -> None:
                                         rf"0x{sim_fmc.FMC_BAD_ARGS:02x}"):
         r.boot()
     assert "FMC error: GspFwWprMeta" in r.fmc.log[-1]
+
+
+def test_blackwell_waits_for_the_fsp_at_gb202s_therm_scratch_five_seconds() -> None:
+    """Issue 26 finding 1: GB202's NV_THERM_I2CS_SCRATCH is 0x00ad00bc (blackwell/gb202/
+    dev_therm.h), and kfspWaitForSecureBoot_GB202 waits 5 s. The simulated GB202 answers
+    only there (GH100's 0x000200bc reads 0), so an open waiting at GH100's address fails."""
+    assert chips.BLACKWELL.fsp_ready == (0xAD00BC, 5.0)
+    assert chips.HOPPER.fsp_ready == (0x0200BC, 4.0)
+    r = Gb202()
+    r.fsp.boot_polls = 3
+    r.boot()
+    assert 0xAD00BC in r.gpu.reads and 0x0200BC not in r.gpu.reads
+    assert r.gpu.bar0().read32(0x0200BC) == 0  # nothing answers at GH100's address on GB202
+
+
+def test_the_fsp_wait_at_gh100s_address_times_out_on_a_gb202() -> None:
+    """Issue 26 finding 1, the old behaviour planted: a wait at GH100's address on the
+    simulated GB202 never sees 0xff."""
+    r = Gb202()
+    device = fsp.Fsp(r.bar0, "GPU 3", timeout_s=0.05, ready=(0x0200BC, 0.05))
+    with pytest.raises(fsp.FspError, match=r"did not finish its boot within 0.05 s "
+                                            r"\(NV_THERM_I2CS_SCRATCH 0x00000000, not "
+                                            r"0x000000ff, at 0x0200bc\)"):
+        device.wait_ready()
+    fsp.Fsp(r.bar0, "GPU 3", ready=chips.BLACKWELL.fsp_ready).wait_ready()
+
+
+def test_blackwell_names_gb20xs_config_mirror_and_coherent_libos_arguments() -> None:
+    """Issue 26 finding 4: GspSystemInfo.pciConfigMirrorBase is NV_EP_PCFGM 0x92000 from GH100
+    on (kbifGetPciConfigSpacePriMirror_GH100), and the FMC boot parameters name rig's
+    write-back cached LibOS arguments COHERENT_SYSTEM (_kgspMemdescToDmaTarget)."""
+    r = Gb202()
+    r.boot()
+    assert r.firmware.failure is None, r.firmware.log
+    assert sysinfo.decode(r.firmware.system_info or b"")["pciConfigMirrorBase"] == 0x92000
+    assert r.fmc.boot_params["libos_target"] == hopper.GSP_DMA_TARGET_COHERENT_SYSTEM
+
+
+def test_a_gb202_told_ampere_s_config_mirror_never_reports_init_done() -> None:
+    """Issue 26 finding 4, the old mirror planted: GSP-RM on the simulated GB202 reads config
+    space through the mirror GspSystemInfo names, so 0x88000 there is garbage: no INIT_DONE."""
+    r = Gb202()
+    old = dataclasses.replace(r.system(), config_mirror=sysinfo.PCI_CONFIG_MIRROR_BASE)
+    r.system = lambda: old  # type: ignore[method-assign]
+    with pytest.raises(BootError, match="did not report GSP_INIT_DONE"):
+        r.boot(timeout_s=0.2)
+    assert "pciConfigMirrorBase 0x88000" in (r.firmware.failure or "")
+
+
+def test_libos_arguments_named_noncoherent_read_stale_and_never_start_gsp_rm(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 26 finding 4, the old target planted: NONCOHERENT_SYSTEM over cached memory reads
+    stale data on the simulated GB202 (no snoop), so LibOS finds no arguments."""
+    made = hopper.fmc_boot_params
+    monkeypatch.setattr(boot_fsp.hopper, "fmc_boot_params", lambda *a, **k: made(
+        *a, **k, libos_args_target=hopper.GSP_DMA_TARGET_NONCOHERENT_SYSTEM))
+    r = Gb202()
+    with pytest.raises(BootError, match="did not report GSP_INIT_DONE"):
+        r.boot(timeout_s=0.2)
+    assert "stale" in " ".join(r.firmware.log)
+    assert "no RMARGS" in (r.firmware.failure or "")
+
+
+def test_the_frts_offset_follows_each_familys_reserve_estimate() -> None:
+    """kfspPrepareBootCommands_GH100's FRTS offset: GH100's 2 MiB estimate plus 4 KiB
+    (kfspGetExtraReservedMemorySize_GH100), GB20x's 0x220000 (memmgrGetFBEndReserveSize
+    Estimate_GB100) plus nothing, each with the PMU's reservation and aligned to 2 MiB."""
+    meta = dataclasses.replace(Gb202().memory.meta, pmu_reserved_size=0x1FF000)
+    assert boot_fsp.frts_vidmem_offset(meta, chips.HOPPER) == 0x400000
+    assert boot_fsp.frts_vidmem_offset(meta, chips.BLACKWELL) == 0x600000
+    none = dataclasses.replace(meta, pmu_reserved_size=0)
+    assert boot_fsp.frts_vidmem_offset(none, chips.BLACKWELL) == 0x220000

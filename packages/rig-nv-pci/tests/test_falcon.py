@@ -42,10 +42,46 @@ def test_reset_fails_naming_the_engine_when_scrubbing_never_ends() -> None:
 
 
 def test_reset_into_riscv_selects_the_riscv_core() -> None:
+    """Issue 26 item 5: kflcnResetIntoRiscv_GA102 programs the BCR and waits for no VALID
+    (the simulated core reads VALID only once the booter runs it), writes no FALCON_RM and
+    makes no switch to the Falcon core first."""
     gpu, gsp, _ = _gpu()
     gsp.reset_into_riscv()
     assert gpu.gsp.riscv_core
     assert not gsp.riscv_active()
+    assert not gsp.riscv_rd(falcon.RISCV_BCR_CTRL) & falcon.BCR_VALID
+    assert gpu.gsp.reg(sim.regs.FALCON_RM) == 0
+    bcr = [v for r, v in gpu.writes if r == sim.regs.GSP_RISCV + sim.regs.RISCV_BCR_CTRL]
+    assert bcr == [falcon.BCR_CORE_SELECT_RISCV | falcon.BCR_VALID | falcon.BCR_BRFETCH]
+
+
+def test_every_reset_writes_boot_0_into_falcon_rm_for_the_hs_ucode() -> None:
+    """Issue 26 finding 2: kflcnReset_TU102 writes NV_PMC_BOOT_0 into NV_PFALCON_FALCON_RM
+    (+0x084) after each reset, and the simulated HS ucode checks it before it runs: a reset
+    that leaves it 0, or another value, halts FWSEC or booter with RM_MISMATCH."""
+    gpu, gsp, sec2 = _gpu()
+    for f, model in ((gsp, gpu.gsp), (sec2, gpu.sec2)):
+        f.reset()
+        assert model.reg(sim.regs.FALCON_RM) == gpu.boot0() == gpu.bar0().read32(0)
+        assert gpu.boot0() != gpu.boot42  # BOOT_0, not BOOT_42
+    buf, u = _hs(gpu, gpu.sec2)
+    gpu.sec2.programs[3] = lambda f: f.set_mailbox(0, 0)
+    sec2.reset()
+    assert sec2.run_hs(buf, u)[0] == 0
+    sec2.reset()
+    sec2.wr(falcon.RM, 0)  # the old reset's FALCON_RM: never written, 0 after the reset
+    assert sec2.run_hs(buf, u)[0] == sim.falcon.RM_MISMATCH
+    assert "FALCON_RM 0x00000000 is not NV_PMC_BOOT_0" in gpu.sec2.log[-1]
+
+
+def test_a_reset_reads_engine_ten_times_after_each_edge() -> None:
+    """kgspResetHw_TU102 / ksec2ResetHw_TU102: FLCN_RESET_PROPAGATION_DELAY_COUNT (10) reads
+    of FALCON_ENGINE after setting RESET and after clearing it."""
+    gpu, gsp, _ = _gpu()
+    engine = sim.regs.GSP_BASE + sim.regs.ENGINE
+    gsp.reset()
+    assert [v for r, v in gpu.writes if r == engine] == [1, 0]
+    assert gpu.reads.count(engine) >= 2 * falcon.RESET_PROPAGATION_READS
 
 
 def test_ports_load_imem_and_dmem_with_auto_increment() -> None:

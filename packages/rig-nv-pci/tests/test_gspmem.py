@@ -47,19 +47,22 @@ def test_the_radix3_table_maps_every_image_page_in_order() -> None:
 
 
 def test_the_libos_arguments_name_the_logs_then_rmargs() -> None:
+    """570.144's five release-build logs (_kgspInitLibosLoggingStructures: LOGINIT, LOGINTR,
+    LOGRM, LOGMNOC, then the family's LOGKRNL; issue 26 item 5), then RMARGS."""
     host, m = build()
     raw = host.read(m.libos_args, 0x1000)
-    entries = [struct.unpack_from("<QQQBB", raw, 32 * i) for i in range(5)]
+    entries = [struct.unpack_from("<QQQBB", raw, 32 * i) for i in range(7)]
     # "LOGINIT" as _kgspGenerateInitArgId packs it: the first character in the highest byte
     assert [e[0] for e in entries] == [0x4C4F47494E4954, 0x4C4F47494E5452, 0x4C4F47524D,
-                                       0x524D41524753, 0]
-    assert [(e[2], e[3], e[4]) for e in entries[:4]] == [(0x10000, 1, 1)] * 3 + [(0x1000, 1, 1)]
-    assert raw[32 * 4:] == bytes(0x1000 - 128)
-    for (_, pa, _, _, _), log in zip(entries, ("LOGINIT", "LOGINTR", "LOGRM"), strict=False):
+                                       0x4C4F474D4E4F43, 0x4C4F474B524E4C, 0x524D41524753, 0]
+    assert [(e[2], e[3], e[4]) for e in entries[:6]] == [(0x10000, 1, 1)] * 5 + [(0x1000, 1, 1)]
+    assert raw[32 * 6:] == bytes(0x1000 - 192)
+    logs = ("LOGINIT", "LOGINTR", "LOGRM", "LOGMNOC", "LOGKRNL")
+    for (_, pa, _, _, _), log in zip(entries, logs, strict=False):
         assert m.logs[log] == pa
         # put pointer 0, then the bus address of each of the buffer's 16 pages
         assert q(host, pa, 17) == (0, *(pa + 0x1000 * i for i in range(16)))
-    assert entries[3][1] == m.rm_args
+    assert entries[5][1] == m.rm_args
 
 
 def test_the_rm_arguments_give_the_queues() -> None:

@@ -125,8 +125,9 @@ def test_builder_fills_what_kgspSetupGspFmcArgs_GH100_fills() -> None:
     assert _u64(raw, o["bootGspRmParams.wprCarveoutOffset"]) == 0
     assert _u32(raw, o["bootGspRmParams.wprCarveoutSize"]) == 0
     assert raw[o["bootGspRmParams.bIsGspRmBoot"]] == 1
-    # gspRmParams: the LibOS arguments (non-coherent sysmem)
-    assert _u32(raw, o["gspRmParams.target"]) == 2
+    # gspRmParams: the LibOS arguments, coherent sysmem: _kgspMemdescToDmaTarget of rig's
+    # write-back cached DMA memory (issue 26 finding 4)
+    assert _u32(raw, o["gspRmParams.target"]) == 1
     assert _u64(raw, o["gspRmParams.bootArgsOffset"]) == 0x2_3456_7000
     # no regkeys, no SPDM; every padding byte zero
     assert _u32(raw, 0) == 0 and raw[56:80] == bytes(24)

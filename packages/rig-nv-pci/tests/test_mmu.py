@@ -182,7 +182,9 @@ def test_version_3_entries_and_tables_as_hoppers_manual_lays_them_out() -> None:
     # a peer's BAR 1: SYSTEM_NON_COHERENT 3, PCF REGULAR_RW_ATOMIC_UNCACHED_ACE 1, KIND 6
     assert mmu.pte3(0x38_0000_1000, video=False, kind=6, coherent=False,
                     volatile=True) == 0x38_0000_160F
-    assert mmu.pde3(0x20_3000) == 0x20_3002  # APERTURE VIDEO 1, ADDRESS 51:12
+    # APERTURE VIDEO 1, PCF 5:3 VALID_CACHED_ATS_NOT_ALLOWED 2 (gh100/dev_mmu.h; gmmu_walk.c
+    # sets ATS_ALLOWED only for a VA space with ATS: issue 26 item 5), ADDRESS 51:12
+    assert mmu.pde3(0x20_3000) == 0x20_3012
     assert [lv.shift for lv in mmu.VER3.directories] == [56, 47, 38, 29]
     vram = bytearray(64 * MiB)
     pages = list(range(32 * MiB, 64 * MiB, mmu.PAGE))
@@ -233,7 +235,7 @@ def test_big_pages_share_a_2m_block_with_4k_pages_through_the_dual_pde(version: 
     each half when its table empties."""
     fmt = mmu.VER2 if version == 2 else mmu.VER3
     assert mmu.big_pde(0x20_3000) == 0x20_3000 >> 8 << 4 | 2  # ADDRESS_BIG 53:4, VIDEO 1
-    assert mmu.big_pde3(0x20_3100) == 0x20_3102  # ADDRESS_BIG 51:8 in place
+    assert mmu.big_pde3(0x20_3100) == 0x20_3112  # PCF_BIG 2, ADDRESS_BIG 51:8 in place
     vram = bytearray(64 * MiB)
     pages = list(range(32 * MiB, 64 * MiB, mmu.PAGE))
 

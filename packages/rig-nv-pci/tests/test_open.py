@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rig_edge import Misuse, OpenRefused, RigError
-from rig_nv_pci import gpu, lock
+from rig_nv_pci import gpu, lock, reset
 from rig_pci import Function, Machine, firmware
 from rig_pci.function import held as function_held
 from rig_pci.listing import FunctionInfo
@@ -125,6 +125,11 @@ def test_names_and_misuse() -> None:
     assert gpu(0).name == "NV-PCI" and gpu(3).name == "NV-PCI:3"
     with pytest.raises(Misuse):
         gpu(-1)
+    for bad in (True, 1.5, "1"):  # issue 20 item 4's rule, rig_edge.opener_name's
+        with pytest.raises(Misuse, match="a GPU index is an int"):
+            gpu(bad)  # type: ignore[arg-type]
+        with pytest.raises(Misuse, match="a GPU index is an int"):
+            reset(bad)  # type: ignore[arg-type]
     with pytest.raises(Misuse):
         gpu(0, firmware="/some/dir")
 

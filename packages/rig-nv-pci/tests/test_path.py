@@ -35,7 +35,7 @@ from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
-from rig_nv_pci import boot, chips, gspmem, layout, rm, vidmem
+from rig_nv_pci import boot, chips, gspmem, layout, rm, runlists, vidmem
 from rig_nv_pci import path as pp
 from rig_nv_pci.boot import GspBooted
 from rig_nv_pci.gsp import rpc
@@ -107,7 +107,8 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     assert heap == 23 << 20
     cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
             if q.function == rpc.Function.GSP_RM_CONTROL]
-    assert cmds == [pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES] + [
+    assert cmds == [pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
+                    runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE] + [
         rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
         rm.NV2080_CTRL_CMD_GR_GET_INFO_V2, rm.NV2080_CTRL_CMD_FB_GET_INFO_V2]
 
@@ -266,12 +267,14 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
         assert d.sm_count == 41 * 2 and d.tpc_slots == 7 * 6
         # two channels on the GSP, each the first of its group's runlist (the compute one's
         # GRAPHICS 1, the copy one's its copy engine's: the GA102's sysmem LCE 2, COPY2 0x0b,
-        # sim/engines.py), their tokens their ids, each ran its submission: the timeline's
-        # word shows the copy channel's release, which waited for the compute one's
+        # sim/engines.py; the simulated device info table's runlists 1 and 2), their tokens
+        # runlist << 16 | ChID as CPU-RM builds them (issue 26 finding 3), each ran its
+        # submission: the timeline's word shows the copy channel's release, which waited for
+        # the compute one's
         assert d.copy_engine == 2 and d.objects.copy_tsg is not None
         assert s.groups == {d.objects.tsg: 0x01, d.objects.copy_tsg: 0x0B}
         assert sorted((c.runlist, c.chid) for c in s.channels.values()) == [(1, 1), (0x0B, 1)]
-        assert (d.compute.token, d.copy_channel.token) == (1, 1)
+        assert (d.compute.token, d.copy_channel.token) == (1 << 16 | 1, 2 << 16 | 1)
         assert d.completed() == 2 and s.faults == []
         assert all(c.pending == [] and c.get == 1 for c in s.channels.values())
         point = d.timeline.submit(d.compute, Push().words)
@@ -387,7 +390,7 @@ def test_a_step_is_one_entry_and_after_a_copy_waits_for_it_on_the_simulated_pbdm
         step.submit().wait(timeout_s=5.0)  # after make's work on the copy channel
         s.stop()  # the PBDMA runs only when the test steps it
         d.upload(src, data)
-        compute = next(c for c in s.channels.values() if c.chid == d.compute.token)
+        compute = next(c for c in s.channels.values() if c.chid == d.compute.token & 0xFFF)
         assert next(iter(s.channels.values())) is compute  # the PBDMA's order
         puts = d.compute.put, d.copy_channel.put
         copied = d.copy(mid, src, engine="copy")

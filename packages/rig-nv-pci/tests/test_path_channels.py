@@ -240,8 +240,9 @@ def test_two_devices_channels_take_each_runlists_lowest_free_chids_in_sequence(
     kernel_fifo.c kfifoChidMgrAllocChid_IMPL above KFIFO_NUM_GSP_RESERVED_CHANNELS 1): each
     device's compute channel is on the GR runlist, its copy channel on its copy engine's
     (COPY2 0x0b here); the first device's get 1 on each, the second's 2; GSP-RM uses the ChIDs
-    the flags name and its work-submit token follows them. Without a usable copy engine both
-    channels share the GR runlist: 1 and 2, then 3 and 4."""
+    the flags name, and the work-submit token CPU-RM builds holds each with its runlist (the
+    simulated device info table's 1 and 2: issue 26 finding 3). Without a usable copy engine
+    both channels share the GR runlist: 1 and 2, then 3 and 4."""
     p, s = ga102.path(), ga102.sim_rm.start()
     held = p.rm.channels
     assert held is not None
@@ -251,7 +252,7 @@ def test_two_devices_channels_take_each_runlists_lowest_free_chids_in_sequence(
         chans = (d.compute, d.copy_channel)
         assert [held.channels[c.handle].chid for c in chans] == expected
         assert [s.channels[c.handle].chid for c in chans] == expected
-        assert [c.token for c in chans] == expected
+        assert [c.token for c in chans] == [1 << 16 | expected[0], 2 << 16 | expected[1]]
         assert [held.channels[c.handle].runlist for c in chans] == [1, 0x0B]
     assert d2.completed() == 2 and s.faults == []
     d2.stop()  # the path's device goes, and every ChID with it
@@ -275,7 +276,7 @@ def test_without_a_usable_copy_engine_both_channels_share_the_gr_runlist(
         assert set(s.groups) >= {d.objects.tsg}
         assert [held.channels[c.handle].chid for c in chans] == expected
         assert [s.channels[c.handle].chid for c in chans] == expected
-        assert [c.token for c in chans] == expected
+        assert [c.token for c in chans] == [1 << 16 | chid for chid in expected]
         assert {held.channels[c.handle].runlist for c in chans} == {1}  # the GR group's
     assert len(s.groups) == 2 and set(held.method_buffers) == {d1.objects.tsg, d2.objects.tsg}
     assert d2.completed() == 2 and s.faults == []
@@ -300,10 +301,10 @@ def test_a_freed_chid_is_taken_again_lowest_first_and_each_runlist_has_its_own(
     p.rm.alloc(gr, again, 0xC56F, params)  # the lowest free: 1 again
     p.rm.alloc(gr, fourth, 0xC56F, params)
     assert (s.channels[again].chid, s.channels[fourth].chid) == (1, 4)
-    assert (_token(p, again), _token(p, fourth)) == (1, 4)
-    # a second GR group shares the runlist; a COPY0 group has a runlist of its own
+    assert (_token(p, again), _token(p, fourth)) == (1 << 16 | 1, 1 << 16 | 4)
+    # a second GR group shares the runlist; a COPY2 group has a runlist of its own
     gr2, params2 = _channel_kit(p, 1)
-    ce, params_ce = _channel_kit(p, 9)
+    ce, params_ce = _channel_kit(p, 0x0B)
     in_gr2, in_ce = p.rm.new_handle(), p.rm.new_handle()
     p.rm.alloc(gr2, in_gr2, 0xC56F, params2)
     p.rm.alloc(ce, in_ce, 0xC56F, params_ce)
@@ -350,11 +351,13 @@ def test_the_simulated_gsp_refuses_a_chid_in_use_gsp_rms_own_or_none(ga102: Boot
     second = p.rm.new_handle()
     p.rm.alloc(gr, second, 0xC56F, params)  # the refusals took nothing
     assert held.channels[second].chid == 2 and ga102.sim_rm.channels[second].chid == 2
-    # GSP-RM takes the ChID named, whatever it is, and its token follows
+    # GSP-RM takes the ChID named, whatever it is; the token is CPU-RM's own, of the ChID it
+    # picked (kchannelCtrlCmdGpfifoGetWorkSubmitToken_IMPL asks GSP-RM nothing)
     named = p.rm.new_handle()
     sent = held.params(gr, named, params)
     p.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent).flags = channels.chid_flags(0, 11)
     p.rm.rpc_rm.alloc(gr, named, 0xC56F, sent)
-    assert ga102.sim_rm.channels[named].chid == 11 == _token(p, named)
+    assert ga102.sim_rm.channels[named].chid == 11
+    assert _token(p, named) == 1 << 16 | held.channels[named].chid
     p.closed()
 

@@ -132,7 +132,9 @@ def test_core_reset_start_and_wait_for_halt_drive_the_gsp_falcon() -> None:
 
 def hs_ready(f: sim.SimFalcon, program: Callable[[sim.SimFalcon], None]) -> None:
     """The falcon able to start heavy-secure again: its boot ROM parameters and an accepted
-    signature in place, ``program`` as ucode 7."""
+    signature in place, NV_PMC_BOOT_0 in FALCON_RM (as RM's last reset left it), ``program``
+    as ucode 7."""
+    f.regs[f.base + regs.FALCON_RM] = f.boot0()
     f.regs[f.riscv + regs.MOD_SEL] = 1
     f.regs[f.riscv + regs.BROM_ENGIDMASK] = f.engine_bit
     f.regs[f.riscv + regs.BROM_CURR_UCODE_ID] = 7

@@ -174,14 +174,14 @@ def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast
         give_back_for_good(before)
 
 
-def submitted(ga102: Opened) -> tuple[list[int], bytes]:
+def submitted(ga102: Opened) -> tuple[list[int], bytes, int]:
     """What the device has handed the simulated GPU's channels: each channel's GP_PUT (USERD
-    dword 35, dev_ram.h NV_RAMUSERD_GP_PUT, which the PBDMA reads), and the usermode page
-    the doorbells are written into."""
+    dword 35, dev_ram.h NV_RAMUSERD_GP_PUT, which the PBDMA reads), the usermode page the
+    doorbells are written into, and how many doorbell writes the PBDMA took from it."""
     s = ga102.sim_rm
     puts = [int.from_bytes(s.vram[c.userd + USERD_GP_PUT:c.userd + USERD_GP_PUT + 4], "little")
             for c in s.channels.values()]
-    return puts, bytes(s.usermode)
+    return puts, bytes(s.usermode), len(s.doorbells)
 
 
 def test_once_the_gsp_is_taken_as_silent_no_work_goes_to_the_gpu(

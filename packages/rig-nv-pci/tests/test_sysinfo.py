@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from rig_edge import Misuse
@@ -124,3 +126,21 @@ def test_system_info_from_a_listed_function_takes_bars_0_1_and_3() -> None:
     assert info.domain_bus_devfn == 0x4100 and info.device == 0x2204
     with pytest.raises(Misuse, match=r"0000:41:00.0 has no BAR 3"):
         sysinfo.SystemInfo.for_function(function(bars[:2]))
+    # issue 26 finding 4: NV_PCFG 0x88000 (GM107's HAL, GA10x/AD10x), NV_EP_PCFGM 0x92000 from
+    # GH100 on (kbifGetPciConfigSpacePriMirror_GH100), where the boot goes through the FSP
+    assert info.values()["pciConfigMirrorBase"] == 0x88000
+    fsp = sysinfo.SystemInfo.for_function(function(bars), fsp_boot=True)
+    assert sysinfo.decode(fsp.encode())["pciConfigMirrorBase"] == 0x92000
+
+
+def test_the_subsystem_and_revision_come_from_the_listing() -> None:
+    """Issue 26 item 5: GspSystemInfo's PCISubDeviceID (NV_XVE_SUBSYSTEM: subsystem ID 31:16,
+    subsystem vendor 15:0) and PCIRevisionID (NV_XVE_REV_ID's revision byte), as
+    gpuGetIdInfo_GM107 reads them and rpcGspSetSystemInfo_v17_00 sends them; the listing reads
+    them from sysfs's subsystem_vendor, subsystem_device and revision."""
+    bars = (Bar(0, 0xF200_0000, 0x100_0000, 0x200), Bar(1, 0x38_0000_0000, 1 << 28, 0x200),
+            Bar(3, 0x38_1000_0000, 1 << 25, 0x200))
+    info = dataclasses.replace(function(bars), subsystem_vendor=0x1458,
+                               subsystem_device=0x4043, revision=0xA1)
+    got = sysinfo.decode(sysinfo.SystemInfo.for_function(info).encode())
+    assert (got["PCISubDeviceID"], got["PCIRevisionID"]) == (0x4043_1458, 0xA1)

@@ -25,6 +25,7 @@ def test_functions_in_numeric_bus_order_with_their_files(tmp_path: Path) -> None
         bars={0: (0xF000_0000, 16 << 20, False), 1: (0x40_0000_0000, 256 << 30, True)},
         driver="nvidia",
         runtime_status="active",
+        subsystem=(0x10DE, 0x16A1, 0xA1),
     )
     add_function(
         tmp_path,
@@ -45,6 +46,9 @@ def test_functions_in_numeric_bus_order_with_their_files(tmp_path: Path) -> None
         (1, 0x40_0000_0000, 256 << 30, True),
     ]
     assert fs[0].iommu_group == 7 and fs[0].driver is None and fs[0].runtime_status is None
+    # sysfs's subsystem_vendor, subsystem_device and revision; 0 where the kernel shows none
+    assert (gpu.subsystem_vendor, gpu.subsystem_device, gpu.revision) == (0x10DE, 0x16A1, 0xA1)
+    assert (fs[0].subsystem_vendor, fs[0].subsystem_device, fs[0].revision) == (0, 0, 0)
 
 
 def test_unreadable_function_is_left_out(tmp_path: Path) -> None:

@@ -82,10 +82,8 @@ def _reason(e: BaseException, bus: str) -> str:
 
 
 def _index(i: int) -> None:
-    if not isinstance(i, int) or isinstance(i, bool):
-        raise Misuse(f"a GPU index is an int, not {i!r}")
-    if i < 0:
-        raise Misuse(f"GPU index {i} is negative")
+    """Misuse for an index that is no int (a bool is none) or is negative: rig_edge's rule."""
+    opener_name(PATH, i)
 
 
 def _function(machine: Machine, i: int) -> FunctionInfo:

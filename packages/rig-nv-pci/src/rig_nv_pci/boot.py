@@ -21,7 +21,7 @@ show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.gsp
 on as kgspInitRm does:
 
 7. GSP_SET_SYSTEM_INFO (GspSystemInfo, :mod:`rig_nv_pci.gsp.sysinfo`: the BARs' bus addresses,
-   the PCI IDs) then SET_REGISTRY (an empty PACKED_REGISTRY_TABLE, g_os_nvoc.h) posted before
+   the PCI IDs) then SET_REGISTRY (:data:`REGISTRY` in a PACKED_REGISTRY_TABLE) posted before
    the boot, as kgspInitRm posts them before kgspBootstrap;
 8. after booter_load, GSP_INIT_DONE awaited on the status queue (kgspWaitForRmInitDone); every
    GSP_RUN_CPU_SEQUENCER before it (and after) run against BAR 0 by
@@ -286,9 +286,26 @@ def doorbell(bar0: Window) -> Callable[[], None]:
     return lambda: bar0.write32(QUEUE_HEAD, 0)
 
 
-def empty_registry() -> bytes:
-    """A PACKED_REGISTRY_TABLE with no entries: {NvU32 size; NvU32 numEntries}."""
-    return struct.pack("<II", 8, 0)
+# What NVIDIA's Linux CPU-RM puts in every GPU's registry, which SET_REGISTRY hands GSP-RM
+# (arch/nvalloc/unix/src/osinit.c initUnixSpecificRegistry: "By default, enable GPU reset on
+# Unix"); tinygrad sends the same two
+REGISTRY = {"RMSecBusResetEnable": 1, "RMForcePcieConfigSave": 1}
+# g_os_nvoc.h: PACKED_REGISTRY_TABLE {NvU32 size, numEntries; PACKED_REGISTRY_ENTRY[]}, an
+# entry {NvU32 nameOffset; NvU8 type; NvU32 data, length} (16 bytes, natural alignment), the
+# names after the entries (osPackageRegistry); REGISTRY_TABLE_ENTRY_TYPE_DWORD 1
+REGISTRY_ENTRY = struct.Struct("<IB3xII")
+REGISTRY_TABLE_ENTRY_TYPE_DWORD = 1
+
+
+def registry(dwords: dict[str, int] = REGISTRY) -> bytes:
+    """The PACKED_REGISTRY_TABLE of ``dwords``, each a DWORD entry named NUL-terminated."""
+    head = 8 + REGISTRY_ENTRY.size * len(dwords)
+    entries, names = b"", b""
+    for name, value in dwords.items():
+        entries += REGISTRY_ENTRY.pack(head + len(names), REGISTRY_TABLE_ENTRY_TYPE_DWORD,
+                                       value, 4)
+        names += name.encode() + b"\0"
+    return struct.pack("<II", head + len(names), len(dwords)) + entries + names
 
 
 @dataclass(frozen=True)
@@ -348,7 +365,7 @@ def start_channel(bar0: Window, *, name: str, memory: GspMemory, system: sysinfo
     events = SequencerEvents(sequencer, on_event)
     channel = rpc.Rpc(memory.queues, on_event=events, timeout_s=init_timeout_s)
     for function, payload in ((rpc.Function.GSP_SET_SYSTEM_INFO, system.encode()),
-                              (rpc.Function.SET_REGISTRY, empty_registry())):
+                              (rpc.Function.SET_REGISTRY, registry())):
         try:
             channel.post(function, payload)
         except QueueError as e:

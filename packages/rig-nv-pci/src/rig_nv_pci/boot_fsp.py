@@ -4,7 +4,8 @@ it in kernel_gsp_gh100.c, kfspPrepareBootCommands_GH100 / kfspSendBootCommands_G
 kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvoc.c):
 
 1. WPR2 is down (kgspIsWpr2Up_GH100 -> kgspIsWpr2Up_TU102, as :func:`boot.check_wpr2_down`);
-2. the FSP finished its own boot (kfspWaitForSecureBoot_GH100, :meth:`Fsp.wait_ready`);
+2. the FSP finished its own boot (kfspWaitForSecureBoot_GB202: GB202's NV_THERM_I2CS_SCRATCH,
+   5 s; :meth:`Fsp.wait_ready`);
 3. the FMC's ``image`` section copied into DMA memory rounded up to 4 KiB, zero-padded
    (kfspSetupGspImages: the "ucode_image" copy whose address is gspFmcSysmemOffset);
 4. GSP_FMC_BOOT_PARAMS in its own DMA buffer (kgspAllocBootArgs_GH100: 4 KiB aligned),
@@ -58,10 +59,12 @@ TARGET_MASK_LOCKED_MASK = 0xFFFFFF00
 # hopper/gh100/dev_falcon_v4.h NV_PFALCON_FALCON_HWCFG2_RISCV_BR_PRIV_LOCKDOWN 13:13 (1 LOCK)
 HWCFG2_RISCV_BR_PRIV_LOCKDOWN = 1 << 13
 # kfspPrepareBootCommands_GH100: the FRTS offset from the end of FB starts at
-# memmgrGetFBEndReserveSizeEstimate_GM107 (2 MiB); with a PMU reservation it grows by
-# kfspGetExtraReservedMemorySize_GH100 (4 KiB) and the PMU's size, aligned to 2 MiB
-FB_END_RESERVE_ESTIMATE = 0x200000
-FSP_EXTRA_RESERVED = 0x1000
+# memmgrGetFBEndReserveSizeEstimate; with a PMU reservation it grows by
+# kfspGetExtraReservedMemorySize and the PMU's size, aligned to 2 MiB. Per family
+# (g_mem_mgr_nvoc.c, g_kern_fsp_nvoc.c): GH100 memmgrGetFBEndReserveSizeEstimate_GM107 2 MiB
+# and kfspGetExtraReservedMemorySize_GH100 4 KiB ("Bug: 3763996"); GB10x/GB20x
+# memmgrGetFBEndReserveSizeEstimate_GB100 0x220000 and the default 0 (_4a4dee)
+FB_END_RESERVE = {"gh100": (0x200000, 0x1000), "gb202": (0x220000, 0)}
 FRTS_ALIGN = 0x200000
 
 
@@ -79,16 +82,15 @@ class FmcBooted:
     buffers: tuple[DmaBuffer, ...]
 
 
-def frts_vidmem_offset(meta: layout.WprMeta) -> int:
+def frts_vidmem_offset(meta: layout.WprMeta, family: chips.Family = chips.BLACKWELL) -> int:
     """NVDM_PAYLOAD_COT.frtsVidmemOffset, counted from the end of FB, as
-    kfspPrepareBootCommands_GH100 computes it for a first boot (kgspGetWprEndMargin 0): 2 MiB,
-    plus 4 KiB and the PMU's reservation aligned up to 2 MiB when there is one. (GB20x's
-    kfspGetExtraReservedMemorySize is assumed to be GH100's: not confirmed.)"""
-    offset = FB_END_RESERVE_ESTIMATE
-    if meta.pmu_reserved_size:
-        offset = layout.align_up(offset + FSP_EXTRA_RESERVED + meta.pmu_reserved_size,
-                                 FRTS_ALIGN)
-    return offset
+    kfspPrepareBootCommands_GH100 computes it for a first boot (kgspGetWprEndMargin 0): the
+    family's FB end reserve estimate, plus its extra reservation and the PMU's, aligned up to
+    2 MiB, when there is a PMU reservation (:data:`FB_END_RESERVE`)."""
+    estimate, extra = FB_END_RESERVE[family.name]
+    if not meta.pmu_reserved_size:
+        return estimate
+    return layout.align_up(estimate + extra + meta.pmu_reserved_size, FRTS_ALIGN)
 
 
 def _dma(alloc: Alloc, data: bytes, what: str) -> DmaBuffer:
@@ -138,8 +140,11 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
              timeout_s: float = fsp.READY_TIMEOUT_S) -> FmcBooted:
     """Steps 1-6 of the module's docstring on the GPU ``name`` behind ``bar0``; ``fmc`` is
     the family's fmc-570.144.bin, ``memory`` built by :func:`rig_nv_pci.gspmem.build` with
-    :func:`rig_nv_pci.layout.fmc_sizes`. Returns once the GSP's RISC-V core runs."""
-    if family.boot != "fsp" or family.cot_version is None:
+    :func:`rig_nv_pci.layout.fmc_sizes`. The FSP's own boot is awaited at the family's
+    register for the family's time (kfspWaitForSecureBoot_GH100 / _GB202), or ``timeout_s``
+    where that is shorter than NVIDIA's default wait. Returns once the GSP's RISC-V core
+    runs."""
+    if family.boot != "fsp" or family.cot_version is None or family.fsp_ready is None:
         raise BootError(f"{name}: {family.architecture} does not boot through the FSP")
     try:
         parsed = fwimage.parse_fmc(fmc, cot_version=family.cot_version)
@@ -147,8 +152,8 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
         raise BootError(f"{name}: the FMC firmware is unusable: {e}") from e
     try:
         boot.check_wpr2_down(bar0)
-        device = fsp.Fsp(bar0, name, timeout_s=timeout_s)
-        device.wait_ready(timeout_s)
+        device = fsp.Fsp(bar0, name, timeout_s=timeout_s, ready=family.fsp_ready)
+        device.wait_ready(timeout_s if timeout_s < fsp.READY_TIMEOUT_S else None)
         image = _dma(alloc, bytes(parsed.image.data), "the FMC image")
         params = hopper.fmc_boot_params(memory.wpr_meta, memory.libos_args).pack()
         params_buf = _dma(alloc, params, "GSP_FMC_BOOT_PARAMS")
@@ -162,7 +167,7 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
         fmc_address=fmc_address, boot_params_address=params_address,
         hash384=bytes(parsed.hash.data), public_key=bytes(parsed.public_key.data),
         signature=bytes(parsed.signature.data), frts_vidmem_offset=frts_vidmem_offset(
-            memory.meta), version=family.cot_version)
+            memory.meta, family), version=family.cot_version)
     try:
         response = device.send_cot(cot, timeout_s)
     except fsp.FspError as e:  # names the GPU, the COT command and the FSP's error code

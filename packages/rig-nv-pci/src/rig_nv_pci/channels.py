@@ -32,8 +32,10 @@ alloc_channel.h):
   CHID_MGR of kchannelGetRunlistId), lowest free first above the
   KFIFO_NUM_GSP_RESERVED_CHANNELS (1) a GSP client leaves to GSP-RM (kernel_fifo.c
   kfifoChidMgrAllocChid_IMPL: rangeLo += KFIFO_NUM_GSP_RESERVED_CHANNELS); a channel of a
-  group is on its group's runlist, here the group's engineType stands for it (rig's compute
-  and copy channels share their GR group's), a channel without a known group its own.
+  group is on its group's engine's runlist (rig's compute and copy channels share their GR
+  group's), a channel without a known group on its own engine's, the runlist GSP-RM's device
+  info table names for the engine (``runlist_of``, :mod:`rig_nv_pci.runlists`): engines that
+  share a runlist (a GRCE and its GR) share its ChIDs.
 
 Memory and the ChID go back once GSP-RM freed the channel (its group's method buffer once the
 group is freed; everything once the device is). A channel the path refuses, or GSP-RM refuses
@@ -108,27 +110,31 @@ class Placed:
 class Held:
     group: int
     instance: int  # FB offset
-    runlist: int = 0  # the engine type standing for its runlist
+    runlist: int = 0  # the NV2080 engine type whose runlist it is on
     chid: int = 0
     made_buffer: bool = False  # its group's method buffer was made for it (its first channel)
+    runlist_id: int = 0  # that runlist, as GSP-RM's device info table numbers it
 
 
 class ChannelMemory:
     """The memory of the path's channels. ``take_fb(size, align)`` / ``give_fb(at, size)`` the
     path's heap, ``zero_fb(at, size)`` zeroes video memory (``None``: it cannot), ``alloc_dma``
     system memory, ``placed(handle)`` where a memory object of the path lies,
-    ``method_buffer_size()`` asks GSP-RM the method buffer's size."""
+    ``method_buffer_size()`` asks GSP-RM the method buffer's size, ``runlist_of(engine)`` the
+    runlist of an NV2080 engine type (:meth:`rig_nv_pci.runlists.Doorbells.runlist`)."""
 
     def __init__(self, name: str, ffi: Any, *, take_fb: Callable[[int, int], int | None],
                  give_fb: Callable[[int, int], None],
                  zero_fb: Callable[[int, int], None] | None,
                  alloc_dma: Callable[[int], Dma | None],
                  placed: Callable[[int], Placed | None],
-                 method_buffer_size: Callable[[], int]) -> None:
+                 method_buffer_size: Callable[[], int],
+                 runlist_of: Callable[[int], int] = lambda engine: 0) -> None:
         self.name, self.ffi = name, ffi
         self._take_fb, self._give_fb, self._zero_fb = take_fb, give_fb, zero_fb
         self._alloc_dma, self._placed = alloc_dma, placed
         self._method_buffer_size = method_buffer_size
+        self._runlist_of = runlist_of
         self._size: int | None = None
         self.channels: dict[int, Held] = {}
         self.method_buffers: dict[int, Dma] = {}  # channel group -> its runqueue 0's
@@ -143,12 +149,11 @@ class ChannelMemory:
 
     def _chid(self, runlist: int) -> int:
         """The runlist's lowest free ChID (kfifoChidMgrAllocChid_IMPL, GROW_UP)."""
-        taken = {h.chid for h in self.channels.values() if h.runlist == runlist}
+        taken = {h.chid for h in self.channels.values() if h.runlist_id == runlist}
         for chid in range(GSP_RESERVED_CHANNELS, CHIDS):
             if chid not in taken:
                 return chid
-        raise RMError(f"{self.name}: no free ChID on the runlist of engine {runlist}",
-                      NV_ERR_NO_MEMORY)
+        raise RMError(f"{self.name}: no free ChID on runlist {runlist}", NV_ERR_NO_MEMORY)
 
     def params(self, group: int, handle: int, params: bytearray) -> bytearray:
         """The NV_CHANNEL_ALLOC_PARAMS to send for channel ``handle`` of ``group``, made from
@@ -157,7 +162,8 @@ class ChannelMemory:
         sent = bytearray(params)
         p = self.ffi.from_buffer("NV_CHANNEL_ALLOC_PARAMS *", sent)
         runlist = self.groups.get(group, int(p.engineType))
-        chid = self._chid(runlist)
+        runlist_id = self._runlist_of(runlist)
+        chid = self._chid(runlist_id)
         userd = self._where(p.hUserdMemory[0], "USERD")
         made = group not in self.method_buffers
         mthd = self._method_buffer(group)
@@ -193,7 +199,7 @@ class ChannelMemory:
             if made:
                 self.method_buffers.pop(group).free()
             raise
-        self.channels[handle] = Held(group, at, runlist, chid, made)
+        self.channels[handle] = Held(group, at, runlist, chid, made, runlist_id)
         return sent
 
     def _where(self, handle: int, what: str) -> Placed:

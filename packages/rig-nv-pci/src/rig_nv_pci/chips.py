@@ -56,18 +56,25 @@ class Family:
     marketing name (``Ampere``), ``boot`` either ``"booter"`` (FWSEC-FRTS, then booter_load on
     SEC2; booter_unload at stop) or ``"fsp"`` (one COT message to the FSP, which starts the
     GSP's FMC); ``cot_version`` the NVDM_PAYLOAD_COT version an ``"fsp"`` boot sends (1 on
-    GH100, 2 on Blackwell; ``None`` for ``"booter"``)."""
+    GH100, 2 on Blackwell; ``None`` for ``"booter"``); ``fsp_ready`` where an ``"fsp"`` boot
+    waits for the FSP's own boot (NV_THERM_I2CS_SCRATCH's address) and for how long, in
+    seconds; ``runlist_doorbell`` whether a work-submit token carries
+    NV_VIRTUAL_FUNCTION_DOORBELL_RUNLIST_DOORBELL _ENABLE (GB20x)."""
 
     name: str
     architecture: str
     boot: str
     cot_version: int | None = None
+    fsp_ready: tuple[int, float] | None = None
+    runlist_doorbell: bool = False
 
     def __post_init__(self) -> None:
         if self.boot not in BOOTS:
             raise ValueError(f"a family boots by one of {BOOTS}, not {self.boot!r}")
-        if (self.boot == "fsp") != (self.cot_version is not None):
-            raise ValueError("a COT version is given for, and only for, an FSP boot")
+        fsp = self.boot == "fsp"
+        if fsp != (self.cot_version is not None) or fsp != (self.fsp_ready is not None):
+            raise ValueError("a COT version and the FSP's ready register are given for, and "
+                             "only for, an FSP boot")
 
     def path(self, image: str) -> str:
         """The firmware file ``image`` (``bootloader``, ``booter_load``...) of this family."""
@@ -104,8 +111,17 @@ class Family:
 
 AMPERE = Family("ga102", "Ampere", "booter")
 ADA = Family("ad102", "Ada", "booter")
-HOPPER = Family("gh100", "Hopper", "fsp", cot_version=1)
-BLACKWELL = Family("gb202", "Blackwell", "fsp", cot_version=2)
+# The FSP's boot-complete scratch: hopper/gh100/dev_therm.h NV_THERM_I2CS_SCRATCH 0x000200bc,
+# waited on 4 s by kfspWaitForSecureBoot_GH100; blackwell/gb202/dev_therm.h moves it to
+# 0x00ad00bc, and kfspWaitForSecureBoot_GB202 (GB202..GB207 in g_kern_fsp_nvoc.c) waits 5 s
+# ("Increase to 5 seconds for WS SKUs"). nova-core's gb202 registers and tinygrad
+# (dev_therm of gb202) read the same address.
+HOPPER = Family("gh100", "Hopper", "fsp", cot_version=1, fsp_ready=(0x000200BC, 4.0))
+# kfifoGenerateWorkSubmitTokenHal_GB202 (GB202..GB207) sets the token's RUNLIST_DOORBELL
+# (gb202/dev_vm.h NV_VIRTUAL_FUNCTION_DOORBELL 30:30, _ENABLE 1); GA100's HAL (GA10x, AD10x,
+# GH100) has no such bit
+BLACKWELL = Family("gb202", "Blackwell", "fsp", cot_version=2,
+                   fsp_ready=(0x00AD00BC, 5.0), runlist_doorbell=True)
 
 
 @dataclass(frozen=True)

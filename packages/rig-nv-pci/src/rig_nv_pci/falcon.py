@@ -24,9 +24,14 @@ from rig_pci import Window
 MAILBOX0 = 0x040
 MAILBOX1 = 0x044
 OS = 0x080
+# NV_PFALCON_FALCON_RM: kflcnReset_TU102 writes NV_PMC_BOOT_0 (pGpu->chipId0) into it after
+# every reset into the Falcon core, as nova-core (falcon.rs Falcon::reset) and tinygrad do; the
+# HS ucode reads it
+RM = 0x084
 HWCFG2 = 0x0F4
 HWCFG2_RISCV = 1 << 10
 HWCFG2_MEM_SCRUBBING = 1 << 12  # 0 = done (GA102 waits on it: kflcnWaitForResetToFinish_GA102)
+HWCFG2_RESET_READY = 1 << 31  # ga102/dev_falcon_v4_addendum.h (kflcnPreResetWait_GA102)
 CPUCTL = 0x100
 CPUCTL_STARTCPU = 1 << 1
 CPUCTL_HALTED = 1 << 4
@@ -56,6 +61,12 @@ IMEMC_SECURE = 1 << 28
 # dev_gsp.h NV_PGSP_FALCON_ENGINE, dev_sec_pri.h NV_PSEC_FALCON_ENGINE (both base + 0x3c0)
 ENGINE = 0x3C0
 ENGINE_RESET = 1 << 0
+# falcon_common.h FLCN_RESET_PROPAGATION_DELAY_COUNT: the reads of ENGINE after each edge of
+# the reset (kgspResetHw_TU102, ksec2ResetHw_TU102 "Reg read cycles needed for signal
+# propagation")
+RESET_PROPAGATION_READS = 10
+PRE_RESET_TIMEOUT_S = 150e-6  # kernel_falcon_ga102.c PRE_RESET_TIMEOUT_US, on silicon
+NV_PMC_BOOT_0 = 0x000000  # nv_ref.h
 
 # dev_falcon_second_pri.h (offsets from the engine's RISC-V base, NV_FALCON2_*_BASE)
 MOD_SEL = 0x180
@@ -197,15 +208,29 @@ class Falcon:
 
     # ---- reset and cores ---------------------------------------------------------------------
 
-    def reset(self) -> None:
-        """Reset the engine (ENGINE.RESET pulse), wait for IMEM and DMEM to be scrubbed and
-        select its Falcon core (kflcnReset_TU102 with GA102's scrub wait and core switch)."""
-        self.wr(ENGINE, ENGINE_RESET)
-        self.rd(ENGINE)  # flush the write before releasing
-        self.wr(ENGINE, 0)
+    def _reset_hw(self) -> None:
+        """kflcnPreResetWait_GA102 (HWCFG2.RESET_READY, 150 us, no failure when it stays
+        clear), the engine's reset (kgspResetHw_TU102 / ksec2ResetHw_TU102: ENGINE.RESET
+        set, then cleared, each edge followed by the propagation reads) and the scrub wait
+        (kflcnWaitForResetToFinish_GA102). Not yet Blackwell's kgspResetHw_GB100 (a wait for
+        the reset's PLM, then GH100's waits for each edge): its boot resets no falcon (the FSP
+        starts the GSP), only a sequencer's CORE_RESET would."""
+        poll(lambda: self.rd(HWCFG2), lambda v: bool(v & HWCFG2_RESET_READY),
+             PRE_RESET_TIMEOUT_S)
+        for value in (ENGINE_RESET, 0):
+            self.wr(ENGINE, self.rd(ENGINE) & ~ENGINE_RESET | value)
+            for _ in range(RESET_PROPAGATION_READS):
+                self.rd(ENGINE)
         self._wait(f"did not finish scrubbing its memory within {self.timeout_s} s of a reset",
                    lambda: self.rd(HWCFG2), lambda v: not v & HWCFG2_MEM_SCRUBBING)
+
+    def reset(self) -> None:
+        """Reset the engine, select its Falcon core and write NV_PMC_BOOT_0 into
+        NV_PFALCON_FALCON_RM (kflcnReset_TU102 with GA102's HALs), as before FWSEC, booter
+        and a sequencer's CORE_RESET."""
+        self._reset_hw()
         self.select_falcon()
+        self.wr(RM, self.bar0.read32(NV_PMC_BOOT_0))
 
     def select_falcon(self) -> None:
         """Switch to the Falcon core if the RISC-V one is selected, and wait for BCR VALID
@@ -219,12 +244,13 @@ class Falcon:
                    lambda: self.riscv_rd(RISCV_BCR_CTRL), lambda v: bool(v & BCR_VALID))
 
     def reset_into_riscv(self) -> None:
-        """Reset and select the RISC-V core, fetching from the boot ROM
-        (kflcnResetIntoRiscv_GA102: reset, then kflcnRiscvProgramBcr with BRFETCH)."""
-        self.reset()
+        """Reset and select the RISC-V core, fetching from the boot ROM, as
+        kflcnResetIntoRiscv_GA102 does: the reset and scrub wait, then kflcnRiscvProgramBcr
+        with BRFETCH. NVIDIA neither switches to the Falcon core first, nor writes FALCON_RM,
+        nor waits for BCR VALID here (the core runs only once the booter starts it), and
+        neither does tinygrad's reset(riscv=True)."""
+        self._reset_hw()
         self.riscv_wr(RISCV_BCR_CTRL, BCR_CORE_SELECT_RISCV | BCR_VALID | BCR_BRFETCH)
-        self._wait("did not select its RISC-V core (BCR_CTRL never read VALID)",
-                   lambda: self.riscv_rd(RISCV_BCR_CTRL), lambda v: bool(v & BCR_VALID))
 
     def riscv_active(self) -> bool:
         """Whether the RISC-V core runs (RISCV_CPUCTL.ACTIVE_STAT, kflcnIsRiscvActive)."""

@@ -26,8 +26,9 @@ from rig_edge import Misuse, RigError
 from rig_nv_pci.falcon import poll
 from rig_pci import Window
 
-# hw/dev_therm.h NV_THERM_I2CS_SCRATCH; dev_therm_addendum.h
-# NV_THERM_I2CS_SCRATCH_FSP_BOOT_COMPLETE_STATUS 31:0, _SUCCESS 0xff (_FAILED 0)
+# hw/dev_therm.h NV_THERM_I2CS_SCRATCH (GH100's address; each chip's is its family's
+# chips.Family.fsp_ready); dev_therm_addendum.h NV_THERM_I2CS_SCRATCH_FSP_BOOT_COMPLETE_STATUS
+# 31:0, _SUCCESS 0xff (_FAILED 0), the same on gh100 and gb202
 NV_THERM_I2CS_SCRATCH = 0x000200BC
 FSP_BOOT_COMPLETE_SUCCESS = 0x000000FF
 # hw/dev_fsp_pri.h NV_PFSP_FALCON_COMMON_SCRATCH_GROUP_2(i) = 0x8f0320 + 4i, i < 4: what RM
@@ -168,11 +169,14 @@ class Fsp:
 
     def __init__(self, bar0: Window, gpu: str | None = None, *,
                  channel: int = FSP_EMEM_CHANNEL_RM,
-                 timeout_s: float = RESPONSE_TIMEOUT_S) -> None:
+                 timeout_s: float = RESPONSE_TIMEOUT_S,
+                 ready: tuple[int, float] = (NV_THERM_I2CS_SCRATCH, READY_TIMEOUT_S)) -> None:
         self.bar0 = bar0
         self.gpu = gpu if gpu is not None else bar0.name
         self.channel = channel
         self.timeout_s = timeout_s
+        # the chip's NV_THERM_I2CS_SCRATCH and its wait (chips.Family.fsp_ready)
+        self.ready_register, self.ready_timeout_s = ready
 
     def _rd(self, base: int) -> int:
         return self.bar0.read32(base + 8 * self.channel)
@@ -196,14 +200,17 @@ class Fsp:
 
     # ---- readiness ---------------------------------------------------------------------------
 
-    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
-        """Wait for the FSP to finish its boot (NV_THERM_I2CS_SCRATCH_FSP_BOOT_COMPLETE reading
-        _SUCCESS, kfspWaitForSecureBoot_GH100)."""
-        ok, value = poll(lambda: self.bar0.read32(NV_THERM_I2CS_SCRATCH),
-                          lambda v: v == FSP_BOOT_COMPLETE_SUCCESS, timeout_s)
+    def wait_ready(self, timeout_s: float | None = None) -> None:
+        """Wait for the FSP to finish its boot (the chip's NV_THERM_I2CS_SCRATCH_FSP_BOOT_
+        COMPLETE reading _SUCCESS, kfspWaitForSecureBoot_GH100 / _GB202), ``timeout_s`` or
+        the chip's wait."""
+        wait = self.ready_timeout_s if timeout_s is None else timeout_s
+        ok, value = poll(lambda: self.bar0.read32(self.ready_register),
+                          lambda v: v == FSP_BOOT_COMPLETE_SUCCESS, wait)
         if not ok:
-            raise self._fail(f"the FSP did not finish its boot within {timeout_s} s "
-                             f"(NV_THERM_I2CS_SCRATCH 0x{value:08x}, not 0x000000ff)")
+            raise self._fail(f"the FSP did not finish its boot within {wait} s "
+                             f"(NV_THERM_I2CS_SCRATCH 0x{value:08x}, not 0x000000ff, at "
+                             f"0x{self.ready_register:06x})")
 
     # ---- EMEM ----------------------------------------------------------------------------------
 

@@ -6,8 +6,10 @@ For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`bu
   (:func:`rig_nv_pci.layout.radix3`, kgspCreateRadix3_IMPL in kernel_gsp.c);
 - the bootloader image and the image's signature (``sysmemAddrOfBootloader``,
   ``sysmemAddrOfSignature`` of GspFwWprMeta: gsp/gsp_fw_wpr_meta.h);
-- three LibOS log buffers, LOGINIT, LOGINTR and LOGRM, 64 KiB each as a release build gives
-  them (kgspInitLogging's logInitValues in kernel_gsp.c): each buffer's first 8 bytes are its
+- five LibOS log buffers, LOGINIT, LOGINTR, LOGRM, LOGMNOC and LOGKRNL, 64 KiB each as a
+  release build gives them (_kgspInitLibosLoggingStructures's logInitValues in kernel_gsp.c,
+  then the family's kernel log, LOGKRNL on GA10x, AD10x, GH100, GB10x and GB20x alike): each
+  buffer's first 8 bytes are its
   put pointer, then the bus address of each of its pages (_setupLogBufferBaremetal's
   ``memdescGetPhysAddrs(..., &pTaskLogBuffer[1])``);
 - the RM arguments, GSP_ARGUMENTS_CACHED with its MESSAGE_QUEUE_INIT_ARGUMENTS and
@@ -22,9 +24,9 @@ For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`bu
 - GspFwWprMeta (:func:`rig_nv_pci.layout.wpr_meta`) with every bus address, whose own bus
   address goes to booter_load.
 
-(570.144 also gives the GSP LOGMNOC and a per-family kernel log, and a crash-report queue;
-this boot leaves them out.) Every part that the GSP reads at one address must be contiguous
-in bus addresses; a part that is not raises :class:`GspMemoryError`.
+(570.144 also gives the GSP a crash-report queue; this boot leaves it out.) Every part that
+the GSP reads at one address must be contiguous in bus addresses; a part that is not raises
+:class:`GspMemoryError`.
 """
 
 from __future__ import annotations
@@ -57,8 +59,8 @@ LIBOS_INIT_ARGUMENTS_SIZE = 0x1000  # g_kernel_gsp_nvoc.h
 GSP_ARGUMENTS_CACHED = struct.Struct("<QI4xQQ" "IIB3x" "I" "B7x" "QQ")
 RM_ARGS_SIZE = PAGE  # kgspAllocBootArgs: NV_ASSERT(sizeof(GSP_ARGUMENTS_CACHED) <= 0x1000)
 
-LOG_SIZE = 0x10000  # release build: LOGINIT, LOGINTR and LOGRM 64 KiB each
-LOGS = ("LOGINIT", "LOGINTR", "LOGRM")
+LOG_SIZE = 0x10000  # release build: each log 64 KiB
+LOGS = ("LOGINIT", "LOGINTR", "LOGRM", "LOGMNOC", "LOGKRNL")
 
 
 class GspMemoryError(RigError):

@@ -24,7 +24,18 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import addresses, boot, boot_fsp, chips, fwimage, gspmem, layout, mmu, vidmem
+from rig_nv_pci import (
+    addresses,
+    boot,
+    boot_fsp,
+    chips,
+    fwimage,
+    gspmem,
+    layout,
+    mmu,
+    runlists,
+    vidmem,
+)
 from rig_nv_pci.gsp import retired, rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import Dma, PciPath
@@ -155,7 +166,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
             doorbell=boot.doorbell(bar0), name=name)
         if on_memory_taken is not None:
             on_memory_taken()
-        system = sysinfo.SystemInfo.for_function(f.info)
+        system = sysinfo.SystemInfo.for_function(f.info, fsp_boot=fsp_boot)
         log = EventLog(name)
 
         def on_event(event: rpc.Incoming) -> None:
@@ -229,6 +240,12 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         # (memmgrGetBlackListPages_GA100); a refusal other than "none" or a garbled list
         # fails the open (rig_nv_pci.gsp.retired)
         pages = retired.get_retired(booted.channel, booted.static)
+        # which runlist each engine is on, as CPU-RM reads it (kfifoGetHostDeviceInfoTable_
+        # KERNEL, GSP-RM's internal client and subdevice): the channels' doorbell tokens
+        internal = rpc.RpcRM(booted.channel, booted.static.internal_client)
+        table = runlists.get(lambda p: internal.control(
+            booted.static.internal_subdevice,
+            runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p))
         path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
                        alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
                        poll=booted.channel.poll, on_closed=stop, unbar=unbar,
@@ -237,7 +254,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        # the page tables written through PRAMIN: Blackwell's in Hopper's
                        # version-3 format (kgmmuFmtFamiliesInit_GH100)
                        pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
-                       # BAR 1's tables under GSP-RM's root (kbusPatchBar1Pdb_GSPCLIENT)
+                       # BAR 1's tables under GSP-RM's root, from BAR 1 offset 0, as CPU-RM
+                       # rebuilds them for a GSP client (kbusPatchBar1Pdb_GSPCLIENT); tinygrad
+                       # puts BAR 1 in physical mode instead, which CPU-RM never does
                        bar1=(booted.static.bar1_pde_base, bar1_size),
                        # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT),
                        # nor the retired pages' 64 KiB frames (pmaRegisterBlacklistInfo)
@@ -259,7 +278,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                        f if isinstance(f, Function) else None,
                        fb_size=fb_mib << 20,
                        # the device's clock: PTIMER's registers (Rig_nv.clock.Registers)
-                       timer=bar0)
+                       timer=bar0, runlist_table=table,
+                       runlist_doorbell=family.runlist_doorbell)
     except BaseException:
         stop()
         raise

@@ -151,7 +151,7 @@ def fmc_boot_params(
     libos_args: int,
     *,
     wpr_meta_target: int = GSP_DMA_TARGET_COHERENT_SYSTEM,
-    libos_args_target: int = GSP_DMA_TARGET_NONCOHERENT_SYSTEM,
+    libos_args_target: int = GSP_DMA_TARGET_COHERENT_SYSTEM,
     regkeys: int = 0,
     flush_sysmem_addr: int = 0,
 ) -> FmcBootParams:
@@ -161,9 +161,11 @@ def fmc_boot_params(
     where the WPR can be allocated implicitly by ACR"), ``gspRmParams`` the LibOS
     arguments at ``libos_args``, SPDM nothing.
 
-    The apertures default to nouveau's (gh100_gsp_init in nvkm/subdev/gsp/gh100.c) and
-    nova-core's: the WPR metadata coherent, the LibOS arguments non-coherent system memory;
-    NVIDIA's RM derives each from its memory's cache attribute (_kgspMemdescToDmaTarget).
+    Each aperture follows NVIDIA's rule, _kgspMemdescToDmaTarget: cached system memory is
+    COHERENT_SYSTEM, uncached NONCOHERENT_SYSTEM. rig's DMA memory (rig_pci's alloc_dma) is
+    write-back cached, so both default to COHERENT_SYSTEM, as tinygrad gives them. NVIDIA's
+    NONCOHERENT for the LibOS arguments is of its own NV_MEMORY_UNCACHED buffer
+    (kgspAllocBootArgs_TU102); nouveau and nova-core copy the target, not the memory.
     ``flush_sysmem_addr`` is 580's gspRmMemParams (0 unless needed; :meth:`FmcBootParams.pack`
     refuses it for 570.144).
 

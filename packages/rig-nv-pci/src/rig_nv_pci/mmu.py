@@ -20,8 +20,8 @@ instance one 4 KiB page of video memory here,
 
 Version 3 (NV_MMU_VER3_*, hopper/gh100/dev_mmu.h; levels as kern_gmmu_fmt_gh10x.c
 kgmmuFmtInitLevels_GH10X lays them out): six levels over 57 bits, PD4 (bit 56, 2 entries),
-PD3 (55:47), PD2, PD1, PD0 and PT as above; PDEs APERTURE 2:1, PCF 5:3 (0: valid, cached,
-ATS allowed), ADDRESS 51:12 in place; the dual PDE's small half APERTURE_SMALL 66:65,
+PD3 (55:47), PD2, PD1, PD0 and PT as above; PDEs APERTURE 2:1, PCF 5:3 (2: valid, cached,
+ATS not allowed), ADDRESS 51:12 in place; the dual PDE's small half APERTURE_SMALL 66:65,
 ADDRESS_SMALL 115:76 (so bits 127:64 are a PDE); PTEs VALID 0:0, APERTURE 2:1, PCF 7:3 (0:
 REGULAR_RW_ATOMIC_CACHED_ACE, 1: REGULAR_RW_ATOMIC_UNCACHED_ACE), KIND 11:8, ADDRESS 51:12 in
 place.
@@ -45,7 +45,7 @@ of 32 8-byte PTEs (address bits 20:16), in the PTE format above, each a 64 KiB p
 Version 2 (pascal/gp100/dev_mmu.h, which Ampere's and Ada's manuals keep):
 NV_MMU_VER2_DUAL_PDE_APERTURE_BIG 2:1, VOL_BIG 3:3, ADDRESS_BIG_SYS 53:4 with
 ADDRESS_BIG_SHIFT 8 (the table's address >> 8); version 3 (hopper/gh100/dev_mmu.h):
-NV_MMU_VER3_DUAL_PDE_APERTURE_BIG 2:1, PCF_BIG 5:3 (0: valid, cached, ATS allowed),
+NV_MMU_VER3_DUAL_PDE_APERTURE_BIG 2:1, PCF_BIG 5:3 (2: valid, cached, ATS not allowed),
 ADDRESS_BIG 51:8 with ADDRESS_BIG_SHIFT 8 (so the address in place). The MMU takes a valid big
 PTE; one not valid and otherwise zero (version 2: neither VOL, sparse, nor PRIVILEGE 5:5, which
 "tells the MMU to ignore corresponding SPTEs", nouveau vmmgp100.c gp100_vmm_lpt_invalid;
@@ -88,6 +88,10 @@ PTE_VIDEO, PTE_SYSTEM_COHERENT, PTE_SYSTEM_NON_COHERENT = 0, 2, 3
 PTE_VOL = 1 << 3  # NV_MMU_VER2_PTE_VOL 3:3: the GPU's L2 does not cache the page
 # NV_MMU_VER3_PTE_PCF 7:3 values (hopper/gh100/dev_mmu.h)
 PCF_REGULAR_RW_ATOMIC_CACHED_ACE, PCF_REGULAR_RW_ATOMIC_UNCACHED_ACE = 0x0, 0x1
+# NV_MMU_VER3_PDE_PCF 5:3 (and _DUAL_PDE_PCF_BIG / _SMALL) VALID_CACHED_ATS_NOT_ALLOWED 2: what
+# gmmu_walk.c's _gmmuWalkCBWriteEntries writes for a VA space without ATS (ATS_ALLOWED only
+# where gvaspaceIsAtsEnabled); neither rig's address space nor BAR 1's has ATS
+PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED = 0x2
 KIND_PITCH = 0x00  # NV_MMU_PTE_KIND_PITCH: system memory's
 U64, U128 = struct.Struct("<Q"), struct.Struct("<QQ")
 ZERO_PAGE = bytes(4 << 10)
@@ -132,14 +136,15 @@ def big_pde(address: int) -> int:
 
 
 def big_pde3(address: int) -> int:
-    """A version-3 dual PDE's big half: APERTURE_BIG VIDEO_MEMORY, PCF_BIG 0, ADDRESS_BIG 51:8
-    (``address >> 8``, so in place)."""
-    return PDE_VIDEO << 1 | address & ADDRESS_51_8
+    """A version-3 dual PDE's big half: APERTURE_BIG VIDEO_MEMORY, PCF_BIG VALID_CACHED_ATS_
+    NOT_ALLOWED, ADDRESS_BIG 51:8 (``address >> 8``, so in place)."""
+    return PDE_VIDEO << 1 | PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED << 3 | address & ADDRESS_51_8
 
 
 def pde3(address: int) -> int:
-    """A version-3 PDE (APERTURE VIDEO_MEMORY, PCF 0) naming the level at ``address``."""
-    return PDE_VIDEO << 1 | address & ADDRESS_51_12
+    """A version-3 PDE (APERTURE VIDEO_MEMORY, PCF VALID_CACHED_ATS_NOT_ALLOWED) naming the
+    level at ``address``."""
+    return PDE_VIDEO << 1 | PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED << 3 | address & ADDRESS_51_12
 
 
 def pte3(address: int, *, video: bool, kind: int, coherent: bool = True,

@@ -109,7 +109,7 @@ from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import Allocation, RMError, page_rounded
-from rig_nv_pci import channels, export, faults, mmu, peers, vidmem
+from rig_nv_pci import channels, export, faults, mmu, peers, runlists, vidmem
 from rig_nv_pci.channels import ChannelMemory, Placed
 from rig_nv_pci.grctx import GrContexts
 from rig_nv_pci.gsp import rpc
@@ -254,7 +254,9 @@ class PciPath:
                  on_kept: Callable[[], None] | None = None,
                  function: Function | None = None, fb_size: int = 0,
                  timer: mmu.Registers | None = None,
-                 fb_kept: Sequence[tuple[int, int]] = ()) -> None:
+                 fb_kept: Sequence[tuple[int, int]] = (),
+                 runlist_table: Mapping[int, int] | None = None,
+                 runlist_doorbell: bool = False) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
         # Its sleep polls the GSP's message queue and naps: the GPU's interrupts do not reach
         # a process that holds the function without a kernel driver, and the GSP posts no
@@ -330,10 +332,18 @@ class PciPath:
                     self.bar1_tables = tables(root)
                     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
                     self._bar1_addresses = Addresses(*vidmem.bar1_range(size))
+            # the channels' runlists and doorbell tokens (rig_nv_pci.runlists): GSP-RM's
+            # device info table as asked of its internal subdevice (the open's), else of
+            # this path's own
+            table = runlist_table if runlist_table is not None else runlists.get(
+                lambda p: self._rm.control(
+                    self.h_subdevice, runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p))
+            doorbells = runlists.Doorbells(name, table, runlist_doorbell)
+            self._rm.doorbells = doorbells
             self._rm.channels = ChannelMemory(
                 name, self.ffi, take_fb=self._take_fb, give_fb=self._give_fb,
                 zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,
-                method_buffer_size=self._method_buffer_size)
+                method_buffer_size=self._method_buffer_size, runlist_of=doorbells.runlist)
             self._rm.channels.roots.update((client, self.h_device))
             if self.tables is not None:
                 self._rm.grctx = GrContexts(

@@ -9,7 +9,9 @@ ctrl2080gr.h, ctrl2080fb.h), and the answer is written back through the caller's
 Allocs and frees also carry what a GSP client's CPU-RM hands GSP-RM with them: a channel's
 memory (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc) and, before
 a channel's first compute object, the compute engine's context buffers
-(:mod:`rig_nv_pci.grctx`, _kgrAlloc).
+(:mod:`rig_nv_pci.grctx`, _kgrAlloc). A channel's NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
+never reaches the GSP: CPU-RM answers it, with the channel's runlist and ChID
+(:mod:`rig_nv_pci.runlists`).
 
 The Rig_nv_pci spec: "An allocation the path or the GSP refuses gives back at once the memory
 the path gave for it, unless the GPU faulted meanwhile." At this layer that reads:
@@ -55,6 +57,7 @@ from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.queue import QueueError
+from rig_nv_pci.runlists import Doorbells
 
 # Controls with a pointer and their _V2 twins (570.144 ctrl headers).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
@@ -80,6 +83,9 @@ GR_INFO_V2 = struct.Struct(f"<I{2 * NV0080_CTRL_GR_INFO_MAX_SIZE}I4xI4xQ")
 FB_INFO = struct.Struct("<I4xQ")
 # NV2080_CTRL_FB_GET_INFO_V2_PARAMS {NvU32 fbInfoListSize; {index, data}[0x39]}: 460 bytes.
 FB_INFO_V2 = struct.Struct(f"<I{2 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE}I")
+# clc36f.h: NVC36F_CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS {NvU32 workSubmitToken}, which
+# CPU-RM answers itself (rig_nv_pci.runlists)
+NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
 
 
 class PciRM:
@@ -94,6 +100,8 @@ class PciRM:
         self.channels: ChannelMemory | None = None
         # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
         self.grctx: GrContexts | None = None
+        # the channels' work-submit tokens, as CPU-RM builds them (rig_nv_pci.runlists)
+        self.doorbells: Doorbells | None = None
         # what gives back memory an ALLOC_MEMORY may have handed GSP-RM though it failed (no
         # plain refusal: the module's docstring), each run once GSP-RM answers the free of a
         # root (channels.roots: the device, the client), under which that object would be
@@ -174,6 +182,13 @@ class PciRM:
             self.free(obj)
 
     def control(self, obj: int, cmd: int, params: bytearray | None) -> None:
+        if (cmd == NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN and params is not None
+                and self.doorbells is not None and self.channels is not None
+                and obj in self.channels.channels):
+            # CPU-RM's own answer (kchannelCtrlCmdGpfifoGetWorkSubmitToken_IMPL): no RPC
+            held = self.channels.channels[obj]
+            struct.pack_into("<I", params, 0, self.doorbells.token(held.runlist, held.chid))
+            return
         if params is None or cmd not in (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
                                          NV2080_CTRL_CMD_GR_GET_INFO,
                                          NV2080_CTRL_CMD_FB_GET_INFO):

@@ -15,10 +15,12 @@ the rest of the simulator (no rig_nv_pci constant is shared).
 - no PAGE_FIXED: the real GSP-RM would pick a ChID itself (GROW_UP); the simulated one
   answers NV_ERR_INVALID_ARGUMENT, since a GSP client's CPU-RM always names it.
 
-A channel's runlist is its group's: the engineType of the group's
-NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS (hObjectError 0, hObjectEccError 4, hVASpace 8,
-engineType 12) stands for it; a channel whose parent is no group, its own engineType (128).
-The work-submit token the simulated GSP-RM answers is the ChID.
+A channel's runlist is its group's: the runlist the device info table (sim/runlists.py) names
+for the engineType of the group's NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS (hObjectError 0,
+hObjectEccError 4, hVASpace 8, engineType 12); a channel whose parent is no group, its own
+engineType's (128). Engines on one runlist (a GRCE and its GR) share its ChIDs. The
+work-submit token the simulated GSP-RM answers is the ChID (what a GSP client's CPU-RM adds
+to it is the client's: sim/runlists.py).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ GROUP_ENGINE_TYPE, CHANNEL_FLAGS, CHANNEL_ENGINE_TYPE = 12, 20, 128
 
 class Held(Protocol):
     chid: int
-    runlist: int
+    runlist_id: int
 
 
 def group_engine(params: bytes) -> int:
@@ -46,16 +48,16 @@ def group_engine(params: bytes) -> int:
 
 
 def runlist(groups: dict[int, int], parent: int, params: bytes) -> int:
-    """The runlist (an engine type standing for it) of a channel of ``parent``."""
+    """The NV2080 engine type whose runlist a channel of ``parent`` is on."""
     if parent in groups:
         return groups[parent]
     return int(struct.unpack_from("<I", params, CHANNEL_ENGINE_TYPE)[0])
 
 
 def named(params: bytes, runlist: int, channels: Iterable[Held]) -> tuple[int, int]:
-    """(status, ChID) of a channel on ``runlist`` whose NV_CHANNEL_ALLOC_PARAMS are
-    ``params``, ``channels`` those there are."""
-    taken = {c.chid for c in channels if c.runlist == runlist}
+    """(status, ChID) of a channel on runlist ``runlist`` (the device info table's number)
+    whose NV_CHANNEL_ALLOC_PARAMS are ``params``, ``channels`` those there are."""
+    taken = {c.chid for c in channels if c.runlist_id == runlist}
     flags = struct.unpack_from("<I", params, CHANNEL_FLAGS)[0]
     if not flags >> 21 & 1:
         return NV_ERR_INVALID_ARGUMENT, 0

@@ -20,8 +20,16 @@ kernel_gsp_falcon_ga102.c, nvkm/falcon/*.c):
   engine's fuses accept), BROM_ENGIDMASK against the engine's bit and BROM_CURR_UCODE_ID
   against ``ucode_id``; then the scripted program for that ucode id runs and the CPU halts
   after ``run_polls`` reads of CPUCTL. Any failed check halts at once with MAILBOX0 =
-  ``BROM_FAILED``. A start without MOD_SEL runs nothing (GA102's GSP and SEC2 boot from HS
-  only) and halts with ``BROM_FAILED``.
+  ``BROM_FAILED``. Before its program runs the ucode checks NV_PFALCON_FALCON_RM (0x084,
+  cleared by a reset like the engine's other registers) against NV_PMC_BOOT_0
+  (``boot0``), which RM writes there after every reset into the Falcon core
+  (kflcnReset_TU102); a mismatch halts with MAILBOX0 = ``RM_MISMATCH``. A start without
+  MOD_SEL runs nothing (GA102's GSP and SEC2 boot from HS only) and halts with
+  ``BROM_FAILED``.
+- RISCV_BCR_CTRL: selecting the Falcon core reads VALID after one read
+  (kflcnSwitchToFalcon_GA102 waits for it); selecting the RISC-V core reads VALID only once
+  the core runs (booter_load starts it): kflcnResetIntoRiscv_GA102 writes the BCR and does not
+  wait, so VALID rising earlier is nothing RM relies on, and the simulator takes the latest.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ from . import regs
 PRI_ERROR = 0xBADF1100
 TARGET_MASK_LOCKED = 0xBADF4100  # kern_fsp_gh100.c: what a GSP locked to the FSP reads
 BROM_FAILED = 0xB0B0DEAD
+RM_MISMATCH = 0xB0B00084  # the simulated ucode's code for a FALCON_RM that is not BOOT_0
 BLOCK = 256
 
 
@@ -49,6 +58,8 @@ class SimFalcon:
     # whether the GPU's Bus Master Enable is set (SimGpu.bus_master): a DMA without it
     # issues no memory request and never completes
     bus_master: Callable[[], bool] = lambda: True
+    # NV_PMC_BOOT_0 of the chip (SimGpu.boot0), what the HS ucode wants in FALCON_RM
+    boot0: Callable[[], int] = lambda: 0
     imem_size: int = 0x10000
     dmem_size: int = 0x10000
     scrub_polls: int = 3
@@ -157,7 +168,8 @@ class SimFalcon:
 
     def _falcon_read(self, r: int) -> int:
         if r == regs.HWCFG2:
-            return 1 << 10 | self._scrub_bits() << 12 | (1 << 13 if self.br_lockdown else 0)
+            return (1 << 31 | 1 << 10 | self._scrub_bits() << 12
+                    | (1 << 13 if self.br_lockdown else 0))
         if r == regs.DMACTL:
             bits = self._scrub_bits()
             return self.regs.get(self.base + r, 1) & 1 | bits << 1 | bits << 2
@@ -252,6 +264,8 @@ class SimFalcon:
     def _riscv_read(self, r: int) -> int:
         if r == regs.RISCV_BCR_CTRL:
             value = self.regs.get(self.riscv + r, 0) & ~1
+            if self.riscv_core and self.state != "riscv-running":
+                return value  # VALID once the booter runs the core (see the module)
             if self.bcr_valid_left > 0:
                 self.bcr_valid_left -= 1
                 return value
@@ -303,6 +317,9 @@ class SimFalcon:
             self._halt(BROM_FAILED, f"signature at DMEM 0x{sig_at:x} is not accepted")
         elif ucode not in self.programs:
             self._halt(BROM_FAILED, f"no program for ucode id {ucode}")
+        elif self.reg(regs.FALCON_RM) != self.boot0():
+            self._halt(RM_MISMATCH, f"FALCON_RM 0x{self.reg(regs.FALCON_RM):08x} is not "
+                       f"NV_PMC_BOOT_0 0x{self.boot0():08x}")
         else:
             self.log.append(f"hs run ucode {ucode}")
             self.state = "running"

@@ -16,7 +16,9 @@ and polls show:
   :data:`FMC_BAD_ARGS` in MAILBOX0 with the lockdown held;
 - its ACR raises WPR2 (FRTS at ``frtsVidmemOffset`` from the end of FB), the FSP releases the
   GSP's PRIV target mask, the FMC releases HWCFG2.RISCV_BR_PRIV_LOCKDOWN and GSP-RM starts
-  on the RISC-V core with the LibOS arguments' address from the boot params.
+  on the RISC-V core with the LibOS arguments' address from the boot params, read through
+  the coherence gspRmParams.target names (sim/gsp_fw.py: stale over cached memory when it
+  says NONCOHERENT_SYSTEM).
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ WPR_META_SIZE = 256  # sizeof(GspFwWprMeta)
 
 
 def gb202(host: HostMemory | None = None) -> SimGpu:
-    """A simulated GB202: the FSP takes COT version 2; the GSP locked to it until the FMC.
-    GPUs given one ``host`` lie on one machine (sim/gpu.py HostMemory)."""
-    gpu = SimGpu(boot42=GB202_BOOT42, fsp=SimFsp(cot_version=2), host=host or HostMemory())
+    """A simulated GB202: the FSP takes COT version 2 and reports its boot at GB202's
+    NV_THERM_I2CS_SCRATCH; the GSP locked to it until the FMC. GPUs given one ``host`` lie on
+    one machine (sim/gpu.py HostMemory)."""
+    gpu = SimGpu(boot42=GB202_BOOT42, host=host or HostMemory(),
+                 fsp=SimFsp(cot_version=2, therm=regs.GB202_THERM_I2CS_SCRATCH))
     gpu.gsp.target_mask_locked = True
     gpu.gsp.br_lockdown = True
     return gpu
@@ -127,4 +131,4 @@ class SimFmc:
         gsp.start_riscv()
         self.log.append("GSP-RM started")
         if self.gpu.on_gsp_start_at is not None:
-            self.gpu.on_gsp_start_at(libos)
+            self.gpu.on_gsp_start_at(libos, libos_target == COHERENT_SYSTEM)

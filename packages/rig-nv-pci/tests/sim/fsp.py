@@ -4,8 +4,8 @@ packet the host rings in (QUEUE_HEAD written) is parsed as MCTP/NVDM, a COT payl
 recorded, and an NVDM FSP_RESPONSE put in the message queue.
 
 Written from NVIDIA's headers (open-gpu-kernel-modules 570.144: hopper/gh100/dev_fsp_pri.h,
-dev_therm.h, fsp_mctp_format.h, fsp_nvdm_format.h, kern_fsp_cot_payload.h,
-nvdm_payload_cmd_response.h) and importing nothing of rig_nv_pci.
+dev_therm.h, blackwell/gb202/dev_therm.h, fsp_mctp_format.h, fsp_nvdm_format.h,
+kern_fsp_cot_payload.h, nvdm_payload_cmd_response.h) and importing nothing of rig_nv_pci.
 """
 
 from __future__ import annotations
@@ -42,12 +42,14 @@ def cot_field(payload: bytes, name: str) -> int | bytes:
 class SimFsp:
     """The FSP. ``boot_polls``: reads of the boot scratch before it reads 0xff (None: never);
     ``error_code``: the errorCode it answers with; ``answer``: whether it answers at all;
-    ``cot_version``: the COT payload version it accepts (1 on GH100)."""
+    ``cot_version``: the COT payload version it accepts (1 on GH100); ``therm``: where the
+    chip has NV_THERM_I2CS_SCRATCH (GH100's by default, :func:`sim.fmc.gb202` GB202's)."""
 
     boot_polls: int | None = 0
     error_code: int = 0
     answer: bool = True
     cot_version: int = 1
+    therm: int = regs.THERM_I2CS_SCRATCH
     task_id: int = 0
     emem: bytearray = field(default_factory=lambda: bytearray(EMEM_SIZE))
     ememc: int = 0
@@ -63,14 +65,14 @@ class SimFsp:
     on_cot: Callable[[bytes], int] | None = None
 
     def owns(self, offset: int) -> bool:
-        return offset in (regs.THERM_I2CS_SCRATCH, regs.FSP_EMEMC, regs.FSP_EMEMD,
+        return offset in (self.therm, regs.FSP_EMEMC, regs.FSP_EMEMD,
                           regs.FSP_QUEUE_HEAD, regs.FSP_QUEUE_TAIL, regs.FSP_MSGQ_HEAD,
                           regs.FSP_MSGQ_TAIL)
 
     # ---- registers ---------------------------------------------------------------------------
 
     def read(self, offset: int) -> int:
-        if offset == regs.THERM_I2CS_SCRATCH:
+        if offset == self.therm:
             if self.boot_polls is None:
                 return 0
             if self.boot_polls > 0:

@@ -37,6 +37,10 @@ class HostMemory:
     system memory, else a BAR of a device on the bus (peer to peer)."""
 
     def __init__(self, base: int = 0x1_2340_0000) -> None:
+        # write-back cached, as rig_pci's DMA memory is (anonymous or hugetlb pages): a
+        # device read that does not snoop (a NONCOHERENT_SYSTEM target) misses the CPU's
+        # latest writes
+        self.cached = True
         self.next = base
         self.buffers: list[SimDma] = []
         self.devices: list[Callable[[int, int], memoryview | None]] = []
@@ -143,8 +147,9 @@ class SimGpu:
     failing: dict[int, int] = field(default_factory=dict)
     # what the GSP's RISC-V core runs once booter_load starts it (gsp_fw.GspFirmware.start)
     on_gsp_start: Callable[[], None] | None = None
-    # what it runs when an FMC starts it with the LibOS arguments' bus address (sim/fmc.py)
-    on_gsp_start_at: Callable[[int], None] | None = None
+    # what it runs when an FMC starts it with the LibOS arguments' bus address and whether
+    # their GSP_DMA_TARGET is coherent (sim/fmc.py)
+    on_gsp_start_at: Callable[[int, bool], None] | None = None
     # the GSP's end of the command queue doorbell (NV_PGSP_QUEUE_HEAD(0))
     on_doorbell: Callable[[], None] | None = None
     # what happens when the CPU writes a register: register -> callback(value)
@@ -181,9 +186,19 @@ class SimGpu:
 
     def __post_init__(self) -> None:
         self.gsp = SimFalcon("GSP", regs.GSP_BASE, regs.GSP_RISCV, regs.GSP_FBIF, 1 << 10,
-                             self.host.read, bus_master=self.bus_master)
+                             self.host.read, bus_master=self.bus_master, boot0=self.boot0)
         self.sec2 = SimFalcon("SEC2", regs.SEC_BASE, regs.SEC_RISCV, regs.SEC_FBIF, 1 << 0,
-                              self.host.read, bus_master=self.bus_master)
+                              self.host.read, bus_master=self.bus_master, boot0=self.boot0)
+
+    @property
+    def config_mirror(self) -> int:
+        """Where BAR 0 mirrors the config space: NV_EP_PCFGM from Hopper on, else NV_PCFG."""
+        return regs.EP_PCFGM_MIRROR if hopper_on(self.boot42) else regs.PCFG_MIRROR
+
+    def boot0(self) -> int:
+        """NV_PMC_BOOT_0: the chip's architecture and implementation in bits 31:20 (nv_ref.h
+        via BOOT_42's 29:20; enough for a BOOT_0 that is not all-ones)."""
+        return self.boot42 >> 20 << 20
 
     def bus_master(self) -> bool:
         """Whether Bus Master Enable (PCI_COMMAND bit 2) is set in its config space."""
@@ -266,7 +281,7 @@ class SimGpu:
         if self.timer.owns(offset):
             return self.timer.read(offset)
         if offset == regs.PMC_BOOT_0:
-            return self.boot42 >> 20 << 20  # enough for a BOOT_0 that is not all-ones
+            return self.boot0()
         if offset == regs.PMC_BOOT_42:
             return self.boot42
         if offset == regs.WPR2_ADDR_LO:

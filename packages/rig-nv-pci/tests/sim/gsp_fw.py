@@ -16,7 +16,9 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig
   message_queue_cpu.c GspMsgQueuesInit), creates the status queue and serves the command
   queue (tests/gsp_peer.py);
 - it needs GSP_SET_SYSTEM_INFO (72) among what the CPU posted before the boot: a GspSystemInfo
-  (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address;
+  (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address
+  and whose pciConfigMirrorBase/Size (NvU32s at 80, 84) are the chip's config mirror
+  (sim/regs.py: NV_PCFG on GA10x/AD10x, NV_EP_PCFGM from GH100 on) and 4 KiB;
 - it hands the CPU a sequencer, GSP_RUN_CPU_SEQUENCER (0x1002) with an
   rpc_run_cpu_sequencer_v17_00 (g_rpc-structures.h: bufferSizeDWord, cmdIndex,
   regSaveArea[8], then the commands of rmgspseq.h: REG_WRITE 0, REG_POLL 2, DELAY_US 3), and
@@ -58,6 +60,13 @@ EV_GSP_INIT_DONE = 0x1001
 EV_GSP_RUN_CPU_SEQUENCER = 0x1002
 PROCESSOR_SUSPENDED = 0x80000000  # LIBOS_INTERRUPT_PROCESSOR_SUSPENDED, in MAILBOX0
 FN_GSP_SET_SYSTEM_INFO = 72
+# kernel_gsp.c _kgspInitLibosLoggingStructures (logInitValues, then the family's LOGKRNL) and
+# kgspSetupLibosInitArgs_IMPL's RMARGS: the regions a 570.144 CPU-RM names
+LIBOS_REGIONS = ("LOGINIT", "LOGINTR", "LOGRM", "LOGMNOC", "LOGKRNL", "RMARGS")
+FN_SET_REGISTRY = 73
+# g_os_nvoc.h PACKED_REGISTRY_TABLE {NvU32 size, numEntries} then PACKED_REGISTRY_ENTRY
+# {NvU32 nameOffset; NvU8 type; NvU32 data, length} (16 bytes), names from the table's start
+REGISTRY_ENTRY = struct.Struct("<IB3xII")
 SYSTEM_INFO_SIZE = 928  # sizeof(GspSystemInfo), worked from the header in test_sysinfo.py
 SEQ_REG_WRITE, SEQ_REG_POLL, SEQ_DELAY_US = 0, 2, 3  # GSP_SEQ_BUF_OPCODE
 # the sequencer the simulated GSP sends: registers it writes and the flag it waits for
@@ -121,6 +130,7 @@ class GspFirmware:
         self.boots = 0
         self.sequencer = None if no_sequencer else sequencer or default_sequencer()
         self.system_info: bytes | None = None
+        self.registry: dict[str, int] = {}  # SET_REGISTRY's DWORDs, by name
         self.sequencer_done = False
         self.peer_kw = peer_kw
         self.peer: Any = None
@@ -170,7 +180,29 @@ class GspFirmware:
             self._fail(f"GSP_SET_SYSTEM_INFO gpuPhysAddr 0x{bar0:x} is not BAR 0's bus address "
                        f"0x{self.gpu.bar0_address:x}")
             return False
+        (mirror, size) = struct.unpack_from("<II", payload, 80)
+        if (mirror, size) != (self.gpu.config_mirror, 0x1000):
+            # GSP-RM reads the GPU's config space through this window of BAR 0
+            self._fail(f"GSP_SET_SYSTEM_INFO pciConfigMirrorBase 0x{mirror:x} (size "
+                       f"0x{size:x}) is not the chip's config mirror "
+                       f"0x{self.gpu.config_mirror:x}")
+            return False
         self.log.append(f"system info: BAR 0 at 0x{bar0:x}")
+        return self._read_registry()
+
+    def _read_registry(self) -> bool:
+        """SET_REGISTRY's DWORD entries into :attr:`registry` (a malformed table fails)."""
+        sent = [q for q in self.peer.requests if q.function == FN_SET_REGISTRY]
+        table = bytes(sent[0].payload) if sent else b""
+        if len(table) < 8 or struct.unpack_from("<I", table)[0] != len(table):
+            self._fail(f"SET_REGISTRY's table of {len(table)} bytes is malformed")
+            return False
+        (count,) = struct.unpack_from("<I", table, 4)
+        for i in range(count):
+            at, kind, data, length = REGISTRY_ENTRY.unpack_from(table, 8 + 16 * i)
+            name = table[at:table.index(b"\0", at)].decode()
+            if kind == 1 and length == 4:  # REGISTRY_TABLE_ENTRY_TYPE_DWORD
+                self.registry[name] = data
         return True
 
     def doorbell(self) -> None:
@@ -195,12 +227,16 @@ class GspFirmware:
         gsp = self.gpu.gsp
         self.start_at(gsp.mailbox(1) << 32 | gsp.mailbox(0))
 
-    def start_at(self, args: int) -> None:
+    def start_at(self, args: int, coherent: bool = True) -> None:
         """Started by the FMC (Hopper, Blackwell), which hands LibOS its arguments' address
-        from GSP_FMC_BOOT_PARAMS.gspRmParams.bootArgsOffset."""
+        from GSP_FMC_BOOT_PARAMS.gspRmParams.bootArgsOffset and whether its target is
+        COHERENT_SYSTEM. A NONCOHERENT_SYSTEM read of cached host memory (sim/gpu.py
+        HostMemory.cached) does not snoop the CPU's caches: the simulator takes what DRAM
+        holds to be stale zeros, so LibOS finds no arguments."""
         self.boots += 1
         self.peer, self.suspended, self.sequencer_done = None, False, False
         self.regions, self.queue_init, self.system_info = {}, None, None
+        self.registry = {}
         for hook in self.on_boot:
             hook()
         self.log.append(f"libos args at 0x{args:x}")
@@ -208,7 +244,10 @@ class GspFirmware:
         if raw is None:
             self._fail(f"no host memory at the LibOS arguments' 0x{args:x}")
             return
-        names = {name_id(n): n for n in ("LOGINIT", "LOGINTR", "LOGRM", "RMARGS")}
+        if not coherent and self.gpu.host.cached:
+            self.log.append("LibOS arguments read non-coherently from cached memory: stale")
+            raw = memoryview(bytes(PAGE))
+        names = {name_id(n): n for n in LIBOS_REGIONS}
         for at in range(0, PAGE, REGION.size):
             id8, pa, size, kind, loc = REGION.unpack_from(raw, at)
             if id8 == 0:

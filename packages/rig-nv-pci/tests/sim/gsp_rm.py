@@ -115,6 +115,7 @@ from rig_pci import libc
 
 from . import chid, engines, gmmu, pbdma
 from . import retired as retired_pages
+from . import runlists as runlist_table
 from .gpu import SimGpu, hopper_on
 from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from .pbdma import COMPUTE_CLASSES, USERD_SIZE, Channel
@@ -207,8 +208,15 @@ class SimRm:
                  classes: tuple[int, ...] = GA102_CLASSES, gr: dict[int, int] | None = None,
                  fb: dict[int, int] | None = None,
                  copy_engines: dict[int, tuple[bytes, int]] | None = None,
-                 retired: list[int] | None = None) -> None:
+                 retired: list[int] | None = None,
+                 runlists: dict[int, int] | None = None) -> None:
         self.gpu = gpu
+        # the device info table's {RM_ENGINE_TYPE: runlist} (sim/runlists.py), the doorbell
+        # writes the PBDMA saw, and those it ignored (naming no channel, or GB20x's without
+        # _ENABLE)
+        self.runlists = dict(runlist_table.DEFAULT if runlists is None else runlists)
+        self.doorbells: list[int] = []
+        self.ignored_doorbells: list[int] = []
         # the GPU's retired pages (FB addresses; None: no page retirement), sim/retired.py,
         # and the (object, baseIndex) of each pass a client asked
         assert retired is None or len(retired) <= retired_pages.MAX_PAGES
@@ -489,7 +497,10 @@ class SimRm:
         if userd_handle not in self.fbmem:
             return NV_ERR_INVALID_OBJECT_HANDLE
         runlist = chid.runlist(self.groups, parent, params)
-        status, channel_id = chid.named(params, runlist, self.channels.values())
+        runlist_id = self.runlists.get(runlist_table.rm_engine_type(runlist))
+        if runlist_id is None:
+            return NV_ERR_INVALID_ARGUMENT
+        status, channel_id = chid.named(params, runlist_id, self.channels.values())
         if status:
             return status
         base = inst[0]
@@ -520,7 +531,8 @@ class SimRm:
             struct.pack_into("<II", self.vram, base + RAMIN_PAGE_DIR_BASE,
                              root & 0xFFFFF000, root >> 32 & 0xFF)
         self.channels[handle] = Channel(handle, channel_id, gpfifo, entries, userd[0], parent,
-                                        error[0], base, mthd[0], runlist=runlist)
+                                        error[0], base, mthd[0], runlist=runlist,
+                                        runlist_id=runlist_id)
         return 0
 
     def _on_control(self, obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
@@ -548,6 +560,8 @@ class SimRm:
             return 0, struct.pack("<III", engine, *CTX_PROPERTIES[engine])
         if cmd == CTRL_PROMOTE_CTX:
             return self._promote(params), params
+        if cmd == runlist_table.CTRL_GET_DEVICE_INFO_TABLE:
+            return runlist_table.answer(params, self.runlists)
         if cmd == CTRL_CE_METHOD_BUFFER_SIZE:
             return 0, struct.pack("<I", METHOD_BUFFER_SIZE)
         if cmd == retired_pages.CTRL_GET_DYNAMIC_OFFLINED_PAGES:

@@ -5,7 +5,11 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), importing no
 rig_nv_pci or rig_nv; module functions taking the :class:`~sim.gsp_rm.SimRm` whose channels
 they run (its ``step``, ``start`` and ``stop`` call them):
 
-- the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) reads GP_PUT from
+- the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) fetches a channel only
+  once its doorbell was rung (the usermode page's NOTIFY_CHANNEL_PENDING holding a token that
+  names it by runlist and ChID, on GB20x with RUNLIST_DOORBELL _ENABLE: sim/runlists.py;
+  other writes are kept in ``ignored_doorbells``) and until it has nothing left; it reads
+  GP_PUT from
   the USERD given (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
   entry (clc56f.h GP_ENTRY0_GET 31:2, GP_ENTRY1_GET_HI 7:0, GP_ENTRY1_LENGTH 30:10 in
   dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
@@ -46,7 +50,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from . import gmmu
+from . import gmmu, runlists
+from .runlists import DOORBELL
 
 if TYPE_CHECKING:
     from .gsp_rm import SimRm
@@ -83,6 +88,7 @@ ENGINE_GRAPHICS = 1  # NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h)
 ENGINE_GRCE = 0x9
 EV_RC_TRIGGERED, EV_MMU_FAULT_QUEUED = 0x1004, 0x1005
 RC_NOTIFIER_SCOPE_TSG = 1  # g_kernel_rc_nvoc.h RC_NOTIFIER_SCOPE
+GB200_ARCH = 0x1B  # nv_ref.h NV_PMC_BOOT_42_ARCHITECTURE_GB200: GB20x's doorbell (runlists.py)
 
 
 def _put32(buf: bytearray | memoryview, at: int, value: int) -> None:
@@ -106,17 +112,44 @@ class Channel:
     bound: dict[int, int] = field(default_factory=dict)  # subchannel -> class (SET_OBJECT)
     ce: dict[int, int] = field(default_factory=dict)  # copy engine methods' last data
     stalled_on: str = ""
-    runlist: int = 0  # the engine type standing for its runlist (sim/chid.py)
+    runlist: int = 0  # the NV2080 engine type whose runlist it is on (sim/chid.py)
+    runlist_id: int = 0  # that runlist's number (sim/runlists.py)
+    active: bool = False  # rung: fetching until GP_GET reaches GP_PUT and nothing waits
+
+
+def rung(rm: SimRm) -> bool:
+    """Whether a doorbell naming one of the channels was written since the last step: the
+    word is read and cleared in one statement, which no other Python thread can split (the
+    interpreter switches threads only at calls and backward jumps). The simulator sees only
+    the last of several writes between two steps: a well-formed one then starts every channel
+    with work, as if the others had been seen too."""
+    word = DOORBELL // 4
+    cells = memoryview(rm.usermode).cast("I")
+    token, cells[word] = cells[word], 0
+    if not token:
+        return False
+    rm.doorbells.append(token)
+    named = runlists.decode(token, gb20x=rm.gpu.boot42 >> 24 & 0x3F == GB200_ARCH)
+    if named is None or not any((c.runlist_id, c.chid) == named
+                                for c in rm.channels.values()):
+        rm.ignored_doorbells.append(token)
+        return False
+    return True
 
 
 def step(rm: SimRm) -> int:
-    """Run every channel as far as it goes; how many methods ran."""
+    """Run every rung channel as far as it goes; how many methods ran."""
     ran = 0
     with rm._lock:
+        kick = rung(rm)
         for ch in list(rm.channels.values()):
             try:
                 rm.running = ch.instance if rm.walks else None
+                ch.active = ch.active or kick
+                if not ch.active:
+                    continue
                 ran += run(rm, ch)
+                ch.active = bool(ch.pending) or not _idle(rm, ch)
             except LookupError as e:
                 # what the PBDMA itself read (GPFIFO entries, methods, semaphores) faults
                 # as the channel's runlist's engine
@@ -150,6 +183,11 @@ def recover(rm: SimRm, ch: Channel, fault: SimFault) -> None:
 
 def _userd(rm: SimRm, ch: Channel) -> memoryview:
     return memoryview(rm.vram)[ch.userd:ch.userd + USERD_SIZE]
+
+
+def _idle(rm: SimRm, ch: Channel) -> bool:
+    (put,) = struct.unpack_from("<I", _userd(rm, ch), USERD_GP_PUT)
+    return ch.get == put % ch.entries
 
 
 def run(rm: SimRm, ch: Channel) -> int:

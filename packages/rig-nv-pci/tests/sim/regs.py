@@ -41,7 +41,8 @@ SEC_BASE, SEC_RISCV, SEC_FBIF = 0x840000, 0x841000, 0x840600
 # ga102/dev_falcon_v4.h, relative to the engine's base
 MAILBOX0, MAILBOX1 = 0x040, 0x044
 OS = 0x080
-HWCFG2 = 0x0F4  # RISCV 10:10, MEM_SCRUBBING 12:12 (0 = done)
+FALCON_RM = 0x084  # NV_PFALCON_FALCON_RM: what the HS ucode checks against NV_PMC_BOOT_0
+HWCFG2 = 0x0F4  # RISCV 10:10, MEM_SCRUBBING 12:12 (0 = done); _addendum.h RESET_READY 31:31
 CPUCTL = 0x100  # STARTCPU 1:1 (write), HALTED 4:4, ALIAS_EN 6:6
 BOOTVEC = 0x104
 HWCFG = 0x108  # IMEM_SIZE 8:0 in 256-byte blocks
@@ -85,11 +86,19 @@ SW_SCRATCH = 0x1400
 # reports GSP-RM reloaded)
 BSI_SECURE_SCRATCH_14 = 0x1180F8
 
-# hopper/gh100/dev_therm.h NV_THERM_I2CS_SCRATCH; dev_therm_addendum.h: _FSP_BOOT_COMPLETE_STATUS
-# reads _SUCCESS 0xff once the FSP has booted
+# NV_THERM_I2CS_SCRATCH, per chip: hopper/gh100/dev_therm.h 0x000200bc, blackwell/gb202/
+# dev_therm.h 0x00ad00bc (gb100's keeps GH100's); dev_therm_addendum.h: _FSP_BOOT_COMPLETE_STATUS
+# reads _SUCCESS 0xff once the FSP has booted. On GB202 nothing answers at GH100's address.
 THERM_I2CS_SCRATCH = 0x0200BC
+GB202_THERM_I2CS_SCRATCH = 0xAD00BC
 # hopper/gh100/dev_fsp_pri.h, channel i at + 8i: EMEMC (OFFS 7:2, BLK 15:8, AINCW 24, AINCR 25),
 # EMEMD, the host -> FSP queue and the FSP -> host message queue
 FSP_EMEMC, FSP_EMEMD = 0x8F2AC0, 0x8F2AC4
 FSP_QUEUE_HEAD, FSP_QUEUE_TAIL = 0x8F2C00, 0x8F2C04
 FSP_MSGQ_HEAD, FSP_MSGQ_TAIL = 0x8F2C80, 0x8F2C84
+
+# The PCI config space's mirror in BAR 0, which GSP-RM reads config space through
+# (GspSystemInfo.pciConfigMirrorBase): ampere/ga100/dev_nv_xve.h NV_PCFG 0x00088FFF:0x00088000
+# on GA10x/AD10x; hopper/gh100/dev_xtl_ep_pri.h NV_EP_PCFGM 0x92FFF:0x92000 from GH100 on
+PCFG_MIRROR = 0x088000
+EP_PCFGM_MIRROR = 0x092000

@@ -15,8 +15,10 @@ Where the format facts come from (no code was taken from any of them):
   EIATTR_PARAM_CBANK 0x0a, MIN_STACK_SIZE 0x12, KPARAM_INFO 0x17, CRS_STACK_SIZE 0x1e,
   REGCOUNT 0x2f, NUM_BARRIERS 0x4c: Mesa ``nv_cubin_defs.h``; the other names and codes
   (MAX_THREADS 0x05, REQNTID 0x10, FRAME_SIZE 0x11, CBANK_PARAM_SIZE 0x19, EXIT_INSTR_OFFSETS
-  0x1c): redplait/denvdis ``test/eiattrs.inc`` (reverse-engineered from nvdisasm), each layout
-  measured in ptxas 13.0 output. The KPARAM_INFO size field ``(packed >> 18) & 0x3fff``: Mesa.
+  0x1c, COOP_GROUP_INSTR_OFFSETS 0x28, CTA_PER_CLUSTER 0x3d, EXPLICIT_CLUSTER 0x3e,
+  MAX_CLUSTER_RANK 0x3f): redplait/denvdis ``test/eiattrs.inc`` (reverse-engineered from
+  nvdisasm), each layout measured in ptxas 13.0 and Triton 3.6 output. The KPARAM_INFO size
+  field ``(packed >> 18) & 0x3fff``: Mesa.
 - Section names and roles (``.text.<k>``, ``.nv.constantN[.<k>]``, ``.nv.shared.<k>``,
   ``.nv.global``) and the tinygrad loader's habits (``tinygrad/runtime/ops_nv.py``): measured,
   and tinygrad's ``elf_loader`` with ``force_section_align=128``.
@@ -52,6 +54,8 @@ _STT_FUNC = 2
 _MAX_THREADS, _PARAM_CBANK, _REQNTID, _FRAME_SIZE, _MIN_STACK_SIZE = 0x05, 0x0A, 0x10, 0x11, 0x12
 _KPARAM_INFO, _CBANK_PARAM_SIZE, _EXIT_INSTR_OFFSETS, _CRS_STACK_SIZE = 0x17, 0x19, 0x1C, 0x1E
 _REGCOUNT, _NUM_BARRIERS = 0x2F, 0x4C
+_COOP_GROUP_INSTR_OFFSETS, _CTA_PER_CLUSTER, _EXPLICIT_CLUSTER, _MAX_CLUSTER_RANK = (
+    0x28, 0x3D, 0x3E, 0x3F)
 _EIFMT_SVAL = 0x04  # the only format with a payload; NVAL/BVAL/HVAL records are 4 bytes
 
 _LOAD_ALIGN = 128  # tinygrad's force_section_align; also .text's own sh_addralign
@@ -114,7 +118,12 @@ class Kernel:
     absent). ``text_offset`` / ``text_size`` place ``.text.<k>`` in :attr:`Cubin.image`; the
     entry point is at ``entry_offset``. ``constants`` maps this kernel's banks (0, 2) to
     (image offset, size). ``max_threads`` is the product of EIATTR_MAX_THREADS (the
-    ``__launch_bounds__`` limit).
+    ``__launch_bounds__`` limit). ``cluster`` is the cluster shape the kernel requires
+    (``__cluster_dims__``, Triton's ``num_ctas``: EIATTR_EXPLICIT_CLUSTER with
+    EIATTR_CTA_PER_CLUSTER), or None; ``max_cluster_rank`` the most CTAs a cluster of it may
+    hold (EIATTR_MAX_CLUSTER_RANK, ``__launch_bounds__``' third value), or None;
+    ``cooperative`` whether it synchronises its whole grid (EIATTR_COOP_GROUP_INSTR_OFFSETS,
+    ``grid.sync()``).
     """
 
     name: str
@@ -135,6 +144,9 @@ class Kernel:
     max_threads: int | None = None
     required_block: tuple[int, int, int] | None = None
     exit_offsets: tuple[int, ...] = ()
+    cluster: tuple[int, int, int] | None = None
+    max_cluster_rank: int | None = None
+    cooperative: bool = False
     constants: Mapping[int, tuple[int, int]] = field(default_factory=dict, compare=False)
 
 
@@ -468,6 +480,7 @@ class _Parser:
         barriers: int | None = None
         crs = 0
         exits: tuple[int, ...] = ()
+        explicit, cta_per_cluster, max_rank, coop = False, None, None, False
         for rec in _records(self.r, info):
             if rec.attr == _PARAM_CBANK:  # u32 symbol of .nv.constant0.<k>, u16 offset, u16 size
                 _, param_offset, size = _words(rec, info, "IHH")
@@ -489,6 +502,15 @@ class _Parser:
                 (crs,) = _words(rec, info, "I")
             elif rec.attr == _EXIT_INSTR_OFFSETS:
                 exits = _words(rec, info, f"{len(rec.payload) // 4}I")
+            elif rec.attr == _EXPLICIT_CLUSTER:  # a bare record (EIFMT_NVAL)
+                explicit = True
+            elif rec.attr == _CTA_PER_CLUSTER:  # u32 x, y, z
+                x, y, z = _words(rec, info, "III")
+                cta_per_cluster = (x, y, z)
+            elif rec.attr == _MAX_CLUSTER_RANK:  # u32
+                (max_rank,) = _words(rec, info, "I")
+            elif rec.attr == _COOP_GROUP_INSTR_OFFSETS:
+                coop = True
 
         registers = self.module[_REGCOUNT].get(entry)
         if registers is None:  # sm <= 89 also keeps the count in .text's sh_info bits 31:24
@@ -519,5 +541,6 @@ class _Parser:
             entry_offset=offsets[text.index] + symbols[entry].value,
             shared_section_bytes=shared_section, frame_bytes=frame, crs_stack_bytes=crs,
             barriers=barriers, max_threads=max_threads, required_block=required_block,
-            exit_offsets=exits, constants=MappingProxyType(banks),
+            exit_offsets=exits, cluster=cta_per_cluster if explicit else None,
+            max_cluster_rank=max_rank, cooperative=coop, constants=MappingProxyType(banks),
         )

@@ -297,14 +297,22 @@ class Device:
         return self.loader.load(cubin)
 
     def launch(self, fn: Function, grid: Sequence[int], block: Sequence[int],
-               args: Sequence[Any] = (), shared: int = 0) -> Point:
+               args: Sequence[Any] = (), shared: int = 0, *,
+               cluster: Sequence[int] | None = None, cooperative: bool = False,
+               pdl: bool = False) -> Point:
         """Launch kernel ``fn`` (``image["name"]``) on ``grid`` blocks of ``block`` threads.
 
         ``args`` follow the kernel's parameters (see :func:`rig_nv.launch.pack_args`);
-        ``shared`` is dynamic shared memory in bytes. No ioctl: the QMD and constant bank go
-        into video memory the GPU reads, and two methods to the compute channel. Raises
-        :class:`rig_edge.Misuse` for grid, block, shared memory or arguments out of range.
+        ``shared`` is dynamic shared memory in bytes; ``cluster`` a cluster shape in CTAs (a
+        kernel that declares one launches in it by default), ``cooperative`` a grid whose
+        blocks all run at once (``grid.sync()``), ``pdl`` refused (:mod:`rig_nv.grids`). No
+        ioctl: the QMD and constant bank go into video memory the GPU reads, and two methods
+        to the compute channel. Raises :class:`rig_edge.Misuse` for grid, block, shared
+        memory, cluster or arguments out of range.
         """
+        if cluster is not None or cooperative or pdl:
+            return launching.launch(self, fn, grid, block, args, shared, None, cluster,
+                                    cooperative, pdl)
         # The common case: a configuration launched before, prepared once (its QMD and bank
         # in one blob); its arguments are checked first (Misuse leaves everything as it was).
         t = self.timeline

@@ -11,7 +11,7 @@ kernel loads its stack pointer and window bases from c[0x0][...], as cuobjdump -
 from __future__ import annotations
 
 import contextlib
-import math
+import dataclasses
 import operator
 import struct
 from collections.abc import Sequence
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Misuse, Region, RigError
-from rig_nv import checks, qmd
+from rig_nv import checks, grids, occupancy, qmd, scalars
 from rig_nv.cubin import Cubin, CubinError, Kernel, parse
 from rig_nv.hostmem import view
 
@@ -149,11 +149,32 @@ class Function:
     cbufs: tuple[tuple[int, int, int], ...]  # its constant banks other than 0: (bank, addr, size)
     prepared: dict[tuple[Any, ...], Prepared] = field(default_factory=dict, compare=False)
     packers: dict[tuple[type, ...], Any] = field(default_factory=dict, compare=False)
+    signature: tuple[str, ...] | None = None  # each parameter's type (rig_nv.scalars)
 
     @property
     def name(self) -> str:
         """The kernel's name in its cubin (``extern "C"`` names stay as written)."""
         return self.kernel.name
+
+    def typed(self, signature: str | Sequence[str]) -> Function:
+        """This kernel with a type for each parameter (``"*fp32,*fp32,i32"`` or Triton's
+        names, :mod:`rig_nv.scalars`): its launches convert Python numbers to those types and
+        refuse other kinds. :class:`Misuse` for an unknown type or a count that is not the
+        kernel's."""
+        types = scalars.parse_signature(signature)
+        if len(types) != len(self.kernel.params):
+            raise Misuse(f"{self.name} takes {len(self.kernel.params)} arguments; the "
+                         f"signature names {len(types)}")
+        for i, (t, (_, size)) in enumerate(zip(types, self.kernel.params, strict=True)):
+            want = scalars.size_of(t)
+            if want != size:
+                raise Misuse(f"{self.name} argument {i} is {size} bytes, not a {t} ({want})")
+        return dataclasses.replace(self, signature=types, prepared={}, packers={})
+
+    def max_active_blocks(self, block: int | Sequence[int], shared: int = 0) -> int:
+        """Blocks of ``block`` threads (and ``shared`` dynamic bytes) one SM holds at once, as
+        cuOccupancyMaxActiveBlocksPerMultiprocessor counts them (:mod:`rig_nv.occupancy`)."""
+        return occupancy.max_active_blocks(self.kernel, self.image.device.arch, block, shared)
 
 
 class Image:
@@ -252,37 +273,23 @@ def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
     return Image(device, cubin, code, globals_)
 
 
-def pack_args(kernel: Kernel, args: Sequence[Any]) -> list[tuple[int, bytes]]:
-    """Each argument's (offset within the parameters, bytes).
-
-    A :class:`rig_edge.Region` is its GPU address; an int fills its parameter's size
-    (signed or unsigned, little-endian); a float is a 4-byte float or an 8-byte double by the
-    parameter's size; bytes-like values are copied as they are and must have the parameter's
-    exact size (structs by value).
+def pack_args(kernel: Kernel, args: Sequence[Any],
+              signature: Sequence[str] | None = None) -> list[tuple[int, bytes]]:
+    """Each argument's (offset within the parameters, bytes), converted as a launch converts
+    them (:mod:`rig_nv.scalars`): a :class:`rig_edge.Region` is its GPU address; an int fills
+    its parameter's size (signed or unsigned, little-endian); a float is a 4-byte float or an
+    8-byte double by the parameter's size; a numpy scalar keeps its dtype; bytes-like values
+    are copied as they are and must have the parameter's exact size (structs by value).
+    ``signature`` types the parameters as :meth:`Function.typed` does.
     """
     if len(args) != len(kernel.params):
         raise Misuse(f"{kernel.name} takes {len(kernel.params)} arguments, not {len(args)}")
-    out = []
-    for i, (arg, (offset, size)) in enumerate(zip(args, kernel.params, strict=True)):
-        if isinstance(arg, Region):
-            if size != 8:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
-            data = arg.gpu.to_bytes(8, "little")
-        elif isinstance(arg, bool | int):
-            v = int(arg)
-            if not -(1 << (8 * size - 1)) <= v < (1 << (8 * size)):
-                raise Misuse(f"{kernel.name} argument {i}: {v} does not fit {size} bytes")
-            data = (v % (1 << (8 * size))).to_bytes(size, "little")
-        elif isinstance(arg, float):
-            if size not in (4, 8):
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            data = struct.pack("<f" if size == 4 else "<d", _float_of(kernel.name, i, size)(arg))
-        else:
-            data = _bytes_of(kernel.name, i, size)(arg)
-            if len(data) != size:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes, given {len(data)}")
-        out.append((offset, data))
-    return out
+    st, order, convs = _packer(kernel, tuple(map(type, args)),
+                               None if signature is None else scalars.parse_signature(signature))
+    data = bytearray(st.size)
+    st.pack_into(data, 0, *(conv(args[j]) for conv, j in
+                            zip(convs, order or range(len(args)), strict=True)))
+    return [(offset, bytes(data[offset : offset + size])) for offset, size in kernel.params]
 
 
 def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
@@ -301,12 +308,16 @@ def check_dims(name: str, grid: Sequence[int], block: Sequence[int]) -> tuple[
 
 
 def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-            shared: int) -> Prepared:
-    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``)."""
+            shared: int, cluster: Sequence[int] | None = None, cooperative: bool = False,
+            pdl: bool = False) -> Prepared:
+    """The QMD and bank-0 templates of a launch configuration (cached on ``fn``); ``cluster``,
+    ``cooperative`` and ``pdl`` as :func:`rig_nv.grids.check` takes them."""
     check_function(device, fn)
     try:
         shared = operator.index(shared)
-        key = (tuple(grid), tuple(block), shared, device.loader.slm)
+        key: tuple[Any, ...] = (tuple(grid), tuple(block), shared, device.loader.slm)
+        if cluster is not None or cooperative or pdl:
+            key += (None if cluster is None else tuple(cluster), bool(cooperative), bool(pdl))
     except TypeError:
         raise Misuse(f"{fn.name}: grid and block must be sequences of whole numbers and shared "
                      f"a whole number, not {grid!r}, {block!r} and {shared!r}") from None
@@ -337,6 +348,8 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     if total > qmd.max_shared(arch) + 1024:
         raise Misuse(f"{k.name}: {total - 1024} bytes of shared memory exceed {arch}'s "
                      f"{qmd.max_shared(arch)} per block")
+    options = grids.check(k, arch, g, b, shared, device.sm_count if cooperative else 0, cluster,
+                          cooperative, pdl)
     lay = bank0_of(arch)
     size = max(k.param_offset + k.param_bytes, k.constant0_size, lay.stack + 4)
     bank = bytearray(-(-size // 64) * 64)
@@ -348,6 +361,11 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     struct.pack_into("<I", bank, lay.stack, STACK_TOP)
     if MEMORY_DESCRIPTOR and lay.descriptor + 8 <= len(bank):
         struct.pack_into("<Q", bank, lay.descriptor, MEMORY_DESCRIPTOR)
+    if options is not grids.PLAIN:
+        workspace = device.loader.grid_workspace().gpu if options.cooperative else 0
+        grids.fill_bank(bank, arch, g, options,
+                        shared=k.shared_bytes + shared + occupancy.RESERVED_SHARED,
+                        window=shared_window, workspace_address=workspace)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(
         program=fn.program,
@@ -360,6 +378,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
         cbufs=((0, 0, len(bank)), *fn.cbufs),
         sass_version=sass_version(arch),
         arch=arch,
+        cluster=options.cluster,
     ))
     layout = qmd.LAYOUTS[device.classes.qmd_version]
     slot, width = qmd.cbuf0_slot(layout)
@@ -368,83 +387,28 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
                    keep, layout.cbuf_addr_shift, lay.address,
                    k.param_offset if lay.to_params else 0)
     fn.prepared[key] = got
-    if isinstance(grid, tuple) and isinstance(block, tuple):
+    if isinstance(grid, tuple) and isinstance(block, tuple) and len(key) == 4:
         fn.prepared[(grid, block, shared, device.loader.slm)] = got  # the caller's own spelling
     return got
 
 
-_UINT = {1: "B", 2: "H", 4: "I", 8: "Q"}
-
-
-def _packer(kernel: Kernel, kinds: tuple[type, ...]) -> tuple[
+def _packer(kernel: Kernel, kinds: tuple[type, ...], signature: tuple[str, ...] | None) -> tuple[
         struct.Struct, tuple[int, ...] | None, tuple[Any, ...]]:
     """A struct that writes arguments of these types at the kernel's parameter offsets, the
     order of the arguments in it (by offset; None when that is their own order), and one
-    converter each (checked as :func:`pack_args` checks)."""
+    converter each (:func:`rig_nv.scalars.field`)."""
     fmt, at, convs = "<", 0, list[Any]()
     order = tuple(sorted(range(len(kinds)), key=lambda j: kernel.params[j][0]))
     for i in order:
-        kind, (offset, size) = kinds[i], kernel.params[i]
+        offset, size = kernel.params[i]
         fmt += "x" * (offset - at)
         at = offset + size
-        if issubclass(kind, Region):
-            if size != 8:
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a pointer")
-            fmt += "Q"
-            convs.append(_GPU_ADDRESS)
-        elif issubclass(kind, int) and size in _UINT:
-            fmt += _UINT[size]
-            convs.append(_int_of(kernel.name, i, size))
-        elif issubclass(kind, float):
-            if size not in (4, 8):
-                raise Misuse(f"{kernel.name} argument {i} is {size} bytes: not a float")
-            fmt += "f" if size == 4 else "d"
-            convs.append(_float_of(kernel.name, i, size))
-        else:
-            fmt += f"{size}s"
-            convs.append(_bytes_of(kernel.name, i, size))
+        code, conv = scalars.field(kernel.name, i, kinds[i], size,
+                                   signature[i] if signature else None)
+        fmt += code
+        convs.append(conv)
     return (struct.Struct(fmt), None if order == tuple(range(len(kinds))) else order,
             tuple(convs))
-
-
-_GPU_ADDRESS = operator.attrgetter("gpu")  # a Region's GPU address
-
-
-def _int_of(name: str, i: int, size: int) -> Any:
-    low, high, mask = -(1 << (8 * size - 1)), 1 << (8 * size), (1 << (8 * size)) - 1
-
-    def conv(v: int) -> int:
-        if not low <= v < high:
-            raise Misuse(f"{name} argument {i}: {v} does not fit {size} bytes")
-        return v & mask
-
-    return conv
-
-
-F32_MAX = 3.4028234663852886e38
-
-
-def _float_of(name: str, i: int, size: int) -> Any:
-    def conv(v: float) -> float:
-        if size == 4 and math.isfinite(v) and abs(v) > F32_MAX:
-            raise Misuse(f"{name} argument {i}: {v} is beyond a 4-byte float's range")
-        return float(v)
-
-    return conv
-
-
-def _bytes_of(name: str, i: int, size: int) -> Any:
-    def conv(v: Any) -> bytes:
-        try:
-            data = bytes(memoryview(v).cast("B"))
-        except TypeError:
-            raise Misuse(f"{name} argument {i} is a {size}-byte value: pass bytes, "
-                         f"not {type(v).__name__}") from None
-        if len(data) != size:
-            raise Misuse(f"{name} argument {i} is {size} bytes, given {len(data)}")
-        return data
-
-    return conv
 
 
 def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[Any]]:
@@ -459,7 +423,7 @@ def arg_values(fn: Function, args: Sequence[Any]) -> tuple[struct.Struct, list[A
     if packer is None:
         if len(args) != len(fn.kernel.params):
             raise Misuse(f"{fn.name} takes {len(fn.kernel.params)} arguments, not {len(args)}")
-        packer = fn.packers[kinds] = _packer(fn.kernel, kinds)
+        packer = fn.packers[kinds] = _packer(fn.kernel, kinds, fn.signature)
     st, order, convs = packer
     if order is None and (type(args) is tuple or type(args) is list):  # in offset order
         return st, list(map(operator.call, convs, args))
@@ -482,17 +446,19 @@ def check_function(device: Device, fn: Any) -> None:
 
 
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
-           args: Sequence[Any], shared: int = 0, name: str | None = None) -> Point:
+           args: Sequence[Any], shared: int = 0, name: str | None = None,
+           cluster: Sequence[int] | None = None, cooperative: bool = False,
+           pdl: bool = False) -> Point:
     """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point.
     A profile names it ``name`` (default: the kernel's name).
 
     Everything is checked (:class:`Misuse`) before the compute engine's local memory grows."""
-    prep = prepare(device, fn, grid, block, shared)
+    prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
     blob = bytearray(prep.blob)
     fill_args(fn, blob, args, 512)
     if prep.local > device.loader.slm:
         device.loader.ensure_local(prep.local)
-        prep = prepare(device, fn, grid, block, shared)
+        prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
     return device.timeline.launch_blob(prep, blob, name or fn.name)

@@ -1,5 +1,6 @@
 """A device's loaded code: images loaded from cubins (:func:`rig_nv.launch.load`), rig's own
-copy kernels, and the compute engine's local memory, grown for the launches that need more.
+copy kernels, the compute engine's local memory, grown for the launches that need more, and
+the grid workspace of cooperative launches.
 
 Rules: local memory only grows, and the memory of an old size is kept until the device stops
 (earlier launches may still use it). The new size is known to launches (:attr:`Loader.slm`)
@@ -13,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING
 
 from rig_edge import Memory, Region, RigError
+from rig_nv import grids
 from rig_nv import launch as launching
 from rig_nv.push import (
     COMPUTE_SET_SHADER_LOCAL_MEMORY_A,
@@ -35,6 +37,7 @@ class Loader:
         self.slm = 0  # local memory per thread the compute engine has been given
         self._local: list[Region] = []
         self._builtins: Image | None = None
+        self._workspace: Region | None = None
         self._lock = threading.Lock()
 
     def load(self, cubin: bytes) -> Image:
@@ -63,6 +66,14 @@ class Loader:
             t = d.timeline
             t.submit(t.compute, body.words)
             self.slm = per_thread
+
+    def grid_workspace(self) -> Region:
+        """The grid workspace cooperative launches share (:mod:`rig_nv.grids`), made on first
+        use. Raises :class:`rig_edge.RigError` when there is no memory for it."""
+        with self._lock:
+            if self._workspace is None:
+                self._workspace = grids.make_workspace(self.device)
+            return self._workspace
 
     def copy_kernels(self) -> Image | None:
         """rig's copy kernels for this GPU (loaded once), or None where none ships."""

@@ -130,6 +130,20 @@ V4 = Layout(
         "PROGRAM_PREFETCH_ADDR_UPPER_SHIFTED": (1392, 1376),
         "PROGRAM_PREFETCH_SIZE": (1401, 1393),
         "DEPENDENCE_COUNTER": (15, 0),
+        # Clusters (clcbc0qmd.h): a GRID_GPC_CGA grid runs in CGAs of WIDTH x HEIGHT x DEPTH
+        # CTAs, each CGA on one GPC.
+        "GPC_CGA_WIDTH": (2149, 2144),
+        "GPC_CGA_HEIGHT": (2157, 2152),
+        "GPC_CGA_DEPTH": (2165, 2160),
+        "CGA_CTA_DISTRIBUTION_MODE": (2207, 2207),
+        # Programmatic dependent launch (clcbc0qmd.h); rig_nv.grids says what rig lacks.
+        "ENABLE_PROGRAM_PRE_EXIT": (1151, 1151),
+        "PRE_EXIT_AT_LAST_CTA_LAUNCH": (1150, 1150),
+        "ARRIVE_AT_LATCH_VALID": (28, 28),
+        "WAIT_ON_LATCH_VALID": (29, 29),
+        "REQUIRE_SCHEDULING_PCAS": (30, 30),
+        "ARRIVE_AT_LATCH_ID": (1503, 1472),
+        "WAIT_ON_LATCH_ID": (1535, 1504),
     },
     cbuf_addr_lower=_per(1567, 1536, 64, 8),
     cbuf_addr_upper=_per(1586, 1568, 64, 8),
@@ -180,6 +194,18 @@ V5 = Layout(
         "DEPENDENT_QMD0_ACTION": (339, 337),
         "DEPENDENT_QMD0_PREFETCH": (340, 340),
         "DEPENDENT_QMD0_POINTER": (415, 384),
+        # Clusters (clcdc0qmd.h): as V4's, at new places.
+        "GPC_CGA_WIDTH": (2053, 2048),
+        "GPC_CGA_HEIGHT": (2061, 2056),
+        "GPC_CGA_DEPTH": (2069, 2064),
+        "CGA_CTA_DISTRIBUTION_MODE": (2111, 2111),
+        "ENABLE_PROGRAM_PRE_EXIT": (639, 639),
+        "PRE_EXIT_AT_LAST_CTA_LAUNCH": (638, 638),
+        "ARRIVE_AT_LATCH_VALID": (730, 730),
+        "WAIT_ON_LATCH_VALID": (731, 731),
+        "REQUIRE_SCHEDULING_PCAS": (158, 158),
+        "ARRIVE_AT_LATCH_ID": (671, 640),
+        "WAIT_ON_LATCH_ID": (703, 672),
     },
     cbuf_addr_lower=_per(1375, 1344, 64, 8),
     cbuf_addr_upper=_per(1394, 1376, 64, 8),
@@ -205,6 +231,7 @@ CARVEOUTS = {
 }
 
 QMD_TYPE_GRID_CTA = 2
+QMD_TYPE_GRID_GPC_CGA = 3  # clcbc0qmd.h / clcdc0qmd.h: a grid of clusters, each on one GPC
 CWD_MEMBAR_L1_SYSMEMBAR = 1
 API_VISIBLE_CALL_LIMIT_NO_CHECK = 1
 
@@ -327,10 +354,15 @@ def smem_config(arch: str, nbytes: int) -> tuple[int, int]:
     return fits // 4 + 1, sizes[-1] // 4 + 1
 
 
+def carveout_max(arch: str) -> int:
+    """The largest shared-memory carveout of an SM of ``arch``, in bytes."""
+    return _carveouts(arch)[-1] * 1024
+
+
 def max_shared(arch: str) -> int:
     """The most shared memory one block may use on ``arch``: the largest carveout less the
     1 KiB the system reserves per block."""
-    return _carveouts(arch)[-1] * 1024 - 1024
+    return carveout_max(arch) - 1024
 
 
 @dataclass(frozen=True)
@@ -347,6 +379,7 @@ class Launch:
     cbufs: tuple[tuple[int, int, int], ...]  # (index, address, size)
     sass_version: int
     arch: str
+    cluster: tuple[int, int, int] | None = None  # CTAs a cluster (V4, V5); None: no clusters
 
 
 def encode(version: int, launch: Launch) -> bytes:
@@ -357,7 +390,14 @@ def encode(version: int, launch: Launch) -> bytes:
     q.set("QMD_MINOR_VERSION", 0)
     q.set("API_VISIBLE_CALL_LIMIT", API_VISIBLE_CALL_LIMIT_NO_CHECK)
     q.set("SAMPLER_INDEX", 0)
-    if "QMD_TYPE" in lay.fields:
+    if launch.cluster is not None:
+        if "GPC_CGA_WIDTH" not in lay.fields:
+            raise ValueError(f"QMD V{version} has no clusters (Hopper's V4 on)")
+        q.set("QMD_TYPE", QMD_TYPE_GRID_GPC_CGA)
+        for name, n in zip(("GPC_CGA_WIDTH", "GPC_CGA_HEIGHT", "GPC_CGA_DEPTH"), launch.cluster,
+                           strict=True):
+            q.set(name, n)
+    elif "QMD_TYPE" in lay.fields:
         # A V4 QMD left at QMD_TYPE 0 (QUEUE), as Mesa NAK leaves it, runs no grid on the H200.
         q.set("QMD_TYPE", QMD_TYPE_GRID_CTA)
     if "SM_GLOBAL_CACHING_ENABLE" in lay.fields:

@@ -81,16 +81,19 @@ class Step:
         self._last: Point | None = None
 
     def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
-               args: Sequence[Any] = (), shared: int = 0) -> int:
-        """Record a launch; returns its index (for :meth:`set_args`). Raises :class:`Misuse`
-        as :meth:`rig_nv.Device.launch` does."""
+               args: Sequence[Any] = (), shared: int = 0, *,
+               cluster: Sequence[int] | None = None, cooperative: bool = False,
+               pdl: bool = False) -> int:
+        """Record a launch; returns its index (for :meth:`set_args`). Takes and raises
+        (:class:`Misuse`) as :meth:`rig_nv.Device.launch` does."""
         self._unsealed()
-        prep = launching.prepare(self.device, fn, grid, block, shared)
+        shape = (cluster, cooperative, pdl)
+        prep = launching.prepare(self.device, fn, grid, block, shared, *shape)
         bank = bytearray(prep.bank)
         launching.fill_args(fn, bank, args)  # checked before local memory grows
         if prep.local > self.device.loader.slm:
             self.device.loader.ensure_local(prep.local)
-            prep = launching.prepare(self.device, fn, grid, block, shared)
+            prep = launching.prepare(self.device, fn, grid, block, shared, *shape)
             bank = bytearray(prep.bank)
             launching.fill_args(fn, bank, args)
         self.items.append(_Launch(fn, prep, bank))

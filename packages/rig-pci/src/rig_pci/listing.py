@@ -55,7 +55,8 @@ class FunctionInfo:
     (0x030200 for a 3D controller); ``driver`` the bound kernel driver's name or ``None``;
     ``iommu_group`` the IOMMU group number or ``None``; ``runtime_status`` Linux's runtime power
     state (``"active"``, ``"suspended"``, ...) or ``None`` where the kernel shows none or it
-    cannot be read.
+    cannot be read; ``subsystem_vendor``, ``subsystem_device`` and ``revision`` as its config
+    space holds them (sysfs's files of those names; 0 where the kernel shows none).
     """
 
     address: str
@@ -66,6 +67,9 @@ class FunctionInfo:
     driver: str | None
     iommu_group: int | None
     runtime_status: str | None
+    subsystem_vendor: int = 0
+    subsystem_device: int = 0
+    revision: int = 0
 
     @property
     def sort_key(self) -> tuple[int, int, int, int]:
@@ -86,6 +90,13 @@ def parse_address(address: str) -> tuple[int, int, int, int]:
 
 def _hex(path: Path) -> int:
     return int(path.read_text().strip(), 16)
+
+
+def _hex_or_0(path: Path) -> int:
+    try:
+        return _hex(path)
+    except FileNotFoundError:
+        return 0
 
 
 def _bars(path: Path) -> tuple[Bar, ...]:
@@ -127,6 +138,9 @@ def read_function(path: Path, address: str) -> FunctionInfo:
         driver=link_name(path / "driver"),
         iommu_group=int(group) if group is not None else None,
         runtime_status=status,
+        subsystem_vendor=_hex_or_0(path / "subsystem_vendor"),
+        subsystem_device=_hex_or_0(path / "subsystem_device"),
+        revision=_hex_or_0(path / "revision"),
     )
 
 

@@ -88,6 +88,7 @@ def add_function(
     drm: tuple[str, ...] = (),
     parent: str | None = None,
     config: bytes | None = None,
+    subsystem: tuple[int, int, int] | None = None,
 ) -> Path:
     """Write a function's sysfs directory under ``root``; returns the directory.
 
@@ -98,7 +99,8 @@ def add_function(
     ``override`` or "(null)"; ``iommu_group`` links the group (of ``iommu_type``) and lists the
     function in its devices/; ``drm`` names DRM nodes (card0, renderD128) under drm/;
     ``parent`` puts it below the bridge at that address (as a switch's port); ``config``
-    replaces its config space (4096 bytes for extended capabilities).
+    replaces its config space (4096 bytes for extended capabilities); ``subsystem`` writes
+    its subsystem_vendor, subsystem_device and revision files.
     """
     top = root / "sys/devices/pci0000:00"
     real = (Path(os.path.realpath(root / DEVICES / parent)) if parent else top) / address
@@ -107,6 +109,11 @@ def add_function(
     (real / "device").write_text(f"0x{device:04x}\n")
     (real / "class").write_text(f"0x{class_code:06x}\n")
     (real / "config").write_bytes(config or config_space(vendor, device, class_code))
+    if subsystem is not None:
+        for name, value in zip(("subsystem_vendor", "subsystem_device", "revision"),
+                               subsystem, strict=True):
+            (real / name).write_text(f"0x{value:04x}\n" if name != "revision"
+                                     else f"0x{value:02x}\n")
     (real / "driver_override").write_text((override or "(null)") + "\n")
     if reset:
         (real / "reset").touch()

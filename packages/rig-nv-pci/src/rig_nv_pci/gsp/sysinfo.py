@@ -77,10 +77,14 @@ def offset(name: str) -> int:
     raise KeyError(name)
 
 
-# kbifGetPciConfigSpacePriMirror_GM107 (used by GA10x/AD10x): DEVICE_BASE(NV_PCFG) and its
-# extent; ampere/ga100/dev_nv_xve.h NV_PCFG 0x00088FFF:0x00088000. nouveau gives the same.
+# kbifGetPciConfigSpacePriMirror_GM107 (GA10x/AD10x): DEVICE_BASE(NV_PCFG) and its extent;
+# ampere/ga100/dev_nv_xve.h NV_PCFG 0x00088FFF:0x00088000. nouveau gives the same.
 PCI_CONFIG_MIRROR_BASE = 0x88000
 PCI_CONFIG_MIRROR_SIZE = 0x1000
+# kbifGetPciConfigSpacePriMirror_GH100 (GH100, GB10x, GB20x in g_kernel_bif_nvoc.c):
+# DEVICE_BASE(NV_EP_PCFGM) and its extent; hopper/gh100/dev_xtl_ep_pri.h NV_EP_PCFGM
+# 0x00092FFF:0x00092000. tinygrad gives 0x92000 where its boot goes through the FSP.
+PCI_CONFIG_MIRROR_BASE_FSP = 0x92000
 # osGetMaxUserVa on x86-64 Linux: TASK_SIZE with 4-level paging, (1 << 47) - one page;
 # nouveau passes TASK_SIZE, nova-core the same number.
 MAX_USER_VA = (1 << 47) - 0x1000
@@ -107,11 +111,18 @@ class SystemInfo:
     subsystem_vendor: int = 0
     subsystem_device: int = 0
     revision: int = 0
+    config_mirror: int = PCI_CONFIG_MIRROR_BASE  # the chip's (PCI_CONFIG_MIRROR_BASE_FSP ...)
 
     @classmethod
-    def for_function(cls, info: FunctionInfo, *, subsystem_vendor: int = 0,
-                     subsystem_device: int = 0, revision: int = 0) -> SystemInfo:
-        """From a listed function: its BARs 0, 1 and 3 and bus address. Raises
+    def for_function(cls, info: FunctionInfo, *, subsystem_vendor: int | None = None,
+                     subsystem_device: int | None = None, revision: int | None = None,
+                     fsp_boot: bool = False) -> SystemInfo:
+        """From a listed function: its BARs 0, 1 and 3, bus address and IDs (the subsystem's
+        and the revision as the listing read them, unless given: NVIDIA reads NV_XVE_SUBSYSTEM
+        and NV_XVE_REV_ID's revision byte from config space, gpuGetIdInfo_GM107, and
+        rpcGspSetSystemInfo_v17_00 sends them); the config mirror of
+        a chip that boots through the FSP (``fsp_boot``: GH100 and Blackwell, whose HAL is
+        kbifGetPciConfigSpacePriMirror_GH100) at :data:`PCI_CONFIG_MIRROR_BASE_FSP`. Raises
         :class:`rig_edge.Misuse` if one of the BARs is missing."""
         bars = {b.index: b.address for b in info.bars}
         missing = [i for i in (0, 1, 3) if i not in bars]
@@ -120,7 +131,11 @@ class SystemInfo:
                          "Ampere/Ada GPU's BAR layout")
         domain, bus, dev, fn = parse_address(info.address)
         return cls(bars[0], bars[1], bars[3], domain, bus, dev << 3 | fn, info.vendor,
-                   info.device, subsystem_vendor, subsystem_device, revision)
+                   info.device,
+                   info.subsystem_vendor if subsystem_vendor is None else subsystem_vendor,
+                   info.subsystem_device if subsystem_device is None else subsystem_device,
+                   info.revision if revision is None else revision,
+                   PCI_CONFIG_MIRROR_BASE_FSP if fsp_boot else PCI_CONFIG_MIRROR_BASE)
 
     @property
     def domain_bus_devfn(self) -> int:
@@ -135,7 +150,7 @@ class SystemInfo:
         out.update({
             "gpuPhysAddr": self.bar0, "gpuPhysFbAddr": self.bar1, "gpuPhysInstAddr": self.bar3,
             "nvDomainBusDeviceFunc": self.domain_bus_devfn, "maxUserVa": MAX_USER_VA,
-            "pciConfigMirrorBase": PCI_CONFIG_MIRROR_BASE,
+            "pciConfigMirrorBase": self.config_mirror,
             "pciConfigMirrorSize": PCI_CONFIG_MIRROR_SIZE,
             # pGpu->idInfo / nouveau: device ID in 31:16, vendor in 15:0
             "PCIDeviceID": self.device << 16 | self.vendor,
