@@ -74,7 +74,7 @@ def test_a_submission_asks_for_the_interrupt_only_where_the_path_wakes_on_it(
     """Every submission ends with the non-stall interrupt (after its release) where the path
     says its sleep wakes on it; where it does not (both of rig's paths), none asks for one."""
     path = FakePath()
-    path.wakes_on_interrupt = wakes  # type: ignore[misc]
+    path.wakes_on_interrupt = wakes
     d = open_on(path)
     try:
         sent = _every_kind(d, path)
