@@ -316,7 +316,8 @@ class FakePath:
         """The GPU finishes every submission so far: the timeline word reaches the last."""
         d = self.device
         if d is not None and getattr(d, "timeline", None) is not None:
-            d.timeline.word[0] = d.timeline.current()
+            for t in d.timelines():  # every queue's
+                t.word[0] = t.current()
 
 
 def rc(d: Any, xid: int, engine: int = 1) -> None:

@@ -8,6 +8,7 @@ from rig_nv.classes import Classes
 from rig_nv.clock import Clock
 from rig_nv.device import Device, Point, make
 from rig_nv.pci import NVIDIA, PciIdentity, is_gpu
+from rig_nv.queues import Queue
 from rig_nv.rm import RM, Allocation, Path, RMError
 
 __version__ = "0.1.0"
@@ -22,6 +23,7 @@ __all__ = [
     "Path",
     "PciIdentity",
     "Point",
+    "Queue",
     "RMError",
     "__version__",
     "is_gpu",
