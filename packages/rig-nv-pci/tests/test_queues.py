@@ -1,0 +1,86 @@
+"""Queues over PCI (issue 17, "Queues"): the extra channels made through the same
+rig_nv.rm.Path over GSP-RM, and the simulated GA102's PBDMA running two queues' copies, ordered
+by ``after`` or not. The PBDMA runs only when a test steps it, channels in the order GSP-RM
+made them (sim/pbdma.py): queue 1's before queue 2's."""
+
+from __future__ import annotations
+
+import os
+
+from test_held import Opened
+
+from rig_edge import Memory
+from rig_nv.hostmem import view
+
+
+def test_two_queues_copies_run_in_the_order_after_gives_them(ga102: Opened) -> None:
+    """Issue 17: "the simulated GPU on the PCI path runs two queues' copies and orders them by
+    after": queue 1's copy after queue 2's point stalls on the PBDMA at its acquire of queue
+    2's word until queue 2's copy released it, then copies what that copy wrote."""
+    d = ga102.open()
+    s = ga102.sim_rm
+    try:
+        q1, q2 = d.queue(), d.queue()
+        data = os.urandom(4096)
+        src, out = d.alloc(4096, Memory.PINNED), d.alloc(4096, Memory.PINNED)
+        mid = d.alloc(4096, Memory.DEVICE)
+        assert src is not None and out is not None and mid is not None
+        assert out.host is not None and src.host is not None
+        view(src.host, 4096)[:] = data
+        s.stop()  # the PBDMA runs only when stepped
+        copy1 = s.channels[q1.copy_channel.handle]
+        filled = q2.copy(mid, src, engine="copy")
+        q1.after(filled)
+        drained = q1.copy(out, mid, engine="copy")
+        s.step()
+        assert copy1.stalled_on == f"acquire 0x{q2.timeline.gpu:x} >= {filled.value}"
+        assert q2.completed() == filled.value and q1.completed() < drained.value
+        assert bytes(view(out.host, 4096)) == bytes(4096)
+        s.step()
+        assert q1.completed() == drained.value and bytes(view(out.host, 4096)) == data
+        assert s.faults == []
+    finally:
+        s.start()
+        d.stop()
+
+
+def test_two_queues_copies_without_after_are_not_ordered(ga102: Opened) -> None:
+    """Issue 17: "work of different queues runs concurrently unless ordered": without after,
+    queue 1's copy (run first by the PBDMA) does not wait for queue 2's, and both complete in
+    one pass; queue 1's copied what lay there before queue 2's copy."""
+    d = ga102.open()
+    s = ga102.sim_rm
+    try:
+        q1, q2 = d.queue(), d.queue()
+        data = os.urandom(4096)
+        src, out = d.alloc(4096, Memory.PINNED), d.alloc(4096, Memory.PINNED)
+        mid = d.alloc(4096, Memory.DEVICE)
+        assert src is not None and out is not None and mid is not None
+        assert out.host is not None and src.host is not None
+        d.upload(mid, bytes(4096)).wait(timeout_s=5.0)
+        view(src.host, 4096)[:] = data
+        s.stop()
+        copy1 = s.channels[q1.copy_channel.handle]
+        filled = q2.copy(mid, src, engine="copy")
+        drained = q1.copy(out, mid, engine="copy")
+        s.step()
+        assert copy1.stalled_on == ""
+        assert q2.completed() == filled.value and q1.completed() == drained.value
+        assert bytes(view(out.host, 4096)) == bytes(4096)  # it ran before queue 2's
+        assert s.faults == []
+    finally:
+        s.start()
+        d.stop()
+
+
+def test_a_queues_channels_go_back_at_the_stop(ga102: Opened) -> None:
+    """Issue 17: "stop gives back every queue's channels": GSP-RM holds none of them after
+    the device's stop, and the GPU opens again."""
+    d = ga102.open()
+    q = d.queue()
+    handles = {q.compute.handle, q.copy_channel.handle}
+    assert handles <= set(ga102.sim_rm.channels)
+    d.stop()
+    assert handles.isdisjoint(ga102.sim_rm.channels)
+    again = ga102.open()
+    again.stop()
