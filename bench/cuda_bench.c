@@ -25,7 +25,7 @@
 
 #define MIB (1024ull * 1024ull)
 #define COPY_BYTES (256ull * MIB)
-#define MAX_ROWS 32
+#define MAX_ROWS 64
 
 /* ---- errors: a row ends at its first failure, the program goes on ---------------------- */
 
@@ -99,6 +99,38 @@ struct row {
 
 static struct row rows[MAX_ROWS];
 static int nrows;
+
+/* --rows: comma-separated keys or prefixes ("1", "5_d2d", "10_h2d"); NULL runs every row.
+ * The same rule as run.py's wanted(): an item names a key, or the keys that begin with it and
+ * an underscore. */
+static const char *row_sel;
+
+static int wanted(const char *key) {
+    const char *p = row_sel;
+    if (!row_sel) return 1;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n && strncmp(key, p, n) == 0 && (key[n] == 0 || key[n] == '_')) return 1;
+        p += n;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
+
+/* Whether an item of --rows names a key that begins with `group` and an underscore (a row
+ * function that records several keys, or whose samples feed a derived row). */
+static int group_wanted(const char *group) {
+    const char *p = row_sel;
+    size_t g = strlen(group);
+    if (!row_sel) return 1;
+    while (*p) {
+        size_t n = strcspn(p, ",");
+        if (n > g && strncmp(p, group, g) == 0 && p[g] == '_') return 1;
+        p += n;
+        if (*p == ',') p++;
+    }
+    return 0;
+}
 
 static void add_row(const char *key, double *samples, int n, double bytes) {
     if (nrows == MAX_ROWS) fail("too many rows");
@@ -363,7 +395,8 @@ static void row_pageable(void) {
 static void row_d2d(void) {
     int i, n = reps(30);
     double *s = samples(n), t;
-    if (!page_src || !page_dst) fail("no host buffers (row 4 failed)");
+    if (!page_src) page_src = xmalloc(COPY_BYTES);
+    if (!page_dst) page_dst = xmalloc(COPY_BYTES);
     fill_random(page_src, COPY_BYTES);
     CK(cuMemcpyHtoD(big, page_src, COPY_BYTES));
     CK(cuMemsetD8(big2, 0, COPY_BYTES));
@@ -403,6 +436,74 @@ static void alloc_free(size_t size, int count, const char *key) {
 
 static void row_alloc_small(void) { alloc_free(64 * 1024, 2000, "6_alloc_64k"); }
 static void row_alloc_large(void) { alloc_free(64 * MIB, 300, "6_alloc_64m"); }
+static void row_alloc_huge(void) { alloc_free(1024 * MIB, 20, "6_alloc_1g"); }
+
+/* 10: copy time by size, 4 KiB to 1 GiB, pinned H2D and D2H and D2D, each copy waited for.
+ * Keys 10_{h2d,d2h,d2d}_{4k,64k,1m,16m,256m,1g}; run.py's SWEEP names the same sizes. */
+static const size_t sweep_sizes[] = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 256 << 20, 1u << 30};
+static const char *sweep_names[] = {"4k", "64k", "1m", "16m", "256m", "1g"};
+static char sweep_keys[3][6][24];
+
+static void row_sweep(void) {
+    size_t top = sweep_sizes[5];
+    void *hsrc = NULL, *hdst = NULL;
+    CUdeviceptr g1, g2;
+    int k, i, j;
+    CK(cuMemAllocHost(&hsrc, top));
+    CK(cuMemAllocHost(&hdst, top));
+    CK(cuMemAlloc(&g1, top));
+    CK(cuMemAlloc(&g2, top));
+    fill_random(hsrc, top);
+    for (j = 0; j < 6; j++) {
+        size_t n_b = sweep_sizes[j];
+        int n = reps(n_b >= (256u << 20) ? 10 : 200);
+        for (k = 0; k < 3; k++) {
+            double *s = samples(n), t;
+            snprintf(sweep_keys[k][j], sizeof sweep_keys[k][j], "10_%s_%s",
+                     k == 0 ? "h2d" : k == 1 ? "d2h" : "d2d", sweep_names[j]);
+            if (!wanted(sweep_keys[k][j])) continue;
+            for (i = -2; i < n; i++) {
+                t = now();
+                if (k == 0) CK(cuMemcpyHtoDAsync(g1, hsrc, n_b, stream));
+                else if (k == 1) CK(cuMemcpyDtoHAsync(hdst, g1, n_b, stream));
+                else CK(cuMemcpyDtoDAsync(g2, g1, n_b, stream));
+                CK(cuStreamSynchronize(stream));
+                if (i >= 0) s[i] = now() - t;
+            }
+            if (k == 1) check_bytes(hdst, hsrc, n_b, sweep_keys[k][j]);
+            if (k == 2) {
+                memset(hdst, 0, n_b);
+                CK(cuMemcpyDtoH(hdst, g2, n_b));
+                check_bytes(hdst, hsrc, n_b, sweep_keys[k][j]);
+            }
+            add_row(sweep_keys[k][j], s, n, (double)n_b);
+        }
+    }
+    CK(cuMemFree(g1));
+    CK(cuMemFree(g2));
+    CK(cuMemFreeHost(hsrc));
+    CK(cuMemFreeHost(hdst));
+}
+
+/* 11: CPU seconds per second of waiting: eight 256 MiB D2D copies queued, then the process's
+ * CPU time and the wall time across cuStreamSynchronize alone. The context's scheduling is
+ * CUDA's default (CU_CTX_SCHED_AUTO), as a program gets it. */
+static void row_wait_cpu(void) {
+    int r, i, n = reps(10);
+    double *s = samples(n);
+    for (r = 0; r < n; r++) {
+        struct timespec c0, c1;
+        double t;
+        for (i = 0; i < 8; i++) CK(cuMemcpyDtoDAsync(big2, big, COPY_BYTES, stream));
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+        t = now();
+        CK(cuStreamSynchronize(stream));
+        t = now() - t;
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+        s[r] = ((double)(c1.tv_sec - c0.tv_sec) + 1e-9 * (double)(c1.tv_nsec - c0.tv_nsec)) / t;
+    }
+    add_row("11_wait_cpu", s, n, 0);
+}
 
 /* 7 (in-process part): with cuInit done and the benchmark's context destroyed, create and
  * destroy a context again and again. The harness times the fresh-process part (--ctx-once). */
@@ -541,8 +642,10 @@ static int has_row(const char *key) {
     return 0;
 }
 
-/* Run a row; a failure becomes the error of each of its keys it did not record. */
+/* Run a row unless --rows leaves out all its keys; a failure becomes the error of each of its
+ * keys it did not record. */
 static void run_row(void (*fn)(void), const char *key1, const char *key2) {
+    if (!wanted(key1) && !(key2 && wanted(key2)) && !group_wanted(key1)) return;
     in_row = 1;
     if (setjmp(row_jmp) == 0) fn();
     else {
@@ -583,6 +686,46 @@ static int ctx_once(void) {
     return 0;
 }
 
+static unsigned char *read_file(const char *path, size_t *size);
+
+/* 7, what a user pays in a fresh process: cuInit, a context, the module, a first launch of
+ * vadd (n = 1) waited for, a first 4 KiB copy each way, and the context destroyed. */
+static int first_use(const char *cubin_path) {
+    CUcontext c;
+    CUmodule m;
+    CUfunction f;
+    CUdeviceptr p;
+    unsigned char host[4096], back[4096];
+    size_t size;
+    unsigned char *cubin;
+    double t0, t1;
+    int one = 1;
+    void *args[4];
+    t0 = now();
+    CK(cuInit(0));
+    CK(cuDeviceGet(&dev, 0));
+    CK(create_context(&c));
+    cubin = read_file(cubin_path, &size);
+    CK(cuModuleLoadData(&m, cubin));
+    CK(cuModuleGetFunction(&f, m, "vadd"));
+    CK(cuMemAlloc(&p, sizeof host));
+    args[0] = &p;
+    args[1] = &p;
+    args[2] = &p;
+    args[3] = &one;
+    CK(cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, args, NULL));
+    CK(cuCtxSynchronize());
+    fill_random(host, sizeof host);
+    CK(cuMemcpyHtoD(p, host, sizeof host));
+    CK(cuMemcpyDtoH(back, p, sizeof back));
+    if (memcmp(host, back, sizeof host) != 0) fail("first use: the copy came back changed");
+    CK(cuCtxDestroy(c));
+    t1 = now();
+    free(cubin);
+    printf("{\"total_s\": %.9g}\n", t1 - t0);
+    return 0;
+}
+
 static unsigned char *read_file(const char *path, size_t *size) {
     FILE *f = fopen(path, "rb");
     unsigned char *data;
@@ -612,17 +755,22 @@ int main(int argc, char **argv) {
 
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--ctx-once") == 0) return ctx_once();
+        if (strcmp(argv[i], "--first-use") == 0 && i + 1 < argc) return first_use(argv[i + 1]);
+        if (strcmp(argv[i], "--rows") == 0 && i + 1 < argc) {
+            row_sel = argv[++i];
+            continue;
+        }
         if (strcmp(argv[i], "--scale") == 0 && i + 1 < argc) {
             scale = atof(argv[++i]);
             if (!(scale > 0)) scale = 1.0;
         } else if (argv[i][0] != '-' && !cubin_path) cubin_path = argv[i];
         else {
-            fprintf(stderr, "usage: %s CUBIN [--scale F] | --ctx-once\n", argv[0]);
+            fprintf(stderr, "usage: %s CUBIN [--scale F] [--rows LIST] | --ctx-once | --first-use CUBIN\n", argv[0]);
             return 2;
         }
     }
     if (!cubin_path) {
-        fprintf(stderr, "usage: %s CUBIN [--scale F] | --ctx-once\n", argv[0]);
+        fprintf(stderr, "usage: %s CUBIN [--scale F] [--rows LIST] | --ctx-once | --first-use CUBIN\n", argv[0]);
         return 2;
     }
     rng_state = ((uint64_t)time(NULL) << 20) ^ (uint64_t)getpid() ^ 0x9E3779B97F4A7C15ull;
@@ -673,6 +821,9 @@ int main(int argc, char **argv) {
     run_row(row_d2d, "5_d2d", NULL);
     run_row(row_alloc_small, "6_alloc_64k", NULL);
     run_row(row_alloc_large, "6_alloc_64m", NULL);
+    run_row(row_alloc_huge, "6_alloc_1g", NULL);
+    run_row(row_sweep, "10", NULL);
+    run_row(row_wait_cpu, "11_wait_cpu", NULL);
 
     /* Give everything back, then time contexts with cuInit done. */
     run_row(cleanup, "cleanup", NULL);

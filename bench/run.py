@@ -1,17 +1,16 @@
 #!/usr/bin/env python3
-"""rig against CUDA from C, PyTorch and CuPy on the same work, in one run (issues 7 and 10).
+"""rig against CUDA from C, PyTorch and CuPy on the same work (issues 7, 10 and 23).
 
-    python3 bench/run.py [--scale F] [--peers rig,cuda,torch,cupy]
+    python3 bench/run.py [--rounds N] [--rows 1,5_d2d,10] [--scale F] [--peers rig,cuda,...]
+    python3 bench/run.py --dry        # no GPU: the plan, and the arithmetic checked
 
-Rows 1-8 run on GPU 0 (issue 7); row 9 copies between GPUs 0 and 1 (issue 10), n/a where the
-machine has one GPU. Builds bench/cuda_bench.c (nvcc, else cc -lcuda), runs it, then each Python
-peer in a process of its own (``--worker NAME``), then the fresh-process rows (open+stop, import
-times, ``rig list``).
-Every row is the median of many repetitions after warm-up, with min and max; every copy and
-kernel row checks its result against fresh random data before it counts. Writes every sample to
-$OUT/bench.json (./bench-out without OUT), the rig/CUDA ratios to $OUT/bench.png (with
-matplotlib), and prints a table last. A peer that is missing or a row that fails is recorded in
-the JSON and shown as n/a.
+Each round runs every peer once, each a full process (CUDA from C: bench/cuda_bench.c; the
+Python peers: ``--worker NAME``), then the fresh-process rows; odd rounds run the peers in
+reverse order. A row's value is the median of its rounds; rig's ratio is the median of the
+rounds' ratios (rig over the reference peer of the same round), with their min and max
+(bench/rows.py). Writes every sample and round to $OUT/bench.json (./bench-out without OUT),
+the plots to $OUT/bench*.png (with matplotlib; bench/plots.py), and prints a table last with
+the tree and date. A missing peer or a failed row shows as n/a, its error in the JSON.
 """
 
 from __future__ import annotations
@@ -19,116 +18,34 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import math
 import os
 import platform
 import shutil
-import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workers import WORKERS, log, worker
+from common import log, wanted
+from plots import plot, plot_latency, plot_sweep
+from rows import (
+    IMPORTS,
+    NOTES,
+    PEERS,
+    ROWS,
+    combine,
+    fmt,
+    selected_rows,
+    self_check,
+    summarise,
+    target_text,
+)
+from workers import WORKERS, worker
 
 ROOT = Path(__file__).resolve().parents[1]
 CUBINS = ROOT / "packages" / "rig-nv" / "tests" / "cubins"
-PEERS = ("rig", "cuda", "torch", "cupy")
-IMPORTS = ("rig_edge", "rig_pci", "rig_nv", "rig_nv_nvidia", "rig_cli", "torch", "cupy")
 IMPORT_OF = {"rig": "rig_nv_nvidia", "torch": "torch", "cupy": "cupy"}
-
-
-@dataclass(frozen=True)
-class Row:
-    key: str
-    label: str
-    unit: str  # "us", "ms" (times: lower is better) or "GB/s" (higher is better)
-    target: tuple[str, float] | None = None  # ("<=" | ">=", ratio to CUDA) or ("ms<=", ms)
-    cuda_key: str | None = None  # the CUDA row to compare with, where not the same key
-
-
-ROWS = (
-    Row("1_launch", "1 launch+wait, 1 kernel", "us", ("<=", 1.0)),
-    Row("2_step64", "2 step of 64 dependent kernels", "us", ("<=", 1.0)),
-    Row("2_step1", "2 step of 1 kernel", "us", ("<=", 1.0)),
-    Row("2_per_kernel", "2 each further kernel (t64-t1)/63", "us", ("<=", 1.0)),
-    Row("3_flight", "3 10,000 1-kernel steps, per step", "us", ("<=", 1.0)),
-    Row("3_launch_flight", "3' 10,000 launches, per launch", "us"),
-    Row("4_h2d_pinned", "4 H2D 256 MiB pinned", "GB/s", (">=", 0.98)),
-    Row("4_d2h_pinned", "4 D2H 256 MiB pinned", "GB/s", (">=", 0.98)),
-    Row("4_h2d_pageable", "4 H2D 256 MiB pageable", "GB/s", (">=", 1.5)),
-    Row("4_d2h_pageable", "4 D2H 256 MiB pageable", "GB/s", (">=", 1.5)),
-    Row("4_h2d_map_host", "4' H2D pageable, map_host+copy+free", "GB/s", (">=", 1.5),
-        "4_h2d_pageable"),
-    Row("4_d2h_map_host", "4' D2H pageable, map_host+copy+free", "GB/s", (">=", 1.5),
-        "4_d2h_pageable"),
-    Row("5_d2d", "5 D2D 256 MiB", "GB/s", (">=", 0.9)),
-    Row("6_alloc_64k", "6 alloc+free 64 KiB", "us", ("<=", 1.0)),
-    Row("6_alloc_64m", "6 alloc+free 64 MiB", "us", ("<=", 1.0)),
-    Row("6_alloc_64k_raw", "6' alloc+free 64 KiB, no cache", "us", None, "6_alloc_64k"),
-    Row("6_alloc_64m_raw", "6' alloc+free 64 MiB, no cache", "us", None, "6_alloc_64m"),
-    Row("7_open_stop_fresh", "7 open+stop, fresh process", "ms", ("ms<=", 40.0)),
-    Row("7_open_stop_fresh_wall", "7 the fresh process, wall", "ms"),
-    Row("7_open_stop_inproc", "7 open+stop again, same process", "ms", ("ms<=", 40.0)),
-    Row("8_import", "8 import rig_nv_nvidia/torch/cupy", "ms"),
-    *(Row(f"8_import_{m}", f"8 import {m}", "ms") for m in IMPORTS[:5]),
-    Row("8_rig_list", "8 rig list (process wall)", "ms", ("ms<=", 150.0)),
-    Row("8_rig_help", "8 rig --help (process wall)", "ms", ("ms<=", 150.0)),
-    Row("8_python", "8 python -c pass (reference)", "ms"),
-    Row("9_peer_01", "9 peer copy GPU0->GPU1 256 MiB", "GB/s", (">=", 0.9)),
-    Row("9_peer_10", "9 peer copy GPU1->GPU0 256 MiB", "GB/s", (">=", 0.9)),
-    Row("9_peer_01_ce", "9' GPU0->GPU1, copy engine", "GB/s", None, "9_peer_01"),
-    Row("9_peer_01_sm", "9' GPU0->GPU1, SM kernels", "GB/s", None, "9_peer_01"),
-    Row("9_peer_10_ce", "9' GPU1->GPU0, copy engine", "GB/s", None, "9_peer_10"),
-    Row("9_peer_10_sm", "9' GPU1->GPU0, SM kernels", "GB/s", None, "9_peer_10"),
-)
-
-NOTES = {
-    "7_open_stop_fresh": "rig: gpu(0).open()+stop() after import; CUDA: cuInit+cuCtxCreate+"
-    "cuCtxDestroy; torch/cupy: first CUDA use after import (context made, never destroyed)",
-    "7_open_stop_fresh_wall": "whole process from exec to exit, interpreter and imports included",
-    "6_alloc_64k": "torch and cupy: their caching allocators (no cudaMalloc after warm-up)",
-    "6_alloc_64k_raw": "cupy.cuda.memory.Memory: cudaMalloc+cudaFree",
-    "4_h2d_map_host": "rig only: map the caller's pages, copy, unmap, every time",
-    "3_launch_flight": "plain launches (not steps/graphs) submitted, then one wait",
-    "9_peer_01": "rig: GPU 1's d1.copy from d1.map_peer(d0, r0) (GPU1->GPU0: into it), the "
-    "better of engine='copy' and 'sm' (9'); CUDA: cuMemcpyPeerAsync on the source GPU's stream "
-    "+ cuStreamSynchronize, primary contexts with peer access both ways; torch: tensor.to() "
-    "the other GPU + synchronize both; n/a with fewer than two GPUs",
-}
-
-
-# ---- statistics ----------------------------------------------------------------------------
-
-
-def summary(row: Row, data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` holds samples_s (seconds per operation) and bytes: the value in the row's unit."""
-    if "error" in data:
-        return {"error": data["error"]}
-    s = data.get("samples_s") or []
-    if not s:
-        return {"error": "no samples"}
-    med, lo, hi = statistics.median(s), min(s), max(s)
-    if row.unit == "GB/s":
-        b = data.get("bytes") or 0
-        if not b or lo <= 0:
-            return {"error": "no byte count"}
-        return {"value": b / med / 1e9, "min": b / hi / 1e9, "max": b / lo / 1e9, "n": len(s)}
-    k = 1e6 if row.unit == "us" else 1e3
-    return {"value": med * k, "min": lo * k, "max": hi * k, "n": len(s)}
-
-
-def fmt(v: float | None) -> str:
-    if v is None or math.isnan(v):
-        return "n/a"
-    a = abs(v)
-    if a >= 100:
-        return f"{v:.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    return f"{v:.2f}"
 
 
 # ---- the harness -------------------------------------------------------------------------------
@@ -273,11 +190,11 @@ def run_json(cmd: list[str], timeout: float, env: dict[str, str] | None = None
         return None, wall, f"no JSON in its output: {p.stdout[-500:]} {p.stderr[-500:]}"
 
 
-def run_cuda(exe: Path, cubin: Path, scale: float) -> dict[str, Any]:
-    log("CUDA from C ...")
+def run_cuda(exe: Path, cubin: Path, scale: float, rows: str | None = None) -> dict[str, Any]:
     t = time.perf_counter()
     try:
-        p = sh([str(exe), str(cubin), "--scale", str(scale)], timeout=240)
+        p = sh([str(exe), str(cubin), "--scale", str(scale), *(["--rows", rows] if rows else [])],
+               timeout=240)
     except (OSError, subprocess.SubprocessError) as e:
         return {"meta": {"error": f"cuda_bench did not run: {type(e).__name__}: {e}"},
                 "rows": {}}
@@ -292,9 +209,55 @@ def run_cuda(exe: Path, cubin: Path, scale: float) -> dict[str, Any]:
     return result
 
 
-def fresh_rows(peer: str, exe: Path | None, env: dict[str, str], reps: int
+FIRST_USE = """import json, time
+import numpy as np
+import rig_nv_nvidia
+from rig_edge import Memory
+cubin = open(CUBIN, "rb").read()
+t0 = time.perf_counter()
+d = rig_nv_nvidia.gpu(0).open()
+fn = d.load(cubin)["vadd"]
+r = d.alloc(4096, Memory.DEVICE)
+d.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
+data = np.random.default_rng().bytes(4096)
+d.upload(r, data).wait()
+back = bytes(d.download(r))
+d.stop()
+t1 = time.perf_counter()
+assert back == data, "first use: the copy came back changed"
+print(json.dumps({"total_s": t1 - t0}))
+"""
+
+
+def first_use(peer: str, exe: Path | None, env: dict[str, str], reps: int, cubin: Path
+              ) -> dict[str, Any]:
+    """Row 7, what a user pays in a fresh process: open, load, a first launch, a first copy
+    each way, stop (CUDA: the same through the driver API); imports left out."""
+    if peer == "cuda":
+        if exe is None:
+            return {"error": "cuda_bench did not build"}
+        cmd = [str(exe), "--first-use", str(cubin)]
+    elif peer == "rig":
+        cmd = [sys.executable, "-c", FIRST_USE.replace("CUBIN", repr(str(cubin)))]
+    else:
+        return {}
+    samples = []
+    for i in range(reps + 1):  # the first run warms the file cache
+        got, _, error = run_json(cmd, 120, env)
+        if got is None:
+            return {"error": error}
+        if i:
+            samples.append(got["total_s"])
+    return {"samples_s": samples}
+
+
+def fresh_rows(peer: str, exe: Path | None, env: dict[str, str], reps: int, cubin: Path
                ) -> dict[str, dict[str, Any]]:
     """Row 7 in fresh processes: the time inside the process, and the process's wall time."""
+    rows = {}
+    first = first_use(peer, exe, env, reps, cubin)
+    if first:
+        rows["7_first_use_fresh"] = first
     scripts = {
         "rig": "import json, time\nt0 = time.perf_counter()\nimport rig_nv_nvidia\n"
                "t1 = time.perf_counter()\nd = rig_nv_nvidia.gpu(0).open()\n"
@@ -324,8 +287,9 @@ def fresh_rows(peer: str, exe: Path | None, env: dict[str, str], reps: int
             walls.append(wall)
             details.append(got)
     if error:
-        return {"7_open_stop_fresh": {"error": error}, "7_open_stop_fresh_wall": {"error": error}}
-    return {"7_open_stop_fresh": {"samples_s": inner, "runs": details},
+        return {**rows, "7_open_stop_fresh": {"error": error},
+                "7_open_stop_fresh_wall": {"error": error}}
+    return {**rows, "7_open_stop_fresh": {"samples_s": inner, "runs": details},
             "7_open_stop_fresh_wall": {"samples_s": walls}}
 
 
@@ -379,87 +343,20 @@ def import_rows(peers: list[str], env: dict[str, str], reps: int
     return rows
 
 
-def ratio_of(row: Row, rig: dict[str, Any], cuda: dict[str, Any]) -> float | None:
-    r, c = rig.get("value"), cuda.get("value")
-    if r is None or c is None or c == 0:
-        return None
-    return float(r / c)
-
-
-def met(row: Row, rig: dict[str, Any], ratio: float | None) -> bool | None:
-    if row.target is None:
-        return None
-    op, limit = row.target
-    if op == "ms<=":
-        v = rig.get("value")
-        return None if v is None else bool(v <= limit)
-    if ratio is None:
-        return None
-    return ratio <= limit if op == "<=" else ratio >= limit
-
-
-def target_text(row: Row) -> str:
-    if row.target is None:
-        return "-"
-    op, limit = row.target
-    if op == "ms<=":
-        return f"<= {limit:g} ms"
-    return f"{op} {limit}x"
-
-
-def summarise(results: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """Each row: every peer's value, min, max and samples; rig/CUDA and whether it met its
-    target."""
-    table: dict[str, Any] = {}
-    for row in ROWS:
-        entry: dict[str, Any] = {"label": row.label, "unit": row.unit,
-                                 "target": target_text(row), "peers": {}}
-        for peer in PEERS:
-            rows = results.get(peer, {}).get("rows", {})
-            if row.key == "2_per_kernel":
-                t64, t1 = table["2_step64"]["peers"].get(peer), table["2_step1"]["peers"].get(peer)
-                if t64 is None and t1 is None:
-                    continue
-                if t64 and t1 and "value" in t64 and "value" in t1:
-                    stats: dict[str, Any] = {"value": (t64["value"] - t1["value"]) / 63,
-                                             "min": None, "max": None, "n": 0}
-                else:
-                    stats = {"error": (t64 or {}).get("error") or (t1 or {}).get("error")}
-            elif row.key in rows:
-                stats = summary(row, rows[row.key])
-                if "error" not in stats:
-                    stats["raw"] = rows[row.key]
-            else:
-                continue
-            entry["peers"][peer] = stats
-        rig = entry["peers"].get("rig", {})
-        if row.cuda_key and "cuda" not in entry["peers"] and row.cuda_key in table:
-            # The CUDA row this one is measured against (shown in the CUDA column).
-            entry["cuda_reference"] = row.cuda_key
-            ref = table[row.cuda_key]["peers"].get("cuda")
-            if ref is not None:
-                entry["peers"]["cuda"] = {k: v for k, v in ref.items() if k != "raw"}
-        cuda = entry["peers"].get("cuda", {})
-        entry["ratio"] = ratio_of(row, rig, cuda)
-        entry["met"] = met(row, rig, entry["ratio"])
-        entry["ratios"] = {p: ratio_of(row, entry["peers"].get(p, {}), cuda)
-                           for p in ("rig", "torch", "cupy")}
-        table[row.key] = entry
-    return table
-
-
 def print_table(table: dict[str, Any], meta: dict[str, Any]) -> None:
-    head = ("row", "rig", "CUDA-C", "torch", "cupy", "rig/CUDA", "target")
+    head = ("row", "rig", "CUDA-C", "torch", "cupy", "rig/ref", "min-max", "target")
     lines = []
     for row in ROWS:
-        e = table[row.key]
-        if not e["peers"]:
+        e = table.get(row.key)
+        if not e or not e["peers"]:
             continue
         cells = [f"{row.label} [{row.unit}]"]
         for peer in PEERS:
             cells.append(fmt(e["peers"].get(peer, {}).get("value")))
         ratio = e["ratio"]
         cells.append("n/a" if ratio is None else f"{ratio:.2f}x")
+        lo, hi = e.get("ratio_min"), e.get("ratio_max")
+        cells.append("" if lo is None or hi is None else f"{lo:.2f}-{hi:.2f}")
         flag = {True: " met", False: " MISSED", None: ""}[e["met"]]
         cells.append(e["target"] + (flag if e["target"] != "-" else ""))
         lines.append(cells)
@@ -470,8 +367,8 @@ def print_table(table: dict[str, Any], meta: dict[str, Any]) -> None:
                           for i, (c, w) in enumerate(zip(cells, widths, strict=True)))
 
     print()
-    print(f"{meta.get('gpu') or '?'}, driver {meta.get('driver') or '?'}, {meta.get('date')}; "
-          f"{meta.get('command')}")
+    print(f"{meta.get('gpu') or '?'}, driver {meta.get('driver') or '?'}, {meta.get('date')}, "
+          f"tree {meta.get('tree')}, {meta.get('rounds')} rounds; {meta.get('command')}")
     print(line(head))
     print("-+-".join("-" * w for w in widths))
     for cells in lines:
@@ -479,44 +376,100 @@ def print_table(table: dict[str, Any], meta: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def plot(table: dict[str, Any], path: Path) -> str:
+def tree() -> str:
+    """The commit benchmarked, with "+changes" where the working tree differs from it."""
     try:
-        import matplotlib
+        head = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).stdout.strip()
+        dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
+    except (OSError, subprocess.SubprocessError):
+        return "unknown tree"
+    return (head or "unknown tree") + ("+changes" if dirty.stdout.strip() else "")
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as e:
-        return f"no plot: {e}"
-    rows = [r for r in ROWS if any(v is not None for v in table[r.key]["ratios"].values())]
-    if not rows:
-        return "no plot: no ratios"
-    fig, ax = plt.subplots(figsize=(10, 0.45 * len(rows) + 1.5))
-    colours = {"rig": "tab:blue", "torch": "tab:orange", "cupy": "tab:green"}
-    height = 0.27
-    for i, peer in enumerate(("rig", "torch", "cupy")):
-        ys, xs = [], []
-        for j, r in enumerate(rows):
-            v = table[r.key]["ratios"].get(peer)
-            if v is not None and v > 0:
-                ys.append(j + (i - 1) * height)
-                xs.append(v)
-        if xs:
-            ax.barh(ys, xs, height=height, color=colours[peer], label=f"{peer} / CUDA-C")
-    for j, r in enumerate(rows):
-        if r.target and r.target[0] in ("<=", ">="):
-            ax.plot([r.target[1]] * 2, [j - 0.45, j + 0.45], color="black", lw=2)
-    ax.axvline(1.0, color="grey", lw=0.8, ls="--")
-    ax.set_xscale("log")
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"{r.label} ({'higher' if r.unit == 'GB/s' else 'lower'} is better)"
-                        for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("ratio to CUDA from C (black: target)")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+
+def order_of(peers: list[str], round_no: int) -> list[str]:
+    """Each round runs every peer once; odd rounds run them in reverse (A B, then B A), so no
+    peer always runs just after another GPU process or first."""
+    return list(peers) if round_no % 2 == 0 else list(reversed(peers))
+
+
+def run_worker(peer: str, cubin: Path, args: argparse.Namespace, env: dict[str, str],
+               out: Path) -> dict[str, Any]:
+    """One Python peer's worker in a process of its own: its rows, or its error."""
+    path = out / f"worker-{peer}.json"
+    path.unlink(missing_ok=True)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--cubin",
+           str(cubin), "--scale", str(args.scale), "--json", str(path)]
+    if args.rows:
+        cmd += ["--rows", args.rows]
+    t = time.perf_counter()
+    try:
+        p = sh(cmd, timeout=240, env=env)
+        tail = (p.stderr or "")[-6000:]
+        err = "" if p.returncode == 0 else f"worker exit {p.returncode}: {tail[-1500:]}"
+    except subprocess.TimeoutExpired as e:
+        raw = e.stderr or b""
+        tail = (raw.decode(errors="replace") if isinstance(raw, bytes) else raw)[-6000:]
+        err = "worker timed out after 240 s"
+    log(tail.rstrip())
+    log(f"  done in {time.perf_counter() - t:.1f} s")
+    try:
+        result: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        result = {"meta": {}, "rows": {}}
+    if err:
+        result["meta"].setdefault("error", err)
+    return result
+
+
+def cuda_round(exe: Path, cubin: Path, args: argparse.Namespace, out: Path,
+               meta: dict[str, Any]) -> dict[str, Any]:
+    """CUDA from C once; should the driver refuse the committed cubin (nvcc 13.0), CUDA and
+    CuPy run kernels.cu compiled here instead (meta["cuda_cubin"]), rig the committed one."""
+    if "cuda_cubin" in meta:
+        return run_cuda(exe, Path(meta["cuda_cubin"]), args.scale, args.rows)
+    result = run_cuda(exe, cubin, args.scale, args.rows)
+    err = str(result.get("rows", {}).get("1_launch", {}).get("error", ""))
+    if "cuModuleLoadData" in err:
+        log(f"the driver refused {cubin.name}; compiling kernels.cu here ...")
+        cuda_cubin, why = local_cubin(out, cubin)
+        if cuda_cubin is None:
+            meta["cuda_cubin_error"] = why
+        else:
+            meta["cuda_cubin"] = str(cuda_cubin)
+            result = run_cuda(exe, cuda_cubin, args.scale, args.rows)
+            result.setdefault("meta", {})["first_try"] = err
+    return result
+
+
+def one_round(round_no: int, peers: list[str], exe: Path | None, build_error: str | None,
+              cubin: Path, args: argparse.Namespace, env: dict[str, str], out: Path,
+              meta: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Every peer once, in this round's order, each a full process; then the fresh-process
+    rows (one process per peer) and the import rows."""
+    results: dict[str, dict[str, Any]] = {p: {"meta": {}, "rows": {}} for p in PEERS}
+    order = order_of(peers, round_no)
+    log(f"round {round_no + 1}: {' '.join(order)}")
+    for peer in order:
+        if peer == "cuda":
+            if exe is None:
+                results["cuda"]["meta"]["error"] = build_error or "cuda_bench did not build"
+            else:
+                log("CUDA from C ...")
+                results["cuda"] = cuda_round(exe, cubin, args, out, meta)
+        elif peer in PEERS:
+            log(f"{peer} ...")
+            use = Path(meta["cuda_cubin"]) if peer == "cupy" and "cuda_cubin" in meta else cubin
+            results[peer] = run_worker(peer, use, args, env, out)
+    sel = args.rows.split(",") if args.rows else None
+    if wanted("7", sel):
+        for peer in order:
+            if peer in PEERS:
+                log(f"{peer}: fresh processes ...")
+                results[peer]["rows"].update(fresh_rows(peer, exe, env, 1, cubin))
+    if wanted("8", sel):
+        for peer, rows in import_rows(peers, env, 1).items():
+            results[peer]["rows"].update(rows)
+    return results
 
 
 def harness(args: argparse.Namespace) -> int:
@@ -530,6 +483,7 @@ def harness(args: argparse.Namespace) -> int:
     parts = [p.strip() for p in smi.split(",")]
     meta: dict[str, Any] = {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "tree": tree(),
         "gpu": parts[0] if parts and parts[0] else None,
         "driver": parts[1] if len(parts) > 1 else None,
         "memory": parts[2] if len(parts) > 2 else None,
@@ -539,100 +493,86 @@ def harness(args: argparse.Namespace) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "cubin": str(cubin.relative_to(ROOT) if cubin.is_relative_to(ROOT) else cubin),
         "scale": args.scale,
+        "rounds": args.rounds,
+        "rows": args.rows,
         "notes": NOTES,
     }
-    try:
-        meta["commit"] = sh(["git", "-C", str(ROOT), "rev-parse", "HEAD"]).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        meta["commit"] = None
-    results: dict[str, dict[str, Any]] = {p: {"meta": {}, "rows": {}} for p in PEERS}
-    exe = None
-
+    exe, build_error = None, None
     if "cuda" in peers:
         log("building cuda_bench ...")
         exe, attempts = build(out)
         meta["build"] = attempts
         if exe is None:
-            results["cuda"]["meta"]["error"] = "cuda_bench did not build: " + (
+            build_error = "cuda_bench did not build: " + (
                 attempts[-1].get("output") or attempts[-1].get("error", "?"))[-800:]
-            log(results["cuda"]["meta"]["error"])
-        else:
-            results["cuda"] = run_cuda(exe, cubin, args.scale)
-            err = str(results["cuda"].get("rows", {}).get("1_launch", {}).get("error", ""))
-            if "cuModuleLoadData" in err:
-                # The driver refuses the committed cubin (nvcc 13.0): CUDA and CuPy run the
-                # same kernels.cu compiled here instead; rig keeps the committed cubin.
-                log(f"the driver refused {cubin.name}; compiling kernels.cu here ...")
-                cuda_cubin, why = local_cubin(out, cubin)
-                if cuda_cubin is None:
-                    meta["cuda_cubin_error"] = why
-                else:
-                    again = run_cuda(exe, cuda_cubin, args.scale)
-                    again.setdefault("meta", {})["first_try"] = err
-                    results["cuda"] = again
-                    meta["cuda_cubin"] = str(cuda_cubin)
-
-    for peer in ("rig", "torch", "cupy"):
-        if peer not in peers:
-            continue
-        log(f"{peer} ...")
-        path = out / f"worker-{peer}.json"
-        path.unlink(missing_ok=True)
-        use = Path(meta["cuda_cubin"]) if peer == "cupy" and "cuda_cubin" in meta else cubin
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", peer, "--cubin",
-               str(use), "--scale", str(args.scale), "--json", str(path)]
-        t = time.perf_counter()
-        try:
-            p = sh(cmd, timeout=240, env=env)
-            tail = (p.stderr or "")[-6000:]
-            err = "" if p.returncode == 0 else f"worker exit {p.returncode}: {tail[-1500:]}"
-        except subprocess.TimeoutExpired as e:
-            raw = e.stderr or b""
-            tail = (raw.decode(errors="replace") if isinstance(raw, bytes) else raw)[-6000:]
-            err = "worker timed out after 240 s"
-        log(tail.rstrip())
-        log(f"  done in {time.perf_counter() - t:.1f} s")
-        try:
-            results[peer] = json.loads(path.read_text())
-        except (OSError, ValueError):
-            results[peer] = {"meta": {}, "rows": {}}
-        if err:
-            results[peer]["meta"].setdefault("error", err)
-
-    reps = max(3, int(5 * args.scale))
-    for peer in peers:
-        if peer in PEERS:
-            log(f"{peer}: open+stop in fresh processes ...")
-            results[peer]["rows"].update(fresh_rows(peer, exe, env, reps))
-    for peer, rows in import_rows(peers, env, reps).items():
-        results[peer]["rows"].update(rows)
-
-    table = summarise(results)
+            log(build_error)
+    rounds = [one_round(r, peers, exe, build_error, cubin, args, env, out, meta)
+              for r in range(args.rounds)]
+    table = combine([summarise(res) for res in rounds])
     meta["seconds"] = round(time.perf_counter() - started, 1)
-    meta["peers"] = {p: results[p].get("meta", {}) for p in PEERS}
+    meta["peers"] = {p: rounds[-1][p].get("meta", {}) for p in PEERS}
     meta["plot"] = plot(table, out / "bench.png")
-    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": table}, indent=1,
-                                               default=str))
+    meta["plots"] = [plot_sweep(table, out / "bench-sweep.png"),
+                     plot_latency(rounds, out / "bench-latency.png")]
+    (out / "bench.json").write_text(json.dumps({"meta": meta, "rows": table, "rounds": rounds},
+                                               indent=1, default=str))
     for peer in PEERS:
-        if results[peer].get("meta", {}).get("error"):
-            log(f"{peer}: {results[peer]['meta']['error'][:300]}")
-    log(f"wrote {out / 'bench.json'}; plot: {meta['plot']}; {meta['seconds']} s")
+        if meta["peers"][peer].get("error"):
+            log(f"{peer}: {meta['peers'][peer]['error'][:300]}")
+    log(f"wrote {out / 'bench.json'}; plots: {meta['plot']}, {meta['plots']}; "
+        f"{meta['seconds']} s")
     print_table(table, meta)
     return 0
+
+
+def dry(args: argparse.Namespace, peers: list[str]) -> int:
+    """No GPU: the rows and rounds a run would make, then the arithmetic checked on made-up
+    rounds. Exit 1 where a check fails."""
+    rows = selected_rows(args.rows)
+    print(f"dry run, tree {tree()}, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}: "
+          f"{args.rounds} rounds, each a full process per peer")
+    for r in range(args.rounds):
+        print(f"  round {r + 1}: {' '.join(order_of(peers, r))}")
+    print(f"{len(rows)} rows:")
+    for row in rows:
+        ref = row.ref if row.cuda_key is None else f"{row.ref} ({row.cuda_key})"
+        print(f"  {row.key:<24} {row.label} [{row.unit}], against {ref}, target "
+              f"{target_text(row)}")
+    bad = self_check()
+    for line in bad:
+        print(f"arithmetic: FAILED: {line}")
+    print("arithmetic: ok" if not bad else f"arithmetic: {len(bad)} checks failed")
+    return 1 if bad else 0
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=1.0, help="multiply every repetition count")
     ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated: rig,cuda,torch,cupy")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds, each running every peer once, in alternating order")
+    ap.add_argument("--rows", help="comma-separated row keys or prefixes (1,5_d2d,10_h2d)")
+    ap.add_argument("--dry", action="store_true",
+                    help="no GPU: print the plan and check the arithmetic")
     ap.add_argument("--cubin", help="the cubin (default: kernels.sm_XY.cubin of GPU 0)")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.scale <= 0:
         ap.error("--scale must be positive")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown:
+        ap.error(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(PEERS)})")
+    if args.rows and not selected_rows(args.rows):
+        ap.error(f"--rows {args.rows}: names no row (run --dry for the list)")
     if args.worker:
-        return worker(args.worker, Path(args.cubin), args.scale, Path(args.json))
+        return worker(args.worker, Path(args.cubin), args.scale, Path(args.json),
+                      args.rows.split(",") if args.rows else None)
+    if args.dry:
+        return dry(args, peers)
     return harness(args)
 
 

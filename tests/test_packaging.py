@@ -1,4 +1,5 @@
-"""The packages' dependency graph is DESIGN.md's: proven on built wheels in fresh venvs.
+"""The packages' dependency graph is the README's package table, proven on built wheels in
+fresh venvs.
 
 rig-pci installs and imports alone (nothing NVIDIA comes with it); rig-nv-nvidia brings
 rig-edge, rig-pci and rig-nv (and cffi) but not rig-nv-pci or rig-cli.
@@ -45,10 +46,11 @@ def venv(where: Path) -> Path:
     return where / "bin" / "python"
 
 
-def run(python: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+def run(python: Path, *args: str, check: bool = True,
+        cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     """``python ARGS`` in its venv alone: this process's import path is not passed on."""
     return subprocess.run([str(python), *args], env=CLEAN_ENV, check=check, capture_output=True,
-                          text=True)
+                          text=True, cwd=cwd)
 
 
 def installed(python: Path) -> set[str]:
@@ -110,3 +112,43 @@ def test_wheels_carry_the_generated_cffi_modules(wheels: Path) -> None:
         names = set(zipfile.ZipFile(whl).namelist())
         for leaf in leaves:
             assert f"{package}/{leaf}.py" in names, (whl.name, leaf)
+
+
+def readme_install_lines() -> list[str]:
+    """The README's Install section's ``pip install`` lines, in order."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Install", 1)[1].split("\n## ", 1)[0]
+    return [line for line in section.splitlines() if line.startswith("pip install ")]
+
+
+def test_the_readme_installs_one_package_alone(tmp_path: Path) -> None:
+    """Issue 22, trip 4: `pip install ./packages/rig-pci` alone failed (rig-edge is on no
+    index) and the README did not say how to install one package. Its line for the
+    kernel-driver path, run verbatim from the clone, installs that path and nothing more."""
+    import shlex
+
+    all_packages, one = readme_install_lines()
+    assert all(f"./packages/{p}" in all_packages for p in PACKAGES)
+    python = venv(tmp_path / "v")
+    out = run(python, "-m", *shlex.split(one), check=False, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert {n for n in installed(python) if n.startswith("rig")} == {
+        "rig-edge", "rig-pci", "rig-nv", "rig-nv-nvidia"}
+    out = run(python, "-c", "import rig_nv_nvidia; print(rig_nv_nvidia.count() >= 0)",
+              check=False)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+def test_every_package_declares_its_classifiers_and_the_numpy_extra() -> None:
+    """Issue 22, trip 4: classifiers, and a numpy extra where numpy serves (the examples and
+    rig check)."""
+    import tomllib
+
+    for name in PACKAGES:
+        project = tomllib.loads((ROOT / "packages" / name / "pyproject.toml").read_text())
+        project = project["project"]
+        assert "Programming Language :: Python :: 3.11" in project["classifiers"], name
+        assert project["license"] == "MIT", name
+        extras = project.get("optional-dependencies", {})
+        if name in ("rig-nv-nvidia", "rig-cli"):
+            assert [d.split(">")[0] for d in extras["numpy"]] == ["numpy"], name

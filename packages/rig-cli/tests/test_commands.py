@@ -6,9 +6,11 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import socket
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -46,8 +48,8 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any]]:
         return f"fake.{op}", by_index(op), "index"
 
     monkeypatch.setattr(changes, "find", find)
-    monkeypatch.setattr(changes, "gpu", lambda i: H200 if i == 0 else (_ for _ in ()).throw(
-        changes.NoSuchGpu(f"this machine has no GPU {i} (it has 1)")))
+    monkeypatch.setattr(changes, "gpu", lambda i, machine=None: H200 if i == 0 else (
+        _ for _ in ()).throw(changes.NoSuchGpu(f"this machine has no GPU {i} (it has 1)")))
     return seen
 
 
@@ -100,7 +102,7 @@ def test_detach_part_way_is_a_failure(monkeypatch: pytest.MonkeyPatch,
 
     monkeypatch.setattr(changes, "find",
                         lambda op: ("fake", lambda i: PartWay("unbind timed out"), "index"))
-    monkeypatch.setattr(changes, "gpu", lambda i: H200)
+    monkeypatch.setattr(changes, "gpu", lambda i, machine=None: H200)
     assert main(["detach", "0", "--yes"]) == 1
     assert capsys.readouterr().err == (
         "rig: GPU 0 (0000:00:06.0): detach went only part way: unbind timed out.\n")
@@ -113,6 +115,20 @@ def test_firmware_passes_dir_and_mirror(calls: list[tuple[str, Any]],
     assert calls == [("firmware", ("/tmp/fw", "http://127.0.0.1:1/")),
                      ("firmware", (None, None))]
     assert "kept 3, fetched 4" in capsys.readouterr().out
+
+
+def test_a_network_failure_is_exit_1_with_its_cause(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 20 item 8: ``rig firmware nv`` that cannot reach the server broke (exit 1, not
+    4, refused), and its sentence says why."""
+    with socket.socket() as s:  # a port nobody listens on: the connection is refused
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["firmware", "nv", str(tmp_path / "fw"),
+                 "--base-url", f"http://127.0.0.1:{port}/"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("rig: firmware nvidia/") and "Connection refused" in err
+    assert not [p for p in (tmp_path / "fw").rglob("*") if p.is_file()]
 
 
 def test_find_tells_a_missing_module_from_a_broken_one(monkeypatch: pytest.MonkeyPatch) -> None:

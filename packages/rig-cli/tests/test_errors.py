@@ -2,6 +2,7 @@
 and the mapping from each kind of error to its code."""
 
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -26,10 +27,13 @@ def one_sentence(out: subprocess.CompletedProcess[str]) -> str:
 
 
 def test_info_of_a_gpu_the_machine_lacks_is_3() -> None:
+    """Issue 22, trip 5: "NV: the machine has no GPU 0" was jargon and did not point at
+    `rig list`."""
     missing = max(5, gpus())  # `rig info 5` on a machine with no GPU (CI's)
     out = rig("info", str(missing))
     assert out.returncode == 3, out.stderr
-    assert f"has no GPU {missing}" in one_sentence(out)
+    assert one_sentence(out) == (f"rig: this machine has no GPU {missing}; `rig list` shows "
+                                 "its GPUs.")
     assert out.stdout == ""
 
 
@@ -51,9 +55,12 @@ def test_usage_of_no_such_gpu_is_3() -> None:
     ("usage", "--watch", "-2"), ("check", "--size", "0"),
 ])
 def test_bad_values_are_misuse(args: tuple[str, ...]) -> None:
+    """Issue 22, trip 5: a value out of range names its flag (`--window 0`)."""
     out = rig(*args)
     assert out.returncode == 2, out.stderr
-    one_sentence(out)
+    line = one_sentence(out)
+    flag = next((a for a in args if a.startswith("--")), None)
+    assert (flag if flag else "index i") in line, line
 
 
 @pytest.mark.parametrize("args", [
@@ -108,3 +115,10 @@ def test_sentence_is_one_line() -> None:
     assert sentence(RigError("NV: the RM\nrefused")) == "rig: NV: the RM refused"
     assert sentence(RuntimeError("boom")) == (
         "rig: RuntimeError: boom (--debug shows the traceback)")
+
+
+def test_firmware_that_cannot_be_fetched_is_a_failure_not_a_refusal(tmp_path: Path) -> None:
+    """Issue 22, trip 5: `rig firmware` exited 4 ("refused") on a network failure: it is 1."""
+    out = rig("firmware", "nv", str(tmp_path), "--base-url", "http://127.0.0.1:9/")
+    assert out.returncode == 1, out.stderr
+    assert "fetching http://127.0.0.1:9/" in one_sentence(out)

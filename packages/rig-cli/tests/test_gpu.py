@@ -33,7 +33,7 @@ def test_info() -> None:
     info = json.loads(out.stdout)
     listed = json.loads(rig("list", "--json").stdout)[0]
     assert info["bus"] == listed["bus"] and info["device_id"] == listed["device_id"]
-    if listed["arch"] != "unknown":
+    if listed["arch"] is not None:
         assert info["arch"] == listed["arch"]
     assert info["sm_count"] > 0 and info["budget_bytes"] > 1 << 30
     assert info["bar1_bytes"] == listed["bar1_bytes"] and info["bar1_bytes"] > 0
@@ -87,3 +87,20 @@ def test_list_memory_reads_the_rm() -> None:
     assert rows[0]["memory_bytes"] == usage["memory_total"] > 16 << 30
     table = rig("list", "--memory")
     assert table.returncode == 0 and "GiB" in table.stdout.splitlines()[1]
+
+
+def test_list_uuid_is_the_kernel_drivers() -> None:
+    """Issue 22, trip 5: `rig list --memory` has each GPU's UUID from the RM, the one the
+    kernel driver prints in /proc/driver/nvidia/gpus/BUS/information."""
+    from pathlib import Path
+
+    rows = json.loads(rig("list", "--memory", "--json").stdout)
+    for r in rows:
+        if r["uuid"] is None:
+            continue
+        info = Path(f"/proc/driver/nvidia/gpus/{r['bus']}/information")
+        if info.exists():
+            said = [line.split(":", 1)[1].strip() for line in info.read_text().splitlines()
+                    if line.startswith("GPU UUID")]
+            assert said == [r["uuid"]]
+        assert r["uuid"].startswith("GPU-") and len(r["uuid"]) == 40

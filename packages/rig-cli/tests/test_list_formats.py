@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rig_cli import chips
+from rig_cli.listing import COLUMNS
 from rig_cli.testing import rig
 from rig_pci.testing import add_function
 
@@ -35,7 +36,7 @@ def test_csv_in_the_manner_of_nvidia_smi(machine: Path) -> None:
         "index, bus, device_id, name, chip, arch, driver, runtime_status, paths",
         "0, 0000:00:06.0, 0x2335, H200, GH100, sm_90, nvidia, active, NV",
         "1, 0000:00:07.0, 0x2b85, GeForce RTX 5090, GB202, sm_120, vfio-pci, active, NV-PCI:1",
-        "2, 0000:00:08.0, 0x1eb8, unknown, unknown, unknown, [N/A], [N/A], NV-PCI:2",
+        "2, 0000:00:08.0, 0x1eb8, [N/A], [N/A], [N/A], [N/A], [N/A], NV-PCI:2",
     ]
     noheader = rig("list", "--format=csv,noheader", "--machine", str(machine))
     assert noheader.returncode == 0
@@ -53,14 +54,14 @@ def test_query_picks_columns(machine: Path) -> None:
         "bus, arch, bar1_bytes",
         f"0000:00:06.0, sm_90, {256 << 30}",
         "0000:00:07.0, sm_120, [N/A]",
-        "0000:00:08.0, unknown, [N/A]",
+        "0000:00:08.0, [N/A], [N/A]",
     ]
     import json
 
     rows = json.loads(rig("list", "--json", "--query", "index,chip", "--machine",
                           str(machine)).stdout)
     assert rows == [{"index": 0, "chip": "GH100"}, {"index": 1, "chip": "GB202"},
-                    {"index": 2, "chip": "unknown"}]
+                    {"index": 2, "chip": None}]
 
 
 def test_json_has_every_column(machine: Path) -> None:
@@ -82,7 +83,7 @@ def test_table_names_chips(machine: Path) -> None:
                                 "paths"]
     assert "H200 (GH100)" in lines[1] and "sm_90" in lines[1]
     assert "GeForce RTX 5090 (GB202)" in lines[2] and "NV-PCI:1" in lines[2]
-    assert "unknown" in lines[3]
+    assert lines[3].split()[3:7] == ["[N/A]"] * 4  # product, arch, driver, power not there
     assert len(lines) == 4  # neither the audio function nor the Intel device
 
 
@@ -112,7 +113,7 @@ def test_chip_table() -> None:
         0x2901: ("GB100", "sm_100"), 0x2B85: ("GB202", "sm_120"),
     }
     assert {k: (v.chip, v.arch) for k, v in chips.CHIPS.items()} == expected
-    assert chips.chip(0xFFFF) == chips.Chip("unknown", "unknown", "unknown")
+    assert chips.chip(0xFFFF) == chips.Chip(None, None, None)
 
 
 def test_is_gpu_agrees_with_rig_nv() -> None:
@@ -148,20 +149,22 @@ def test_the_cli_knows_the_releases_rig_nv_speaks() -> None:
 
 
 def test_memory_is_asked_for_only(machine: Path) -> None:
-    """memory_bytes comes from the RM, only with --memory or a query naming it; a machine
-    under --machine has no RM to ask, so it is [N/A] there."""
+    """memory_bytes and uuid come from the RM, only with --memory or a query naming one; a
+    machine under --machine has no RM to ask, so they are [N/A] there."""
     plain = json.loads(rig("list", "--json", "--machine", str(machine)).stdout)
-    assert all("memory_bytes" not in r for r in plain)
+    assert all("memory_bytes" not in r and "uuid" not in r for r in plain)
     asked = json.loads(rig("list", "--json", "--memory", "--machine", str(machine)).stdout)
-    assert [r["memory_bytes"] for r in asked] == [None, None, None]
+    assert [(r["memory_bytes"], r["uuid"]) for r in asked] == [(None, None)] * 3
     out = rig("list", "--format", "csv", "--query", "bus,memory_bytes", "--machine", str(machine))
     assert out.stdout.splitlines()[:2] == ["bus, memory_bytes", "0000:00:06.0, [N/A]"]
     table = rig("list", "--memory", "--machine", str(machine)).stdout.splitlines()
-    assert table[0].split()[7] == "memory" and table[1].split()[8] == "-"
+    assert table[0].split()[7:9] == ["memory", "uuid"]
+    assert table[1].split()[8:10] == ["[N/A]", "[N/A]"]
 
 
-def test_memory_asks_only_the_kernel_drivers_active_gpus(machine: Path) -> None:
-    from rig_cli.listing import rows, with_memory
+def test_memory_and_uuid_ask_only_the_kernel_drivers_active_gpus(machine: Path) -> None:
+    """Issue 22, trip 5: `rig list` gains a UUID column where the RM reports one."""
+    from rig_cli.listing import rows, with_rm
     from rig_edge import RigError
     from rig_pci import Machine
 
@@ -169,16 +172,59 @@ def test_memory_asks_only_the_kernel_drivers_active_gpus(machine: Path) -> None:
     asked: list[int] = []
     warnings: list[str] = []
 
-    def memory(i: int) -> int:
+    uuid = "GPU-8e3f4b1c-0d2a-4c5e-9f60-7a1b2c3d4e5f"
+
+    def read(i: int) -> tuple[int, str]:
         asked.append(i)
-        return 141 << 30
+        return 141 << 30, uuid
 
-    with_memory(found, memory, warnings.append)
-    assert asked == [0] and [r["memory_bytes"] for r in found] == [141 << 30, None, None]
+    with_rm(found, read, warnings.append)
+    assert asked == [0]
+    assert [(r["memory_bytes"], r["uuid"]) for r in found] == [(141 << 30, uuid),
+                                                                (None, None), (None, None)]
 
-    def refuses(i: int) -> int:
+    def refuses(i: int) -> tuple[int, str]:
         raise RigError("the RM refused")
 
-    with_memory(found, refuses, warnings.append)
-    assert found[0]["memory_bytes"] is None
-    assert warnings == ["GPU 0's memory: the RM refused"]
+    with_rm(found, refuses, warnings.append)
+    assert (found[0]["memory_bytes"], found[0]["uuid"]) == (None, None)
+    assert warnings == ["GPU 0's memory and UUID: the RM refused"]
+
+
+def test_query_alone_prints_csv(machine: Path) -> None:
+    """Issue 22, trip 5: --query was ignored without --format; alone it prints those columns as
+    CSV (with --json, as JSON)."""
+    out = rig("list", "--query", "bus,arch", "--machine", str(machine))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["bus, arch", "0000:00:06.0, sm_90",
+                                       "0000:00:07.0, sm_120", "0000:00:08.0, [N/A]"]
+
+
+def test_json_with_format_is_misuse(machine: Path) -> None:
+    """Issue 22, trip 5: `--json --format csv` printed JSON silently; now it is refused."""
+    out = rig("list", "--json", "--format", "csv", "--machine", str(machine))
+    assert out.returncode == 2 and out.stdout == ""
+    assert "--format: not allowed with argument --json" in out.stderr
+
+
+def test_a_machine_root_that_does_not_exist_is_misuse(tmp_path: Path) -> None:
+    """Issue 22, trip 5: `--machine /nonexistent` said "No NVIDIA GPU on this machine", exit 0."""
+    out = rig("list", "--machine", str(tmp_path / "nonexistent"))
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip() == (f"rig: --machine {tmp_path / 'nonexistent'}: no such "
+                                  "directory (it names the root of a machine's sysfs tree, or "
+                                  "is ssh://[user@]host[:port])")
+
+
+def test_a_missing_value_is_one_word_everywhere(machine: Path) -> None:
+    """Issue 22, trip 5: missing values were `-`, `unknown`, `[N/A]`, `null` or `none` by place:
+    now [N/A] in every table and CSV, null in JSON."""
+    table = rig("list", "--memory", "--machine", str(machine)).stdout
+    csv = rig("list", "--format", "csv", "--query", ",".join(COLUMNS), "--machine",
+              str(machine)).stdout
+    for text in (table, csv):
+        words = set(text.replace(",", " ").split())
+        assert "[N/A]" in words and not words & {"-", "unknown", "none", "null", "None"}, text
+    rows = json.loads(rig("list", "--json", "--memory", "--machine", str(machine)).stdout)
+    values = {v for r in rows for v in r.values() if not isinstance(v, list)}
+    assert None in values and not values & {"-", "unknown", "none", "[N/A]"}

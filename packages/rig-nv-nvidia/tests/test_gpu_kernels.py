@@ -161,21 +161,6 @@ def test_ten_thousand_launches(device: Device) -> None:
     print(f"10,000 launches: {elapsed / 10_000 * 1e6:.2f} us each")
 
 
-def test_launch_and_wait_latency(device: Device) -> None:
-    img = device.load(cubin())
-    r = device.alloc(4096, Memory.DEVICE)
-    assert r
-    fn = img["vadd"]
-    for _ in range(100):
-        device.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
-    times = []
-    for _ in range(2000):
-        t = time.perf_counter()
-        device.launch(fn, (1,), (1,), (r, r, r, 1)).wait()
-        times.append(time.perf_counter() - t)
-    print(f"launch+wait median {np.median(times) * 1e6:.2f} us, min {min(times) * 1e6:.2f} us")
-
-
 def test_step_of_64_dependent_launches_replayed_1000_times(device: Device) -> None:
     """A step: 64 saxpy launches, each reading what the previous wrote, replayed 1,000 times;
     the per-replay cost and the cost of each further kernel are printed."""

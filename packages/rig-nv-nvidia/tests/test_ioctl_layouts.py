@@ -1,7 +1,7 @@
 """The kernel driver's ioctl structs (rig_nv_nvidia.layouts) against NVIDIA's headers.
 
 Every number comes from open-gpu-kernel-modules at tags 570.211.01 and 580.142, compiled with gcc
-for x86-64 (the notes in /work/notes/rm_structs.md sections 1-2 and /work/notes/uvm.md section 1).
+for x86-64 and read with gdb's ``ptype /o`` (nvos.h, nv_escape.h, uvm_ioctl.h).
 The kernel checks each escape's size exactly (escape.c), and UVM copies its own struct's size in
 and out whatever the caller passed (uvm.c), so a wrong size or offset is a wrong call.
 """

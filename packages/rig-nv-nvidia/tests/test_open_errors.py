@@ -331,3 +331,132 @@ def test_the_paths_clock_is_the_rms_timer_of_its_subdevice() -> None:
     path = NvidiaPath("NV", Opened(), rm, hang_ms=None)  # type: ignore[arg-type]
     assert isinstance(path, ReadsClock) and path.clock is Clock.RM
     assert path.gpu_time_ns() == NOW_NS and rm.calls == [0x20800403]
+
+
+# -- index types (issue 20, item 4) ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("i", [True, False, 1.5, 1.0, "1", None])
+def test_a_gpu_index_that_is_no_int_is_misuse(monkeypatch: pytest.MonkeyPatch, i: Any) -> None:
+    """gpu i and usage i take an int: a bool (gpu(True) would open GPU 1 as "NV:True") or a
+    float is Misuse, raised before anything is read, whether or not the machine has GPUs."""
+    use_listing(monkeypatch, _forbidden)
+    with pytest.raises(Misuse, match="GPU index is an int"):
+        gpu(i)
+    with pytest.raises(Misuse, match="GPU index is an int"):
+        usage(i)
+    with pytest.raises(Misuse, match="GPU index is an int"):
+        opener.reaches(0, i)
+
+
+@pytest.mark.parametrize("window", [True, False, "1", None, 1j])
+def test_a_usage_window_that_is_no_number_is_misuse(monkeypatch: pytest.MonkeyPatch,
+                                                    window: Any) -> None:
+    """usage's window is a positive number of seconds: True is not one."""
+    use_listing(monkeypatch, _forbidden)
+    with pytest.raises(Misuse, match="window"):
+        usage(0, window=window)
+
+
+# -- a callback inside the process's lock (issue 20, item 2) ---------------------------------
+
+
+def test_make_and_usage_from_a_callback_inside_the_lock_are_misuse(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """make "raises Invalid_argument, having opened nothing, from a callback inside a lock";
+    usage raises it "having read nothing". The callback is this thread's own, inside the
+    process's lock on the driver (as a signal handler or finalizer would run there): the
+    refusal comes before the listing is read (use_listing fails the test otherwise)."""
+    use_listing(monkeypatch, _forbidden)
+    with PROCESS.locked():
+        with PROCESS.locked():  # the driver's own calls nest; leaving one leaves it held
+            pass
+        with pytest.raises(Misuse, match="callback inside the process's lock"):
+            gpu(0).open()
+        with pytest.raises(Misuse, match="callback inside the process's lock"):
+            usage(0)
+        with pytest.raises(Misuse, match="callback inside the process's lock"):
+            opener.reaches(0, 1)
+    with pytest.raises(AssertionError, match="a driver file was touched"):
+        usage(0)  # out of the lock, the call goes on (to the listing)
+
+
+def test_another_threads_hold_of_the_lock_is_no_misuse() -> None:
+    """Only the holding thread's callbacks are refused: another thread's call waits its turn."""
+    import threading
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with PROCESS.locked():
+            inside.set()
+            leave.wait(5)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert inside.wait(5)
+        PROCESS.refuse_inside("usage")  # raises nothing on this thread
+    finally:
+        leave.set()
+        t.join()
+    PROCESS.refuse_inside("usage")
+
+
+# -- usage's and reaches' errors (issue 20, items 5 and 7) -----------------------------------
+
+
+def test_an_unreadable_runtime_status_renumbers_no_gpu(monkeypatch: pytest.MonkeyPatch,
+                                                       tmp_path: Path) -> None:
+    """usage is Error "if the GPU's PCI function is not active by its power/runtime_status, or
+    that cannot be read": a read that fails (here EISDIR) leaves GPU 0 GPU 0, refused for its
+    runtime_status, and GPU 1 stays GPU 1 rather than "no GPU 1"."""
+    add_gpu(tmp_path, GPU_A, runtime_status=None)
+    add_gpu(tmp_path, GPU_B, runtime_status="suspended")
+    (tmp_path / "sys/bus/pci/devices" / GPU_A / "power/runtime_status").mkdir(parents=True)
+    use_machine(monkeypatch, tmp_path)
+    with pytest.raises(RigError, match=rf"{GPU_A}.*runtime_status is unreadable"):
+        usage(0)
+    with pytest.raises(RigError, match=rf"NV:1 \({GPU_B}\).*runtime_status is suspended"):
+        usage(1)
+
+
+def test_usage_errors_are_no_open_refusals(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """usage opens nothing: its Error msg is a RigError, never an opener's OpenRefused."""
+    add_gpu(tmp_path, GPU_A, driver="vfio-pci")
+    add_gpu(tmp_path, GPU_B, runtime_status="suspended")
+    use_machine(monkeypatch, tmp_path)
+    for i in (0, 1, 2):
+        with pytest.raises(RigError) as e:
+            usage(i)
+        assert not isinstance(e.value, OpenRefused), str(e.value)
+
+
+def test_reaches_does_not_read_a_gpu_that_may_be_suspended(monkeypatch: pytest.MonkeyPatch,
+                                                           tmp_path: Path) -> None:
+    """reaches reads the RM of both GPUs: as usage, it refuses one whose PCI function is not
+    active (reading could resume it), before any driver file is opened."""
+    add_gpu(tmp_path, GPU_A)
+    add_gpu(tmp_path, GPU_B, runtime_status="suspended")
+    use_machine(monkeypatch, tmp_path)
+    with pytest.raises(RigError, match=rf"{GPU_B}.*runtime_status is suspended") as e:
+        opener.reaches(0, 1)
+    assert not isinstance(e.value, OpenRefused)
+
+
+def test_what_stays_names_the_uvm_registration_and_address_space(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """make's Error names what the kernel driver keeps for the process (Rig_nv.make): with a
+    GPU opened before, that is its file and RM device, and its UVM registration and address
+    space too."""
+    from rig_nv_nvidia.driver import Gpu
+
+    two_gpus(tmp_path)
+    use_machine(monkeypatch, tmp_path)
+    opened = Gpu(GPU_A, 0, 0x100, -1, 0x5C000001, 0x5C000002, b"u" * 16, 0x5C000003)
+    monkeypatch.setattr(PROCESS, "gpus", {GPU_A: opened})
+    with pytest.raises(OpenRefused, match="no GPU 2") as e:
+        gpu(2).open()
+    assert e.value.stays == (f"the GPU files and RM devices of {GPU_A}; "
+                             f"the UVM registrations and address spaces of {GPU_A}")

@@ -129,6 +129,23 @@ def test_the_cot_is_version_2_with_the_addresses_the_cpu_laid_out() -> None:
     assert r.memory.meta.frts_size == 0x100000 and r.memory.meta.gsp_fw_wpr_start == 0
 
 
+def test_the_fmc_is_one_run_of_bus_addresses_on_every_page() -> None:
+    """The spec: "on Blackwell the FMC [...] lie[s] in one run of bus addresses". Issue 20
+    item 12: an FMC image whose middle page lay elsewhere (its ends in place) was booted."""
+    from test_gspmem import middle_page_elsewhere
+
+    image = bytes(range(256)) * 0x28  # 10 KiB: three pages
+    r = Gb202()
+    with pytest.raises(BootError, match=r"^GPU 3: the DMA memory for the FMC image \(0x3000 "
+                                        r"bytes at .*\) is not 4 KiB-aligned and contiguous"):
+        boot_fsp.boot_fsp(r.bar0, name="GPU 3", family=chips.BLACKWELL,
+                          fmc=fb.build_fmc(image, hash_=hashlib.sha384(image).digest()),
+                          memory=r.memory, alloc=middle_page_elsewhere(r.gpu.host),
+                          system=r.system(), app_version=APP_VERSION, timeout_s=0.2,
+                          init_timeout_s=1.0)
+    assert r.firmware.boots == 0 and r.gpu.gsp.state != "riscv-running"
+
+
 def test_an_fsp_error_code_fails_the_boot_naming_it() -> None:
     r = Gb202()
     r.fsp.error_code = 0x9F

@@ -2,9 +2,13 @@
 and act as the kernel's (rig_pci.testing.fixture_machine); their errors name the GPU."""
 
 import errno
+import fcntl
 import os
+import re
 import signal
 import struct
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +16,7 @@ import pytest
 import rig_nv_pci
 from rig_edge import Misuse, RigError
 from rig_nv_pci import lock
-from rig_pci import Function
+from rig_pci import Function, Machine
 from rig_pci.driver import Detached
 from rig_pci.testing import add_function, add_process, fixture_machine, set_lockdown
 
@@ -67,6 +71,69 @@ def test_detach_leaves_it_to_no_driver_without_an_iommu(tmp_path: Path) -> None:
         ("/sys/bus/pci/drivers/nvidia/unbind", BUS),
     ]
     assert rig_nv_pci._detach(machine, 0) == Detached() and len(sysfs.writes) == 2  # already
+
+
+def hold(file: Path) -> int:
+    """Another process's hold of a lock file: an flock of an open file of its own (flock
+    locks one open file description, so this process's lock conflicts with it as another's)."""
+    fd = os.open(file, os.O_RDONLY | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return fd
+
+
+def detach_refused_while_held(file: Path, machine: Machine, writes: list[tuple[str, str]],
+                              match: str) -> None:
+    """GPU 0's detach, while another process holds ``file``, raises ``match`` having written
+    nothing."""
+    fd = hold(file)
+    try:
+        with pytest.raises(RigError, match=match):
+            rig_nv_pci._detach(machine, 0)
+    finally:
+        os.close(fd)
+    assert writes == []
+
+
+def test_a_change_waits_for_another_processs_open_or_change_then_runs(
+        tmp_path: Path, locks: Path) -> None:
+    """The spec: "Opens and changes of NVIDIA GPUs run one at a time, so a boot delays the
+    others", between processes too (issue 20 item 10: another process went ahead at once)."""
+    add_gpu(tmp_path, driver="nvidia")
+    machine, sysfs = fixture_machine(tmp_path)
+    fd = hold(locks / "rig-nv-pci.lock")
+    threading.Timer(0.3, os.close, (fd,)).start()  # the other process's boot ends
+    start = time.monotonic()
+    assert rig_nv_pci._detach(machine, 0) == Detached()
+    assert time.monotonic() - start >= 0.3 and len(sysfs.writes) == 2
+
+
+def test_another_processs_open_or_change_is_waited_for_with_a_bound_then_refused(
+        tmp_path: Path, locks: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 10: the wait has a bound, then a clear error, having changed nothing."""
+    monkeypatch.setattr(lock, "SERIAL_WAIT_S", 0.2)
+    add_gpu(tmp_path, driver="nvidia")
+    machine, sysfs = fixture_machine(tmp_path)
+    detach_refused_while_held(locks / "rig-nv-pci.lock", machine, sysfs.writes,
+                              r"^detach waited 0\.2 s for another process's open or change "
+                              r"of an NVIDIA GPU, which holds .*/rig-nv-pci\.lock")
+
+
+def test_detach_takes_the_gpus_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 10: detach took no per-GPU lock. Now it waits for another process's open
+    of the GPU, then past the bound is refused, having written nothing."""
+    monkeypatch.setattr(lock, "BUS_WAIT_S", 0.2)
+    add_gpu(tmp_path, driver="nvidia")
+    machine, sysfs = fixture_machine(tmp_path)
+    detach_refused_while_held(lock.path(machine, BUS), machine, sysfs.writes,
+                              rf"^{re.escape(name(tmp_path))}: another process holds it "
+                              r"\(an open or change of it held .* for the 0\.2 s")
+    monkeypatch.setattr(lock, "BUS_WAIT_S", 30.0)
+    fd = hold(lock.path(machine, BUS))
+    threading.Timer(0.3, os.close, (fd,)).start()  # the other process's stop ends
+    start = time.monotonic()
+    assert rig_nv_pci._detach(machine, 0) == Detached() and len(sysfs.writes) == 2
+    assert time.monotonic() - start >= 0.3
+    assert not lock.held(machine, BUS)  # and let it go
 
 
 def test_detach_refuses_while_a_process_holds_its_device_file(tmp_path: Path) -> None:

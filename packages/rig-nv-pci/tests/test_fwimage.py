@@ -4,7 +4,6 @@ present, NVIDIA's own 570.144 files, each checked against rig_pci's pinned diges
 from __future__ import annotations
 
 import hashlib
-import os
 import struct
 import sys
 from pathlib import Path
@@ -261,7 +260,7 @@ def test_fuse_version() -> None:
 
 # Hopper's files are not in rig_pci's pinned set (its boot is not built, so `rig firmware nv`
 # does not fetch them); their BLAKE2b-256 digests here were computed from Debian's
-# firmware-nvidia-graphics (linux-firmware 20260916, ../shared/tools/firmware-from-debian).
+# firmware-nvidia-graphics (linux-firmware 20260916, fetched by tests/debian_firmware.py).
 HOPPER_570_144 = {
     "nvidia/gh100/gsp/bootloader-570.144.bin":
         "f4713d4418da92b4d2079528ca94e64cc2b0fd5f12b3d4259625ba25ad003de7",
@@ -271,25 +270,20 @@ HOPPER_570_144 = {
 PINNED = {**NVIDIA_GSP_570_144, **HOPPER_570_144}
 
 
-def _firmware_dir() -> Path:
-    return Path(os.environ.get("RIG_NV_FIRMWARE") or "/tmp/rig-nv-firmware")
-
-
-def _real(name: str) -> bytes:
-    """The pinned file ``name`` from the firmware directory, its digest checked first."""
-    path = _firmware_dir() / name
+def _real(firmware: Path, name: str) -> bytes:
+    """The pinned file ``name`` from the directory ``firmware`` (the nvidia_firmware fixture),
+    its digest checked first."""
+    path = firmware / name
     if not path.exists():
-        pytest.skip(f"NVIDIA's {name} is not in {_firmware_dir()}: fill that directory with "
-                    f"../shared/tools/firmware-from-debian DIR (Debian's firmware-nvidia-graphics)"
-                    f" and name it in RIG_NV_FIRMWARE, or use /tmp/rig-nv-firmware")
+        pytest.skip(f"NVIDIA's {name} is not in {firmware}")
     data = path.read_bytes()
     got = hashlib.blake2b(data, digest_size=32).hexdigest()
     assert got == PINNED[name], f"{path} has BLAKE2b-256 {got}, not the pinned {PINNED[name]}"
     return data
 
 
-def test_real_gsp() -> None:
-    g = fwimage.parse_gsp(_real("nvidia/ga102/gsp/gsp-570.144.bin"))
+def test_real_gsp(nvidia_firmware: Path) -> None:
+    g = fwimage.parse_gsp(_real(nvidia_firmware, "nvidia/ga102/gsp/gsp-570.144.bin"))
     assert g.version == "570.144"
     assert (g.image.offset, g.image.size) == (0x40, 0x3C99000)
     for fam in ("ga102", "ad102", "gb202"):
@@ -297,8 +291,9 @@ def test_real_gsp() -> None:
 
 
 @pytest.mark.parametrize("family", ["ga102", "ad102", "gh100", "gb202"])
-def test_real_bootloader(family: str) -> None:
-    b = fwimage.parse_bootloader(_real(f"nvidia/{family}/gsp/bootloader-570.144.bin"))
+def test_real_bootloader(nvidia_firmware: Path, family: str) -> None:
+    name = f"nvidia/{family}/gsp/bootloader-570.144.bin"
+    b = fwimage.parse_bootloader(_real(nvidia_firmware, name))
     assert (b.header.header_offset, b.header.data_offset) == (0x18, 0x6C)
     assert b.desc.version == 5 and b.desc.is_monitor_enabled == 1
     assert b.desc.manifest_size > 0 and b.desc.monitor_code_size > 0
@@ -309,9 +304,10 @@ def test_real_bootloader(family: str) -> None:
 @pytest.mark.parametrize(("family", "which", "patch_location"), [
     ("ga102", "booter_load", 0x8A10), ("ga102", "booter_unload", 0x5010),
     ("ad102", "booter_load", 0x7E10), ("ad102", "booter_unload", 0x5010)])
-def test_real_booter(family: str, which: str, patch_location: int) -> None:
+def test_real_booter(nvidia_firmware: Path, family: str, which: str,
+                     patch_location: int) -> None:
     name = f"nvidia/{family}/gsp/{which}-570.144.bin"
-    b = fwimage.parse_booter(_real(name), name)
+    b = fwimage.parse_booter(_real(nvidia_firmware, name), name)
     assert b.patch_location == patch_location and b.dmem_signature_offset == 0x10
     assert (b.num_signatures, b.signature_size) == (2, 384)
     assert (b.fuse_ver, b.engine_id, b.ucode_id) == (1, 1, 3)  # SEC2 (engine mask bit 0)
@@ -326,8 +322,8 @@ def test_real_booter(family: str, which: str, patch_location: int) -> None:
     assert b.signature(0) != b.signature(1)
 
 
-def test_real_fmc() -> None:
-    m = fwimage.parse_fmc(_real("nvidia/gb202/gsp/fmc-570.144.bin"))
+def test_real_fmc(nvidia_firmware: Path) -> None:
+    m = fwimage.parse_fmc(_real(nvidia_firmware, "nvidia/gb202/gsp/fmc-570.144.bin"))
     assert (m.hash.size, m.signature.size, m.public_key.size) == (48, 96, 97)
     assert bytes(m.public_key.data)[:1] == b"\x04"  # an uncompressed P-384 point
     assert m.image.size == 199240 and all(s.info for s in (m.image, m.hash, m.signature,
@@ -335,9 +331,9 @@ def test_real_fmc() -> None:
     assert m.cot_version == 2
 
 
-def test_real_gh100_fmc() -> None:
+def test_real_gh100_fmc(nvidia_firmware: Path) -> None:
     name = "nvidia/gh100/gsp/fmc-570.144.bin"
-    m = fwimage.parse_fmc(_real(name), name, cot_version=1)
+    m = fwimage.parse_fmc(_real(nvidia_firmware, name), name, cot_version=1)
     assert m.cot_version == 1
     assert (m.hash.size, m.signature.size, m.public_key.size) == (48, 384, 384)
     # the size of the "ucode_image" of g_bindata_kgspGetBinArchiveGspRmFmcGfwProdSigned_GH100.c

@@ -124,6 +124,48 @@ def test_memory_that_is_not_contiguous_is_refused_where_the_gsp_needs_it() -> No
                      doorbell=lambda: None, name="GPU 3")
 
 
+class MiddlePageElsewhere(sim.SimDma):
+    """DMA memory of three pages or more whose second page lies elsewhere on the bus: its two
+    ends are where one run would put them."""
+
+    def bus_address(self, offset: int) -> int:
+        moved = len(self.data) >= 0x3000 and 0x1000 <= offset < 0x2000
+        return self.bus + offset + (0x100000 if moved else 0)
+
+
+def middle_page_elsewhere(host: sim.HostMemory) -> gspmem.Alloc:
+    def alloc(n: int, *, at: int | None = None) -> sim.SimDma:
+        buf = host.alloc_dma(n)
+        return MiddlePageElsewhere(buf.bus, buf.data)
+
+    return alloc
+
+
+def test_the_gsps_memory_is_one_run_of_bus_addresses_on_every_page() -> None:
+    """The spec: "The GSP's logs and bootloader [...] each lie in one run of bus addresses."
+    Issue 20 item 12: only the two ends were checked, so a log whose middle page lay
+    elsewhere was handed to the GSP."""
+    with pytest.raises(gspmem.GspMemoryError,
+                       match=r"GPU 3: the GSP's LOGINIT log \(0x10000 bytes\) is not contiguous"):
+        gspmem.build(middle_page_elsewhere(sim.HostMemory()), image=IMAGE,
+                     bootloader=BOOTLOADER, code_offset=0, data_offset=0, manifest_offset=0,
+                     signature=b"",
+                     plan=layout.fb_layout(chips.AMPERE, 8 << 30, len(IMAGE), len(BOOTLOADER)),
+                     doorbell=lambda: None, name="GPU 3")
+
+
+def test_one_run_asks_every_page() -> None:
+    """gspmem.in_one_run, the one rule of contiguity (the GSP's memory, the FMC, a channel
+    group's method buffer): a page moved anywhere between the ends breaks the run."""
+    host = sim.HostMemory()
+    buf = host.alloc_dma(0x5000)
+    assert gspmem.in_one_run(buf, 0x5000) and gspmem.in_one_run(buf, 0x4321)
+    moved = MiddlePageElsewhere(buf.bus, buf.data)
+    assert moved.bus_address(0x4FFF) == buf.bus + 0x4FFF  # its ends are in place
+    assert not gspmem.in_one_run(moved, 0x5000)
+    assert gspmem.in_one_run(moved, 0x1000)  # the first page alone is one run
+
+
 def test_a_plan_for_another_image_size_is_misuse() -> None:
     from rig_edge import Misuse
 

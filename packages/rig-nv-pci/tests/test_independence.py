@@ -1,4 +1,4 @@
-"""The simulated GPU is written apart from the boot code (DESIGN.md, issue 8: "the two must
+"""The simulated GPU is written apart from the boot code (issue 8: "the two must
 not share constants or helpers, or a shared mistake passes"): nothing under tests/sim, nor the
 GSP peer it loads, imports rig_nv_pci or rig_nv, and rig_nv_pci imports nothing of the tests."""
 

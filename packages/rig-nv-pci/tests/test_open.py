@@ -10,6 +10,8 @@ import os
 import struct
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +184,8 @@ def test_this_process_holding_it(tmp_path: Path) -> None:
 
 CHILD = """
 import sys
+import threading
+import time
 from pathlib import Path
 from rig_nv_pci import lock
 from rig_pci import Machine
@@ -194,7 +198,11 @@ held.release()
 """
 
 
-def test_another_processs_open_holds_it(tmp_path: Path, isolated: Path) -> None:
+def test_another_processs_open_holds_it(tmp_path: Path, isolated: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 10: another process's hold is waited for, with a bound, then refused
+    clearly."""
+    monkeypatch.setattr(lock, "BUS_WAIT_S", 0.3)
     machine, _ = here(tmp_path)
     add_gpu(tmp_path, boot42=GH100)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(REPO_SRC)}
@@ -204,7 +212,8 @@ def test_another_processs_open_holds_it(tmp_path: Path, isolated: Path) -> None:
         assert child.stdout is not None and child.stdout.readline() == "held\n"
         text = refusal(machine)
         assert text.startswith(f"GPU 0 of the machine at {tmp_path} ({BUS}): another process "
-                               "holds it (an open or change of it holds ")
+                               "holds it (an open or change of it held ")
+        assert text.endswith(" for the 0.3 s this one waited)")
         assert not function_held(machine, BUS)  # refused before taking anything
     finally:
         assert child.stdin is not None
@@ -212,6 +221,25 @@ def test_another_processs_open_holds_it(tmp_path: Path, isolated: Path) -> None:
         child.stdin.flush()
         assert child.wait(timeout=30) == 0
     assert "chip GH100" in refusal(machine)  # its lock gone, the open goes on
+
+
+def test_an_open_waits_for_another_processs_open_or_change_with_a_bound(
+        tmp_path: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec: "Opens and changes of NVIDIA GPUs run one at a time, so a boot delays the
+    others." Another process's boot (its hold of rig-nv-pci.lock) delays this open, which
+    goes on once it ends, and past the bound is refused saying so (issue 20 item 10)."""
+    machine, _ = here(tmp_path)
+    add_gpu(tmp_path, boot42=GH100)
+    fd = os.open(isolated / "rig-nv-pci.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # flock locks an open file: as another process's would
+    monkeypatch.setattr(lock, "SERIAL_WAIT_S", 0.2)
+    assert refusal(machine).startswith("NV-PCI's make waited 0.2 s for another process's open "
+                                       "or change of an NVIDIA GPU, which holds ")
+    assert not function_held(machine, BUS) and not lock.held(machine, BUS)
+    monkeypatch.setattr(lock, "SERIAL_WAIT_S", 30.0)
+    threading.Timer(0.3, os.close, (fd,)).start()
+    start = time.monotonic()
+    assert "chip GH100" in refusal(machine) and time.monotonic() - start >= 0.3
 
 
 # ---- taking the function -----------------------------------------------------------------------

@@ -17,9 +17,20 @@ from test_open import given_back
 from test_stop import UNLOAD_UCODE_ID
 
 import rig_nv_pci
-from rig_edge import Memory, OpenRefused
+from rig_edge import Memory, OpenRefused, RigError
 from rig_nv_pci import addresses, boot, held
+from rig_nv_pci.gsp import retired
+from rig_pci import Machine
 from rig_pci.testing import add_function, fixture_machine
+
+
+def next_open_resets_it(machine: Machine, takes: list[TakenSim], firmware: Path) -> None:
+    """The lost GPU's next open resets it first, and is no longer lost; its device runs."""
+    d = rig_nv_pci.gpu(0, machine, firmware=[firmware]).open()
+    try:
+        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    finally:
+        d.stop()
 
 
 def test_make_refused_the_gsps_memory_names_the_gpu_and_leaves_it_as_found(
@@ -55,12 +66,42 @@ def test_a_failed_stop_loses_the_gpu_and_its_next_open_resets_it_first(
     assert boot.wpr2_range(ga102.rig.bar0) is not None
     given_back(machine, BUS)
     g.sec2.programs[UNLOAD_UCODE_ID] = unload
-    d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-    try:
-        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
-    finally:
-        d.stop()
+    next_open_resets_it(machine, takes, tmp_path)
     assert rig_nv_pci._lost == set() and boot.wpr2_range(ga102.rig.bar0) is None
+
+
+def _interrupted(*args: object, **kwargs: object) -> object:
+    raise KeyboardInterrupt
+
+
+def _refused(*args: object, **kwargs: object) -> object:
+    raise RigError("GET_RETIRED refused (a stand-in)")
+
+
+@pytest.mark.parametrize(("where", "patched", "error"), [
+    # the booter ran and the GSP starts: the interrupt comes before its queues are read
+    ("a KeyboardInterrupt during the boot", (boot, "start_channel", _interrupted),
+     KeyboardInterrupt),
+    # the GSP booted; the open fails before its device exists (the GSP stopped again)
+    ("a refusal after the boot", (retired, "get_retired", _refused), OpenRefused),
+])
+def test_any_failure_once_the_gsps_memory_is_taken_loses_the_gpu_and_its_next_open_resets_it(
+    ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str,
+    patched: tuple[object, str, object], error: type[BaseException],
+) -> None:
+    """The spec: "Once the GSP's memory is taken, a failure loses the GPU, which its next
+    open resets" (issue 20 item 9: only a BootError lost it). The function and the lock go
+    back all the same."""
+    machine, takes = opener(ga102, tmp_path, monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(*patched)
+        with pytest.raises(error):
+            rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
+    assert takes[-1].resets == 0 and takes[-1].closed
+    assert rig_nv_pci._lost == {(machine.name, BUS)}, where
+    given_back(machine, BUS)
+    next_open_resets_it(machine, takes, tmp_path)
+    given_back(machine, BUS)
 
 
 def test_pinned_memory_the_machine_has_no_more_of_is_none_and_gives_back_what_it_took(

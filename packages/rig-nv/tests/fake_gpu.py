@@ -7,6 +7,7 @@ path, without a GPU. It is not a simulator of the hardware: nothing is executed.
 
 from __future__ import annotations
 
+import os
 import struct
 import threading
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 from cffi import FFI
 
-from rig_edge import Dmabuf, Memory, Refusal
+from rig_edge import Dmabuf, Memory, Refusal, RigError
 from rig_nv.clock import Clock, rm_time_ns
 from rig_nv.hostmem import (
     MAP_ANONYMOUS,
@@ -246,6 +247,8 @@ class FakePath:
         self.mapped: list[tuple[int, int]] = []
         self.device: Any = None
         self.peer_maps: list[int] = []  # owners' addresses mapped here (map_peer)
+        self.map_host_answer: Refusal | None = None  # what map_host answers (None: it maps)
+        self.export_refusal: str | None = None  # what export raises (None: it exports)
 
     @property
     def rm(self) -> FakeRM:
@@ -280,10 +283,22 @@ class FakePath:
         pass
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
-        return Refusal.NEVER
+        """The pages at a GPU address of their own, or ``map_host_answer`` where a test set
+        one (Refusal.NEVER or NO_ROOM)."""
+        if self.map_host_answer is not None:
+            return self.map_host_answer
+        with self.lock:
+            at = self.next
+            self.next += (length + (2 << 20) - 1) // (2 << 20) * (2 << 20)
+        return Allocation(at, address, length, Memory.PINNED, self._rm.new_handle())
 
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
-        raise NotImplementedError
+        """A dma-buf (a memfd here, the caller's to close) marking ``a`` held, as a path does
+        once it hands memory out; or the RigError ``export_refusal`` where a test set one."""
+        if self.export_refusal is not None:
+            raise RigError(self.export_refusal)
+        a.held = True
+        return Dmabuf(os.memfd_create("stand-in-dmabuf", os.MFD_CLOEXEC), offset, length)
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         """Host memory is one for every stand-in: a peer's memory is already reachable."""

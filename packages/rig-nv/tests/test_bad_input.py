@@ -2,9 +2,10 @@
 out-of-range offset, a freed region, a region of another device or a too-large grid raises a
 clear error before touching the GPU. On the CPU over the stand-in RM path (fake_gpu.py).
 
-The promises quoted: DESIGN.md's error policy, "misuse (the spec's ``Invalid_argument``) raises
-``ValueError`` (or a subclass), having changed nothing", ``rig_edge.Misuse``'s "The caller
-broke a call's contract; nothing was changed", and each method's own Raises words. The backend
+The promises quoted: the error policy (rig_edge.errors), "misuse (the spec's
+``Invalid_argument``) raises ``ValueError`` (or a subclass), having changed nothing",
+``rig_edge.Misuse``'s "The caller broke a call's contract; nothing was changed", and each
+method's own Raises words. The backend
 spec (Rig_nv_nvidia) promises ``Invalid_argument`` for ``gpu i`` and ``usage`` with ``i < 0``
 or a window that is not positive: test_open_errors.py in rig-nv-nvidia checks those.
 
@@ -277,6 +278,9 @@ COPY: dict[str, Case] = {
     "src-other-device": (lambda c: c.d.copy(c.pin, c.foreign), Misuse, "another device's"),
     "dst-str": (lambda c: c.d.copy("dst", c.pin), Misuse, "must be a rig_edge.Region, not str"),
     "src-bytes": (lambda c: c.d.copy(c.pin, b"abc"), Misuse, "rig_edge.Region, not bytes"),
+    # Issue 22, trip 1: alloc's None (out of memory) passed on says what None means.
+    "dst-none": (lambda c: c.d.copy(None, c.pin), Misuse,
+                 "destination is None.*alloc returns None when the GPU is out of that memory"),
     "made-up-host": (lambda c: c.d.copy(Region(c.pin.gpu, 0x1000, 64, Memory.PINNED), c.dev, 64),
                      Misuse, "not a live region"),
 }

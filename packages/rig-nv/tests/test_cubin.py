@@ -157,7 +157,7 @@ def test_parameters(arch: str, cubin: Cubin) -> None:
 
 
 def test_param_base_per_arch(arch: str, cubin: Cubin) -> None:
-    """Where cbank 0's parameters start (EIATTR_PARAM_CBANK); the notes' measured bases."""
+    """Where cbank 0's parameters start (EIATTR_PARAM_CBANK); bases measured on nvcc's."""
     want = 0x160 if cubin.sm < 90 else 0x210 if cubin.sm < 100 else 0x380
     assert {k.param_offset for k in cubin.kernels.values()} == {want}
 
@@ -265,7 +265,7 @@ def with_header(data: bytes, osabi: int, abiversion: int, flags: int) -> bytes:
 
 
 def test_arch_from_both_abis() -> None:
-    """e_flags of the old ABI (ptxas <= 12.x) and the new, as measured for the notes."""
+    """e_flags of the old ABI (ptxas <= 12.x) and the new, as measured on nvcc's cubins."""
     data = load("sm_90")
     assert parse(with_header(data, 0x33, 7, 0x00500550)).arch == "sm_80"
     assert parse(with_header(data, 0x33, 7, 0x005A055A)).arch == "sm_90"

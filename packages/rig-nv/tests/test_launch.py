@@ -1,12 +1,12 @@
 """rig_nv.launch without a GPU: arguments, limits, bank 0, relocations and launch templates.
 
 The kernels are the fixture cubins' (cubins/kernels.cu, built by cubins/build.sh). Expected
-figures come from the project's notes (notes/qmd.md): the cbank-0 driver area per architecture
-(section 5.7, read off ptxas's own SASS: ``c[0x0][0x28]`` / ``c[0x0][0x37c]`` for the stack
-pointer, tinygrad's 0xfffdc0), the parameter bases (5.6), SASS_VERSION = major << 4 | minor
-(tinygrad's ``sass_version``), the 1 KiB shared-memory reservation that ptxas counts in
-``.nv.shared.<k>`` only from sm_90 on (2.4), the carveouts per arch (Mesa, section 1) and the
-R_CUDA relocation numbers and bit positions (5.4, nvdisasm's table via denvdis).
+figures: the cbank-0 driver area per architecture (read off ptxas's own SASS:
+``c[0x0][0x28]`` / ``c[0x0][0x37c]`` for the stack pointer, tinygrad's 0xfffdc0), the
+parameter bases, SASS_VERSION = major << 4 | minor (tinygrad's ``sass_version``), the 1 KiB
+shared-memory reservation that ptxas counts in ``.nv.shared.<k>`` only from sm_90 on, the
+carveouts per arch (Mesa) and the R_CUDA relocation numbers and bit positions (nvdisasm's
+table via denvdis).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """RM parameter structs (rig_nv.layouts) against NVIDIA's headers, compiled with gcc for x86-64.
 
 Every number here comes from open-gpu-kernel-modules at tags 570.211.01 and 580.142, built with
-gcc and read with gdb ``ptype /o`` (the notes in /work/notes/rm_structs.md and channels.md).
+gcc and read with gdb ``ptype /o``.
 The header path of each struct is relative to src/common/sdk/nvidia/inc.
 """
 
@@ -150,6 +150,8 @@ COMMON: dict[str, tuple[int, dict[str, int]]] = {
     }),
     # ctrl/ctrl2080/ctrl2080tmr.h @570.211.01, @580.142
     "NV2080_CTRL_TIMER_GET_TIME_PARAMS": (8, {"time_nsec": 0}),
+    # ctrl/ctrl2080/ctrl2080rc.h @570.211.01, @580.142
+    "NV2080_CTRL_RC_GET_WATCHDOG_INFO_PARAMS": (4, {"watchdogStatusFlags": 0}),
     # nvgputypes.h @570.211.01, @580.142 (timeStamp.nanoseconds[2] flattened)
     "NvNotification": (16, {"nanoseconds": 0, "info32": 8, "info16": 12, "status": 14}),
 }

@@ -2,8 +2,7 @@
 
 Header format: NVIDIA's clc56f.h "dma method formats" (open-gpu-kernel-modules
 src/common/sdk/nvidia/inc/class/clc56f.h @580.142): ADDRESS 11:0 = method >> 2, SUBCHANNEL 15:13,
-COUNT 28:16, SEC_OP 31:29. Expected words from /work/notes/channels.md ("Quick constants",
-sections 4-6).
+COUNT 28:16, SEC_OP 31:29. The expected words are worked out by hand from those fields.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ The lines are parsed here (``MW(hi:lo)``, bit 0 = bit 0 of dword 0, little-endia
 >> n). ``test_copied_lines_match_the_header`` checks the copy against the header itself where the
 open-gpu-doc mirror is on this machine (set RIG_OPEN_GPU_DOC to a clone or bare mirror); CI
 without it runs on the copy. The carveout sizes are Mesa's ``init_shared_mem_sizes()``
-(src/nouveau/winsys/nouveau_device.c), as recorded in the project's notes (notes/qmd.md, 1).
+(src/nouveau/winsys/nouveau_device.c).
 """
 
 from __future__ import annotations
@@ -384,7 +384,7 @@ def test_encode_decodes_back_through_the_header(version: int) -> None:
     assert got["cbufs"] == {i: used.get(i, (0, 0, 0, 0)) for i in range(8)}
 
 
-# What encode writes beyond the launch's own figures (tinygrad's choices: notes/qmd.md 1.2).
+# What encode writes beyond the launch's own figures (tinygrad's choices).
 HOUSEKEEPING = {
     "QMD_GROUP_ID": 0x3F,
     "SM_GLOBAL_CACHING_ENABLE": 1,  # V3 only
@@ -452,8 +452,9 @@ def test_rig_layout_agrees_with_the_header(version: int) -> None:
 
 
 def _mirror() -> Path | None:
-    repo = Path(os.environ.get("RIG_OPEN_GPU_DOC", "/work/.mirror/NVIDIA+open-gpu-doc/repo"))
-    return repo if repo.exists() else None
+    where = os.environ.get("RIG_OPEN_GPU_DOC")
+    repo = Path(where) if where else None
+    return repo if repo is not None and repo.exists() else None
 
 
 def _header(version: int) -> str:

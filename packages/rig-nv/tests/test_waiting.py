@@ -1,7 +1,7 @@
 """How a wait spins and naps (rig_nv.waiting), on the CPU: the nap schedule a wait asks the
 path for, the thread's timer slack lowered while it naps and put back after, and what a nap
 then lasts. The spec's promise kept here: a wait returns once its value is done and raises the
-device's faults from the path's sleep (DESIGN.md, the device model); the H200 numbers that
+device's faults from the path's sleep (rig_nv.Device.wait's docstring); the H200 numbers that
 chose the schedule are in rig_nv.waiting's docstring."""
 
 from __future__ import annotations

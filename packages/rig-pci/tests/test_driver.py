@@ -150,6 +150,46 @@ def test_detach_part_way_after_the_first_write(
     assert "nvidia did not let it go" in progress.why and "busy" in progress.why
 
 
+def test_detach_after_its_first_write_is_part_way_whatever_fails(
+    tmp_path: Path, make_device: MakeDevice, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec: detach "returns Error why only before its first write to the machine, and
+    after that write Ok Detached or Ok (Part_way why)". Issue 20 item 11: a driver link that
+    cannot be read after it (any OSError but FileNotFoundError) raised."""
+    make_device(driver="nvidia")
+    machine, sysfs = fixture_machine(tmp_path)
+
+    def unreadable(path: Path) -> str | None:
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+
+    monkeypatch.setattr(driver, "link_name", unreadable)
+    progress = driver.detach(machine, BUS)
+    assert isinstance(progress, driver.PartWay)
+    assert progress.why.startswith("its override is none, but what holds it cannot be read")
+    assert "Permission denied" in progress.why
+    assert sysfs.writes == [(f"{DEV}/driver_override", "none\n"),
+                            ("/sys/bus/pci/drivers/nvidia/unbind", BUS)]
+
+
+@pytest.mark.parametrize(("bound", "group", "override"), [(None, None, "none"),
+                                                          ("vfio-pci", 5, "vfio-pci")])
+def test_detached_already_needs_the_override_too(
+    tmp_path: Path, make_device: MakeDevice, bound: str | None, group: int | None,
+    override: str,
+) -> None:
+    """Issue 20 item 11: "already detached" was decided without the driver override, so a
+    function that no driver (or vfio-pci) holds but whose override is unset, which any driver
+    may bind at the next probe, was reported detached with nothing written. Its override is
+    written, and nothing else."""
+    make_device(driver=bound, iommu_group=group)
+    add_driver(tmp_path, "vfio-pci")
+    machine, sysfs = fixture_machine(tmp_path)
+    assert driver.detach(machine, BUS) == driver.Detached()
+    assert sysfs.writes == [(f"{DEV}/driver_override", f"{override}\n")]
+    assert (tmp_path / DEV.lstrip("/") / "driver_override").read_text() == f"{override}\n"
+    assert driver.detach(machine, BUS) == driver.Detached() and len(sysfs.writes) == 1
+
+
 def test_detach_needs_a_sysfs_machine() -> None:
     class Remote:
         name = "the simulator"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import http.server
+import os
+import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -83,9 +85,76 @@ def test_a_network_failure_names_the_file(server: tuple[str, Path, list[str]],
                                           tmp_path: Path) -> None:
     url, _, _ = server
     files = {"nvidia/gb202/gsp/fmc-570.144.bin": b2(b"x")}  # not served: 404
-    with pytest.raises(RigError, match=r"fmc-570\.144\.bin: fetching .* failed"):
+    with pytest.raises(firmware.FetchFailed,
+                       match=r"fmc-570\.144\.bin: fetching .* failed: HTTP 404 "):
         firmware.fetch(tmp_path / "fw", base_url=url, files=files, progress=None)
     assert not list((tmp_path / "fw").rglob("*fmc*"))
+
+
+def test_two_fetches_at_once_install_only_the_pinned_file(server: tuple[str, Path, list[str]],
+                                                          tmp_path: Path) -> None:
+    """Issue 20 item 8: each fetch writes a temporary file of its own. A fetch whose download
+    is damaged, running while another installs the file, must not write into the file the
+    other installed (with one fixed ``.part`` name it did, and the other said "fetched")."""
+    url, root, asked = server
+    name = "nvidia/ga102/gsp/gsp-570.144.bin"
+    good = bytes(range(256)) * (64 << 12)  # 16 MiB: progress is said after the first 8 MiB
+    damaged = good[: 8 << 20] + bytes(len(good) - (8 << 20))
+    serve(root, name, damaged)
+    target, files = tmp_path / "fw", {name: b2(good)}
+    other: list[list[str]] = []
+
+    def midway(line: str) -> None:
+        if not other:  # the first fetch is part way: the second runs whole, served well
+            serve(root, name, good)
+            other.append(firmware.fetch(target, base_url=url, files=files, progress=None))
+
+    with pytest.raises(RigError, match=r"BLAKE2b-256 .* not the pinned"):
+        firmware.fetch(target, base_url=url, files=files, progress=midway)
+    assert len(asked) == 2 and other[0][0].startswith("fetched")
+    assert firmware.digest(target / name) == b2(good)
+    assert [p.name for p in target.rglob("*") if p.is_file()] == ["gsp-570.144.bin"]
+
+
+def test_fetch_checks_the_digest_of_the_file_as_written(
+        server: tuple[str, Path, list[str]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 8: the digest is taken over the file written, so bytes that reach the
+    disk other than they came (here: changed just before the fsync) are not installed."""
+    url, root, _ = server
+    name, data = "nvidia/ga102/gsp/bootloader-570.144.bin", b"bootloader" * 100
+    serve(root, name, data)
+    real = os.fsync
+
+    def damaging(fd: int) -> None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.pwrite(fd, b"X", 0)
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", damaging)
+    with pytest.raises(RigError, match=r"BLAKE2b-256 .* not the pinned"):
+        firmware.fetch(tmp_path / "fw", base_url=url, files={name: b2(data)}, progress=None)
+    assert not [p for p in (tmp_path / "fw").rglob("*") if p.is_file()]
+
+
+def test_fetch_fsyncs_the_directory_after_installing(server: tuple[str, Path, list[str]],
+                                                     tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 20 item 8: the rename is made durable by an fsync of the file's directory."""
+    url, root, _ = server
+    name, data = "nvidia/gb202/gsp/fmc-570.144.bin", b"fmc" * 100
+    serve(root, name, data)
+    installed = tmp_path / "fw" / name
+    real, synced = os.fsync, []
+
+    def recording(fd: int) -> None:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            synced.append((os.fstat(fd).st_ino, installed.exists()))
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", recording)
+    firmware.fetch(tmp_path / "fw", base_url=url, files={name: b2(data)}, progress=None)
+    assert (installed.parent.stat().st_ino, True) in synced
 
 
 def test_progress_for_long_downloads(server: tuple[str, Path, list[str]], tmp_path: Path) -> None:

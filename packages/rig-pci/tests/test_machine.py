@@ -54,6 +54,19 @@ def test_unreadable_function_is_left_out(tmp_path: Path) -> None:
     assert [f.address for f in Machine.at(tmp_path).functions()] == ["0000:01:00.0"]
 
 
+def test_a_runtime_status_that_cannot_be_read_leaves_the_function_listed(tmp_path: Path) -> None:
+    """Only the function's own files decide whether it is listed: a power/runtime_status that
+    fails to read (here EISDIR, as EIO or EACCES would) is shown as None, not a reason to
+    leave the function out and renumber the ones after it."""
+    first = add_function(tmp_path, "0000:01:00.0", vendor=0x10DE, device=0x2335,
+                         class_code=0x030200, runtime_status=None)
+    add_function(tmp_path, "0000:02:00.0", vendor=0x10DE, device=0x2335, class_code=0x030200)
+    (first / "power" / "runtime_status").mkdir(parents=True)  # reading it fails with EISDIR
+    fs = Machine.at(tmp_path).functions()
+    assert [(f.address, f.runtime_status) for f in fs] == [
+        ("0000:01:00.0", None), ("0000:02:00.0", "active")]
+
+
 def test_listing_that_cannot_be_made_raises_with_reason(tmp_path: Path) -> None:
     (tmp_path / "sys/bus/pci").mkdir(parents=True)
     (tmp_path / "sys/bus/pci/devices").write_text("not a directory")

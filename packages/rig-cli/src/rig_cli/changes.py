@@ -62,13 +62,14 @@ def _needed(operation: str, what: str) -> tuple[str, Callable[..., Any], str]:
     return found
 
 
-def gpu(index: int) -> FunctionInfo:
-    """GPU ``index`` of this machine, from its PCI listing."""
+def gpu(index: int, machine: Machine | None = None) -> FunctionInfo:
+    """GPU ``index`` of ``machine`` (this machine by default), from its PCI listing."""
     if index < 0:
         raise Misuse(f"GPU index {index} is negative")
-    gpus = [f for f in Machine.this().functions() if is_gpu(f.vendor, f.class_code)]
+    m = machine or Machine.this()
+    gpus = [f for f in m.functions() if is_gpu(f.vendor, f.class_code)]
     if index >= len(gpus):
-        raise NoSuchGpu(f"this machine has no GPU {index} (it has {len(gpus)})")
+        raise NoSuchGpu(f"{m.name} has no GPU {index} (it has {len(gpus)})")
     return gpus[index]
 
 
@@ -97,17 +98,19 @@ DONE = {
 }
 
 
-def run_change(operation: str, index: int, *, yes: bool) -> int:
-    """Detach, attach or reset GPU ``index`` after asking."""
+def run_change(operation: str, index: int, *, yes: bool, machine: Machine | None = None) -> int:
+    """Detach, attach or reset GPU ``index`` (of ``machine``, for a reset) after asking."""
     _, fn, _ = _needed(operation, f"rig {operation}")
-    function = gpu(index)
-    where = f"{function.address}, {chip(function.device).name}"
+    function = gpu(index, machine)
+    name = chip(function.device).name
+    where = (function.address if name is None else f"{function.address}, {name}") + (
+        f", of {machine.name}" if machine is not None else "")
     text = {"i": index, "where": where, "driver": function.driver or "none",
             "suffix": "" if index == 0 else f":{index}"}
     if not confirm(QUESTIONS[operation].format(**text), yes):
         print("rig: not confirmed, so nothing was changed.", file=sys.stderr)
         return FAILURE
-    result = fn(index)
+    result = fn(index) if machine is None else fn(index, machine=machine)
     # detach answers its progress: Detached, or part way with the reason (the spec's
     # Part_way why), which leaves the GPU neither with its driver nor ready to open.
     why = getattr(result, "why", None) or getattr(result, "reason", None)
@@ -127,7 +130,13 @@ def run_firmware(which: str, directory: str | None, *, base_url: str | None) -> 
     kwargs: dict[str, Any] = {}
     if base_url is not None:
         kwargs["base_url"] = base_url
-    result = fn(directory, **kwargs) if directory is not None else fn(**kwargs)
+    try:
+        result = fn(directory, **kwargs) if directory is not None else fn(**kwargs)
+    except RigError as e:
+        if isinstance(e.__cause__, OSError):  # the network or the disk failed: nobody refused
+            print(f"rig: {e}", file=sys.stderr)
+            return FAILURE
+        raise
     if result is not None and not isinstance(result, list):  # a list was printed as it went
         print(result)
     return OK

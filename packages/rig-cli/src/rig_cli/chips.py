@@ -4,7 +4,7 @@ The device ids and product names are those of the supported-GPU table in the REA
 open-gpu-kernel-modules (checked against release 595.45.04), which lists each product by its PCI
 device id; the chip names are the PCI ID repository's (pci.ids: e.g. ``2335  GH100 [H200 SXM
 141GB]``); the architectures are CUDA's compute capabilities of those chips. A device id not in
-the table is ``"unknown"``: ``rig info`` opens the GPU and reads its architecture from the GPU.
+the table has ``None`` for each: ``rig info`` opens the GPU and reads its architecture from it.
 """
 
 from __future__ import annotations
@@ -17,16 +17,13 @@ from dataclasses import dataclass
 NVIDIA = 0x10DE
 GPU_CLASSES = (0x0300, 0x0302)
 
-UNKNOWN = "unknown"
-
-
 @dataclass(frozen=True)
 class Chip:
-    """A product (``name``), its chip and its compute architecture."""
+    """A product (``name``), its chip and its compute architecture (``None`` where unknown)."""
 
-    name: str
-    chip: str
-    arch: str
+    name: str | None
+    chip: str | None
+    arch: str | None
 
 
 CHIPS: dict[int, Chip] = {
@@ -45,9 +42,9 @@ CHIPS: dict[int, Chip] = {
 
 
 def chip(device_id: int) -> Chip:
-    """The product, chip and architecture of PCI device ``device_id`` (``"unknown"`` each
-    where the table does not have it)."""
-    return CHIPS.get(device_id, Chip(UNKNOWN, UNKNOWN, UNKNOWN))
+    """The product, chip and architecture of PCI device ``device_id`` (``None`` each where the
+    table does not have it)."""
+    return CHIPS.get(device_id, Chip(None, None, None))
 
 
 def is_gpu(vendor: int, class_code: int) -> bool:

@@ -1,5 +1,6 @@
 """``rig info`` (a GPU's facts, read by opening it) and ``rig usage`` (its memory and how busy
-it is, read without opening a device), both through NVIDIA's kernel driver."""
+it is, read without opening a device), both through NVIDIA's kernel driver. ``rig info
+--machine`` shows another machine's GPU from its PCI listing, without opening it."""
 
 from __future__ import annotations
 
@@ -10,11 +11,12 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, TextIO
 
-from rig_cli.show import duration, size
+from rig_cli.show import MISSING, duration, size
 from rig_edge import Misuse, RigError
 
 if TYPE_CHECKING:
     from rig_nv_nvidia import Usage
+    from rig_pci import Machine
 
 
 @dataclass(frozen=True)
@@ -25,7 +27,7 @@ class Info:
     name: str
     bus: str
     device_id: str | None
-    product: str
+    product: str | None
     arch: str
     sm_count: int
     budget_bytes: int
@@ -63,7 +65,7 @@ def facts(index: int) -> Info:
             name=f.name,
             bus=f.bus,
             device_id=f"0x{device_id:04x}" if device_id is not None else None,
-            product=chip(device_id).name if device_id is not None else "unknown",
+            product=chip(device_id).name if device_id is not None else None,
             arch=f.arch,
             sm_count=d.sm_count,
             budget_bytes=f.budget,
@@ -87,7 +89,8 @@ def run_info(index: int, *, as_json: bool) -> int:
         print(json.dumps(asdict(i), indent=2))
         return 0
     c = i.classes
-    print(f"GPU {index} ({i.name}): {i.product} at {i.bus}, PCI device {i.device_id or 'unknown'}")
+    print(f"GPU {index} ({i.name}): {i.product or MISSING} at {i.bus}, "
+          f"PCI device {i.device_id or MISSING}")
     for key, value in (
         ("arch", f"{i.arch}, {i.sm_count} SMs"),
         ("memory budget", size(i.budget_bytes)),
@@ -100,6 +103,37 @@ def run_info(index: int, *, as_json: bool) -> int:
         ("maps_host", "yes" if i.maps_host else "no"),
         ("driver", f"NVIDIA kernel driver {i.driver}"),
         ("opened in", duration(i.open_seconds)),
+    ):
+        print(f"  {key:<14}{value}")
+    return 0
+
+
+def run_pci_info(index: int, machine: Machine, *, as_json: bool) -> int:
+    """GPU ``index`` of ``machine`` as its PCI listing shows it (``rig list``'s row): the GPU
+    is not opened, as a device opens only in the process that holds it, on its machine."""
+    from rig_cli.changes import NoSuchGpu
+    from rig_cli.listing import rows
+
+    if index < 0:
+        raise Misuse(f"GPU index {index} is negative")
+    found = rows(machine)
+    if index >= len(found):
+        raise NoSuchGpu(f"{machine.name} has no GPU {index} (it has {len(found)})")
+    r = found[index]
+    del r["memory_bytes"]
+    if as_json:
+        print(json.dumps({**r, "machine": machine.name}, indent=2))
+        return 0
+    bar1_bytes, paths = r["bar1_bytes"], r["paths"]
+    print(f"GPU {index} of {machine.name}: {r['name']} ({r['chip']}) at {r['bus']}, PCI device "
+          f"{r['device_id']} (from its PCI listing: not opened, as only a process on that "
+          "machine opens its GPUs)")
+    for key, value in (
+        ("arch", r["arch"]),
+        ("BAR1", size(bar1_bytes if isinstance(bar1_bytes, int) else None)),
+        ("driver", r["driver"] or "none"),
+        ("power", r["runtime_status"] or "unknown"),
+        ("paths", " ".join(map(str, paths)) if isinstance(paths, list) and paths else "none"),
     ):
         print(f"  {key:<14}{value}")
     return 0

@@ -11,21 +11,23 @@ import sys
 from collections.abc import Callable, Sequence
 
 from rig_cli.chips import chip, is_gpu
+from rig_cli.show import MISSING, text
 from rig_edge import RigError
 from rig_pci import FunctionInfo, Machine
 
 # The kernel drivers that leave a GPU to the NV-PCI path: none, or VFIO's.
 DETACHED = (None, "vfio-pci")
 
-# Every column `rig list` knows, in the order a full listing prints them. memory_bytes is read
-# from the RM, only when asked for (--memory, or --query naming it): the RM is not sysfs.
+# Every column `rig list` knows, in the order a full listing prints them. memory_bytes and
+# uuid are read from the RM, only when asked for (--memory, or --query naming one): the RM is
+# not sysfs.
+RM_COLUMNS = ("memory_bytes", "uuid")
 COLUMNS = (
     "index", "bus", "device_id", "name", "chip", "arch", "driver", "runtime_status", "paths",
-    "driver_release", "bar1_bytes", "memory_bytes",
+    "driver_release", "bar1_bytes", *RM_COLUMNS,
 )
 # What --format csv prints when --query names no columns (the rest are in --json and --query).
 CSV_DEFAULT = COLUMNS[:9]
-NOT_AVAILABLE = "[N/A]"  # nvidia-smi's word for a value that is not there
 
 
 # The driver releases rig_nv has struct layouts for (rig_nv.layouts.SUPPORTED; a test keeps the
@@ -64,33 +66,35 @@ def bar1(function: FunctionInfo) -> int | None:
     return next((b.size for b in function.bars if b.index >= 1 and b.is_memory), None)
 
 
-def rm_memory(i: int) -> int | None:
-    """GPU ``i``'s memory in bytes as the RM of the kernel driver reports it (NV2080 FB_INFO
-    RAM_SIZE, through rig_nv_nvidia.usage: the process's client and the GPU's RM device,
-    no channel). Loads rig_nv_nvidia, cffi with it: only ``--memory`` pays for that."""
+def from_rm(i: int) -> tuple[int | None, str | None]:
+    """GPU ``i``'s memory in bytes and UUID as the RM of the kernel driver reports them (NV2080
+    FB_INFO RAM_SIZE and GET_GID_INFO, through rig_nv_nvidia.usage and uuid: the process's
+    client and the GPU's RM device, no channel). Loads rig_nv_nvidia, cffi with it: only
+    ``--memory`` pays for that."""
     import rig_nv_nvidia
 
-    return rig_nv_nvidia.usage(i).memory_total
+    return rig_nv_nvidia.usage(i).memory_total, rig_nv_nvidia.uuid(i)
 
 
-def with_memory(found: list[dict[str, object]], memory: Callable[[int], int | None] | None,
-                warn: Callable[[str], None]) -> None:
-    """Fill each row's memory_bytes: from ``memory`` (None: not this machine, nothing to ask)
-    for a GPU that rig's kernel-driver path can open and whose function is active (asking
-    could wake a suspended GPU); None elsewhere. A refusal is None and one warning."""
+def with_rm(found: list[dict[str, object]],
+            read: Callable[[int], tuple[int | None, str | None]] | None,
+            warn: Callable[[str], None]) -> None:
+    """Fill each row's memory_bytes and uuid: from ``read`` (None: not this machine, nothing
+    to ask) for a GPU that rig's kernel-driver path can open and whose function is active
+    (asking could wake a suspended GPU); None elsewhere. A refusal is None and one warning."""
     for r in found:
-        r["memory_bytes"] = None
+        r["memory_bytes"] = r["uuid"] = None
         paths = r["paths"]
         assert isinstance(paths, list)
         nv = any(p == "NV" or p.startswith("NV:") for p in paths)
-        if memory is None or not nv or r["runtime_status"] != "active":
+        if read is None or not nv or r["runtime_status"] != "active":
             continue
         index = r["index"]
         assert isinstance(index, int)
         try:
-            r["memory_bytes"] = memory(index)
+            r["memory_bytes"], r["uuid"] = read(index)
         except RigError as e:
-            warn(f"GPU {index}'s memory: {e}")
+            warn(f"GPU {index}'s memory and UUID: {e}")
 
 
 def rows(machine: Machine) -> list[dict[str, object]]:
@@ -112,7 +116,8 @@ def rows(machine: Machine) -> list[dict[str, object]]:
             "paths": paths(f, i, release),
             "driver_release": release if f.driver == "nvidia" else None,
             "bar1_bytes": bar1(f),
-            "memory_bytes": None,  # with_memory fills it, run_list drops it unless asked
+            "memory_bytes": None,  # with_rm fills these two, run_list drops them unless asked
+            "uuid": None,
         })
     return found
 
@@ -138,11 +143,9 @@ def parse_query(text: str) -> tuple[str, ...]:
 
 
 def _cell(value: object) -> str:
-    if value is None:
-        return NOT_AVAILABLE
     if isinstance(value, list):
-        return " ".join(str(v) for v in value) if value else "none"
-    return str(value)
+        return " ".join(str(v) for v in value) if value else MISSING
+    return text(value)
 
 
 def csv_lines(found: list[dict[str, object]], columns: Sequence[str], header: bool) -> list[str]:
@@ -161,16 +164,17 @@ def run_list(
     columns: Sequence[str] | None = None,
     memory: bool = False,
 ) -> int:
-    """Print the listing; with ``memory`` (or a ``memory_bytes`` column asked for) each GPU's
-    memory from the RM as well, where the GPU is this machine's (``machine`` None)."""
+    """Print the listing; with ``memory`` (or an RM column asked for) each GPU's memory and
+    UUID from the RM as well, where the GPU is this machine's (``machine`` None)."""
     found = rows(machine or Machine.this())
-    memory = memory or "memory_bytes" in (columns or ())
+    memory = memory or any(c in RM_COLUMNS for c in columns or ())
     if memory:
-        with_memory(found, rm_memory if machine is None else None,
-                    lambda text: print(f"rig: {text}", file=sys.stderr))
+        with_rm(found, from_rm if machine is None else None,
+                lambda line: print(f"rig: {line}", file=sys.stderr))
     else:
         for r in found:
-            del r["memory_bytes"]
+            for c in RM_COLUMNS:
+                del r[c]
     if as_json:
         shown = [{c: r[c] for c in columns} for r in found] if columns else found
         print(json.dumps(shown, indent=2))
@@ -183,14 +187,16 @@ def run_list(
         print("No NVIDIA GPU on this machine (none listed under /sys/bus/pci).")
         return 0
     head = ("GPU", "bus", "device", "product", "arch", "driver", "power")
-    table: list[tuple[str, ...]] = [(*head, "memory", "paths") if memory else (*head, "paths")]
+    table: list[tuple[str, ...]] = [(*head, "memory", "uuid", "paths") if memory
+                                    else (*head, "paths")]
     for r in found:
-        product = "unknown" if r["name"] == "unknown" else f"{r['name']} ({r['chip']})"
-        cells = [str(r["index"]), str(r["bus"]), str(r["device_id"]), product, str(r["arch"]),
-                 str(r["driver"] or "-"), str(r["runtime_status"] or "-")]
+        product = MISSING if r["name"] is None else f"{r['name']} ({r['chip']})"
+        cells = [text(r[c]) for c in ("index", "bus", "device_id")]
+        cells += [product, *(text(r[c]) for c in ("arch", "driver", "runtime_status"))]
         if memory:
             size = r["memory_bytes"]
-            cells.append(f"{size / (1 << 30):.1f} GiB" if isinstance(size, int) else "-")
+            cells.append(f"{size / (1 << 30):.1f} GiB" if isinstance(size, int) else MISSING)
+            cells.append(text(r["uuid"]))
         table.append((*cells, _cell(r["paths"])))
     widths = [max(len(row[c]) for row in table) for c in range(len(table[0]) - 1)]
     for row in table:

@@ -14,20 +14,14 @@ import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rig_pci import Machine
 
 OK, FAILURE, MISUSE, NO_GPU, REFUSED = 0, 1, 2, 3, 4
 
 EPILOG = """\
-commands:
-  list       the machine's NVIDIA GPUs and the paths that can open each (reads sysfs only)
-  info       open a GPU through its kernel driver and show its facts
-  usage      a GPU's memory and how busy it is, once or live (--watch)
-  check      open a GPU, copy random data both ways, run a built-in kernel, check, time
-  detach     take a GPU from its kernel driver for the NV-PCI path (asks first)
-  attach     give a GPU back to its kernel driver (asks first)
-  reset      reset a GPU's PCI function (asks first)
-  firmware   fetch NVIDIA's GSP firmware set the NV-PCI path boots with
-
 exit codes:
   0  ok
   1  failure: something broke, or a check's results differ from the host's
@@ -37,7 +31,27 @@ exit codes:
      GPU, its release is not supported), or this release of rig cannot do it
 
 Errors are one sentence on stderr, starting "rig: "; --debug shows the traceback.
+A value that is not there prints as [N/A] (null in JSON).
 """
+
+
+def _check_ranges(args: argparse.Namespace) -> None:
+    """Values argparse took but that are out of range: :class:`rig_edge.Misuse` naming the
+    flag (exit 2), checked before anything is opened."""
+    import math
+
+    from rig_edge import Misuse
+
+    index = getattr(args, "index", None)
+    if index is not None and index < 0:
+        raise Misuse(f"the GPU's index i is 0 or more, not {index}")
+    for flag in ("window", "watch"):
+        value = getattr(args, flag, None)
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise Misuse(f"--{flag} needs a positive number of seconds, not {value:g}")
+    size = getattr(args, "size", None)
+    if size is not None and size <= 0:
+        raise Misuse(f"--size needs a positive number of MiB, not {size}")
 
 
 class _Csv(argparse.Action):
@@ -93,29 +107,35 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("index", type=int, metavar="i", help="the GPU's index, in bus order")
 
     lister = command("list", "list this machine's NVIDIA GPUs and the paths that open them")
-    lister.add_argument("--json", action="store_true", help="print JSON")
-    lister.add_argument(
+    shape = lister.add_mutually_exclusive_group()
+    shape.add_argument("--json", action="store_true", help="print JSON")
+    shape.add_argument(
         "--format", action=_Csv, metavar="csv[,noheader]",
         help="print CSV as nvidia-smi's query mode does (', ' between values)",
     )
     lister.add_argument(
         "--query", "--query-gpu", action=_Query, metavar="COLUMNS",
-        help="the columns to print, comma-separated: index, bus, device_id, name, chip, arch, "
-        "driver, runtime_status, paths, driver_release, bar1_bytes, memory_bytes",
+        help="the columns to print, comma-separated (CSV unless --json): index, bus, "
+        "device_id, name, chip, arch, driver, runtime_status, paths, driver_release, "
+        "bar1_bytes, memory_bytes, uuid",
     )
     lister.add_argument(
         "--memory", action="store_true",
-        help="also each GPU's memory, read from the kernel driver's RM (loads rig_nv_nvidia: "
-        "slower than the sysfs listing)",
+        help="also each GPU's memory and UUID, read from the kernel driver's RM (loads "
+        "rig_nv_nvidia: slower than the sysfs listing)",
     )
-    lister.add_argument(
-        "--machine", metavar="ROOT",
-        help="list the machine whose sysfs tree lies under ROOT (default: this machine)",
-    )
+    machine_help = ("the machine: ssh://[user@]host[:port] over SSH (rig's agent runs on its "
+                    "python3; nothing is installed there; a /ROOT after it names the directory "
+                    "its sysfs tree lies under there), or the directory a sysfs tree lies "
+                    "under here (default: this machine)")
+    lister.add_argument("--machine", metavar="MACHINE", help=machine_help)
 
     info = command("info", "open a GPU through its kernel driver and show its facts")
     index(info)
     info.add_argument("--json", action="store_true", help="print JSON")
+    info.add_argument("--machine", metavar="MACHINE",
+                      help=machine_help + "; another machine's GPU is not opened: its PCI facts "
+                      "are shown")
 
     usage = command("usage", "show a GPU's memory (total, free) and how busy it is")
     index(usage)
@@ -141,6 +161,8 @@ def _parser() -> argparse.ArgumentParser:
         p = command(name, text)
         index(p, optional=False)
         p.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+        if name == "reset":
+            p.add_argument("--machine", metavar="MACHINE", help=machine_help)
 
     firmware = command("firmware", "fetch the GSP firmware set the NV-PCI path boots with")
     firmware.add_argument("which", choices=["nv"], help="whose firmware (nv: NVIDIA's)")
@@ -148,44 +170,22 @@ def _parser() -> argparse.ArgumentParser:
                           help="where to put it (default: rig's own firmware directory)")
     firmware.add_argument("--base-url", metavar="URL",
                           help="fetch from this mirror of linux-firmware instead")
-    bench = command("bench", "time rig beside CUDA from C, PyTorch and CuPy on the benchmark's "
-                    "rows (runs bench/run.py of a checkout of rig's repository)")
-    bench.add_argument("rest", nargs=argparse.REMAINDER, metavar="...",
-                       help="passed on to bench/run.py (e.g. --scale 0.2 --peers rig,cuda)")
     return parser
-
-
-def run_bench(rest: Sequence[str], start: Path | None = None) -> int:
-    """Run the benchmark harness of the checkout around ``start`` (the working directory).
-
-    The harness compiles a C program against the CUDA driver and drives PyTorch and CuPy, so it
-    lives beside the packages, not in them. Raises :class:`rig_edge.RigError` outside a checkout.
-    """
-    import subprocess
-    import sys
-
-    from rig_edge import RigError
-
-    here = (start or Path.cwd()).resolve()
-    for folder in (here, *here.parents):
-        script = folder / "bench" / "run.py"
-        if script.is_file():
-            return subprocess.run([sys.executable, str(script), *rest], check=False).returncode
-    raise RigError("rig bench runs bench/run.py of a checkout of rig's repository, and there is "
-                   f"none at or above {here}")
 
 
 def exit_code(e: BaseException) -> int:
     """The exit code of an error: misuse 2, no such GPU 3, refused 4, a lost device or
-    anything else 1."""
+    anything else 1 (a firmware download that failed among them)."""
     from rig_cli.changes import NoSuchGpu
-    from rig_edge import Lost, OpenRefused, RigError
+    from rig_edge import Lost, RigError
+    from rig_pci.firmware import FetchFailed
 
     if isinstance(e, ValueError):  # rig_edge.Misuse is one
         return MISUSE
-    if isinstance(e, NoSuchGpu) or (isinstance(e, OpenRefused) and "has no GPU" in str(e)):
+    # An open's refusal, or usage's error (a RigError: usage opens nothing), of no GPU i.
+    if isinstance(e, NoSuchGpu) or (isinstance(e, RigError) and "has no GPU" in str(e)):
         return NO_GPU
-    if isinstance(e, Lost):  # the GPU faulted or hung: it broke, nobody refused
+    if isinstance(e, Lost | FetchFailed):  # the GPU or the network broke: nobody refused
         return FAILURE
     if isinstance(e, RigError):
         return REFUSED
@@ -202,17 +202,55 @@ def sentence(e: BaseException) -> str:
     return f"rig: {text}"
 
 
+def machine_of(text: str) -> Machine:
+    """``--machine``: ``ssh://[user@]host[:port][/ROOT]`` over SSH (ROOT: where the sysfs
+    tree lies there, ``/`` by default), anything else the directory a sysfs tree lies under
+    here. Raises :class:`rig_edge.Misuse` for an ssh:// address that is not of that form."""
+    from rig_edge import Misuse
+    from rig_pci import Machine
+
+    if not text.startswith("ssh://"):
+        if not Path(text).is_dir():
+            raise Misuse(f"--machine {text}: no such directory (it names the root of a "
+                         "machine's sysfs tree, or is ssh://[user@]host[:port])")
+        return Machine.at(text)
+    where, _, root = text.removeprefix("ssh://").partition("/")
+    user, at, hostport = where.rpartition("@")
+    if hostport.startswith("["):  # an IPv6 address: [::1]:22
+        host, _, tail = hostport[1:].partition("]")
+        port = tail.removeprefix(":") if tail.startswith(":") else tail
+    else:
+        host, _, port = hostport.partition(":")
+    if not host or (at and not user) or (port and not port.isdigit()):
+        raise Misuse(f"--machine {text!r} is not ssh://[user@]host[:port][/ROOT]")
+    return Machine.ssh(f"{user}@{host}" if at else host, port=int(port) if port else None,
+                       root="/" + root.rstrip("/"))
+
+
 def _run(args: argparse.Namespace) -> int:
+    _check_ranges(args)
+    machine = machine_of(args.machine) if getattr(args, "machine", None) else None
+    try:
+        return _command(args, machine)
+    finally:
+        if machine is not None:
+            machine.close()
+
+
+def _command(args: argparse.Namespace, machine: Machine | None) -> int:
     if args.command == "list":
         from rig_cli.listing import run_list
-        from rig_pci import Machine
 
-        machine = Machine.at(args.machine) if args.machine else None
-        return run_list(as_json=args.json, machine=machine, fmt=args.format, columns=args.query,
+        fmt = args.format
+        if args.query and fmt is None and not args.json:
+            fmt = ("csv", True)  # the columns asked for are the CSV's and JSON's vocabulary
+        return run_list(as_json=args.json, machine=machine, fmt=fmt, columns=args.query,
                         memory=args.memory)
     if args.command == "info":
-        from rig_cli.info import run_info
+        from rig_cli.info import run_info, run_pci_info
 
+        if machine is not None:
+            return run_pci_info(args.index, machine, as_json=args.json)
         return run_info(args.index, as_json=args.json)
     if args.command == "usage":
         from rig_cli.info import run_usage
@@ -225,9 +263,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command in ("detach", "attach", "reset"):
         from rig_cli.changes import run_change
 
-        return run_change(args.command, args.index, yes=args.yes)
-    if args.command == "bench":
-        return run_bench(args.rest)
+        return run_change(args.command, args.index, yes=args.yes, machine=machine)
     if args.command == "firmware":
         from rig_cli.changes import run_firmware
 
@@ -238,14 +274,7 @@ def _run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``rig`` with ``argv`` (default: the process's arguments); return its exit code."""
     parser = _parser()
-    words = list(sys.argv[1:] if argv is None else argv)
-    rest: list[str] = []
-    if "bench" in words:  # everything after `bench` belongs to the harness, in its order
-        at = words.index("bench")
-        words, rest = words[: at + 1], words[at + 1 :]
-    args = parser.parse_args(words)
-    if args.command == "bench":
-        args.rest = rest
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.command is None:
         parser.print_help()
         return MISUSE
@@ -266,5 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as e:
         if args.debug:
             raise
-        print(sentence(e), file=sys.stderr)
-        return exit_code(e)
+        code = exit_code(e)
+        if code == NO_GPU and getattr(args, "index", None) is not None:
+            print(f"rig: this machine has no GPU {args.index}; `rig list` shows its GPUs.",
+                  file=sys.stderr)
+        else:
+            print(sentence(e), file=sys.stderr)
+        return code

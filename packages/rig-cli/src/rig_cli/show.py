@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+# A value that is not there, in every text the commands print (nvidia-smi's word; JSON: null).
+MISSING = "[N/A]"
+
+
+def text(value: object) -> str:
+    """``value`` as a table or CSV cell: :data:`MISSING` for ``None``."""
+    return MISSING if value is None else str(value)
+
 
 def size(n: int | None) -> str:
     """``n`` bytes in binary units: ``"256 GiB"``, ``"139.8 GiB"``, ``"32 MiB"``."""
     if n is None:
-        return "unknown"
+        return MISSING
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if value < 1024 or unit == "TiB":

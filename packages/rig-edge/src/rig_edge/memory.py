@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Any
+
+from rig_edge import hostview
 
 
 class Memory(enum.Enum):
@@ -37,6 +40,11 @@ class Region:
 
     ``gpu`` is its GPU virtual address; ``host`` its host address where the host sees it
     (Pinned, Mapped and host-mapped memory) or ``None``; ``length`` in bytes.
+
+    A region the host sees is CPU memory to Python: :meth:`view` (and, on Python 3.12+,
+    ``memoryview(region)``), ``numpy.asarray(region)`` and ``numpy.from_dlpack(region)`` (or
+    torch's, jax's) read and write it in place as 1-D ``uint8``, valid until it is freed.
+    ``gpu`` is an address in rig's own GPU address space, not CUDA's: no view names the GPU.
     """
 
     gpu: int
@@ -52,6 +60,45 @@ class Region:
         # Equal regions have equal GPU addresses; hashing all four fields (the Memory enum's
         # hash is Python code) cost a third of an allocation's time in a device's dicts.
         return hash(self.gpu)
+
+    def view(self) -> memoryview:
+        """A writable 1-D memoryview of bytes over the region's host memory, no copy.
+
+        Raises :class:`rig_edge.Misuse` for a region the host does not see (Device memory).
+        """
+        return hostview.view(self)
+
+    def __buffer__(self, flags: int, /) -> memoryview:
+        """The buffer protocol on Python 3.12+ (PEP 688): ``memoryview(region)``."""
+        return hostview.view(self)
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's array interface: ``numpy.asarray(region)`` is 1-D ``uint8``, no copy.
+
+        Raises :class:`rig_edge.Misuse` for a region the host does not see.
+        """
+        return hostview.array_interface(self)
+
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None,
+                   copy: bool | None = None) -> object:
+        """A DLPack capsule of the region as a 1-D ``uint8`` CPU tensor, no copy.
+
+        Raises :class:`rig_edge.Misuse` for a region the host does not see and
+        :class:`BufferError` for a device other than the CPU or ``copy=True``.
+        """
+        if dl_device is not None and tuple(dl_device) != (hostview.KDL_CPU, 0):
+            raise BufferError(f"a rig region is CPU memory (DLPack device (1, 0)), "
+                              f"not device {dl_device}")
+        if copy:
+            raise BufferError("a rig region's DLPack export never copies")
+        return hostview.dlpack(self, versioned=max_version is not None and max_version[0] >= 1)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """DLPack's device of a host-visible region: the CPU, ``(1, 0)`` (kDLCPU)."""
+        hostview.host_of(self)
+        return (hostview.KDL_CPU, 0)
 
 
 @dataclass(frozen=True)

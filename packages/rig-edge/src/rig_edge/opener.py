@@ -18,8 +18,10 @@ D_co = TypeVar("D_co", covariant=True)
 def opener_name(path: str, index: int) -> str:
     """The spec's name of GPU ``index`` on ``path`` ("NV" → "NV", "NV:1", ...).
 
-    Raises :class:`Misuse` if ``index`` is negative.
+    Raises :class:`Misuse` if ``index`` is no int (a bool is none) or is negative.
     """
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise Misuse(f"a GPU index is an int, not {index!r}")
     if index < 0:
         raise Misuse(f"GPU index {index} is negative")
     return path if index == 0 else f"{path}:{index}"

@@ -9,8 +9,8 @@ memory is mapped into the GPU's address space through /dev/nvidia-uvm. No CUDA l
 """
 
 from rig_nv_nvidia.listing import buses, count
-from rig_nv_nvidia.opener import Usage, gpu, reaches, usage
+from rig_nv_nvidia.opener import Usage, gpu, reaches, usage, uuid
 
 __version__ = "0.1.0"
 
-__all__ = ["Usage", "__version__", "buses", "count", "gpu", "reaches", "usage"]
+__all__ = ["Usage", "__version__", "buses", "count", "gpu", "reaches", "usage", "uuid"]

@@ -4,6 +4,9 @@ What this module makes stays for the process, as the spec says: the control file
 root client (made by the first open or ``usage`` that succeeds), the two UVM files and the
 reservation of the process's addresses from 384 GiB to 2^40 (made by the first open that
 succeeds), and each GPU's file and RM objects (made by the first open or ``usage`` of it).
+One lock guards it all (:meth:`Process.locked`); it is reentrant, so a callback that runs
+inside it (a signal handler, a finalizer) must be refused (:meth:`Process.refuse_inside`),
+not let in half-way through another's making.
 """
 
 from __future__ import annotations
@@ -11,12 +14,14 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from cffi import FFI
 
-from rig_edge import OpenRefused, RigError
+from rig_edge import Misuse, OpenRefused, RigError
 from rig_nv import classes as cls
 from rig_nv import inject
 from rig_nv.hostmem import (
@@ -26,6 +31,7 @@ from rig_nv.hostmem import (
     MAP_PRIVATE,
     PROT_NONE,
     mmap,
+    munmap,
 )
 from rig_nv.layouts import Params, cnew, layout_key, rm_ffi
 from rig_nv.rm import RMError
@@ -154,7 +160,7 @@ def open_file(path: str) -> int:
 class Gpu:
     """One GPU's state in this process: its file and RM objects (they stay), its UVM
     registration and address space (made by its first open; they stay), whether a device
-    of it is open."""
+    of it is open (read and written under :meth:`Process.locked`)."""
 
     bus: str
     minor: int
@@ -165,14 +171,25 @@ class Gpu:
     uuid: bytes = b""
     h_vaspace: int = 0
     device_open: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def gpu_uuid(rm: KernelRM, h_subdevice: int) -> bytes:
+    """The GPU's 16-byte UUID, as the RM reports it (NV2080_CTRL_CMD_GPU_GET_GID_INFO in its
+    binary format, ctrl2080gpu.h): what UVM names the GPU by and nvidia-smi prints.
+    Raises :class:`rig_nv.rm.RMError` where the RM refuses."""
+    rmf = rm_ffi(rm.layouts)
+    gid = Params(rmf, "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS",
+                 flags=NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY, length=16)
+    rm.control(h_subdevice, NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid.buf)
+    return bytes(rmf.buffer(gid.p.data, 16))
 
 
 class Process:
     """What the process keeps of the kernel driver; one per process (``PROCESS``)."""
 
     def __init__(self) -> None:
-        self.lock = threading.RLock()
+        self._lock = threading.RLock()
+        self._owner: int | None = None  # the thread inside locked(), if any
         self.rm: KernelRM | None = None
         self.uvm: int | None = None
         self.uvm_mm: int | None = None
@@ -182,11 +199,31 @@ class Process:
         self.peers: dict[frozenset[bytes], int] = {}
         self.free_va: list[tuple[int, int]] = []  # free runs of the reservation, by address
 
+    @contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the process's lock while the block runs (this module's calls nest in it)."""
+        with self._lock:
+            outer, self._owner = self._owner, threading.get_ident()
+            try:
+                yield
+            finally:
+                self._owner = outer
+
+    def refuse_inside(self, what: str) -> None:
+        """Raise :class:`rig_edge.Misuse` if this thread is inside :meth:`locked`: ``what``
+        was called from a callback (a signal handler, a finalizer) run while the thread holds
+        the lock, which would enter it again half-way through another making. Another
+        thread's hold is no misuse: that call waits its turn."""
+        if self._owner == threading.get_ident():
+            raise Misuse(f"{what} was called from a callback inside the process's lock on "
+                         "the NVIDIA kernel driver (a signal handler or finalizer run while "
+                         "it is held)")
+
     # -- the client ---------------------------------------------------------------------------
 
     def client(self) -> KernelRM:
         """The process's RM client, made (and kept) by the first call that succeeds."""
-        with self.lock:
+        with self.locked():
             if self.rm is not None:
                 return self.rm
             ctl = open_file(CTL)
@@ -227,7 +264,7 @@ class Process:
 
     def unified_memory(self) -> int:
         """The UVM file (made, with its second file and the reservation, by the first open)."""
-        with self.lock:
+        with self.locked():
             if self.uvm is not None:
                 return self.uvm
             rm = self.client()
@@ -245,12 +282,20 @@ class Process:
                     raise RMError("UVM_MM_INITIALIZE", status)
                 lo, hi = RESERVATION
                 try:
-                    mmap(lo, hi - lo, PROT_NONE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE)
+                    at = mmap(lo, hi - lo, PROT_NONE,
+                              MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE)
                 except OSError as e:
                     raise RigError(
                         f"the process's addresses from 384 GiB to 2^40 cannot be reserved "
                         f"({e.strerror}): something else is mapped there") from e
+                if at != lo:
+                    # A kernel before Linux 4.17 takes MAP_FIXED_NOREPLACE for a hint and maps
+                    # the range wherever it has room.
+                    munmap(at, hi - lo)
+                    raise RigError(
+                        f"the process's addresses from 384 GiB to 2^40 cannot be reserved: the "
+                        f"kernel put the reservation at 0x{at:x} (before Linux 4.17 it takes "
+                        f"MAP_FIXED_NOREPLACE for a hint)")
             except BaseException:
                 for fd in taken:
                     os.close(fd)
@@ -262,7 +307,7 @@ class Process:
 
     def reserve(self, size: int, align: int) -> int | None:
         """An address range of the reservation, or ``None`` when it is full."""
-        with self.lock:
+        with self.locked():
             for i, (start, length) in enumerate(self.free_va):
                 at = -(-start // align) * align
                 if at + size <= start + length:
@@ -273,7 +318,7 @@ class Process:
 
     def unreserve(self, at: int, size: int) -> None:
         """Give a range back to the reservation's free runs, merging neighbours."""
-        with self.lock:
+        with self.locked():
             runs = sorted([*self.free_va, (at, size)])
             merged: list[tuple[int, int]] = []
             for s, n in runs:
@@ -287,7 +332,7 @@ class Process:
 
     def gpu(self, bus: str) -> Gpu:
         """GPU ``bus``'s file, RM device and subdevice (made by the first call, kept)."""
-        with self.lock:
+        with self.locked():
             if bus in self.gpus:
                 return self.gpus[bus]
             rm = self.client()
@@ -318,16 +363,13 @@ class Process:
 
     def address_space(self, g: Gpu) -> None:
         """Register GPU ``g`` with UVM and give it an address space (first open; kept)."""
-        with self.lock:
+        with self.locked():
             if g.h_vaspace:
                 return
             rm = self.client()
             uvm = self.unified_memory()
             rmf = rm_ffi(rm.layouts)
-            gid = Params(rmf, "NV2080_CTRL_GPU_GET_GID_INFO_PARAMS",
-                         flags=NV2080_GPU_CMD_GPU_GET_GID_FLAGS_FORMAT_BINARY, length=16)
-            rm.control(g.h_subdevice, NV2080_CTRL_CMD_GPU_GET_GID_INFO, gid.buf)
-            uuid = bytes(rmf.buffer(gid.p.data, 16))
+            uuid = gpu_uuid(rm, g.h_subdevice)
             # The driver copies its own struct's size for allocs: a buffer at least that large.
             vas = Params(rmf, "NV_VASPACE_ALLOCATION_PARAMETERS", vaBase=VA_BASE, vaSize=VA_SIZE,
                          flags=VASPACE_FLAGS)
@@ -361,7 +403,7 @@ class Process:
         the status is kept for a mapping's error to name, not raised.
         """
         pair = frozenset((a.uuid, b.uuid))
-        with self.lock:
+        with self.locked():
             if pair not in self.peers:
                 rm = self.client()
                 p = cnew(rm.ffi, "UVM_ENABLE_PEER_ACCESS_PARAMS *")

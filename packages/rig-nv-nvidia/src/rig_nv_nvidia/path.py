@@ -50,6 +50,7 @@ from rig_nv.status import (
     NV_ERR_INSUFFICIENT_RESOURCES,
     NV_ERR_INVALID_ADDRESS,
     NV_ERR_NO_MEMORY,
+    NV_ERR_NOT_SUPPORTED,
     NV_ERR_OPERATING_SYSTEM,
 )
 from rig_nv_nvidia import layouts as lay
@@ -88,6 +89,7 @@ KIND_GENERIC = 6
 OS_DESCRIPTOR_FLAGS = (1 << 4) | (1 << 12) | (1 << 30)
 CHANNEL_VA = 64 << 20  # UVM maps a channel's context buffers here (tinygrad's size)
 NO_ROOM = (NV_ERR_NO_MEMORY, NV_ERR_OPERATING_SYSTEM, NV_ERR_INSUFFICIENT_RESOURCES)
+PCI_DEVICES = "/sys/bus/pci/devices"  # where a dma-buf's function must be (the spec's fn)
 
 
 @dataclass
@@ -395,10 +397,17 @@ class NvidiaPath:
         return Allocation(va, address, length, Memory.PINNED, handle, Undo(False, va, size, False))
 
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf:
+        """A new dma-buf of ``a``'s RM object, which holds the object until its last
+        reference goes (the driver dups the handle into a client of its own, nv-dmabuf.c
+        nv_dma_buf_dup_mem_handles), freed or not. Marks ``a`` held, so the device never
+        hands its memory out again while an importer may map it. Raises
+        :class:`rig_edge.RigError`, marking nothing, where the object is no whole number of
+        the host's pages, the GPU is no function under /sys/bus/pci/devices, or the driver
+        exports none (an :class:`rig_nv.rm.RMError` where the RM refuses)."""
         if a.length % os.sysconf("SC_PAGE_SIZE"):
             raise RigError(f"{self.name}: the object is no whole number of the host's pages")
-        if not os.path.exists(f"/sys/bus/pci/devices/{self.bus}"):
-            raise RigError(f"{self.name}: {self.bus} is no function under /sys/bus/pci/devices")
+        if not os.path.exists(f"{PCI_DEVICES}/{self.bus}"):
+            raise RigError(f"{self.name}: {self.bus} is no function under {PCI_DEVICES}")
         ffi = self.rm.ffi
         p = cnew(ffi, "nv_ioctl_export_to_dma_buf_fd_t *", {
             "fd": -1, "hClient": self.rm.client, "totalObjects": 1, "numObjects": 1,
@@ -408,8 +417,13 @@ class NvidiaPath:
             nv_ioctl(self.gpu.fd, lay.NV_ESC_EXPORT_TO_DMABUF_FD, ffi, p)
         except RigError as e:
             raise RigError(f"{self.name}: the kernel driver exports no dma-buf ({e})") from e
+        if p.status == NV_ERR_NOT_SUPPORTED:
+            # nv-dmabuf.c: a kernel without CONFIG_DMA_SHARED_BUFFER, or a GPU whose RM
+            # supports none (nv->dma_buf_supported), as outside the open kernel modules.
+            raise RMError(f"{self.name}: the kernel driver exports no dma-buf", p.status)
         if p.status:
             raise RMError(f"{self.name}: exporting a dma-buf", p.status)
+        a.held = True
         return Dmabuf(int(p.fd), offset, length)
 
     # -- peers --------------------------------------------------------------------------------
@@ -476,6 +490,6 @@ class NvidiaPath:
         time.sleep(timeout_s)
 
     def closed(self) -> None:
-        with self.gpu.lock:
+        with PROCESS.locked():
             self.gpu.device_open = False
 

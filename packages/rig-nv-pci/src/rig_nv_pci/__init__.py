@@ -297,15 +297,24 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
             images = held.read_images(chip, found)
         except RigError as e:
             raise RigError(f"{name}: {e}") from e
+        memory_taken = False
+
+        def taken_memory() -> None:
+            nonlocal memory_taken
+            memory_taken = True
+
         try:
             # No kernel driver's watchdog watches this GPU's work: rig gives it up after
             # rig_pci.driver.hang_ms without progress (the spec's device hang_ms).
             device = held.open_device(f, name=name, chip=chip, images=images,
                                       device_name=opener_name(PATH, i),
                                       hang_ms=driver.hang_ms, on_stopped=stopped,
-                                      on_kept=kept)
-        except boot.BootError:
-            _lost.add((machine.name, bus))  # the boot failed once the GSP's memory was taken
+                                      on_kept=kept, on_memory_taken=taken_memory)
+        except BaseException:
+            # The spec: once the GSP's memory is taken, a failure loses the GPU (any failure,
+            # a KeyboardInterrupt too), and its next open resets it.
+            if memory_taken:
+                _lost.add((machine.name, bus))
             raise
         given = True
         return device
@@ -321,13 +330,13 @@ def _open(i: int, machine: Machine, dirs: Sequence[str | os.PathLike[str]]) -> D
 
 
 def _make(i: int, machine: Machine | None, dirs: Sequence[str | os.PathLike[str]]) -> Device:
-    with lock.serial(f"{opener_name(PATH, i)}'s make"):
-        try:
+    try:
+        with lock.serial(f"{opener_name(PATH, i)}'s make"):
             return _open(i, machine or Machine.this(), dirs)
-        except OpenRefused:
-            raise
-        except RigError as e:
-            raise OpenRefused(str(e)) from e
+    except OpenRefused:
+        raise
+    except RigError as e:
+        raise OpenRefused(str(e)) from e
 
 
 def gpu(
@@ -400,10 +409,13 @@ def _detach(machine: Machine, i: int) -> driver.Progress:
         bus = _function(machine, i).address
         name = _name(i, machine, bus)
         _not_held(machine, bus, name)
+        held = _lock(machine, bus, name)  # no other process's open or change meanwhile
         try:
             return driver.detach(machine, bus, device_files=_device_files(machine, bus))
         except RigError as e:
             raise RigError(f"{name}: {_reason(e, bus)}") from e
+        finally:
+            held.release()
 
 
 def detach(i: int) -> driver.Progress:
@@ -412,7 +424,8 @@ def detach(i: int) -> driver.Progress:
 
     Its users, a display among them, lose the GPU until :func:`attach` or a reboot. Raises
     :class:`rig_edge.RigError` naming the GPU, having written nothing, if the machine's PCI
-    functions cannot be listed, there is no GPU i, this process holds it over PCI, a process
+    functions cannot be listed, there is no GPU i, this process holds it over PCI, another
+    process's open or change holds it (waited for as :mod:`rig_nv_pci.lock` says), a process
     holds its /dev/nvidiaN, its DRM nodes or its sysfs files open or mapped (naming the
     process), or as :func:`rig_pci.driver.detach` (debugfs, vfio-pci not loaded, files not
     writable). After its first write it returns :class:`rig_pci.driver.Detached` or

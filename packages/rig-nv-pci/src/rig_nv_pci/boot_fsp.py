@@ -47,7 +47,7 @@ from rig_nv_pci.falcon import (
     poll,
 )
 from rig_nv_pci.gsp import rpc, sysinfo
-from rig_nv_pci.gspmem import GspMemory
+from rig_nv_pci.gspmem import GspMemory, in_one_run
 from rig_pci import Window
 
 PAGE = 0x1000
@@ -96,8 +96,7 @@ def _dma(alloc: Alloc, data: bytes, what: str) -> DmaBuffer:
     buf = alloc(size)
     if buf is None:
         raise BootError(f"no DMA memory for {what} (0x{size:x} bytes)")
-    if buf.length < size or buf.bus_address(0) % PAGE or \
-            buf.bus_address(size - 1) - buf.bus_address(0) != size - 1:
+    if buf.length < size or buf.bus_address(0) % PAGE or not in_one_run(buf, size):
         raise BootError(f"the DMA memory for {what} (0x{size:x} bytes at bus address "
                         f"0x{buf.bus_address(0):x}) is not 4 KiB-aligned and contiguous")
     view = buf.view()

@@ -52,6 +52,7 @@ from typing import Any, Protocol
 
 from rig_nv import classes
 from rig_nv.rm import RMError
+from rig_nv_pci.gspmem import in_one_run
 
 # NV_ADDRESS_SPACE (g_mem_desc_nvoc.h) and the CPU cache attributes (nv_memory_type.h)
 ADDR_SYSMEM, ADDR_FBMEM = 1, 2
@@ -214,7 +215,7 @@ class ChannelMemory:
         if dma is None:
             raise RMError(f"{self.name}: no system memory for a channel group's method buffer",
                           NV_ERR_NO_MEMORY)
-        if dma.bus_address(size - 1) != dma.bus_address(0) + size - 1:
+        if not in_one_run(dma, size):
             dma.free()
             raise RMError(f"{self.name}: a method buffer of 0x{size:x} bytes is not contiguous "
                           "on the bus", NV_ERR_NO_MEMORY)

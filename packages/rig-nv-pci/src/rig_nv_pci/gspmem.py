@@ -32,6 +32,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv_pci import layout
@@ -147,6 +148,18 @@ class GspMemory:
     buffers: tuple[DmaBuffer, ...]
 
 
+class _OnTheBus(Protocol):
+    def bus_address(self, offset: int) -> int: ...
+
+
+def in_one_run(buf: _OnTheBus, size: int) -> bool:
+    """Whether the first ``size`` bytes of ``buf`` lie in one run of bus addresses. Every
+    4 KiB page is asked, not the two ends only: the pages between them may lie anywhere."""
+    start = buf.bus_address(0)
+    return all(buf.bus_address(at) == start + at for at in range(PAGE, size, PAGE)) and \
+        buf.bus_address(size - 1) == start + size - 1
+
+
 def pages_of(buf: DmaBuffer, n: int) -> list[int]:
     """The bus address of each of the first ``n`` 4 KiB pages of ``buf``."""
     return [buf.bus_address(i * PAGE) for i in range(n)]
@@ -170,7 +183,7 @@ class _Builder:
         if buf.bus_address(0) % PAGE:
             raise GspMemoryError(f"{self.name}: the GSP's {what} at bus address "
                                  f"0x{buf.bus_address(0):x} is not 4 KiB-aligned")
-        if contiguous and buf.bus_address(size - 1) - buf.bus_address(0) != size - 1:
+        if contiguous and not in_one_run(buf, size):
             raise GspMemoryError(f"{self.name}: the GSP's {what} (0x{size:x} bytes) is not "
                                  f"contiguous in bus addresses")
         buf.view()[:size] = bytes(size)

@@ -97,6 +97,7 @@ def read_images(chip: chips.Chip, files: dict[str, os.PathLike[str]]) -> Images:
 def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
                 on_stopped: Callable[[BaseException | None], None],
                 on_kept: Callable[[], None] | None = None,
+                on_memory_taken: Callable[[], None] | None = None,
                 device_name: str | None = None, hang_ms: int | None = None,
                 timeout_s: float = boot.GFW_TIMEOUT_S,
                 init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S,
@@ -113,7 +114,9 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     memory and the GPU stay the process's, :meth:`rig_nv_pci.path.PciPath.closed`). The
     stop of a device whose GSP stopped answering (an RPC timed out: no later one is sent,
     :class:`rig_nv_pci.gsp.rpc.Rpc`) returns, the GSP's failed stop going to ``on_stopped``
-    as for any lost GPU; the device's memory and addresses stay kept. Raises
+    as for any lost GPU; the device's memory and addresses stay kept. ``on_memory_taken`` is
+    called once the GSP's memory is taken: whatever ends the open after it (a KeyboardInterrupt
+    among them) loses the GPU, the caller's to record. Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
     before the GPU is touched, where the process's addresses cannot be reserved
     (:mod:`rig_nv_pci.addresses`)."""
@@ -150,6 +153,8 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
             data_offset=bl.desc.monitor_data_offset, manifest_offset=bl.desc.manifest_offset,
             signature=images.gsp.signature(fwimage.FAMILIES[chip.family.name]).data, plan=plan,
             doorbell=boot.doorbell(bar0), name=name)
+        if on_memory_taken is not None:
+            on_memory_taken()
         system = sysinfo.SystemInfo.for_function(f.info)
         log = EventLog(name)
 

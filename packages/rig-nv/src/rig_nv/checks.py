@@ -1,18 +1,35 @@
 """The argument checks every public call of rig_nv makes before it touches the GPU: each
 raises :class:`rig_edge.Misuse` (a ValueError) naming the argument and the problem, having
-changed nothing (DESIGN.md's error policy)."""
+changed nothing (the error policy of rig_edge.errors)."""
 
 from __future__ import annotations
 
 import math
 import numbers
 import operator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from rig_edge import Misuse, Region
 
 if TYPE_CHECKING:
+    from typing_extensions import Buffer  # collections.abc.Buffer from Python 3.12
+
     from rig_nv.memory import Heap
+
+
+class ArrayInterface(Protocol):
+    """What numpy's array interface describes. numpy's stubs give arrays the buffer protocol
+    only from Python 3.12, so host data is typed as either."""
+
+    @property
+    def __array_interface__(self) -> dict[str, Any]:
+        """numpy's description of the object's memory."""
+        ...
+
+
+# Host data a call reads or writes: anything with the buffer protocol (bytes, bytearray,
+# memoryview, numpy arrays, array.array), contiguous; :func:`buffer` checks it.
+HostData: TypeAlias = "Buffer | ArrayInterface"
 
 
 def whole(what: str, v: Any) -> int:
@@ -45,6 +62,9 @@ def buffer(what: str, data: Any, *, writable: bool = False) -> memoryview:
 
 
 def region_of(what: str, region: Any) -> Region:
+    if region is None:  # alloc's answer when the GPU is out of memory, passed on unread
+        raise Misuse(f"{what} is None, not a rig_edge.Region: alloc returns None when the GPU "
+                     "is out of that memory; check its answer")
     if not isinstance(region, Region):
         raise Misuse(f"{what} must be a rig_edge.Region, not {type(region).__name__}")
     return region

@@ -4,8 +4,7 @@
 shared, local and parameter memory, as ``ptxas -v`` reports them) and a loadable image (every
 allocated section laid out in one blob, with the relocations that still apply to it).
 
-Where the format facts come from (collected in the project's notes, ``notes/qmd.md`` section 5;
-no code was taken from any of them):
+Where the format facts come from (no code was taken from any of them):
 
 - ELF64 itself: the System V gABI (header, section headers, ``Elf64_Sym``, ``Elf64_Rel(a)``).
 - ``e_machine`` 190 (EM_CUDA), the two ABIs and where the SM number sits in ``e_flags``:

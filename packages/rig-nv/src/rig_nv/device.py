@@ -16,7 +16,7 @@ Programs use the device's methods; the parts are for the backends and the tests.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import TYPE_CHECKING
 
 from cffi import FFI
 
@@ -34,6 +34,9 @@ from rig_nv.queues import Queue, Submits
 from rig_nv.rm import Path, ReadsClock
 from rig_nv.setup import LOCAL_WINDOW, SHARED_WINDOW
 from rig_nv.timeline import Point, Timeline
+
+if TYPE_CHECKING:
+    from rig_nv.checks import HostData
 
 __all__ = ["Device", "Point", "Queue", "make"]
 
@@ -113,6 +116,7 @@ class Device(Submits):
 
     @property
     def arch(self) -> str:
+        """The GPU's architecture as nvcc names it (``"sm_90"`` on an H200): pick cubins by it."""
         return self.facts.arch
 
     @property
@@ -234,7 +238,7 @@ class Device(Submits):
         """Give the RM back the Device memory :meth:`free` kept for reuse."""
         self.memory.trim()
 
-    def map_host(self, buffer: Any) -> Region | Refusal:
+    def map_host(self, buffer: HostData) -> Region | Refusal:
         """Map the caller's memory (any buffer of whole pages or not) for the GPU.
 
         Returns a PINNED-kind region whose ``host`` is the buffer's address and whose ``gpu``
@@ -316,6 +320,14 @@ class Device(Submits):
         self.health.check()
         self.health.raise_fault()
         self.path.sleep(timeout_s)
+
+    def __enter__(self) -> Device:
+        """``with gpu(0).open() as d:`` holds the device for the block."""
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        """Stop the device at the block's end, on an exception too (which then propagates)."""
+        self.stop()
 
     def stop(self) -> None:
         """Free the channels and what the device holds; the GPU can then be opened again.

@@ -5,7 +5,7 @@ methods (SEND_PCAS_A with the QMD's address, SEND_SIGNALING_PCAS2_B) on the comp
 no ioctl. Constant bank 0 holds the driver's area (block and grid sizes, the shared and local
 memory windows, the initial stack pointer) and then the kernel's parameters, at the offsets the
 cubin's .nv.info declares. The driver-area offsets were read off ptxas's own code (every
-kernel loads its stack pointer and window bases from c[0x0][...]); see the project notes.
+kernel loads its stack pointer and window bases from c[0x0][...], as cuobjdump -sass shows).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from rig_nv.device import Device
     from rig_nv.timeline import Point, Timeline
 
-# R_CUDA relocation types (nvdisasm's machine description, as listed in the project notes).
+# R_CUDA relocation types (the numbers nvdisasm's machine description gives them).
 R_CUDA_64 = 2
 R_CUDA_G64 = 4
 R_CUDA_ABS32_LO_32 = 0x38
@@ -45,7 +45,10 @@ CODE_SLACK = 0x1000  # the SM prefetches past a kernel's last instruction
 @dataclass(frozen=True)
 class Bank0:
     """Where the driver's values lie in constant bank 0 (per architecture). ``descriptor`` is
-    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``)."""
+    the 64-bit memory descriptor that global loads and stores name (``desc[UR]``).
+    ``address`` holds the bank's own GPU address, plus the parameters' offset where
+    ``to_params``: a kernel takes a parameter's address from it (``&p`` of a
+    ``__grid_constant__`` parameter, a TMA load's tensor map)."""
 
     block: int
     grid: int
@@ -53,14 +56,19 @@ class Bank0:
     local_window: int
     stack: int
     descriptor: int
+    address: int
+    to_params: bool
 
 
+# ``address``: read off ptxas 13.0's code for ``&p`` of a __grid_constant__ parameter:
+# sm_80 adds 0x160 to c[0x0][0x40]; sm_90 uses c[0x0][0x198] as the parameters' address (a
+# tensor map at parameter offset 0x70 is c[0x0][0x198] + 0x70), sm_100 and sm_120 c[0x0][0x348].
 BANK0_AMPERE = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
-                     descriptor=0x118)
+                     descriptor=0x118, address=0x40, to_params=False)
 BANK0_HOPPER = Bank0(block=0x00, grid=0x0C, shared_window=0x18, local_window=0x20, stack=0x28,
-                     descriptor=0x208)
+                     descriptor=0x208, address=0x198, to_params=True)
 BANK0_BLACKWELL = Bank0(block=0x360, grid=0x370, shared_window=0x2F0, local_window=0x2F8,
-                        stack=0x37C, descriptor=0x358)
+                        stack=0x37C, descriptor=0x358, address=0x348, to_params=True)
 # The memory descriptor written for every launch (0 until measured otherwise).
 MEMORY_DESCRIPTOR = 0
 
@@ -112,13 +120,23 @@ class Prepared:
     slot: int = 0  # where constant buffer 0's address lies in the QMD
     keep: int = 0  # the bits above that address in its upper dword (its size, flags)
     shift: int = 0  # how far the QMD shifts constant-buffer addresses
+    address: int = 0  # where the bank holds its own address (Bank0.address)
+    to_address: int = 0  # what that address adds to the bank's (0 or the parameters' offset)
     slots: Slots = field(default_factory=Slots, compare=False)
 
 
 def point_cbuf0(prep: Prepared, host: memoryview, at: int, gpu: int) -> None:
-    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it."""
+    """Point the QMD at ``host[at:]`` (GPU address ``gpu``) at the bank 512 bytes behind it,
+    and write the bank's address into the bank."""
     shifted = (gpu + 512) >> prep.shift
     _pack_q(host, at + prep.slot, (shifted & 0xFFFFFFFF) | ((prep.keep | (shifted >> 32)) << 32))
+    address_bank(prep, host, at + 512, gpu + 512)
+
+
+def address_bank(prep: Prepared, bank: memoryview | bytearray, at: int, gpu: int) -> None:
+    """Write into the bank at ``bank[at:]`` its GPU address ``gpu`` where the kernel reads it
+    (:attr:`Bank0.address`)."""
+    _pack_q(bank, at + prep.address, gpu + prep.to_address)
 
 
 @dataclass(frozen=True)
@@ -134,6 +152,7 @@ class Function:
 
     @property
     def name(self) -> str:
+        """The kernel's name in its cubin (``extern "C"`` names stay as written)."""
         return self.kernel.name
 
 
@@ -153,6 +172,7 @@ class Image:
             self.functions[name] = Function(self, k, code.gpu + k.entry_offset, cbufs)
 
     def __getitem__(self, name: str) -> Function:
+        """The kernel ``name``; raises :class:`rig_edge.Misuse` naming the image's kernels."""
         try:
             return self.functions[name]
         except KeyError:
@@ -312,7 +332,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
                      f"exceed the SM's 65536")
     arch = device.arch
     # The system keeps 1 KiB of every block's shared memory; ptxas counts it in
-    # .nv.shared.<kernel> from sm_90 on (measured: see the project notes), not before.
+    # .nv.shared.<kernel> from sm_90 on (measured on the H200's cubins), not before.
     reserve = 0 if int(arch[3:].rstrip("af")) >= 90 else 0x400
     total = k.shared_section_bytes + shared + reserve
     if total > qmd.max_shared(arch) + 1024:
@@ -346,7 +366,8 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     slot, width = qmd.cbuf0_slot(layout)
     keep = int.from_bytes(desc[slot + 4 : slot + 8], "little") & ~((1 << width) - 1)
     got = Prepared(desc, bytes(bank), local, desc.ljust(512, b"\0") + bytes(bank), slot,
-                   keep, layout.cbuf_addr_shift)
+                   keep, layout.cbuf_addr_shift, lay.address,
+                   k.param_offset if lay.to_params else 0)
     fn.prepared[key] = got
     if isinstance(grid, tuple) and isinstance(block, tuple):
         fn.prepared[(grid, block, shared, device.loader.slm)] = got  # the caller's own spelling

@@ -7,8 +7,8 @@ open-gpu-kernel-modules headers under src/common/sdk/nvidia/inc at tags 570.211.
 nvos.h, alloc/alloc_channel.h, class/cl0080.h, class/cl2080.h, class/clb0b5sw.h,
 nvgputypes.h, ctrl/ctrl0000/ctrl0000system.h, ctrl0000gpu.h, ctrl/ctrl0080/ctrl0080gpu.h,
 ctrl/ctrl2080/ctrl2080gpu.h, ctrl2080fb.h, ctrl2080gr.h, ctrl2080perf.h, ctrl2080gpumon.h,
-ctrl2080bus.h, ctrl2080ce.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h, ctrl/ctrl906f.h,
-class/cl83de.h, ctrl/ctrl83de/ctrl83dedebug.h.
+ctrl2080bus.h, ctrl2080ce.h, ctrl2080rc.h, ctrl/ctrla06f/ctrla06fgpfifo.h, ctrl/ctrlc36f.h,
+ctrl/ctrl906f.h, class/cl83de.h, ctrl/ctrl83de/ctrl83dedebug.h.
 NvP64 is declared as uint64_t, which has its 8-byte alignment on x86-64. The sizes are asserted
 by the tests against those headers, compiled with gcc.
 """
@@ -140,6 +140,8 @@ typedef struct {
     uint32_t mmuFaultInfo; NV83DE_MMU_FAULT_INFO mmuFault; uint32_t startingSM;
 } NV83DE_CTRL_DEBUG_READ_ALL_SM_ERROR_STATES_PARAMS;
 typedef struct { uint64_t time_nsec; } NV2080_CTRL_TIMER_GET_TIME_PARAMS;
+/* ctrl/ctrl2080/ctrl2080rc.h @570.211.01 and @580.142 alike: NV2080_CTRL_RC_GET_WATCHDOG_INFO_FLAGS_*. */
+typedef struct { uint32_t watchdogStatusFlags; } NV2080_CTRL_RC_GET_WATCHDOG_INFO_PARAMS;
 typedef struct {
     uint32_t nanoseconds[2]; uint32_t info32; uint16_t info16; uint16_t status;
 } NvNotification;

@@ -14,10 +14,17 @@ GPU_CLASSES = (0x0300, 0x0302)
 
 
 class PciIdentity(Protocol):
+    """What :func:`is_gpu` reads of a PCI function."""
+
     @property
-    def vendor(self) -> int: ...
+    def vendor(self) -> int:
+        """The PCI vendor id (0x10de for NVIDIA)."""
+        ...
+
     @property
-    def class_code(self) -> int: ...
+    def class_code(self) -> int:
+        """The 24-bit PCI class code (0x030000 for a VGA controller)."""
+        ...
 
 
 def is_gpu(function: PciIdentity) -> bool:

@@ -52,6 +52,7 @@ class Event:
 
     @property
     def duration_ns(self) -> int:
+        """How long the event ran on the GPU's clock, in nanoseconds."""
         return self.end_ns - self.start_ns
 
 
@@ -199,4 +200,5 @@ class Profile:
         return trace
 
     def free(self) -> None:
+        """Give back the memory the profile's timestamps are written into."""
         self.device.free(self.memory)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import operator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from rig_edge import Lost, Memory, Misuse, Region, RigError
@@ -30,6 +31,7 @@ from rig_nv.step import Step
 from rig_nv.timeline import Point, Timeline
 
 if TYPE_CHECKING:
+    from rig_nv.checks import HostData
     from rig_nv.device import Device
 
 KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
@@ -110,8 +112,8 @@ class Submits:
         self.timeline.health.check()
         return Step(self.owner, self.timeline)
 
-    def launch(self, fn: Function, grid: Any, block: Any, args: Any = (),
-               shared: int = 0) -> Point:
+    def launch(self, fn: Function, grid: Sequence[int], block: Sequence[int],
+               args: Sequence[Any] = (), shared: int = 0) -> Point:
         """Launch kernel ``fn`` (``image["name"]``) on ``grid`` blocks of ``block`` threads.
 
         ``args`` follow the kernel's parameters (see :func:`rig_nv.launch.pack_args`);
@@ -167,7 +169,7 @@ class Submits:
         t = self.timeline
         return t.submit(t.copy_channel, Push().copy(to, fro, n).words, "copy")
 
-    def upload(self, dst: Region, data: Any, offset: int = 0) -> Point:
+    def upload(self, dst: Region, data: HostData, offset: int = 0) -> Point:
         """Copy host bytes ``data`` into ``dst`` at ``offset``.
 
         Host-visible regions are written directly; Device memory through pinned staging,
@@ -184,7 +186,7 @@ class Submits:
         return self._staging.upload(dst, src, offset)
 
     def download(self, src: Region, n: int | None = None, offset: int = 0,
-                 out: Any = None) -> memoryview:
+                 out: HostData | None = None) -> memoryview:
         """Copy ``n`` bytes of ``src`` from ``offset`` to the host and return them (in ``out``
         when given). Waits for this queue's earlier work, so the bytes are those its last
         point left. Raises :class:`Misuse` for bytes outside ``src``, a ``src`` that is not a

@@ -75,10 +75,11 @@ class Allocation:
     """Memory a path made and mapped: GPU address, host address (or ``None``), length, kind,
     the RM memory object's handle, and whatever the path needs to undo it.
 
-    ``held``: the path handed the memory's bus addresses to another device (the PCI path's
-    :meth:`Path.export`), so it stays the process's: the device never keeps it for reuse, and
-    the path's ``free_memory`` gives none of it back (Rig_nv_pci: "The region's memory and the
-    GPU then stay the process's until it exits")."""
+    ``held``: the path gave the memory to another device (:meth:`Path.export`), so the device
+    never keeps it for reuse. The kernel path's dma-buf holds the RM object until its last
+    reference goes; the PCI path handed out bus addresses, and its ``free_memory`` gives none
+    of it back (Rig_nv_pci: "The region's memory and the GPU then stay the process's until it
+    exits")."""
 
     gpu: int
     host: int | None
@@ -113,7 +114,9 @@ class Path(Protocol):
         """Map RM object ``handle`` (a usermode page) into the process, read-write."""
         ...
 
-    def unmap_object(self, view: memoryview) -> None: ...
+    def unmap_object(self, view: memoryview) -> None:
+        """Unmap what :meth:`map_object` mapped."""
+        ...
 
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation | None:
         """``n`` bytes (rounded up to pages) mapped for the GPU, or ``None`` when out of it."""
@@ -124,7 +127,10 @@ class Path(Protocol):
         mapped for the host (not for the GPU)."""
         ...
 
-    def free_memory(self, a: Allocation) -> None: ...
+    def free_memory(self, a: Allocation) -> None:
+        """Give back memory :meth:`alloc_memory`, :meth:`alloc_notifier` or :meth:`map_host`
+        made."""
+        ...
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         """Map the caller's pages ``[address, address+length)`` for the GPU."""
@@ -133,7 +139,7 @@ class Path(Protocol):
     def export(self, a: Allocation, offset: int, length: int) -> Dmabuf | Bus:
         """Give another device ``length`` bytes at ``offset`` of ``a``: the kernel path exports
         the RM object as a new dma-buf; the PCI path answers the bus ranges (or why it
-        cannot reach them), setting ``a.held`` once it hands ranges out."""
+        cannot reach them). Either sets ``a.held`` once it hands the memory out."""
         ...
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
@@ -149,7 +155,9 @@ class Path(Protocol):
         """Tell the path about a new channel (the kernel path registers it with UVM)."""
         ...
 
-    def detach_channel(self, h_channel: int) -> None: ...
+    def detach_channel(self, h_channel: int) -> None:
+        """Tell the path a channel is going, before the RM frees it."""
+        ...
 
     def sleep(self, timeout_s: float) -> None:
         """Sleep until the GPU may have made progress, or ``timeout_s`` passed."""

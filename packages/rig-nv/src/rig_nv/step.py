@@ -163,6 +163,7 @@ class Step:
                     q = host[item.at : item.at + len(item.prep.qmd)]
                     q[:] = item.prep.qmd
                     qmd.patch_cbuf0(layout, q, base + item.at + 512)
+                    launching.address_bank(item.prep, item.bank, 0, base + item.at + 512)
                     host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
                     after = items[n + 1] if n + 1 < len(items) else None
                     if isinstance(after, _Launch) and CHAIN:

@@ -1,8 +1,9 @@
 """rig-pci: a machine's PCI functions, with nothing NVIDIA in it.
 
 :class:`Machine` lists the functions of this machine (``Machine.this()``), of a sysfs tree
-elsewhere (``Machine.at(path)``) or of a machine behind any :class:`Transport`, in bus order,
-with their BARs, bound driver, IOMMU group and runtime power state.
+elsewhere (``Machine.at(path)``), of another machine over SSH (``Machine.ssh(host)``,
+:mod:`rig_pci.ssh`) or of a machine behind any :class:`Transport`, in bus order, with their
+BARs, bound driver, IOMMU group and runtime power state.
 :meth:`Function.take` takes one for the process (through VFIO behind an IOMMU, else
 physically): config space and BAR :class:`Window` s with exact-width register access (a BAR
 window placed at an address the caller reserved with ``at``), DMA memory

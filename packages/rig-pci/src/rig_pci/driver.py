@@ -61,6 +61,11 @@ def _override(t: SysfsTransport, info: FunctionInfo) -> str | None:
     return None if text in ("", "(null)") else text
 
 
+def _bound_wanted(driver: str) -> str | None:
+    """The driver a detach that leaves the function to ``driver`` binds it to, if any."""
+    return None if driver == NO_DRIVER else driver
+
+
 def _writable(t: SysfsTransport, paths: Iterable[Path]) -> None:
     for path in paths:
         if not os.access(path, os.W_OK):
@@ -199,7 +204,7 @@ def detach(
     if driver is None:
         group = info.iommu_group
         driver = VFIO_PCI if group is not None and t.iommu_translates(group) else NO_DRIVER
-    bound_wanted = None if driver == NO_DRIVER else driver
+    bound_wanted = _bound_wanted(driver)
     override = _override(t, info)
     if info.driver == bound_wanted and override == driver:
         return Detached()
@@ -220,6 +225,17 @@ def detach(
         t.write(where / "driver_override", driver + "\n")
     except OSError as e:  # the first write changed nothing
         raise RigError(f"{bus} cannot be detached: writing its driver_override: {e}") from e
+    try:
+        return _after_override(t, info, driver)
+    except OSError as e:  # its driver link unreadable, say: the machine is changed already
+        return PartWay(f"its override is {driver}, but what holds it cannot be read: {e}")
+
+
+def _after_override(t: SysfsTransport, info: FunctionInfo, driver: str) -> Progress:
+    """The rest of :func:`detach` once the override is written: unbind, then probe for the
+    driver asked for. Raises :class:`OSError` where a driver link cannot be read."""
+    bus, where, bound_wanted = info.address, t.function_path(info.address), _bound_wanted(driver)
+    drivers, probe = t.path("/sys/bus/pci/drivers"), t.path("/sys/bus/pci/drivers_probe")
     if info.driver is not None and info.driver != bound_wanted:
         try:
             t.write(drivers / info.driver / "unbind", bus)

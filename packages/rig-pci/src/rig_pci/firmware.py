@@ -15,6 +15,8 @@ from __future__ import annotations
 import hashlib
 import os
 import pwd
+import tempfile
+import urllib.error
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -30,7 +32,7 @@ LINUX_FIRMWARE_COMMIT = "0a6871b19abf5d6e024b5d208b101ae53e7fa0de"
 # ga102's); the bootloader, the image that starts the GSP (booter_load on Ampere and Ada, the
 # FMC on Blackwell) and, on Ampere and Ada, the booter that takes the boot down at its stop
 # are per family. The two booter_unload digests were computed from Debian's
-# firmware-nvidia-graphics (linux-firmware 20260916, ../shared/tools/firmware-from-debian),
+# firmware-nvidia-graphics (linux-firmware 20260916, rig-nv-pci's tests/debian_firmware.py),
 # whose other seven files match the digests the rig-pci issue pins from the commit above.
 NVIDIA_GSP_570_144: dict[str, str] = {
     "nvidia/ga102/gsp/gsp-570.144.bin":
@@ -124,6 +126,12 @@ def find(dirs: Iterable[str | os.PathLike[str]], name: str, want: str) -> Path:
 LINUX_FIRMWARE_URL = "https://git.kernel.org/pub/scm/linux/kernel/git/firmware/linux-firmware.git/plain"
 
 
+class FetchFailed(RigError):
+    """A download could not be made: the network, the server or the file system failed.
+
+    Something broke, nobody refused: ``rig firmware nv`` exits 1 on it, with the cause."""
+
+
 def fetch(
     target: str | os.PathLike[str] | None = None,
     *,
@@ -136,15 +144,14 @@ def fetch(
     """Fetch the pinned NVIDIA set (``files``: name -> BLAKE2b-256) into ``target`` (rig's
     own :func:`directory` by default), from linux-firmware at ``commit`` over HTTPS.
 
-    A file whose digest already matches is kept. Each download goes to ``NAME.part``, is
-    fsynced, verified and then renamed, so a digest mismatch or a network failure leaves no
-    partial file; it raises :class:`rig_edge.RigError` naming the file and the cause. Reports a
-    line per file (kept or fetched, with progress for long downloads) to ``progress``; returns
-    those lines.
+    A file whose digest already matches is kept. Each download goes to a temporary file of its
+    own beside the file, is fsynced, read back and its digest checked, then renamed over the
+    file and the directory fsynced: fetches running at once each install a whole file, and a
+    mismatch or a failure leaves no partial file. A digest mismatch raises
+    :class:`rig_edge.RigError`; a network or file-system failure raises :class:`FetchFailed`,
+    each naming the file and the cause. Reports a line per file (kept or fetched, with
+    progress for long downloads) to ``progress``; returns those lines.
     """
-    import urllib.error
-    import urllib.request
-
     root = Path(target) if target is not None else directory()
     wanted = NVIDIA_GSP_570_144 if files is None else files
     said: list[str] = []
@@ -159,30 +166,70 @@ def fetch(
         if path.is_file() and digest(path) == want:
             say(f"kept    {name}")
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_name(path.name + ".part")
         url = f"{base_url.rstrip('/')}/{name}?id={commit}"
         try:
-            with urllib.request.urlopen(url, timeout=timeout) as reply, open(part, "wb") as out:
-                total = int(reply.headers.get("Content-Length") or 0)
-                got, shown, h = 0, 0, hashlib.blake2b(digest_size=DIGEST_SIZE)
-                while chunk := reply.read(1 << 20):
-                    out.write(chunk)
-                    h.update(chunk)
-                    got += len(chunk)
-                    if progress is not None and total > (8 << 20) and got - shown >= (8 << 20):
-                        shown = got
-                        bar = "#" * (20 * got // total)
-                        progress(f"        {name} [{bar:<20}] {got >> 20}/{total >> 20} MiB")
-                out.flush()
-                os.fsync(out.fileno())
-        except (OSError, urllib.error.URLError) as e:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part = _download(url, path, name, progress, timeout)
+        except OSError as e:  # urllib's URLError and HTTPError among them
+            raise FetchFailed(f"firmware {name}: fetching {url} failed: {_cause(e)}") from e
+        try:
+            got = digest(part)  # the file as written, not the bytes as they came
+            if got != want:
+                raise RigError(f"firmware {name}: {url} has BLAKE2b-256 {got}, not the pinned "
+                               f"{want}; nothing was kept")
+            part.replace(path)
+        except BaseException as e:
             part.unlink(missing_ok=True)
-            raise RigError(f"firmware {name}: fetching {url} failed: {e}") from e
-        if h.hexdigest() != want:
-            part.unlink(missing_ok=True)
-            raise RigError(f"firmware {name}: {url} has BLAKE2b-256 {h.hexdigest()}, not the "
-                           f"pinned {want}; nothing was kept")
-        part.replace(path)
-        say(f"fetched {name} ({got} bytes)")
+            if isinstance(e, OSError):
+                raise FetchFailed(f"firmware {name}: installing {path} failed: {e}") from e
+            raise
+        try:
+            _sync_directory(path.parent)
+        except OSError as e:
+            raise FetchFailed(f"firmware {name}: syncing {path.parent} failed: {e}") from e
+        say(f"fetched {name} ({path.stat().st_size} bytes)")
     return said
+
+
+def _download(url: str, path: Path, name: str, progress: Callable[[str], None] | None,
+              timeout: float) -> Path:
+    """``url`` written to a new temporary file beside ``path`` and fsynced; its path."""
+    import urllib.request  # here, not at the top: the http and email modules load slowly
+
+    fd, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".part")
+    part = Path(temporary)
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as reply, open(fd, "wb") as out:
+            total = int(reply.headers.get("Content-Length") or 0)
+            got, shown = 0, 0
+            while chunk := reply.read(1 << 20):
+                out.write(chunk)
+                got += len(chunk)
+                if progress is not None and total > (8 << 20) and got - shown >= (8 << 20):
+                    shown = got
+                    bar = "#" * (20 * got // total)
+                    progress(f"        {name} [{bar:<20}] {got >> 20}/{total >> 20} MiB")
+            out.flush()
+            os.fsync(out.fileno())
+    except BaseException:
+        part.unlink(missing_ok=True)
+        raise
+    return part
+
+
+def _sync_directory(folder: Path) -> None:
+    """fsync ``folder``, so that a rename into it survives a crash (rename(2) alone does not)."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _cause(e: BaseException) -> str:
+    """The cause of a failed fetch in a few words: "HTTP 404 Not Found", "[Errno 111] ..."."""
+    if isinstance(e, urllib.error.HTTPError):
+        return f"HTTP {e.code} {e.reason}"
+    if isinstance(e, urllib.error.URLError):
+        return str(e.reason)
+    return str(e)

@@ -143,10 +143,12 @@ class Function:
 
     @property
     def how(self) -> str:
+        """How the function was taken: ``"VFIO"``, ``"physically"``, or a transport's word."""
         return self._access.how
 
     @property
     def maps_host(self) -> bool:
+        """Whether the device can reach host memory mapped for it (only behind an IOMMU)."""
         return self._access.maps_host
 
     @property

@@ -33,14 +33,17 @@ class Bar:
 
     @property
     def prefetchable(self) -> bool:
+        """Whether the window is prefetchable (IORESOURCE_PREFETCH in sysfs' resource flags)."""
         return bool(self.flags & IORESOURCE_PREFETCH)
 
     @property
     def is_memory(self) -> bool:
+        """Whether the window is memory space, not I/O space (IORESOURCE_MEM)."""
         return bool(self.flags & IORESOURCE_MEM)
 
     @property
     def is_64bit(self) -> bool:
+        """Whether the BAR holds a 64-bit address (IORESOURCE_MEM_64)."""
         return bool(self.flags & IORESOURCE_MEM_64)
 
 
@@ -51,7 +54,8 @@ class FunctionInfo:
     ``address`` is the bus address ``DDDD:BB:DD.F``; ``class_code`` the 24-bit class
     (0x030200 for a 3D controller); ``driver`` the bound kernel driver's name or ``None``;
     ``iommu_group`` the IOMMU group number or ``None``; ``runtime_status`` Linux's runtime power
-    state (``"active"``, ``"suspended"``, ...) or ``None`` where the kernel shows none.
+    state (``"active"``, ``"suspended"``, ...) or ``None`` where the kernel shows none or it
+    cannot be read.
     """
 
     address: str
@@ -108,7 +112,11 @@ def read_function(path: Path, address: str) -> FunctionInfo:
     group = link_name(path / "iommu_group")
     try:
         status: str | None = (path / "power" / "runtime_status").read_text().strip()
-    except FileNotFoundError:
+    except OSError as e:
+        if e.errno in (errno.EMFILE, errno.ENFILE):
+            raise
+        # No power state shown, or one that cannot be read: the function is still listed (its
+        # own files name it), so later functions keep their numbers.
         status = None
     return FunctionInfo(
         address=address,

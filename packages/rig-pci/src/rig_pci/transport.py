@@ -2,10 +2,13 @@
 
 A :class:`Transport` lists a machine's functions and takes one, answering an :class:`Access`
 through which the function's config space, BARs and reset are reached. rig-pci has one
-implementation, :class:`rig_pci.sysfs.SysfsTransport`: a sysfs tree, this machine's (root
-``/``, ``Machine.this()``) or one under a directory (``Machine.at(path)``, which is how every
-test runs without hardware). Another machine, or a simulated device, is reached by writing
-another: listing, config space, BAR access and reset then go wherever it sends them.
+sysfs implementation, :class:`rig_pci.sysfs.SysfsTransport`: a sysfs tree, this machine's
+(root ``/``, ``Machine.this()``) or one under a directory (``Machine.at(path)``, which is how
+every test runs without hardware). :class:`rig_pci.ssh.SshTransport` reaches another machine
+through rig's agent there (``Machine.ssh``). A simulated device is reached by writing another:
+listing, config space, BAR access and reset then go wherever it sends them. A transport to
+another machine's processes takes the locks that keep them off a device there
+(:class:`LocksThere`).
 
 What only this machine can do (DMA memory lies in this process's memory) needs a transport
 whose ``shares_memory`` is true; :class:`rig_pci.Function` refuses it elsewhere, clearly.
@@ -13,7 +16,7 @@ whose ``shares_memory`` is true; :class:`rig_pci.Function` refuses it elsewhere,
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from rig_pci.dma import DmaMemory
 from rig_pci.listing import FunctionInfo
@@ -113,4 +116,22 @@ class Transport(Protocol):
         Raises :class:`rig_edge.RigError` with the reason when it cannot: another driver holds
         it, its IOMMU group is not viable, its files cannot be opened, another holder has it.
         """
+        ...
+
+
+class Held(Protocol):
+    """A lock held until :meth:`release` (again does nothing)."""
+
+    def release(self) -> None: ...
+
+
+@runtime_checkable
+class LocksThere(Protocol):
+    """A transport to another machine, whose processes respect only locks taken there."""
+
+    def lock(self, name: str) -> Held:
+        """Take the lock file ``name`` in the machine's lock directory
+        (:func:`rig_pci.locks.directory` there), without waiting, held until released or the
+        connection ends; raises :class:`rig_edge.RigError` as
+        :meth:`rig_pci.locks.FileLock.take`, or when the machine cannot be reached."""
         ...

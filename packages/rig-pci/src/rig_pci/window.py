@@ -69,27 +69,35 @@ class Window(ABC):
         self._write(offset, width, value)
 
     def read8(self, offset: int) -> int:
+        """The 8-bit register at ``offset`` (:meth:`read` of 1 byte)."""
         return self.read(offset, 1)
 
     def read16(self, offset: int) -> int:
+        """The 16-bit register at ``offset`` (:meth:`read` of 2 bytes)."""
         return self.read(offset, 2)
 
     def read32(self, offset: int) -> int:
+        """The 32-bit register at ``offset`` (:meth:`read` of 4 bytes)."""
         return self.read(offset, 4)
 
     def read64(self, offset: int) -> int:
+        """The 64-bit register at ``offset`` (:meth:`read` of 8 bytes)."""
         return self.read(offset, 8)
 
     def write8(self, offset: int, value: int) -> None:
+        """Write the 8-bit register at ``offset`` (:meth:`write` of 1 byte)."""
         self.write(offset, 1, value)
 
     def write16(self, offset: int, value: int) -> None:
+        """Write the 16-bit register at ``offset`` (:meth:`write` of 2 bytes)."""
         self.write(offset, 2, value)
 
     def write32(self, offset: int, value: int) -> None:
+        """Write the 32-bit register at ``offset`` (:meth:`write` of 4 bytes)."""
         self.write(offset, 4, value)
 
     def write64(self, offset: int, value: int) -> None:
+        """Write the 64-bit register at ``offset`` (:meth:`write` of 8 bytes)."""
         self.write(offset, 8, value)
 
     @abstractmethod

@@ -1,0 +1,87 @@
+"""The bench's method on the CPU (issue 23): its dry mode prints the rounds and rows it would
+run and checks its own arithmetic; that arithmetic (median of the rounds' paired ratios, the
+reference peer, p99 and max rows, the --rows rule) fails its self-check when planted wrong."""
+
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+
+
+@pytest.fixture
+def rows() -> Iterator[ModuleType]:
+    sys.path.insert(0, str(BENCH))
+    try:
+        yield importlib.import_module("rows")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+def dry(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(BENCH / "run.py"), "--dry", *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_dry_run_prints_alternating_rounds_and_checks_its_arithmetic() -> None:
+    p = dry("--rounds", "4", "--peers", "rig,cuda")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "round 1: rig cuda" in p.stdout and "round 2: cuda rig" in p.stdout
+    assert "round 4: cuda rig" in p.stdout
+    assert "tree " in p.stdout and "UTC" in p.stdout
+    assert "arithmetic: ok" in p.stdout
+
+
+def test_rows_selects_by_key_or_prefix() -> None:
+    p = dry("--rows", "5_d2d,10_h2d")
+    assert p.returncode == 0, p.stdout + p.stderr
+    listed = [ln.split()[0] for ln in p.stdout.splitlines() if ln.startswith("  ") and
+              not ln.startswith("  round")]
+    assert listed == ["5_d2d", *(f"10_h2d_{n}" for n in ("4k", "64k", "1m", "16m", "256m", "1g"))]
+
+
+def test_rows_naming_nothing_is_refused() -> None:
+    p = dry("--rows", "99")
+    assert p.returncode == 2
+    assert "--rows 99: names no row" in p.stderr
+
+
+def test_self_check_holds(rows: ModuleType) -> None:
+    assert rows.self_check() == []
+
+
+@pytest.mark.parametrize("plant", ["ratio_of_medians", "ratio_against_cuda", "p99_is_median"])
+def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest.MonkeyPatch,
+                                           plant: str) -> None:
+    if plant == "ratio_of_medians":
+        # The table's ratio taken as rig's median over the reference's median of rounds.
+        real = rows.combine
+
+        def combine(tables: list[dict[str, object]]) -> dict[str, object]:
+            table = real(tables)
+            for e in table.values():
+                r, c = e["peers"].get("rig", {}), e["peers"].get("cuda", {})
+                if r.get("value") and c.get("value"):
+                    e["ratio"] = r["value"] / c["value"]
+            return table
+
+        monkeypatch.setattr(rows, "combine", combine)
+    elif plant == "ratio_against_cuda":
+        monkeypatch.setattr(rows.Row, "ref", "cuda")
+        for r in rows.ROWS:
+            object.__setattr__(r, "ref", "cuda")
+    else:
+        for r in rows.ROWS:
+            if r.stat == "p99":
+                object.__setattr__(r, "stat", "median")
+    try:
+        assert rows.self_check() != []
+    finally:
+        importlib.reload(rows)
