@@ -85,3 +85,44 @@ def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest
         assert rows.self_check() != []
     finally:
         importlib.reload(rows)
+
+
+def test_queue_rows_run_on_the_stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows 13 and 14 (issue 17) through rig's queues on the stand-in path (nothing runs on
+    it, so the upload's byte check is left out): every row gets its samples, no error; the
+    overlap samples are ratios of the same round's times."""
+    root = BENCH.parent
+    sys.path[:0] = [str(BENCH), str(root / "packages" / "rig-nv" / "tests")]
+    try:
+        import numpy as np
+        import worker_queues as wq
+        from common import Recorder
+        from fake_gpu import open_fake
+
+        from rig_edge import Memory
+
+        monkeypatch.setattr(wq, "UPLOAD", 1 << 16)
+        monkeypatch.setattr(wq, "WORK", 1 << 10)
+        monkeypatch.setattr(wq, "same", lambda *a: None)
+        rec = Recorder(0.001, tmp_path / "rows.json")
+        d, _ = open_fake()
+        try:
+            fn = d.load((root / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin")
+                        .read_bytes())["vadd"]
+
+            def host(region: object) -> object:
+                return np.zeros(region.length, dtype=np.uint8)  # type: ignore[attr-defined]
+
+            wq.queues_rig(rec, d, np.random.default_rng(), lambda n, k=Memory.DEVICE:
+                          d.alloc(n, k), host, fn)
+        finally:
+            d.stop()
+        for key in (*wq.OVERLAP_KEYS, *wq.THREAD_KEYS):
+            assert "error" not in rec.rows[key], rec.rows[key]
+            assert len(rec.rows[key]["samples_s"]) == 3
+        both, up, k = (rec.rows[f"13_overlap{s}"]["samples_s"] for s in ("_both", "_upload",
+                                                                         "_kernels"))
+        assert rec.rows["13_overlap"]["samples_s"] == [b / max(u, x)
+                                                       for b, u, x in zip(both, up, k, strict=True)]
+    finally:
+        del sys.path[:2]
