@@ -84,3 +84,22 @@ def test_a_queues_channels_go_back_at_the_stop(ga102: Opened) -> None:
     assert handles.isdisjoint(ga102.sim_rm.channels)
     again = ga102.open()
     again.stop()
+
+
+def test_a_queue_uploads_and_downloads_through_staging_of_its_own(ga102: Opened) -> None:
+    """Issue 17: "A queue has every submission the device has (... upload, download)": fresh
+    random bytes up into Device memory and back on a queue's copy channel, byte-exact, beside
+    the device's own upload of other bytes."""
+    d = ga102.open()
+    try:
+        q = d.queue()
+        mine, theirs = os.urandom(0x5000), os.urandom(0x3000)
+        a, b = d.alloc(len(mine), Memory.DEVICE), d.alloc(len(theirs), Memory.DEVICE)
+        assert a is not None and b is not None
+        p = q.upload(a, mine)
+        d.upload(b, theirs)
+        assert p.device is q
+        p.wait(timeout_s=5.0)
+        assert bytes(q.download(a)) == mine and bytes(d.download(b)) == theirs
+    finally:
+        d.stop()

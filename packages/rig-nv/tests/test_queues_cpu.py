@@ -275,3 +275,17 @@ def test_local_memory_grows_on_every_queue(two: Any) -> None:
         assert any(m == local for words in commands(d, channel) for _, m, _ in methods(words))
     later = d.queue()
     assert any(m == local for words in commands(d, later.compute) for _, m, _ in methods(words))
+
+
+def test_a_queues_profile_stamps_its_own_submissions(two: Any) -> None:
+    """Issue 17: "A queue has every submission the device has (... profiles)": a queue's
+    profile brackets the queue's submissions, on its channels' tracks, and not the device's."""
+    d, path, q, img, a = two
+    with q.profile(capacity=4) as prof:
+        q.copy(a, a, 64, dst_offset=128)
+        d.copy(a, a, 64, dst_offset=256)  # the device's own: not in the queue's profile
+        q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    path.complete()
+    events = prof.events()
+    assert [(e.name, e.queue) for e in events] == [("copy", "copy 1"), ("vadd", "compute 1")]
+    assert d.timeline.profile is None and q.timeline.profile is None
