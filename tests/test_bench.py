@@ -97,7 +97,7 @@ def test_queue_rows_run_on_the_stand_in(tmp_path: Path, monkeypatch: pytest.Monk
         import numpy as np
         import worker_queues as wq
         from common import Recorder
-        from fake_gpu import open_fake
+        from fake_gpu import BASE, FakePath, open_on
 
         from rig_edge import Memory
 
@@ -105,7 +105,9 @@ def test_queue_rows_run_on_the_stand_in(tmp_path: Path, monkeypatch: pytest.Monk
         monkeypatch.setattr(wq, "WORK", 1 << 10)
         monkeypatch.setattr(wq, "same", lambda *a: None)
         rec = Recorder(0.001, tmp_path / "rows.json")
-        d, _ = open_fake()
+        path = FakePath()
+        path.next = BASE + (96 << 30)  # apart from any other stand-in of this process
+        d = open_on(path)
         try:
             fn = d.load((root / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin")
                         .read_bytes())["vadd"]
