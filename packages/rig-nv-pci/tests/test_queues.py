@@ -9,8 +9,23 @@ import os
 
 from test_held import Opened
 
-from rig_edge import Memory
+from rig_edge import Memory, Region
+from rig_nv import Device, Queue
 from rig_nv.hostmem import view
+
+
+def two_queues(d: Device) -> tuple[Queue, Queue, bytes, Region, Region, Region]:
+    """Two queues of ``d``, fresh random bytes in a pinned source, a zeroed pinned
+    destination and zeroed Device memory between them."""
+    q1, q2 = d.queue(), d.queue()
+    data = os.urandom(4096)
+    src, out = d.alloc(4096, Memory.PINNED), d.alloc(4096, Memory.PINNED)
+    mid = d.alloc(4096, Memory.DEVICE)
+    assert src is not None and out is not None and mid is not None
+    assert out.host is not None and src.host is not None
+    d.upload(mid, bytes(4096)).wait(timeout_s=5.0)
+    view(src.host, 4096)[:] = data
+    return q1, q2, data, src, out, mid
 
 
 def test_two_queues_copies_run_in_the_order_after_gives_them(ga102: Opened) -> None:
@@ -20,13 +35,7 @@ def test_two_queues_copies_run_in_the_order_after_gives_them(ga102: Opened) -> N
     d = ga102.open()
     s = ga102.sim_rm
     try:
-        q1, q2 = d.queue(), d.queue()
-        data = os.urandom(4096)
-        src, out = d.alloc(4096, Memory.PINNED), d.alloc(4096, Memory.PINNED)
-        mid = d.alloc(4096, Memory.DEVICE)
-        assert src is not None and out is not None and mid is not None
-        assert out.host is not None and src.host is not None
-        view(src.host, 4096)[:] = data
+        q1, q2, data, src, out, mid = two_queues(d)
         s.stop()  # the PBDMA runs only when stepped
         copy1 = s.channels[q1.copy_channel.handle]
         filled = q2.copy(mid, src, engine="copy")
@@ -35,7 +44,7 @@ def test_two_queues_copies_run_in_the_order_after_gives_them(ga102: Opened) -> N
         s.step()
         assert copy1.stalled_on == f"acquire 0x{q2.timeline.gpu:x} >= {filled.value}"
         assert q2.completed() == filled.value and q1.completed() < drained.value
-        assert bytes(view(out.host, 4096)) == bytes(4096)
+        assert out.host is not None and bytes(view(out.host, 4096)) == bytes(4096)
         s.step()
         assert q1.completed() == drained.value and bytes(view(out.host, 4096)) == data
         assert s.faults == []
@@ -51,14 +60,7 @@ def test_two_queues_copies_without_after_are_not_ordered(ga102: Opened) -> None:
     d = ga102.open()
     s = ga102.sim_rm
     try:
-        q1, q2 = d.queue(), d.queue()
-        data = os.urandom(4096)
-        src, out = d.alloc(4096, Memory.PINNED), d.alloc(4096, Memory.PINNED)
-        mid = d.alloc(4096, Memory.DEVICE)
-        assert src is not None and out is not None and mid is not None
-        assert out.host is not None and src.host is not None
-        d.upload(mid, bytes(4096)).wait(timeout_s=5.0)
-        view(src.host, 4096)[:] = data
+        q1, q2, _data, src, out, mid = two_queues(d)
         s.stop()
         copy1 = s.channels[q1.copy_channel.handle]
         filled = q2.copy(mid, src, engine="copy")
@@ -66,6 +68,7 @@ def test_two_queues_copies_without_after_are_not_ordered(ga102: Opened) -> None:
         s.step()
         assert copy1.stalled_on == ""
         assert q2.completed() == filled.value and q1.completed() == drained.value
+        assert out.host is not None
         assert bytes(view(out.host, 4096)) == bytes(4096)  # it ran before queue 2's
         assert s.faults == []
     finally:
