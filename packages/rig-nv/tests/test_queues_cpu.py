@@ -289,3 +289,37 @@ def test_a_queues_profile_stamps_its_own_submissions(two: Any) -> None:
     events = prof.events()
     assert [(e.name, e.queue) for e in events] == [("copy", "copy 1"), ("vadd", "compute 1")]
     assert d.timeline.profile is None and q.timeline.profile is None
+
+
+def test_a_refused_queue_gives_back_its_rm_objects_and_the_device_goes_on(
+        dev: tuple[Any, Any], monkeypatch: Any) -> None:
+    """Device.queue: "Raises ... where the RM refuses the channels, having given back the RM
+    objects it made"; the device and its other queues work on, and the next queue gets a
+    number of its own."""
+    from rig_nv.rm import RMError
+
+    d, path = dev
+    first = d.queue()
+    before = dict(path.rm.objects)
+    alloc = path.rm.alloc
+
+    channels = []
+
+    def refuse_copy_channel(parent: int, handle: int, cls: int, params: Any = None) -> int:
+        if cls == d.classes.gpfifo:
+            channels.append(handle)
+            if len(channels) == 2:  # the new queue's copy channel
+                raise RMError(f"making RM object 0x{handle:x}", 0x1F)
+        return alloc(parent, handle, cls, params)
+
+    monkeypatch.setattr(path.rm, "alloc", refuse_copy_channel)
+    with pytest.raises(RMError):
+        d.queue()
+    monkeypatch.setattr(path.rm, "alloc", alloc)
+    assert path.rm.objects == before
+    again = d.queue()
+    assert again.number == 3 and again.compute.name == "compute 3"
+    a = d.alloc(4096, Memory.PINNED)
+    first.copy(a, a, 64, dst_offset=128)
+    again.copy(a, a, 64, dst_offset=256)
+    d.synchronize()

@@ -75,6 +75,7 @@ class Device(Submits):
         self.timeline = Timeline(self, path, self.health)
         self.owner = self  # the device of every queue's submissions (Submits)
         self._queues: list[Queue] = []
+        self._queues_made = 0  # queues are numbered from 1, never twice
         self._queues_lock = threading.Lock()
         self.memory.progress = _Progress(self)
         self.loader = Loader(self)
@@ -181,10 +182,12 @@ class Device(Submits):
         copy channels, timeline word and values; every submission the device has. Its work
         runs beside the device's and other queues' unless :meth:`after` orders it. Raises the
         device's loss or stop, and :class:`rig_edge.RigError` where the RM refuses the
-        channels (having given back what it made)."""
+        channels, having given back the RM objects it made (its memory goes back at the
+        device's stop)."""
         self.health.check()
         with self._queues_lock:
-            q = Queue(self, len(self._queues) + 1)
+            self._queues_made += 1
+            q = Queue(self, self._queues_made)
             self._queues.append(q)
         try:
             setup.timeline_of(self, q.objects, q.timeline, f" {q.number}")
