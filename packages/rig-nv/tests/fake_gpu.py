@@ -7,11 +7,12 @@ path, without a GPU. It is not a simulator of the hardware: nothing is executed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cffi import FFI
@@ -345,6 +346,26 @@ def rc(d: Any, xid: int, engine: int = 1) -> None:
         struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
 
 
+@contextlib.contextmanager
+def held_elsewhere(lock: Any) -> Iterator[None]:
+    """``lock`` held by another thread for the block (released after it)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(5.0)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(5.0)
+        yield
+    finally:
+        release.set()
+        t.join()
+
+
 def open_on(path: FakePath, device: type[Any] | None = None) -> Any:
     """A rig_nv.Device (or ``device``, a subclass) built on ``path``, which knows its device
     before the build: its ``complete`` writes the device's timeline word. As
@@ -364,4 +385,4 @@ def open_fake() -> tuple[Any, FakePath]:
     return open_on(path), path
 
 
-__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "open_on", "rc"]
+__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "held_elsewhere", "open_fake", "open_on", "rc"]

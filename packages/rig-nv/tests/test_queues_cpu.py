@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu import BASE, FakePath, open_on, rc
+from fake_gpu import BASE, FakePath, held_elsewhere, open_on, rc
 from test_device_cpu import commands, methods
 
 from rig_edge import Fault, Lost, Memory, Misuse, RigError
@@ -222,26 +222,13 @@ def test_a_queue_submits_while_another_holds_its_lock(two: Any) -> None:
     hold"."""
     d, _path, q, img, a = two
     q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with d.timeline.lock:
-            held.set()
-            release.wait(5.0)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert held.wait(5.0)
+    with held_elsewhere(d.timeline.lock):
         done = []
         worker = threading.Thread(target=lambda: done.append(
             (q.launch(img["vadd"], (4,), (256,), (a, a, a, 2)), q.copy(a, a, 64))))
         worker.start()
         worker.join(2.0)
         assert done, "a queue's submission waited for the device's lock"
-    finally:
-        release.set()
-        t.join()
 
 
 def test_stop_gives_back_every_queues_channels(dev: tuple[Any, Any]) -> None:
