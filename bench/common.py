@@ -62,7 +62,7 @@ class Recorder:
         self.rows[key] = {"samples_s": samples, "bytes": nbytes, **extra}
         self.save()
         med, lo = statistics.median(samples), min(samples)
-        if key.startswith("11_"):  # a ratio, not a time
+        if key.startswith("11_") or key == "13_overlap":  # a ratio, not a time
             log(f"  {key}: median {med:.3f}, min {lo:.3f} ({len(samples)} samples)")
         elif nbytes and key.split("_", maxsplit=1)[0] in ("4", "5", "9", "10"):  # the copy rows
             log(f"  {key}: median {nbytes / med / 1e9:.2f} GB/s, best {nbytes / lo / 1e9:.2f} "

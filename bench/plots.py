@@ -53,7 +53,7 @@ def plot(table: dict[str, Any], path: Path) -> str:
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_yticks(range(len(rows)))
-    higher = ("GB/s", "TFLOP/s")
+    higher = ("GB/s", "TFLOP/s", "launches/s")
     ax.set_yticklabels([f"{r.label} ({'higher' if r.unit in higher else 'lower'} is better)"
                         for r in rows], fontsize=8)
     ax.invert_yaxis()

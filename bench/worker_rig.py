@@ -29,6 +29,7 @@ from common import (
     timed,
     too_few_gpus,
 )
+from worker_queues import OVERLAP_KEYS, THREAD_KEYS, queues_rig
 
 # ---- the rig worker ----------------------------------------------------------------------------
 
@@ -238,6 +239,11 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
     if rec.wants("12_matmul"):
         with rec.row("12_matmul"):
             matmul_rig(rec, d, rng, alloc)
+
+    if rec.wants(*OVERLAP_KEYS, *THREAD_KEYS):
+        if fn is None:
+            fn = d.load(cubin.read_bytes())["vadd"]
+        queues_rig(rec, d, rng, alloc, host, fn)
 
     if rec.wants(*PEER_KEYS):
         with rec.row(*PEER_KEYS):

@@ -143,3 +143,30 @@ def test_times_that_is_no_count_is_misuse_and_submits_nothing(dev: tuple[Any, An
     with pytest.raises(Misuse, match="times"):
         s.submit(times=times)
     assert (d.compute.put, d.timeline.current(), s.memory) == (put, value, None)
+
+
+def test_a_queues_step_goes_as_one_doorbell_on_its_own_channel_after_its_waits(
+        dev: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A queue's step: submit(times=N) takes N values of the queue's own timeline. After
+    ``after`` the first repetition carries the waits (through the pushbuffer), the other
+    N-1 follow as one doorbell on the queue's compute channel; the device's stay as they
+    were."""
+    d, path = dev
+    img, a, _ = _one_kernel_step(d, path)
+    q = d.queue()
+    s = q.step()
+    s.launch(img["vadd"], (1,), (32,), (a, a, a, 1))
+    s.submit()  # the queue's last work is compute work
+    waited = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
+    q.after(waited)
+    device_puts = d.compute.put, d.copy_channel.put
+    bells, put, value = _Doorbells(monkeypatch), q.compute.put, q.timeline.current()
+    p = s.submit(times=100)
+    assert p.device is q and p.value == value + 100 == q.timeline.current()
+    assert bells.count == 2 and q.compute.put == put + 100
+    assert _entries(q.compute, put, put + 1)[0] != s.entry
+    assert _entries(q.compute, put + 1, put + 100) == [s.entry] * 99
+    assert (d.compute.put, d.copy_channel.put) == device_puts
+    path.complete()
+    q.timeline.word[0] = q.timeline.current()
+    p.wait()

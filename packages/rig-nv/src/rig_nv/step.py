@@ -40,7 +40,7 @@ from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
-    from rig_nv.timeline import Point
+    from rig_nv.timeline import Point, Timeline
 
 # SEM_EXECUTE OPERATION REDUCTION (6), REDUCTION IADD (5) in 30:27, FORMAT UNSIGNED (1) at 31.
 SEM_OP_REDUCTION = 6
@@ -69,8 +69,10 @@ class _Copy:
 class Step:
     """A recording of launches and copies on one device, replayed by :meth:`submit`."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, timeline: Timeline | None = None) -> None:
         self.device = device
+        # the queue it is submitted on, whose word its commands add one to
+        self.timeline = timeline if timeline is not None else device.timeline
         self.items: list[_Launch | _Copy] = []
         self.memory: Region | None = None
         self.address = 0  # GPU address of the commands in the step's memory, once sealed
@@ -180,10 +182,10 @@ class Step:
                     words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                                  INVALIDATE_CODE_AND_DATA)
                 words.copy(item.dst, item.src, item.length)
-        words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(d.timeline.gpu), *lo_hi(1),
+        words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(self.timeline.gpu), *lo_hi(1),
                      SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
                      | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
-        if d.timeline.interrupt:
+        if self.timeline.interrupt:
             words.interrupt()
         return words
 
@@ -215,7 +217,7 @@ class Step:
                 raise Misuse(f"a step is submitted at least once, not times={times}")
         if self.memory is None:
             self._seal()
-        self._last = point = self.device.timeline.submit_step(self, times)
+        self._last = point = self.timeline.submit_step(self, times)
         return point
 
     def stamp_room(self) -> None:
@@ -237,7 +239,7 @@ class Step:
         no GPU reads that memory while it changes."""
         cmds, memory = self.commands, self.stamped_memory
         assert memory is not None and memory.host is not None
-        last = self.device.timeline.release_words
+        last = self.timeline.release_words
         words = (Push().timestamp(start).words + cmds[:-last]
                  + Push().timestamp(end).words + cmds[-last:])
         view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
