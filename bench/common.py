@@ -137,6 +137,19 @@ def flight(fn: Callable[[], object], wait: Callable[[], object], reps: int) -> l
     return out
 
 
+def flight_batched(submit: Callable[[int], Any], reps: int) -> list[float]:
+    """``submit(FLIGHT)`` (FLIGHT submissions in one call), then a wait for the point it
+    returns: seconds per submission, ``reps`` times after one warm-up round."""
+    out = []
+    clock = time.perf_counter
+    for r in range(reps + 1):
+        t = clock()
+        submit(FLIGHT).wait()
+        if r:
+            out.append((clock() - t) / FLIGHT)
+    return out
+
+
 class Accumulator:
     """c += b, once per kernel, repeated on the host in float32 (the GPU's FADD rounds alike)."""
 

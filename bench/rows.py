@@ -63,6 +63,8 @@ ROWS = (
     Row("2_per_kernel", "2 each further kernel (t64-t1)/63", "us", ("<=", 1.0)),
     Row("3_flight", "3 10,000 1-kernel steps, per step", "us", ("<=", 1.0)),
     Row("3_launch_flight", "3' 10,000 launches, per launch", "us"),
+    Row("3_flight_batched", "3' 10,000 steps, one submit(times=)", "us", ("<=", 1.0),
+        "3_flight"),
     Row("4_h2d_pinned", "4 H2D 256 MiB pinned", "GB/s", (">=", 0.98)),
     Row("4_d2h_pinned", "4 D2H 256 MiB pinned", "GB/s", (">=", 0.98)),
     Row("4_h2d_pageable", "4 H2D 256 MiB pageable", "GB/s", (">=", 1.5)),

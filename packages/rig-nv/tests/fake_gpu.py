@@ -240,6 +240,7 @@ class FakePath:
     h_device, h_subdevice, h_vaspace = H_DEVICE, 0x11, 0x12
     hang_ms = 30_000
     maps_host = True
+    wakes_on_interrupt = False  # as both paths (a test may set it before the device is made)
 
     def __init__(self) -> None:
         self._rm = FakeRM()

@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from rig_nv.rm import Allocation
     from rig_nv.timeline import Point, Timeline
 
-COPY_BLOCK = 256
+COPY_BLOCK = 256  # threads a block of either kernel (copy.cu COPY16_THREADS for copy16)
+# copy16 copies COPY16_LOADS 16-byte units a thread a turn (copy.cu), on COPY16_PER_SM blocks
+# an SM: the shape that ran fastest in the probe of docs/results/d2d-wait-2026-11-30.txt
+# ("ch8 16/SM", 1978 GB/s on an H200's clock); measured by that probe, not yet by the bench.
+COPY16_LOADS = 8
+COPY16_PER_SM = 16
+COPY1_PER_SM = 8
 
 
 class Staging:
@@ -97,20 +103,22 @@ def _launch(q: Submits, fn: Function, blocks: int, args: tuple[int, int, int]) -
 
 
 def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
-    """Copy within the GPU's memory on the SMs: 16 bytes a thread where both ends are 16-byte
-    aligned, then the rest byte by byte."""
+    """Copy within the GPU's memory on the SMs: where both ends are 16-byte aligned, 16 bytes
+    a load, COPY16_LOADS loads in flight a thread, a block-contiguous chunk a turn, on at most
+    COPY16_PER_SM blocks an SM; then the rest byte by byte."""
     img = q.owner.loader.copy_kernels()
     assert img is not None
-    most = q.owner.sm_count * 8
+    sms = q.owner.sm_count
     point = None
     done = 0
     if not (dst | src) & 15 and n >= 16:
         count = n // 16
-        point = _launch(q, img["copy16"], min(-(-count // COPY_BLOCK), most), (dst, src, count))
+        blocks = min(-(-count // (COPY_BLOCK * COPY16_LOADS)), sms * COPY16_PER_SM)
+        point = _launch(q, img["copy16"], blocks, (dst, src, count))
         done = count * 16
     if n > done:
         rest = n - done
-        point = _launch(q, img["copy1"], min(-(-rest // COPY_BLOCK), most),
+        point = _launch(q, img["copy1"], min(-(-rest // COPY_BLOCK), sms * COPY1_PER_SM),
                         (dst + done, src + done, rest))
     assert point is not None
     return point

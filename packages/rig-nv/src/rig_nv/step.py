@@ -26,7 +26,6 @@ from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
     COMPUTE_SEND_SIGNALING_PCAS2_B,
-    NON_STALL_INTERRUPT,
     SEM_ADDR_LO,
     SEM_PAYLOAD_64BIT,
     SEM_RELEASE_WFI,
@@ -37,7 +36,7 @@ from rig_nv.push import (
     lo_hi,
 )
 from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
-from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE, RELEASE_WORDS  # noqa: F401 (tests')
+from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
@@ -186,7 +185,8 @@ class Step:
         words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(self.timeline.gpu), *lo_hi(1),
                      SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
                      | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
-        words.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
+        if self.timeline.interrupt:
+            words.interrupt()
         return words
 
     def set_args(self, index: int, args: Sequence[Any]) -> None:
@@ -206,13 +206,19 @@ class Step:
             host = view(self.memory.host or 0, self.memory.length)
             host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
 
-    def submit(self) -> Point:
-        """Run the step once more, as one GPFIFO entry; returns its point on the device's
-        timeline."""
+    def submit(self, times: int = 1) -> Point:
+        """Run the step ``times`` more times, each as one GPFIFO entry with its own value on
+        the device's timeline (after compute work, all of them with one doorbell as far as
+        the ring has room); returns the last one's point. Raises :class:`Misuse` for
+        ``times`` that is no whole number of at least 1, having submitted nothing."""
+        if times != 1:
+            times = checks.whole("times", times)
+            if times < 1:
+                raise Misuse(f"a step is submitted at least once, not times={times}")
         if self.memory is None:
             self._seal()
-        self._last = self.timeline.submit_step(self)
-        return self._last
+        self._last = point = self.timeline.submit_step(self, times)
+        return point
 
     def stamp_room(self) -> None:
         """Make sure of the memory :meth:`stamped` writes: mapped memory of the step's own
@@ -233,8 +239,9 @@ class Step:
         no GPU reads that memory while it changes."""
         cmds, memory = self.commands, self.stamped_memory
         assert memory is not None and memory.host is not None
-        words = (Push().timestamp(start).words + cmds[:-RELEASE_WORDS]
-                 + Push().timestamp(end).words + cmds[-RELEASE_WORDS:])
+        last = self.timeline.release_words
+        words = (Push().timestamp(start).words + cmds[:-last]
+                 + Push().timestamp(end).words + cmds[-last:])
         view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
         return memory.gpu, len(words)
 

@@ -44,7 +44,8 @@ _new = object.__new__
 # A step's commands copied into the pushbuffer take at most this part of it (rig_nv.step).
 PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
-RELEASE_WORDS = 8  # a step's commands' last words: the timeline's reduction, an interrupt
+RELEASE_WORDS = 6  # a step's commands' last words: the timeline's reduction ...
+INTERRUPT_WORDS = 2  # ... and, where the path wakes on it, the non-stall interrupt
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,9 @@ class Timeline:
         self.path = path
         self.health = health
         self.hang_ms = path.hang_ms
+        # Submissions ask for the non-stall interrupt only where the path's sleep wakes on it.
+        self.interrupt = path.wakes_on_interrupt
+        self.release_words = RELEASE_WORDS + (INTERRUPT_WORDS if self.interrupt else 0)
         self.lock = threading.RLock()  # held by every submission
         self.next = 1  # the value the next submission gets
         self.last: Channel | None = None  # the channel of the last submission
@@ -112,7 +116,7 @@ class Timeline:
         self.gpu, self.host = a.gpu, a.host
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
-        self._release = Push().semaphore_release(a.gpu, 0).words
+        self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]).
         self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
@@ -359,8 +363,9 @@ class Timeline:
 
     # ---- steps --------------------------------------------------------------------------
 
-    def submit_step(self, step: Step) -> Point:
-        """Submit a sealed step as one GPFIFO entry on the compute channel.
+    def submit_step(self, step: Step, times: int = 1) -> Point:
+        """Submit a sealed step ``times`` times (each its own value; the last one's point),
+        each as one GPFIFO entry on the compute channel.
 
         After compute work (the common case) the entry names the step's commands where they
         lie. After the copy channel's work, or under a profile, the acquire, the stamps and a
@@ -369,14 +374,21 @@ class Timeline:
         every submission while the GPU may still read the step's memory for an earlier one.
         A step whose copy would fill more than half the pushbuffer is the exception: the CPU
         waits for the work before it, then sends its commands where they lie, or between
-        stamps in memory of the step's own (:meth:`rig_nv.step.Step.stamped`)."""
+        stamps in memory of the step's own (:meth:`rig_nv.step.Step.stamped`).
+
+        Repetitions after compute work (all but the first after the copy channel's; none
+        under a profile, where each has its stamps) go as many entries at once as the ring
+        has room for, with one GP_PUT write and one doorbell (:meth:`_send_entries`). A wait
+        for room may raise; the repetitions before it stay submitted."""
         with self.lock:
             health = self.health
             if not health.ok:
                 health.check()
             compute = self.compute
-            profile = self.profile
-            if (self.last is compute or self.last is None) and profile is None and not self._after:
+            if (self.last is compute or self.last is None) and self.profile is None and \
+                    not self._after:
+                if times != 1:
+                    return self._send_entries(compute, step.entry, times)
                 # _send_entry, inline: the common case of a step after compute work
                 value = self.next
                 self.next = value + 1
@@ -386,17 +398,40 @@ class Timeline:
                 fields = point.__dict__
                 fields["device"], fields["value"] = self.device, value
                 return point
-            cmds = step.commands
-            if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
-                return self.submit(compute, cmds[:-RELEASE_WORDS], "step",
-                                   tail=cmds[-RELEASE_WORDS:])
-            if self._after:  # its waits on other queues go first, in a submission of their own
-                self.submit(compute, ())
-            # Waited for before the value is taken: a wait may raise.
-            self.wait_value(self.next - 1)
-            if profile is None:
-                return self._send_entry(compute, step.entry)
-            step.stamp_room()
-            start, end = profile.take("step", "compute")
-            profile.value(self.next)
-            return self._send_entry(compute, entry_at(*step.stamped(start, end)))
+            point = self._step_alone(step)
+            if times > 1 and self.profile is None:
+                return self._send_entries(compute, step.entry, times - 1)
+            for _ in range(times - 1):
+                point = self._step_alone(step)
+            return point
+
+    def _send_entries(self, channel: Channel, entry: int, times: int) -> Point:
+        """Send ``entry`` (a step's) ``times`` times as the next values, as many at once as
+        the ring holds (the lock held); the last one's point."""
+        while times:
+            value = self.next
+            n = channel.submit_entries(entry, value, times, self.completed)
+            self.next = value + n
+            self.last = channel
+            times -= n
+        return _point(self.device, self.next - 1)
+
+    def _step_alone(self, step: Step) -> Point:
+        """One submission of ``step`` after the copy channel's work, under a profile or after
+        :meth:`after` (the lock held), as :meth:`submit_step` says."""
+        compute = self.compute
+        profile = self.profile
+        cmds = step.commands
+        if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
+            last = self.release_words
+            return self.submit(compute, cmds[:-last], "step", tail=cmds[-last:])
+        if self._after:  # its waits on other queues go first, in a submission of their own
+            self.submit(compute, ())
+        # Waited for before the value is taken: a wait may raise.
+        self.wait_value(self.next - 1)
+        if profile is None:
+            return self._send_entry(compute, step.entry)
+        step.stamp_room()
+        start, end = profile.take("step", "compute")
+        profile.value(self.next)
+        return self._send_entry(compute, entry_at(*step.stamped(start, end)))
