@@ -1176,8 +1176,8 @@ int main(int argc, char **argv) {
            driver, CUDA_VERSION, major, minor);
     json_string(cubin_path);
     printf(", \"scale\": %g, \"first_init_s\": %.9g, \"first_ctx_create_s\": %.9g, "
-           "\"gpu_count\": %d, \"peer_access\": [%d, %d]},\n",
-           scale, t_init, t_ctx, gpu_count, peer_access_01, peer_access_10);
+           "\"gpu_count\": %d, \"peer_access\": [%d, %d], \"overlap_vadds\": %d},\n",
+           scale, t_init, t_ctx, gpu_count, peer_access_01, peer_access_10, ov_count);
     printf(" \"rows\": {");
     for (i = 0; i < nrows; i++) {
         struct row *r = &rows[i];
