@@ -101,14 +101,15 @@ ROWS = (
     Row("12_matmul", "12 Triton fp16 matmul 8192^3", "TFLOP/s", (">=", 0.98), ref="torch"),
     Row("12_matmul_torch", "12' torch.matmul fp16 8192^3 (ceiling)", "TFLOP/s", ref="torch"),
     Row("11_wait_cpu", "11 CPU s per s of waiting", "CPU s/s", ("<=", 1.0)),
-    # Rows 13 and 14 (issue 17): queues (rig) against streams (CUDA, through torch).
+    # Rows 13 and 14 (issue 17): queues (rig) against streams (CUDA from C; torch's in its
+    # column).
     Row("13_overlap", "13 1 GiB pinned upload beside ~10 ms of kernels: both / longer alone",
-        "x", ("x<=", 1.1), ref="torch"),
-    Row("13_overlap_upload", "13' the upload alone", "ms", ref="torch"),
-    Row("13_overlap_kernels", "13' the kernels alone", "ms", ref="torch"),
-    Row("13_overlap_both", "13' both, on two queues", "ms", ref="torch"),
+        "x", ("x<=", 1.1)),
+    Row("13_overlap_upload", "13' the upload alone", "ms"),
+    Row("13_overlap_kernels", "13' the kernels alone", "ms"),
+    Row("13_overlap_both", "13' both, on two queues", "ms"),
     *(Row(f"14_threads_{n}", f"14 launches/s, {n} thread{'s' * (n > 1)} each on its own queue",
-          "launches/s", ref="torch") for n in (1, 2, 4)),
+          "launches/s") for n in (1, 2, 4)),
 )
 
 NOTES = {
@@ -119,11 +120,14 @@ NOTES = {
     "load, launch vadd and wait, upload and download 4 KiB, stop; CUDA: cuInit, context, "
     "module, launch, cuMemcpy both ways, destroy",
     "13_overlap": "rig: copy on one d.queue() (engine='copy', pinned to Device) while a step "
-    "of dependent vadds (~10 ms alone) runs on another, both waited for; torch: the copy on "
-    "one torch.cuda.Stream, torch.add on another; a sample is wall(both) / max of the two "
-    "alone, timed in the same round",
-    "14_threads_1": "each thread launches vadd (rig) or torch.add (torch) 20,000 times on a "
-    "queue (stream) of its own, then waits for its own; wall time over all the launches",
+    "of dependent vadds (~10 ms alone) runs on another, both waited for; CUDA: "
+    "cuMemcpyHtoDAsync from cuMemAllocHost memory on one non-blocking stream, the same vadds "
+    "launched on another, both synchronized; torch: the copy on one torch.cuda.Stream, "
+    "torch.add on another; a sample is wall(both) / max of the two alone, timed in the same "
+    "round",
+    "14_threads_1": "each thread launches vadd (rig, CUDA) or torch.add (torch) 20,000 times "
+    "on a queue (stream) of its own, then waits for its own; CUDA: pthreads, the context "
+    "current in each; wall time over all the launches",
     "11_wait_cpu": "the process's CPU seconds over the wall seconds of one wait for eight queued "
     "256 MiB D2D copies (CUDA: cuStreamSynchronize under CU_CTX_SCHED_AUTO)",
     "10_h2d_4k": "row 10: each copy waited for; rig's own engine choice (copy engine or SM "
@@ -316,8 +320,12 @@ def self_check() -> list[str]:
                              "14_threads_2": {"samples_s": [2 * us]}}},
             "cuda": {"rows": {"1_launch": {"samples_s": [cuda_us * us] * 100},
                               "5_d2d": {"samples_s": [0.1], "bytes": 10**9},
-                              "6_alloc_64k": {"samples_s": [50 * us]}}},
+                              "6_alloc_64k": {"samples_s": [50 * us]},
+                              "13_overlap": {"samples_s": [1.5]},
+                              "14_threads_2": {"samples_s": [4 * us]}}},
             "cupy": {"rows": {"6_alloc_64k": {"samples_s": [1 * us]}}},
+            "torch": {"rows": {"13_overlap": {"samples_s": [1.0]},
+                               "14_threads_2": {"samples_s": [1 * us]}}},
         })
     table = combine([summarise(r) for r in rounds])
     launch = table["1_launch"]
@@ -335,7 +343,12 @@ def self_check() -> list[str]:
     expect("6_alloc_64k ratio against cupy's pool", table["6_alloc_64k"]["ratio"], 3.0)
     expect("13_overlap rig, its own ratio", table["13_overlap"]["peers"]["rig"]["value"], 1.05)
     expect("13_overlap target (<= 1.1 of rig's own) met", table["13_overlap"]["met"], True)
+    expect("13_overlap ratio against CUDA from C, not torch", table["13_overlap"]["ratio"], 0.7)
     expect("14_threads_2 launches/s", table["14_threads_2"]["peers"]["rig"]["value"], 5e5)
+    expect("14_threads_2 ratio against CUDA from C (launches/s over launches/s)",
+           table["14_threads_2"]["ratio"], 2.0)
+    expect("14_threads_2 torch's column, its ratio to CUDA",
+           table["14_threads_2"]["ratios"]["torch"], 4.0)
     for key, sel, want in (("1_launch", ["1"], True), ("10_h2d_4k", ["1"], False),
                            ("10_h2d_4k", ["10_h2d"], True), ("5_d2d", None, True),
                            ("1_launch", ["1_launch_p99"], False)):

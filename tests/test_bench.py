@@ -57,7 +57,8 @@ def test_self_check_holds(rows: ModuleType) -> None:
     assert rows.self_check() == []
 
 
-@pytest.mark.parametrize("plant", ["ratio_of_medians", "ratio_against_cuda", "p99_is_median"])
+@pytest.mark.parametrize("plant", ["ratio_of_medians", "ratio_against_cuda", "p99_is_median",
+                                   "queue_rows_against_torch"])
 def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                            plant: str) -> None:
     if plant == "ratio_of_medians":
@@ -77,6 +78,11 @@ def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest
         monkeypatch.setattr(rows.Row, "ref", "cuda")
         for r in rows.ROWS:
             object.__setattr__(r, "ref", "cuda")
+    elif plant == "queue_rows_against_torch":
+        # Rows 13 and 14 compared with torch's streams again, not with CUDA from C.
+        for r in rows.ROWS:
+            if r.key.startswith(("13_", "14_")):
+                object.__setattr__(r, "ref", "torch")
     else:
         for r in rows.ROWS:
             if r.stat == "p99":
@@ -85,6 +91,17 @@ def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest
         assert rows.self_check() != []
     finally:
         importlib.reload(rows)
+
+
+def test_cuda_from_c_records_the_queue_rows_under_their_keys(rows: ModuleType) -> None:
+    """Issue 23: rows 13 and 14 are compared against CUDA from C, so cuda_bench.c records
+    every one of worker_queues.py's keys, and rows.py takes their ratios against "cuda"."""
+    import worker_queues
+
+    source = (BENCH / "cuda_bench.c").read_text()
+    for key in (*worker_queues.OVERLAP_KEYS, *worker_queues.THREAD_KEYS):
+        assert f'"{key}"' in source, key
+        assert next(r for r in rows.ROWS if r.key == key).ref == "cuda", key
 
 
 QUEUE_ROWS = """
