@@ -97,7 +97,12 @@ def queues_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
             copier, worker = d.queue(), d.queue()
             pinned, dst = alloc(UPLOAD, Memory.PINNED), alloc(UPLOAD)
             host(pinned)[:] = fresh_bytes(rng, UPLOAD)
+            import numpy as np
+
             a, b, c = alloc(4 * WORK), alloc(4 * WORK), alloc(4 * WORK)
+            fa, fb = (rng.random(WORK, dtype=np.float32) for _ in range(2))
+            d.upload(a, fa)
+            d.upload(b, fb).wait()
             grid = ((WORK + 255) // 256,)
             one = worker.step()
             one.launch(fn, grid, (256,), (a, b, c, WORK))
@@ -109,11 +114,9 @@ def queues_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
                 work.launch(fn, grid, (256,), (a, b, c, WORK))
             got = overlap_samples(lambda: copier.copy(dst, pinned, engine="copy"),
                                   work.submit, lambda p: p.wait(), rec.reps(10))
-            import numpy as np
-
-            for at in (0, UPLOAD - 4096):  # the upload's first and last page, byte-exact
-                same(np.frombuffer(bytes(d.download(dst, 4096, at)), dtype=np.uint8),
-                     host(pinned)[at : at + 4096], "13 the upload")
+            # The last round's work, whole: the upload byte-exact, every sum numpy's.
+            same(np.frombuffer(d.download(dst), dtype=np.uint8), host(pinned), "13 the upload")
+            same(np.frombuffer(d.download(c), dtype=np.float32), fa + fb, "13 the kernels")
             for key in OVERLAP_KEYS:
                 rec.add(key, got[key])
             for r in (pinned, dst, a, b, c):
@@ -126,8 +129,16 @@ def queues_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
     if rec.wants(*THREAD_KEYS):
         with rec.row(*THREAD_KEYS):
             count = rec.reps(20000)
+            import numpy as np
+
             queues = [d.queue() for _ in range(max(THREADS))]
             regions = [alloc(4096) for _ in range(3 * len(queues))]
+            sums = []
+            for i in range(len(queues)):  # each queue's a and b, fresh; c checked after
+                xa, xb = rng.random(1, dtype=np.float32), rng.random(1, dtype=np.float32)
+                d.upload(regions[3 * i], xa)
+                d.upload(regions[3 * i + 1], xb).wait()
+                sums.append(xa + xb)
 
             def launcher(i: int) -> Callable[[], None]:
                 q, args = queues[i], (*regions[3 * i : 3 * i + 3], 1)  # each its own memory
@@ -142,6 +153,9 @@ def queues_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
                 return run
 
             got = thread_samples(launcher, count, rec.reps(5))
+            for i, want in enumerate(sums):
+                same(np.frombuffer(bytes(d.download(regions[3 * i + 2], 4)), dtype=np.float32),
+                     want, f"14 thread {i}'s vadd")
             for key in THREAD_KEYS:
                 rec.add(key, got[key])
             for q in queues:
