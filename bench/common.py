@@ -62,7 +62,7 @@ class Recorder:
         self.rows[key] = {"samples_s": samples, "bytes": nbytes, **extra}
         self.save()
         med, lo = statistics.median(samples), min(samples)
-        if key.startswith("11_"):  # a ratio, not a time
+        if key.startswith("11_") or key == "13_overlap":  # a ratio, not a time
             log(f"  {key}: median {med:.3f}, min {lo:.3f} ({len(samples)} samples)")
         elif nbytes and key.split("_", maxsplit=1)[0] in ("4", "5", "9", "10"):  # the copy rows
             log(f"  {key}: median {nbytes / med / 1e9:.2f} GB/s, best {nbytes / lo / 1e9:.2f} "
@@ -132,6 +132,19 @@ def flight(fn: Callable[[], object], wait: Callable[[], object], reps: int) -> l
         for _ in range(FLIGHT):
             fn()
         wait()
+        if r:
+            out.append((clock() - t) / FLIGHT)
+    return out
+
+
+def flight_batched(submit: Callable[[int], Any], reps: int) -> list[float]:
+    """``submit(FLIGHT)`` (FLIGHT submissions in one call), then a wait for the point it
+    returns: seconds per submission, ``reps`` times after one warm-up round."""
+    out = []
+    clock = time.perf_counter
+    for r in range(reps + 1):
+        t = clock()
+        submit(FLIGHT).wait()
         if r:
             out.append((clock() - t) / FLIGHT)
     return out

@@ -19,6 +19,15 @@ def pyplot() -> Any:
     return plt
 
 
+def saved(plt: Any, fig: Any, path: Path, drawn: bool, missing: str) -> str:
+    """Write ``fig`` to ``path`` where it shows anything; the path, or why there is no plot."""
+    fig.tight_layout()
+    if drawn:
+        fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return str(path) if drawn else f"no plot: {missing}"
+
+
 def plot(table: dict[str, Any], path: Path) -> str:
     """Each row's ratio to CUDA from C per peer, rig's with its min-max over rounds."""
     try:
@@ -53,16 +62,13 @@ def plot(table: dict[str, Any], path: Path) -> str:
     ax.axvline(1.0, color="grey", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set_yticks(range(len(rows)))
-    higher = ("GB/s", "TFLOP/s")
+    higher = ("GB/s", "TFLOP/s", "launches/s")
     ax.set_yticklabels([f"{r.label} ({'higher' if r.unit in higher else 'lower'} is better)"
                         for r in rows], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("ratio to CUDA from C (black: target; bars: rig's min-max over rounds)")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return saved(plt, fig, path, True, "")
 
 
 def plot_sweep(table: dict[str, Any], path: Path) -> str:
@@ -93,13 +99,7 @@ def plot_sweep(table: dict[str, Any], path: Path) -> str:
         ax.set_xlabel("bytes")
         ax.set_ylabel("GB/s")
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return "no plot: no row 10"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return saved(plt, fig, path, drawn, "no row 10")
 
 
 def plot_latency(rounds: list[dict[str, Any]], path: Path) -> str:
@@ -120,10 +120,4 @@ def plot_latency(rounds: list[dict[str, Any]], path: Path) -> str:
     ax.set_xlabel("launch+wait, us")
     ax.set_ylabel("samples")
     ax.legend()
-    fig.tight_layout()
-    if not drawn:
-        plt.close(fig)
-        return "no plot: no row 1"
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return str(path)
+    return saved(plt, fig, path, drawn, "no row 1")

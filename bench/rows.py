@@ -25,8 +25,9 @@ IMPORTS = ("rig_edge", "rig_pci", "rig_nv", "rig_nv_nvidia", "rig_cli", "torch",
 class Row:
     key: str
     label: str
-    unit: str  # "us", "ms", "CPU s/s" (lower is better); "GB/s", "TFLOP/s" (higher)
-    target: tuple[str, float] | None = None  # ("<=" | ">=", ratio to ref) or ("ms<=", ms)
+    unit: str  # "us", "ms", "CPU s/s", "x" (lower is better); "GB/s", "TFLOP/s", "launches/s"
+    # ("<=" | ">=", ratio to ref), ("ms<=", ms) or ("x<=", rig's own value, a ratio)
+    target: tuple[str, float] | None = None
     cuda_key: str | None = None  # the CUDA row to compare with, where not the same key
     ref: str = "cuda"  # the peer rig's ratio is taken against
     source: str | None = None  # a row whose samples this one summarises by ``stat``
@@ -62,6 +63,8 @@ ROWS = (
     Row("2_per_kernel", "2 each further kernel (t64-t1)/63", "us", ("<=", 1.0)),
     Row("3_flight", "3 10,000 1-kernel steps, per step", "us", ("<=", 1.0)),
     Row("3_launch_flight", "3' 10,000 launches, per launch", "us"),
+    Row("3_flight_batched", "3' 10,000 steps, one submit(times=)", "us", ("<=", 1.0),
+        "3_flight"),
     Row("4_h2d_pinned", "4 H2D 256 MiB pinned", "GB/s", (">=", 0.98)),
     Row("4_d2h_pinned", "4 D2H 256 MiB pinned", "GB/s", (">=", 0.98)),
     Row("4_h2d_pageable", "4 H2D 256 MiB pageable", "GB/s", (">=", 1.5)),
@@ -98,6 +101,15 @@ ROWS = (
     Row("12_matmul", "12 Triton fp16 matmul 8192^3", "TFLOP/s", (">=", 0.98), ref="torch"),
     Row("12_matmul_torch", "12' torch.matmul fp16 8192^3 (ceiling)", "TFLOP/s", ref="torch"),
     Row("11_wait_cpu", "11 CPU s per s of waiting", "CPU s/s", ("<=", 1.0)),
+    # Rows 13 and 14 (issue 17): queues (rig) against streams (CUDA from C; torch's in its
+    # column).
+    Row("13_overlap", "13 1 GiB pinned upload beside ~10 ms of kernels: both / longer alone",
+        "x", ("x<=", 1.1)),
+    Row("13_overlap_upload", "13' the upload alone", "ms"),
+    Row("13_overlap_kernels", "13' the kernels alone", "ms"),
+    Row("13_overlap_both", "13' both, on two queues", "ms"),
+    *(Row(f"14_threads_{n}", f"14 launches/s, {n} thread{'s' * (n > 1)} each on its own queue",
+          "launches/s") for n in (1, 2, 4)),
 )
 
 NOTES = {
@@ -107,6 +119,15 @@ NOTES = {
     "7_first_use_fresh": "what a user pays in a fresh process, imports left out: rig: open, "
     "load, launch vadd and wait, upload and download 4 KiB, stop; CUDA: cuInit, context, "
     "module, launch, cuMemcpy both ways, destroy",
+    "13_overlap": "rig: copy on one d.queue() (engine='copy', pinned to Device) while a step "
+    "of dependent vadds (~10 ms alone) runs on another, both waited for; CUDA: "
+    "cuMemcpyHtoDAsync from cuMemAllocHost memory on one non-blocking stream, the same vadds "
+    "launched on another, both synchronized; torch: the copy on one torch.cuda.Stream, "
+    "torch.add on another; a sample is wall(both) / max of the two alone, timed in the same "
+    "round",
+    "14_threads_1": "each thread launches vadd (rig, CUDA) or torch.add (torch) 20,000 times "
+    "on a queue (stream) of its own, then waits for its own; CUDA: pthreads, the context "
+    "current in each; wall time over all the launches",
     "11_wait_cpu": "the process's CPU seconds over the wall seconds of one wait for eight queued "
     "256 MiB D2D copies (CUDA: cuStreamSynchronize under CU_CTX_SCHED_AUTO)",
     "10_h2d_4k": "row 10: each copy waited for; rig's own engine choice (copy engine or SM "
@@ -140,8 +161,12 @@ def summary(row: Row, data: dict[str, Any]) -> dict[str, Any]:
         med = sorted(s)[min(len(s) - 1, math.ceil(0.99 * len(s)) - 1)]
     elif row.stat == "max":
         med = hi
-    if row.unit == "CPU s/s":
+    if row.unit in ("CPU s/s", "x"):  # the samples are the values themselves
         return {"value": med, "min": lo, "max": hi, "n": len(s)}
+    if row.unit == "launches/s":  # seconds per launch
+        if lo <= 0:
+            return {"error": "a sample of no time"}
+        return {"value": 1 / med, "min": 1 / hi, "max": 1 / lo, "n": len(s)}
     if row.unit in ("GB/s", "TFLOP/s"):  # "bytes" holds the FLOPs of a TFLOP/s row
         b = (data.get("bytes") or 0) / (1e3 if row.unit == "TFLOP/s" else 1)
         if not b or lo <= 0:
@@ -173,7 +198,7 @@ def met(row: Row, rig: dict[str, Any], ratio: float | None) -> bool | None:
     if row.target is None:
         return None
     op, limit = row.target
-    if op == "ms<=":
+    if op in ("ms<=", "x<="):  # rig's own value against the limit
         v = rig.get("value")
         return None if v is None else bool(v <= limit)
     if ratio is None:
@@ -187,6 +212,8 @@ def target_text(row: Row) -> str:
     op, limit = row.target
     if op == "ms<=":
         return f"<= {limit:g} ms"
+    if op == "x<=":
+        return f"<= {limit:g} (rig)"
     return f"{op} {limit}x" + ("" if row.ref == "cuda" else f" {row.ref}")
 
 
@@ -288,11 +315,17 @@ def self_check() -> list[str]:
             "rig": {"rows": {"1_launch": {"samples_s": [rig_us * us] * 90 + [20 * us] * 9
                                                           + [100 * us]},
                              "5_d2d": {"samples_s": [d2d_s], "bytes": 10**9},
-                             "6_alloc_64k": {"samples_s": [3 * us]}}},
+                             "6_alloc_64k": {"samples_s": [3 * us]},
+                             "13_overlap": {"samples_s": [1.05, 1.2, 1.0]},
+                             "14_threads_2": {"samples_s": [2 * us]}}},
             "cuda": {"rows": {"1_launch": {"samples_s": [cuda_us * us] * 100},
                               "5_d2d": {"samples_s": [0.1], "bytes": 10**9},
-                              "6_alloc_64k": {"samples_s": [50 * us]}}},
+                              "6_alloc_64k": {"samples_s": [50 * us]},
+                              "13_overlap": {"samples_s": [1.5]},
+                              "14_threads_2": {"samples_s": [4 * us]}}},
             "cupy": {"rows": {"6_alloc_64k": {"samples_s": [1 * us]}}},
+            "torch": {"rows": {"13_overlap": {"samples_s": [1.0]},
+                               "14_threads_2": {"samples_s": [1 * us]}}},
         })
     table = combine([summarise(r) for r in rounds])
     launch = table["1_launch"]
@@ -308,6 +341,14 @@ def self_check() -> list[str]:
     expect("5_d2d ratio (bandwidth over bandwidth)", d2d["ratio"], 0.5)
     expect("5_d2d target (>= 0.9x) missed", d2d["met"], False)
     expect("6_alloc_64k ratio against cupy's pool", table["6_alloc_64k"]["ratio"], 3.0)
+    expect("13_overlap rig, its own ratio", table["13_overlap"]["peers"]["rig"]["value"], 1.05)
+    expect("13_overlap target (<= 1.1 of rig's own) met", table["13_overlap"]["met"], True)
+    expect("13_overlap ratio against CUDA from C, not torch", table["13_overlap"]["ratio"], 0.7)
+    expect("14_threads_2 launches/s", table["14_threads_2"]["peers"]["rig"]["value"], 5e5)
+    expect("14_threads_2 ratio against CUDA from C (launches/s over launches/s)",
+           table["14_threads_2"]["ratio"], 2.0)
+    expect("14_threads_2 torch's column, its ratio to CUDA",
+           table["14_threads_2"]["ratios"]["torch"], 4.0)
     for key, sel, want in (("1_launch", ["1"], True), ("10_h2d_4k", ["1"], False),
                            ("10_h2d_4k", ["10_h2d"], True), ("5_d2d", None, True),
                            ("1_launch", ["1_launch_p99"], False)):

@@ -149,11 +149,12 @@ def build(out: Path) -> tuple[Path | None, list[dict[str, Any]]]:
     nvcc = find_nvcc()
     links = libcuda_args()
     if nvcc:
-        tries += [[nvcc, "-O2", "-o", str(exe), str(src), *link] for link in links]
+        tries += [[nvcc, "-O2", "-o", str(exe), str(src), *link, "-lpthread"] for link in links]
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc:
         for inc in cuda_include_dirs():
-            tries += [[cc, "-O2", "-o", str(exe), str(src), f"-I{inc}", *link] for link in links]
+            tries += [[cc, "-O2", "-o", str(exe), str(src), f"-I{inc}", *link, "-lpthread"]
+                      for link in links]
     attempts: list[dict[str, Any]] = []
     for cmd in tries:
         try:

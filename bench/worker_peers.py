@@ -21,6 +21,7 @@ from common import (
     timed,
     too_few_gpus,
 )
+from worker_queues import queues_torch
 
 # ---- the PyTorch worker ------------------------------------------------------------------------
 
@@ -170,6 +171,8 @@ def worker_torch(rec: Recorder, cubin: Path) -> None:
     if rec.wants(*PEER_ROWS):
         with rec.row(*PEER_ROWS):
             peers_torch(rec, rng)
+
+    queues_torch(rec, rng)
 
 
 def matmul_torch(rec: Recorder, rng: Any) -> None:

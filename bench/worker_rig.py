@@ -22,12 +22,14 @@ from common import (
     Accumulator,
     Recorder,
     flight,
+    flight_batched,
     fresh_bytes,
     log,
     same,
     timed,
     too_few_gpus,
 )
+from worker_queues import OVERLAP_KEYS, THREAD_KEYS, queues_rig
 
 # ---- the rig worker ----------------------------------------------------------------------------
 
@@ -102,7 +104,7 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
             rec.add("2_step1", s1)
 
     if rec.wants("3_flight", "3_launch_flight"):
-        with rec.row("3_flight", "3_launch_flight"):
+        with rec.row("3_flight", "3_launch_flight", "3_flight_batched"):
             if one is None:  # row 2 failed or was not asked for
                 one = d.step()
                 one.launch(fn, (1,), (1,), (rc, rb, rc, 1))
@@ -114,10 +116,12 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
             s = flight(one.submit, d.synchronize, n)
             args = (rc, rb, rc, 1)
             sl = flight(lambda: d.launch(fn, (1,), (1,), args), d.synchronize, n)
-            acc.count += 2 * (n + 1) * FLIGHT
+            sb = flight_batched(lambda times: one.submit(times=times), n)
+            acc.count += 3 * (n + 1) * FLIGHT
             acc.check(read_f32(rc), "kernels in flight")
             rec.add("3_flight", s)
             rec.add("3_launch_flight", sl)
+            rec.add("3_flight_batched", sb)
 
     bigs: list[Any] = []
 
@@ -235,6 +239,11 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
     if rec.wants("12_matmul"):
         with rec.row("12_matmul"):
             matmul_rig(rec, d, rng, alloc)
+
+    if rec.wants(*OVERLAP_KEYS, *THREAD_KEYS):
+        if fn is None:
+            fn = d.load(cubin.read_bytes())["vadd"]
+        queues_rig(rec, d, rng, alloc, host, fn)
 
     if rec.wants(*PEER_KEYS):
         with rec.row(*PEER_KEYS):

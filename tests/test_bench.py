@@ -57,7 +57,8 @@ def test_self_check_holds(rows: ModuleType) -> None:
     assert rows.self_check() == []
 
 
-@pytest.mark.parametrize("plant", ["ratio_of_medians", "ratio_against_cuda", "p99_is_median"])
+@pytest.mark.parametrize("plant", ["ratio_of_medians", "ratio_against_cuda", "p99_is_median",
+                                   "queue_rows_against_torch"])
 def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest.MonkeyPatch,
                                            plant: str) -> None:
     if plant == "ratio_of_medians":
@@ -77,6 +78,11 @@ def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest
         monkeypatch.setattr(rows.Row, "ref", "cuda")
         for r in rows.ROWS:
             object.__setattr__(r, "ref", "cuda")
+    elif plant == "queue_rows_against_torch":
+        # Rows 13 and 14 compared with torch's streams again, not with CUDA from C.
+        for r in rows.ROWS:
+            if r.key.startswith(("13_", "14_")):
+                object.__setattr__(r, "ref", "torch")
     else:
         for r in rows.ROWS:
             if r.stat == "p99":
@@ -85,3 +91,64 @@ def test_self_check_fails_on_a_planted_bug(rows: ModuleType, monkeypatch: pytest
         assert rows.self_check() != []
     finally:
         importlib.reload(rows)
+
+
+def test_cuda_from_c_records_the_queue_rows_under_their_keys(rows: ModuleType) -> None:
+    """Issue 23: rows 13 and 14 are compared against CUDA from C, so cuda_bench.c records
+    every one of worker_queues.py's keys, and rows.py takes their ratios against "cuda"."""
+    import worker_queues
+
+    source = (BENCH / "cuda_bench.c").read_text()
+    for key in (*worker_queues.OVERLAP_KEYS, *worker_queues.THREAD_KEYS):
+        assert f'"{key}"' in source, key
+        assert next(r for r in rows.ROWS if r.key == key).ref == "cuda", key
+
+
+QUEUE_ROWS = """
+import sys
+from pathlib import Path
+
+import numpy as np
+
+root, out = Path(sys.argv[1]), Path(sys.argv[2])
+sys.path[:0] = [str(root / "bench"), str(root / "packages" / "rig-nv" / "tests")]
+import worker_queues as wq
+from common import Recorder
+from fake_gpu import open_fake
+
+from rig_edge import Memory
+
+wq.UPLOAD, wq.WORK = 1 << 16, 1 << 10
+wq.same = lambda *a: None  # nothing runs on the stand-in: its bytes are not copied
+rec = Recorder(0.001, out)
+d, _ = open_fake()
+try:
+    fn = d.load((root / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin").read_bytes())["vadd"]
+    wq.queues_rig(rec, d, np.random.default_rng(), lambda n, k=Memory.DEVICE: d.alloc(n, k),
+                  lambda r: np.zeros(r.length, dtype=np.uint8), fn)
+finally:
+    d.stop()
+"""
+
+
+def test_queue_rows_run_on_the_stand_in(tmp_path: Path) -> None:
+    """Rows 13 and 14 (issue 17) through rig's queues on the stand-in path, in a process of
+    its own (the stand-in's memory lies at fixed addresses that the PCI path's tests reserve
+    in theirs): every row gets its samples, no error; the overlap samples are ratios of the
+    same round's times."""
+    import json
+
+    out = tmp_path / "rows.json"
+    p = subprocess.run([sys.executable, "-c", QUEUE_ROWS, str(BENCH.parent), str(out)],
+                       capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode == 0, p.stdout + p.stderr
+    rows = json.loads(out.read_text())["rows"]
+    keys = ("13_overlap", "13_overlap_upload", "13_overlap_kernels", "13_overlap_both",
+            "14_threads_1", "14_threads_2", "14_threads_4")
+    for key in keys:
+        assert "error" not in rows[key], rows[key]
+        assert len(rows[key]["samples_s"]) == 3
+    both, up, k = (rows[f"13_overlap{s}"]["samples_s"] for s in ("_both", "_upload",
+                                                                 "_kernels"))
+    assert rows["13_overlap"]["samples_s"] == [b / max(u, x)
+                                               for b, u, x in zip(both, up, k, strict=True)]

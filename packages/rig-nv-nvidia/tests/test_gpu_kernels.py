@@ -219,10 +219,10 @@ def test_steps_between_copies_each_one_gpfifo_entry_in_order(
     slot must hold twice its round's data. "copied": the step's wait and commands go through
     the pushbuffer; "waited": as for a step too large for that, the CPU waits for the copy
     instead and the entry names the step's own memory."""
-    from rig_nv import step as step_module
+    from rig_nv import timeline as timeline_module  # Timeline.submit_step reads it there
 
     if not copied:
-        monkeypatch.setattr(step_module, "PUSHBUFFER_SHARE", 1 << 40)
+        monkeypatch.setattr(timeline_module, "PUSHBUFFER_SHARE", 1 << 40)
     img = device.load(cubin())
     n, rounds = 1 << 16, 200
     data = rng.random(n * rounds, dtype=np.float32)

@@ -138,6 +138,13 @@ def test_hang_ms_is_none_only_while_the_rms_watchdog_runs(
     assert opener._hang_ms(p.client(), p.gpu(BUS)) == hang_ms
 
 
+def test_the_kernel_path_asks_for_no_interrupt(kernel: Any, monkeypatch: pytest.MonkeyPatch,
+                                            tmp_path: Path) -> None:
+    """Issue 23: the non-stall interrupt only where a path waits on it. This path's sleep is
+    a timed nap, so its submissions ask for none (rig_nv.rm.Path.wakes_on_interrupt)."""
+    assert opened_path(kernel, monkeypatch, tmp_path).wakes_on_interrupt is False
+
+
 # -- the reservation (item 7) -----------------------------------------------------------------
 
 

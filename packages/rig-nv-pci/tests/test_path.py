@@ -259,6 +259,8 @@ def test_make_builds_the_device_and_its_first_submissions_complete(ga102: Booted
         point = d.timeline.submit(d.compute, Push().words)
         point.wait(timeout_s=5.0)
         assert d.completed() == 3
+        # its sleep polls the GSP and naps: no submission asks for the non-stall interrupt
+        assert not p.wakes_on_interrupt and not d.timeline.interrupt
     finally:
         d.stop()
     # the stop freed the device and everything under it on the GSP, and gave back the memory

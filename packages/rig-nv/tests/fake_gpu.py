@@ -7,11 +7,12 @@ path, without a GPU. It is not a simulator of the hardware: nothing is executed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from cffi import FFI
@@ -239,6 +240,7 @@ class FakePath:
     h_device, h_subdevice, h_vaspace = H_DEVICE, 0x11, 0x12
     hang_ms = 30_000
     maps_host = True
+    wakes_on_interrupt = False  # as both paths (a test may set it before the device is made)
 
     def __init__(self) -> None:
         self._rm = FakeRM()
@@ -331,7 +333,8 @@ class FakePath:
         """The GPU finishes every submission so far: the timeline word reaches the last."""
         d = self.device
         if d is not None and getattr(d, "timeline", None) is not None:
-            d.timeline.word[0] = d.timeline.current()
+            for t in d.timelines():  # every queue's
+                t.word[0] = t.current()
 
 
 def rc(d: Any, xid: int, engine: int = 1) -> None:
@@ -342,6 +345,26 @@ def rc(d: Any, xid: int, engine: int = 1) -> None:
     READ_ALL_SM_ERROR_STATES FakeRM.sm_errors."""
     for note in d.health.notifiers():
         struct.pack_into("<IHH", note, 8, xid, engine, 0xFFFF)
+
+
+@contextlib.contextmanager
+def held_elsewhere(lock: Any) -> Iterator[None]:
+    """``lock`` held by another thread for the block (released after it)."""
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            held.set()
+            release.wait(5.0)
+
+    t = threading.Thread(target=hold)
+    t.start()
+    try:
+        assert held.wait(5.0)
+        yield
+    finally:
+        release.set()
+        t.join()
 
 
 def open_on(path: FakePath, device: type[Any] | None = None) -> Any:
@@ -363,4 +386,4 @@ def open_fake() -> tuple[Any, FakePath]:
     return open_on(path), path
 
 
-__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "open_fake", "open_on", "rc"]
+__all__ = ["MAP_PRIVATE", "FakePath", "FakeRM", "held_elsewhere", "open_fake", "open_on", "rc"]

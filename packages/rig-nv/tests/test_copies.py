@@ -84,7 +84,7 @@ class FakeDevice:
     def __init__(self) -> None:
         self.path = FakePath()
         self.timeline = FakeTimeline()
-        self.staging = copies.Staging(FakeMemory(self.path), self.timeline)  # type: ignore[arg-type]
+        self.staging = copies.Staging(FakeMemory(self.path).staging, self.timeline)  # type: ignore[arg-type]
 
 
 def device_region(d: FakeDevice, n: int) -> tuple[Region, bytearray]:

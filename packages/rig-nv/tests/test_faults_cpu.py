@@ -676,26 +676,13 @@ def test_a_loss_the_path_marks_takes_no_lock_and_stops_every_later_use(
     """Device.mark_lost (a path that learns its GPU is lost between the device's waits):
     it returns while another thread holds the device's lock (where a lock would deadlock an
     RPC's thread), every later use raises the Lost, and the first loss is the one kept."""
-    import threading
+    from fake_gpu import held_elsewhere
 
     d, _ = dev
     region = d.alloc(0x1000, Memory.PINNED)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with d.timeline.lock:
-            held.set()
-            release.wait(5.0)
-
-    t = threading.Thread(target=hold)
-    t.start()
-    try:
-        assert held.wait(5.0)
+    with held_elsewhere(d.timeline.lock):
         d.mark_lost(Lost("GPU 0: the GSP stopped answering at X"))
         d.mark_lost(Lost("a later cause"))
-    finally:
-        release.set()
-        t.join()
     for use in (lambda: d.alloc(0x1000), lambda: d.copy(region, region, engine="copy"),
                 lambda: d.sleep(0.0)):
         with pytest.raises(Lost, match=r"^the device is lost: GPU 0: the GSP stopped "

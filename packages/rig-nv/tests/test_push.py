@@ -116,11 +116,11 @@ VALUE = 0x1_0000_0007
 
 def test_semaphore_release() -> None:
     """SEM_ADDR_LO/HI, PAYLOAD_LO/HI, then SEM_EXECUTE = RELEASE | RELEASE_WFI | 64-bit
-    (0x01100001), then a NON_STALL_INTERRUPT that wakes a sleeping waiter."""
+    (0x01100001), and no interrupt unless asked for."""
     p = Push().semaphore_release(ADDR, VALUE)
-    assert list(p.words[:6]) == [0x20050017, ADDR & 0xFFFFFFFF, ADDR >> 32,
-                                 VALUE & 0xFFFFFFFF, VALUE >> 32, 0x01100001]
-    sem, intr = decode(p.words)
+    assert list(p.words) == [0x20050017, ADDR & 0xFFFFFFFF, ADDR >> 32,
+                             VALUE & 0xFFFFFFFF, VALUE >> 32, 0x01100001]
+    (sem,) = decode(p.words)
     assert [w.method for w in sem] == [0x5C, 0x60, 0x64, 0x68, 0x6C]
     assert {w.subchannel for w in sem} == {pb.SUBC_HOST}
     assert u64(sem[1].value, sem[0].value) == ADDR
@@ -130,14 +130,21 @@ def test_semaphore_release() -> None:
     assert execute & pb.SEM_RELEASE_WFI and execute >> 20 & 1
     assert execute >> 24 & 1  # PAYLOAD_SIZE 64BIT
     assert not execute & pb.SEM_RELEASE_TIMESTAMP
+
+
+def test_semaphore_release_with_an_interrupt() -> None:
+    """Issue 23: the non-stall interrupt only where a path waits on it -- asked for, a
+    NON_STALL_INTERRUPT (host method 0x20, clc86f.h) follows the release."""
+    p = Push().semaphore_release(ADDR, VALUE, interrupt=True)
+    _, intr = decode(p.words)
+    assert list(p.words[:6]) == list(Push().semaphore_release(ADDR, VALUE).words)
     assert intr == [Write(0, pb.NON_STALL_INTERRUPT, 0)]
 
 
 def test_semaphore_release_with_timestamp() -> None:
     p = Push().semaphore_release(ADDR, VALUE, timestamp=True)
-    sem, intr = decode(p.words)
+    (sem,) = decode(p.words)
     assert sem[4].value == 0x03100001  # RELEASE_TIMESTAMP 25:25 added
-    assert intr == [Write(0, 0x20, 0)]
 
 
 def test_semaphore_acquire() -> None:
@@ -233,4 +240,4 @@ def test_a_submission_as_the_device_builds_it() -> None:
     p = Push().semaphore_acquire(tl, 6).copy(0x1000, 0x2000, 64).semaphore_release(tl, 7)
     methods = [[w.method for w in g] for g in decode(p.words)]
     assert methods == [[0x5C, 0x60, 0x64, 0x68, 0x6C], [0x400, 0x404, 0x408, 0x40C], [0x418],
-                       [0x300], [0x5C, 0x60, 0x64, 0x68, 0x6C], [0x20]]
+                       [0x300], [0x5C, 0x60, 0x64, 0x68, 0x6C]]

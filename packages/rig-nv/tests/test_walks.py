@@ -333,8 +333,8 @@ def test_walks_reach_the_fallible_calls() -> None:
     # (the stand-in reports an H200's copy engines: fake_gpu.py)
     sites = [site for _, site in CALLS["make"]]
     assert any(site.endswith(">query>control") for site in sites)
-    assert any(site.endswith("build>copy_group>alloc") for site in sites)
-    assert any(site.endswith("build>copy_group>control") for site in sites)
+    assert any(site.endswith("build>timeline_of>copy_group>alloc") for site in sites)
+    assert any(site.endswith("build>timeline_of>copy_group>control") for site in sites)
 
 
 def test_launch_again_makes_no_fallible_call() -> None:
@@ -455,5 +455,5 @@ def test_inject_is_one_hook_at_a_time() -> None:
 
 def test_label_names_the_sites() -> None:
     sites = [site for _, site in CALLS["make"]]
-    assert any(s.startswith("_build>build>channel") for s in sites), sites
+    assert any(s.startswith("_build>build>timeline_of>channel") for s in sites), sites
     assert all(s for s in sites), sites

@@ -131,6 +131,8 @@ class NvidiaPath:
         self.h_vaspace = gpu.h_vaspace
         self.hang_ms = hang_ms
         self.maps_host = True
+        # Its sleep is a timed nap (time.sleep): no event object waits on the interrupt.
+        self.wakes_on_interrupt = False
         self.rmf = rm_ffi(rm.layouts)
         self._maps: dict[int, tuple[int, int]] = {}
         self._channel_va: dict[int, tuple[int, int]] = {}

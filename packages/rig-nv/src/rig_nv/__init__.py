@@ -11,6 +11,7 @@ from rig_nv.device import Device, Point, make
 from rig_nv.launch import Function, Image
 from rig_nv.pci import NVIDIA, PciIdentity, is_gpu
 from rig_nv.profile import Event, Profile
+from rig_nv.queues import Queue
 from rig_nv.rm import RM, Allocation, Path, RMError
 from rig_nv.step import Step
 from rig_nv.tensormap import TensorMap, TensorMapError, tensor_map, tensor_map_im2col
@@ -32,6 +33,7 @@ __all__ = [
     "PciIdentity",
     "Point",
     "Profile",
+    "Queue",
     "RMError",
     "Step",
     "TensorMap",

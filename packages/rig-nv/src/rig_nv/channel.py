@@ -167,11 +167,10 @@ class Channel:
 
     def submit_entry(self, entry: int, value: int, completed: int = -1) -> None:
         """Send the GPFIFO entry ``entry`` (:func:`entry_at`'s, made once for commands that
-        stay where they are: a sealed step's), as :meth:`submit_at` does."""
+        stay where they are: a sealed step's), as :meth:`submit_at` does. (The pushbuffer's
+        readers are left to the next :meth:`submit`, which retires them before it takes
+        space: an entry takes none.)"""
         pending, count = self.pending, self.count
-        inflight = self.arena.inflight
-        while inflight and inflight[0][0] <= completed:
-            inflight.popleft()
         while pending and pending[0] <= completed:
             pending.popleft()
         while len(pending) >= count - 1:
@@ -183,6 +182,35 @@ class Channel:
         fence()
         self.doorbell[DOORBELL >> 2] = self.token
         pending.append(value)
+
+    def submit_entries(self, entry: int, value: int, times: int,
+                       completed: Callable[[], int]) -> int:
+        """Send up to ``times`` copies of ``entry`` (as :meth:`submit_entry`), the i-th that of
+        timeline value ``value + i``, with one GP_PUT write and one doorbell: as many as the
+        ring has room for once submissions up to ``completed()`` are forgotten, after waiting
+        for room for one where there is none. Returns how many it sent."""
+        pending, count = self.pending, self.count
+        done = completed()
+        while True:
+            while pending and pending[0] <= done:
+                pending.popleft()
+            if len(pending) < count - 1:
+                break
+            self._wait(pending[0])
+            done = completed()  # the wait may have seen more than the one value done
+        n = min(times, count - 1 - len(pending))
+        put, entries = self.put, self.entries
+        at = put % count
+        first = min(n, count - at)  # the ring's end, then its start
+        entries[at : at + first] = array("Q", (entry,)) * first
+        if n > first:
+            entries[: n - first] = array("Q", (entry,)) * (n - first)
+        self.put = put = put + n
+        self.gpput[0] = put % count
+        fence()
+        self.doorbell[DOORBELL >> 2] = self.token
+        pending.extend(range(value, value + n))
+        return n
 
     def retire(self, completed: int) -> None:
         """Forget submissions whose value has completed."""

@@ -6,6 +6,7 @@ here."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rig_nv import launch as launching
@@ -15,21 +16,27 @@ from rig_nv.push import Push
 
 if TYPE_CHECKING:
     from rig_edge import Region
-    from rig_nv.device import Device
     from rig_nv.launch import Function
-    from rig_nv.memory import Heap
+    from rig_nv.queues import Submits
     from rig_nv.rm import Allocation
     from rig_nv.timeline import Point, Timeline
 
-COPY_BLOCK = 256
+COPY_BLOCK = 256  # threads a block of either kernel (copy.cu COPY16_THREADS for copy16)
+# copy16 copies COPY16_LOADS 16-byte units a thread a turn (copy.cu), on COPY16_PER_SM blocks
+# an SM: the shape that ran fastest in the probe of docs/results/d2d-wait-2026-11-30.txt
+# ("ch8 16/SM", 1978 GB/s on an H200's clock); measured by that probe, not yet by the bench.
+COPY16_LOADS = 8
+COPY16_PER_SM = 16
+COPY1_PER_SM = 8
 
 
 class Staging:
-    """Copies through the device's pinned staging memory (``memory.staging()``, two halves),
-    submitted on ``timeline``'s copy channel; one at a time (its own lock)."""
+    """Copies through a queue's pinned staging memory (``make()``'s, two halves), submitted
+    on ``timeline``'s copy channel; one at a time (its own lock)."""
 
-    def __init__(self, memory: Heap, timeline: Timeline) -> None:
-        self.memory = memory
+    def __init__(self, make: Callable[[], Allocation], timeline: Timeline) -> None:
+        self._make = make  # the staging memory, made on first use
+        self._memory: Allocation | None = None
         self.timeline = timeline
         self.busy = [0, 0]  # the last value that copied through each half
         self._lock = threading.Lock()
@@ -38,7 +45,7 @@ class Staging:
         """Host bytes into Device memory, half a staging buffer at a time."""
         t = self.timeline
         with self._lock:
-            s = self.memory.staging()
+            s = self._stage()
             assert s.host is not None
             half = STAGING // 2
             point = t.point(t.current())
@@ -57,7 +64,7 @@ class Staging:
         the other."""
         t = self.timeline
         with self._lock:
-            s = self.memory.staging()
+            s = self._stage()
             assert s.host is not None
             half = STAGING // 2
             pending: list[tuple[int, int, int, int]] = []  # (offset, size, slot, value)
@@ -74,6 +81,11 @@ class Staging:
             for item in pending:
                 self._drain(item, out, s)
 
+    def _stage(self) -> Allocation:
+        if self._memory is None:
+            self._memory = self._make()
+        return self._memory
+
     def _drain(self, item: tuple[int, int, int, int], out: memoryview, s: Allocation) -> None:
         off, size, slot, value = item
         self.timeline.wait_value(value)
@@ -81,29 +93,32 @@ class Staging:
         copy(out[off : off + size], view(s.host + slot * (STAGING // 2), size))
 
 
-def _launch(d: Device, fn: Function, blocks: int, args: tuple[int, int, int]) -> Point:
+def _launch(q: Submits, fn: Function, blocks: int, args: tuple[int, int, int]) -> Point:
     """Launch a copy kernel: the launch fast path, or, under a profile, named "copy" there
     (the user asked for a copy, not for rig's kernel)."""
-    if d.timeline.profile is None:
-        return d.launch(fn, (blocks,), (COPY_BLOCK,), args)
-    return launching.launch(d, fn, (blocks,), (COPY_BLOCK,), args, name="copy")
+    if q.timeline.profile is None:
+        return q.launch(fn, (blocks,), (COPY_BLOCK,), args)
+    return launching.launch(q.owner, fn, (blocks,), (COPY_BLOCK,), args, name="copy",
+                            timeline=q.timeline)
 
 
-def kernel_copy(d: Device, dst: int, src: int, n: int) -> Point:
-    """Copy within the GPU's memory on the SMs: 16 bytes a thread where both ends are 16-byte
-    aligned, then the rest byte by byte."""
-    img = d.loader.copy_kernels()
+def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
+    """Copy within the GPU's memory on the SMs: where both ends are 16-byte aligned, 16 bytes
+    a load, COPY16_LOADS loads in flight a thread, a block-contiguous chunk a turn, on at most
+    COPY16_PER_SM blocks an SM; then the rest byte by byte."""
+    img = q.owner.loader.copy_kernels()
     assert img is not None
-    most = d.sm_count * 8
+    sms = q.owner.sm_count
     point = None
     done = 0
     if not (dst | src) & 15 and n >= 16:
         count = n // 16
-        point = _launch(d, img["copy16"], min(-(-count // COPY_BLOCK), most), (dst, src, count))
+        blocks = min(-(-count // (COPY_BLOCK * COPY16_LOADS)), sms * COPY16_PER_SM)
+        point = _launch(q, img["copy16"], blocks, (dst, src, count))
         done = count * 16
     if n > done:
         rest = n - done
-        point = _launch(d, img["copy1"], min(-(-rest // COPY_BLOCK), most),
+        point = _launch(q, img["copy1"], min(-(-rest // COPY_BLOCK), sms * COPY1_PER_SM),
                         (dst + done, src + done, rest))
     assert point is not None
     return point

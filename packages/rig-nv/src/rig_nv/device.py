@@ -15,55 +15,54 @@ Programs use the device's methods; the parts are for the backends and the tests.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+import threading
+from typing import TYPE_CHECKING
 
 from cffi import FFI
 
 from rig_edge import Bus, Dmabuf, Facts, Lost, Memory, Misuse, Refusal, Region, RigError
-from rig_nv import checks, copies, hostmem, peers, setup
+from rig_nv import checks, copies, peers, setup
 from rig_nv import classes as cls
-from rig_nv import launch as launching
 from rig_nv.channel import Arena, Channel
 from rig_nv.clock import Clock
 from rig_nv.health import Health
-from rig_nv.hostmem import view
-from rig_nv.launch import Function, Image
+from rig_nv.launch import Image
 from rig_nv.layouts import rm_ffi
 from rig_nv.loader import Loader
 from rig_nv.memory import Heap
-from rig_nv.profile import Profile
-from rig_nv.push import Push
+from rig_nv.queues import Queue, Submits
 from rig_nv.rm import Path, ReadsClock
-from rig_nv.setup import LOCAL_WINDOW, SHARED_WINDOW, VIDEO
-from rig_nv.step import Step
+from rig_nv.setup import LOCAL_WINDOW, SHARED_WINDOW
 from rig_nv.timeline import Point, Timeline
 
 if TYPE_CHECKING:
     from rig_nv.checks import HostData
 
-KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
-
-__all__ = ["Device", "Point", "make"]
+__all__ = ["Device", "Point", "Queue", "make"]
 
 
 class _Progress:
-    """The memory's view of the timeline (rig_nv.memory.Progress): a free's mark is the last
-    value submitted; the GPU has passed it once the word reaches it."""
+    """The memory's view of the queues (rig_nv.memory.Progress): a free's mark is the last
+    value submitted on each queue; the GPU has passed it once every queue's word reaches its
+    value."""
 
-    def __init__(self, timeline: Timeline) -> None:
-        self.timeline = timeline
+    def __init__(self, device: Device) -> None:
+        self.device = device
 
-    def now(self) -> int:
-        return self.timeline.current()
+    def now(self) -> tuple[tuple[Timeline, int], ...]:
+        return tuple((t, t.current()) for t in self.device.timelines())
 
-    def passed(self, mark: int) -> bool:
-        return bool(self.timeline.word[0] >= mark)
+    def passed(self, mark: tuple[tuple[Timeline, int], ...]) -> bool:
+        return all(t.word[0] >= value for t, value in mark)
+
+    def wait(self, mark: tuple[tuple[Timeline, int], ...]) -> None:
+        for t, value in mark:
+            t.wait_value(value)
 
 
-class Device:
-    """An open GPU. Any thread may call any method at the same time as others.
+class Device(Submits):
+    """An open GPU, and its default queue (:class:`rig_nv.queues.Submits`: launches, copies,
+    steps, profiles, waits). Any thread may call any method at the same time as others.
 
     Built by :func:`make`; obtained through an opener (``rig_nv_nvidia.gpu(0).open()``).
     """
@@ -74,10 +73,14 @@ class Device:
         self.health = Health(path, self.ffi)
         self.memory = Heap(path, self.ffi, self.health)
         self.timeline = Timeline(self, path, self.health)
-        self.memory.progress = _Progress(self.timeline)
+        self.owner = self  # the device of every queue's submissions (Submits)
+        self._queues: list[Queue] = []
+        self._queues_made = 0  # queues are numbered from 1, never twice
+        self._queues_lock = threading.Lock()
+        self.memory.progress = _Progress(self)
         self.loader = Loader(self)
         self.objects = setup.Objects(path, self.ffi)
-        self._staging = copies.Staging(self.memory, self.timeline)
+        self._staging = copies.Staging(self.memory.staging, self.timeline)
         # a path that reads the GPU's clock (rig_nv.rm.ReadsClock)
         self._clock = path if isinstance(path, ReadsClock) and path.clock is not None else None
         self.windows = (LOCAL_WINDOW, SHARED_WINDOW)
@@ -167,33 +170,46 @@ class Device:
 
     # ---- the timeline --------------------------------------------------------------------
 
-    def wait(self, point: Point, timeout_s: float | None = None) -> None:
-        """Wait until signaled; raises :class:`rig_edge.Lost` if the device faulted."""
-        if not isinstance(point, Point):
-            raise Misuse(f"wait needs a Point, not {type(point).__name__}")
-        if point.device is not self:
-            raise Misuse("that point is on another device's timeline")
-        t = self.timeline
-        if point.value >= t.next:
-            raise Misuse(f"timeline value {point.value} was never submitted (the last is "
-                         f"{t.next - 1})")
-        t.wait_value(point.value, timeout_s)
-
     def synchronize(self) -> None:
-        """Wait until every submission so far is done."""
-        self.timeline.synchronize()
+        """Wait until every submission so far, of every queue, is done."""
+        for t in self.timelines():
+            t.synchronize()
 
-    def profile(self, capacity: int = 4096) -> Profile:
-        """A profile of the submissions made while it is active (``with d.profile() as p``):
-        GPU timestamps before and after each, ``p.events()`` and ``p.chrome_trace(path)``.
-        Raises :class:`Misuse` unless ``capacity`` is a positive whole number."""
-        self.health.check()
-        return Profile(self, capacity)
+    # ---- queues --------------------------------------------------------------------------
 
-    def step(self) -> Step:
-        """A new step to record launches and copies into (see :mod:`rig_nv.step`)."""
+    def queue(self) -> Queue:
+        """A new queue of this device (:class:`rig_nv.queues.Queue`): its own compute and
+        copy channels, timeline word and values; every submission the device has. Its work
+        runs beside the device's and other queues' unless :meth:`after` orders it. Raises the
+        device's loss or stop, and :class:`rig_edge.RigError` where the RM refuses the
+        channels, having given back the RM objects it made (its memory goes back at the
+        device's stop)."""
         self.health.check()
-        return Step(self)
+        with self._queues_lock:
+            self._queues_made += 1
+            q = Queue(self, self._queues_made)
+            self._queues.append(q)
+        try:
+            setup.timeline_of(self, q.objects, q.timeline, f" {q.number}")
+        except BaseException:
+            self.forget(q)
+            q.timeline.stopped = True
+            q.objects.free_all()
+            raise
+        q.timeline.code_loaded()  # its first launch invalidates the SMs' caches
+        return q
+
+    def forget(self, queue: Queue) -> None:
+        """Stop counting ``queue`` among the live ones (its stop)."""
+        with self._queues_lock:
+            if queue in self._queues:
+                self._queues.remove(queue)
+
+    def timelines(self) -> list[Timeline]:
+        """The timelines of the live queues, the device's first."""
+        with self._queues_lock:
+            return [self.timeline, *(q.timeline for q in self._queues
+                                     if not q.timeline.stopped)]
 
     # ---- memory --------------------------------------------------------------------------
 
@@ -296,107 +312,7 @@ class Device:
         self.health.check()
         return self.loader.load(cubin)
 
-    def launch(self, fn: Function, grid: Sequence[int], block: Sequence[int],
-               args: Sequence[Any] = (), shared: int = 0, *,
-               cluster: Sequence[int] | None = None, cooperative: bool = False,
-               pdl: bool = False) -> Point:
-        """Launch kernel ``fn`` (``image["name"]``) on ``grid`` blocks of ``block`` threads.
-
-        ``args`` follow the kernel's parameters (see :func:`rig_nv.launch.pack_args`);
-        ``shared`` is dynamic shared memory in bytes; ``cluster`` a cluster shape in CTAs (a
-        kernel that declares one launches in it by default), ``cooperative`` a grid whose
-        blocks all run at once (``grid.sync()``), ``pdl`` refused (:mod:`rig_nv.grids`). No
-        ioctl: the QMD and constant bank go into video memory the GPU reads, and two methods
-        to the compute channel. Raises :class:`rig_edge.Misuse` for grid, block, shared
-        memory, cluster or arguments out of range.
-        """
-        if cluster is not None or cooperative or pdl:
-            return launching.launch(self, fn, grid, block, args, shared, None, cluster,
-                                    cooperative, pdl)
-        # The common case: a configuration launched before, prepared once (its QMD and bank
-        # in one blob); its arguments are checked first (Misuse leaves everything as it was).
-        t = self.timeline
-        prep = fn.prepared.get((grid, block, shared, self.loader.slm)) if (
-            type(grid) is tuple and type(block) is tuple and type(fn) is Function) else None
-        if prep is None or fn.image.device is not self or t.profile is not None:
-            return launching.launch(self, fn, grid, block, args, shared)
-        packer = fn.packers.get(tuple(map(type, args))) if type(args) is tuple else None
-        if packer is None or packer[1] is not None:
-            st, values = launching.arg_values(fn, args)
-        else:  # launching.arg_values' common case: a tuple, in the parameters' order
-            st, values = packer[0], list(map(operator.call, packer[2], args))
-        return t.launch_prepared(prep, st, values, fn.kernel.param_offset)
-
     # ---- copies --------------------------------------------------------------------------
-
-    def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
-             src_offset: int = 0, engine: str = "auto") -> Point:
-        """Copy ``n`` bytes (default: all of ``src`` from ``src_offset``), any kinds, any
-        offsets, a peer's mapped regions (:meth:`map_peer`) included. Returns the copy's point.
-
-        ``engine``: "copy" the copy engine, "sm" rig's copy kernels (GPU memory at both ends),
-        "auto" the kernels for 1 MiB or more of GPU memory, else the copy engine. Raises
-        :class:`Misuse` for a length or offset outside either region, a region that is not a
-        live one of this device (freed, or another device's), or another ``engine``.
-        """
-        memory = self.memory
-        if n is None:
-            n = checks.region_of("source", src).length - checks.whole("src_offset", src_offset)
-        dst, dst_offset, n = checks.span(memory, "destination", dst, dst_offset, n)
-        src, src_offset, n = checks.span(memory, "source", src, src_offset, n)
-        d, s = dst.gpu + dst_offset, src.gpu + src_offset
-        if engine != "copy":
-            if engine not in ("auto", "sm"):
-                raise Misuse(f"a copy's engine is 'auto', 'copy' or 'sm', not {engine!r}")
-            video = dst.kind in VIDEO and src.kind in VIDEO
-            if engine == "sm" and not video:
-                raise Misuse("engine='sm' copies GPU memory (Device or Mapped) only, not "
-                             f"{src.kind.value} to {dst.kind.value}")
-            if engine == "sm" or (video and n >= KERNEL_COPY_LEAST):
-                if self.loader.copy_kernels() is not None:
-                    return copies.kernel_copy(self, d, s, n)
-                if engine == "sm":
-                    raise Misuse(f"rig ships no copy kernels for {self.arch}: use "
-                                 "engine='copy'")
-        t = self.timeline
-        return t.submit(t.copy_channel, Push().copy(d, s, n).words, "copy")
-
-    def upload(self, dst: Region, data: HostData, offset: int = 0) -> Point:
-        """Copy host bytes ``data`` into ``dst`` at ``offset``.
-
-        Host-visible regions are written directly; Device memory through pinned staging,
-        pipelined. ``data`` may be reused when this returns; the returned point is done once
-        the bytes are in ``dst``. Raises :class:`Misuse` for ``data`` that is no buffer, bytes
-        outside ``dst``, or a ``dst`` that is not a live region of this device.
-        """
-        src = checks.buffer("upload's data", data)
-        dst, offset, n = checks.span(self.memory, "destination", dst, offset, len(src))
-        self.health.check()
-        if dst.host is not None:
-            hostmem.copy(view(dst.host + offset, n), src)
-            return Point(self, self.timeline.current())
-        return self._staging.upload(dst, src, offset)
-
-    def download(self, src: Region, n: int | None = None, offset: int = 0,
-                 out: HostData | None = None) -> memoryview:
-        """Copy ``n`` bytes of ``src`` from ``offset`` to the host and return them (in ``out``
-        when given). Waits for earlier work, so the bytes are those the timeline's last point
-        left. Raises :class:`Misuse` for bytes outside ``src``, a ``src`` that is not a live
-        region of this device, or an ``out`` that is no writable buffer of ``n`` bytes.
-        """
-        if n is None:
-            n = checks.region_of("source", src).length - checks.whole("offset", offset)
-        src, offset, n = checks.span(self.memory, "source", src, offset, n)
-        result = checks.buffer("out", out if out is not None else bytearray(n), writable=True)
-        if len(result) < n:
-            raise Misuse(f"out holds {len(result)} bytes, fewer than {n}")
-        self.health.check()
-        if src.host is not None:
-            self.synchronize()
-            hostmem.copy(result[:n], view(src.host + offset, n))
-            return result[:n]
-        self._staging.download(src, n, offset, result)
-        return result[:n]
 
     # ---- stopping ------------------------------------------------------------------------
 
@@ -427,8 +343,15 @@ class Device:
         # Whatever fails below, the GPU can be opened again (the spec): closed() runs last.
         try:
             failed = peers.end_all(self.memory)
-            channels_freed, unmapped = self.objects.free_all()
-            failed = failed or unmapped
+            with self._queues_lock:
+                queues, self._queues = self._queues, []
+            channels_freed = True
+            for q in queues:  # each queue's channels and groups, then the device's
+                q.timeline.stopped = True
+                freed, unmapped = q.objects.free_all()
+                channels_freed, failed = channels_freed and freed, failed or unmapped
+            freed, unmapped = self.objects.free_all()
+            channels_freed, failed = channels_freed and freed, failed or unmapped
             if channels_freed:
                 failed = failed or self.memory.release()
             if failed is not None:

@@ -123,3 +123,28 @@ class Health:
         if self.lost is None:
             self.lost = why
             self.ok = False
+
+
+class Stopped(Health):
+    """A stopped queue's view of its device's ``health``: never ok; its check raises the
+    device's loss or stop, else that the queue (``name``) is stopped."""
+
+    def __init__(self, health: Health, name: str) -> None:  # shares nothing but the health
+        self.health = health
+        self.name = name
+        self.ok = False
+        self.lost = health.lost
+        self.stopped = True
+
+    def check(self) -> None:
+        self.health.check()
+        raise RigError(f"{self.name} is stopped")
+
+    def raise_lost(self) -> None:
+        self.health.raise_lost()
+
+    def raise_fault(self) -> None:
+        self.health.raise_fault()
+
+    def lose(self, why: Lost) -> Lost:
+        return self.health.lose(why)

@@ -25,7 +25,7 @@ from rig_nv.hostmem import view
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
-    from rig_nv.timeline import Point
+    from rig_nv.timeline import Point, Timeline
 
 # R_CUDA relocation types (the numbers nvdisasm's machine description gives them).
 R_CUDA_64 = 2
@@ -269,7 +269,8 @@ def load(device: Device, data: bytes | bytearray | memoryview) -> Image:
                 with contextlib.suppress(Exception):
                     device.memory.give_back(region)
         raise
-    device.timeline.code_loaded()  # the next launch invalidates the instruction cache
+    for t in device.timelines():  # the next launch of each invalidates the SMs' caches
+        t.code_loaded()
     return Image(device, cubin, code, globals_)
 
 
@@ -448,7 +449,7 @@ def check_function(device: Device, fn: Any) -> None:
 def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[int],
            args: Sequence[Any], shared: int = 0, name: str | None = None,
            cluster: Sequence[int] | None = None, cooperative: bool = False,
-           pdl: bool = False) -> Point:
+           pdl: bool = False, timeline: Timeline | None = None) -> Point:
     """Launch ``fn`` on ``grid`` blocks of ``block`` threads with ``args``; returns its point.
     A profile names it ``name`` (default: the kernel's name).
 
@@ -461,7 +462,8 @@ def launch(device: Device, fn: Function, grid: Sequence[int], block: Sequence[in
         prep = prepare(device, fn, grid, block, shared, cluster, cooperative, pdl)
         blob = bytearray(prep.blob)
         fill_args(fn, blob, args, 512)
-    return device.timeline.launch_blob(prep, blob, name or fn.name)
+    t = timeline if timeline is not None else device.timeline  # the queue's
+    return t.launch_blob(prep, blob, name or fn.name)
 
 
 def view_of(region: Region) -> memoryview:

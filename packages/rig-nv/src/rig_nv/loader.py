@@ -3,9 +3,9 @@ copy kernels, the compute engine's local memory, grown for the launches that nee
 the grid workspace of cooperative launches.
 
 Rules: local memory only grows, and the memory of an old size is kept until the device stops
-(earlier launches may still use it). The new size is known to launches (:attr:`Loader.slm`)
-only once the commands that give it to the compute engine are submitted, so no launch that
-needs it runs before them. Growth takes this part's own lock.
+(earlier launches may still use it). Every queue's compute channel is given each size. The
+new size is known to launches (:attr:`Loader.slm`) only once the commands that give it are
+submitted, so no launch that needs it runs before them. Growth takes this part's own lock.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ class Loader:
         self.device = device
         self.slm = 0  # local memory per thread the compute engine has been given
         self._local: list[Region] = []
+        self._given: tuple[int, int] | None = None  # the last local memory: (address, per TPC)
         self._builtins: Image | None = None
         self._workspace: Region | None = None
         self._lock = threading.Lock()
@@ -59,13 +60,21 @@ class Loader:
                                "memory per thread")
             # Earlier launches may still use the old memory: it is kept until the device stops.
             self._local.append(region)
-            body = Push()
-            body.method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_A, *hi_lo(region.gpu))
+            self._given = (region.gpu, per_tpc)
+            for t in d.timelines():  # every queue's compute channel runs launches
+                body = Push()
+                self.give_local(body)
+                t.submit(t.compute, body.words)
+            self.slm = per_thread
+
+    def give_local(self, body: Push) -> None:
+        """Add to ``body`` the methods that give a compute channel the local memory launches
+        have now (none before any was given)."""
+        if self._given is not None:
+            gpu, per_tpc = self._given
+            body.method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_A, *hi_lo(gpu))
             body.method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A,
                         *hi_lo(per_tpc), 0xFF)
-            t = d.timeline
-            t.submit(t.compute, body.words)
-            self.slm = per_thread
 
     def grid_workspace(self) -> Region:
         """The grid workspace cooperative launches share (:mod:`rig_nv.grids`), made on first

@@ -3,18 +3,20 @@ memory, the device's own memory (rings, pushbuffers, timeline, staging), and the
 peer mappings (:mod:`rig_nv.peers`).
 
 Rules: every table here is guarded by this part's own lock, and no other lock is taken while
-it is held. A freed region is handed out again only once the GPU has passed the values that
-were current at the free (``progress``: :class:`Progress`). Memory whose bus addresses another
+it is held. A freed region is handed out again, by the reuse cache or to the path, only once
+every queue has passed the values that were current at the free (``progress``:
+:class:`Progress`); a free to the path waits for that. Memory whose bus addresses another
 device was given (``Allocation.held``) never goes to another allocation. What this part holds
 at the device's stop is given back by :meth:`Heap.release` only if the RM freed the channels.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
-from rig_edge import Memory, Misuse, Refusal, Region, RigError
+from rig_edge import Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_nv import checks
 from rig_nv.hostmem import round_up
 from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation
@@ -38,6 +40,8 @@ class Progress(Protocol):
     def now(self) -> Any: ...
 
     def passed(self, mark: Any) -> bool: ...
+
+    def wait(self, mark: Any) -> None: ...
 
 
 class Heap:
@@ -146,11 +150,20 @@ class Heap:
                 self._cached_bytes += a.length
                 return
         try:
+            self._settle(mark)
             self.path.free_memory(a)
         except BaseException:
             with self._lock:  # still the device's: release() gives it back
                 self._allocs[region] = a
             raise
+
+    def _settle(self, mark: Any) -> None:
+        """Wait until every queue has passed ``mark``, before memory goes back to the path
+        (which may hand it out again); a lost device's work ended with its channels."""
+        progress = self.progress
+        if progress is not None and mark is not None and not progress.passed(mark):
+            with contextlib.suppress(Lost):
+                progress.wait(mark)
 
     def give_back(self, region: Region) -> None:
         """Free ``region`` to the RM at once (no keeping for reuse): for what a failed
@@ -167,8 +180,9 @@ class Heap:
                     for entry in entries]
             self._cache.clear()
             self._cached_bytes = 0
-        for i, (_, (_, a)) in enumerate(kept):
+        for i, (_, (mark, a)) in enumerate(kept):
             try:
+                self._settle(mark)
                 self.path.free_memory(a)
             except BaseException:
                 with self._lock:  # what was not given back stays kept, for release()

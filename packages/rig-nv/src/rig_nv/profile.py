@@ -30,6 +30,7 @@ from rig_nv.clock import Timebase, pair
 if TYPE_CHECKING:
     from rig_nv.clock import Pair
     from rig_nv.device import Device
+    from rig_nv.timeline import Timeline
 
 SLOT = 16  # bytes a timestamp release writes (RELEASE_TIMESTAMP needs 16-byte alignment)
 
@@ -65,10 +66,12 @@ class Profile:
     them (a profile entered again keeps its first pair and takes a new last one). A pair
     that cannot be read as the profile ends is left out, and the mapping assumes no drift."""
 
-    def __init__(self, device: Device, capacity: int = 4096) -> None:
+    def __init__(self, device: Device, capacity: int = 4096,
+                 timeline: Timeline | None = None) -> None:
         if not isinstance(capacity, int) or capacity <= 0:
             raise Misuse(f"a profile holds a positive number of events, not {capacity!r}")
         self.device = device
+        self.timeline = timeline if timeline is not None else device.timeline  # the queue's
         self.capacity = capacity
         region = device.alloc(2 * SLOT * capacity, Memory.PINNED)
         if region is None or region.host is None:
@@ -83,11 +86,11 @@ class Profile:
         (raises :class:`rig_edge.RigError` where the device's clock cannot be read)."""
         if self._start is None and self.device.clock is not None:
             self._start = pair(self.device.gpu_time_ns)
-        self.device.timeline.set_profile(self)
+        self.timeline.set_profile(self)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.device.timeline.set_profile(None)
+        self.timeline.set_profile(None)
         if self._start is not None:
             with contextlib.suppress(RigError):  # a lost device: the profile keeps one pair
                 self._end = pair(self.device.gpu_time_ns)

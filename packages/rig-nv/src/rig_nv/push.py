@@ -132,16 +132,22 @@ class Push:
             SEM_OP_ACQ_CIRC_GEQ | SEM_PAYLOAD_64BIT | SEM_ACQUIRE_SWITCH_TSG,
         )
 
-    def semaphore_release(self, address: int, value: int, *, timestamp: bool = False) -> Push:
+    def semaphore_release(self, address: int, value: int, *, timestamp: bool = False,
+                          interrupt: bool = False) -> Push:
         """Once all earlier work is idle and flushed, write ``value`` (64 bits) at ``address``.
 
         With ``timestamp`` the GPU's nanosecond clock lands at ``address + 8`` (16-byte aligned).
-        A non-stall interrupt follows, which wakes a sleeping waiter.
+        With ``interrupt`` a non-stall interrupt follows, for a waiter whose sleep it ends
+        (:attr:`rig_nv.rm.Path.wakes_on_interrupt`).
         """
         op = SEM_OP_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
         if timestamp:
             op |= SEM_RELEASE_TIMESTAMP
         self.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(address), *lo_hi(value), op)
+        return self.interrupt() if interrupt else self
+
+    def interrupt(self) -> Push:
+        """Raise the channel's non-stall interrupt once the GPU reaches this point."""
         return self.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
 
     def timestamp(self, address: int) -> Push:

@@ -104,6 +104,9 @@ class Path(Protocol):
     h_vaspace: int
     hang_ms: int | None
     maps_host: bool
+    # Whether the path's sleep can end on the GPU's non-stall interrupt: only then does a
+    # submission end by asking for one (host method NON_STALL_INTERRUPT, clc86f.h).
+    wakes_on_interrupt: bool
 
     @property
     def rm(self) -> RM:

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 
     from rig_nv.device import Device
     from rig_nv.rm import Path
+    from rig_nv.timeline import Timeline
 
 # Whether make() asks for that boost. Measured on the H200 (docs/results): copies inside the
 # GPU 655 -> 1474 GB/s from idle clocks, but launch+wait 21.5 -> 46 us in the benchmark run.
@@ -113,6 +114,7 @@ class Objects:
         self.doorbell: memoryview | None = None
         self.tsg = 0  # the compute channel's group
         self.copy_tsg: int | None = None  # the copy channel's group, where it has its own
+        self.engine: engines.CopyEngine | None = None  # the copy channels' (None: GRCE)
         self.boosted = False
 
     def new(self) -> int:
@@ -158,8 +160,7 @@ def build(d: Device) -> None:
     """Make ``d``'s channels, doorbell, timeline and launch arena on the GPU its path opened:
     what :func:`rig_nv.device.make` runs. Everything made is recorded on ``d`` first, for its
     ``stop`` to give back."""
-    path, rm, ffi = d.path, d.path.rm, d.ffi
-    objects, memory, timeline = d.objects, d.memory, d.timeline
+    path, rm, objects = d.path, d.path.rm, d.objects
     d.classes = cls.choose(class_list(path), path.name)
     tpcs, sm_version, warps, sm_per_tpc, gpcs, tpc_per_gpc = info_list(
         path,
@@ -196,6 +197,18 @@ def build(d: Device) -> None:
     rm.alloc(path.h_subdevice, usermode, d.classes.usermode)
     objects.doorbell = path.map_object(usermode, 0x10000)
 
+    objects.engine = copy_engine
+    timeline_of(d, objects, d.timeline)
+
+
+def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "") -> None:
+    """Make ``timeline``'s word, channels (named "compute" and "copy" and ``suffix``), arena
+    and slot pool, recording what it makes in ``objects``: the device's own, or a queue's
+    (:meth:`rig_nv.Device.queue`), in groups of their own placed as the device's are. Then its
+    channels get their objects and windows, and the local memory launches have (where some
+    was given already); it waits until the GPU has done that."""
+    path, rm, ffi, memory = d.path, d.path.rm, d.ffi, d.memory
+    copy_engine = d.objects.engine
     timeline.place_word(memory.own(4096, Memory.PINNED))
 
     tsg = objects.new()
@@ -213,26 +226,31 @@ def build(d: Device) -> None:
     area = memory.own(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True)
     assert area.host is not None
     view(area.host, area.length)[:] = bytes(area.length)
-    timeline.compute = channel(d, "compute", 0, area, tsg, ctxshare, d.classes.compute)
+    timeline.compute = channel(d, objects, timeline, "compute" + suffix, 0, area, tsg,
+                               ctxshare, d.classes.compute)
     if copy_engine is None:
         # No asynchronous copy engine rig can use (or the RM answered GET_ENGINES_V2
         # NOT_SUPPORTED): the copy channel joins the graphics group and copies on its GRCE.
-        timeline.copy_channel = channel(d, "copy", 1, area, tsg, ctxshare, d.classes.copy)
+        timeline.copy_channel = channel(d, objects, timeline, "copy" + suffix, 1, area, tsg,
+                                        ctxshare, d.classes.copy)
     rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
     if copy_engine is not None:
-        timeline.copy_channel = copy_group(d, area, copy_engine)
+        timeline.copy_channel = copy_group(d, objects, timeline, area, copy_engine, suffix)
     timeline.place_arenas(memory.own(SLOT_POOL, ARENA_KIND), memory.own(LAUNCH_ARENA, ARENA_KIND))
-    timeline.submit(timeline.compute, Push()
-                 .set_object(SUBC_COMPUTE, d.classes.compute)
-                 .set_object(SUBC_COPY, d.classes.copy)
-                 .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
-                         *hi_lo(LOCAL_WINDOW))
-                 .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
-                         *hi_lo(SHARED_WINDOW)).words)
+    body = (Push()
+            .set_object(SUBC_COMPUTE, d.classes.compute)
+            .set_object(SUBC_COPY, d.classes.copy)
+            .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A,
+                    *hi_lo(LOCAL_WINDOW))
+            .method(SUBC_COMPUTE, COMPUTE_SET_SHADER_SHARED_MEMORY_WINDOW_A,
+                    *hi_lo(SHARED_WINDOW)))
+    d.loader.give_local(body)
+    timeline.submit(timeline.compute, body.words)
     point = timeline.submit(timeline.copy_channel,
                             Push().set_object(SUBC_COPY, d.classes.copy).words)
     timeline.wait_value(point.value, timeout_s=10.0)
+
 
 def copy_engine_of(d: Device) -> engines.CopyEngine | None:
     """The copy engine the copy channel gets a group on (:data:`COPY_ENGINE`), or ``None``
@@ -250,7 +268,8 @@ def copy_engine_of(d: Device) -> engines.CopyEngine | None:
     return forced
 
 
-def copy_group(d: Device, area: Allocation, ce: engines.CopyEngine) -> Channel:
+def copy_group(d: Device, objects: Objects, timeline: Timeline, area: Allocation,
+               ce: engines.CopyEngine, suffix: str = "") -> Channel:
     """The copy channel, in a channel group of its own on ``ce``'s runlist, made as UVM makes
     its copy channels (nv_gpu_ops.c nvGpuOpsTsgAllocate, channelAllocate, engineAllocate):
     KEPLER_CHANNEL_GROUP_A with the address space and NV2080_ENGINE_TYPE_COPY(n), and no
@@ -259,22 +278,24 @@ def copy_group(d: Device, area: Allocation, ce: engines.CopyEngine) -> Channel:
     (kernel_channel.c kchannelConstruct_IMPL, kernel_channel_group_api.c
     kchangrpapiSetLegacyMode_IMPL). Then the group is scheduled, as the graphics one."""
     path, rm, ffi = d.path, d.path.rm, d.ffi
-    group = d.objects.new()
+    group = objects.new()
     rm.alloc(
         path.h_device, group, cls.KEPLER_CHANNEL_GROUP_A,
         Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
                engineType=ce.engine_type).buf,
     )
-    d.objects.copy_tsg = group
-    ch = channel(d, "copy", 1, area, group, 0, d.classes.copy, engine=ce.engine_type)
+    objects.copy_tsg = group
+    ch = channel(d, objects, timeline, "copy" + suffix, 1, area, group, 0, d.classes.copy,
+                 engine=ce.engine_type)
     rm.control(group, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
     d.copy_engine = ce.index
     return ch
 
 
-def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxshare: int,
-        engine_class: int, engine: int = 0) -> Channel:
+def channel(d: Device, objects: Objects, timeline: Timeline, name: str, index: int,
+            area: Allocation, tsg: int, ctxshare: int, engine_class: int,
+            engine: int = 0) -> Channel:
     """One GPFIFO channel of channel group ``tsg``, on ``index``'s part of ``area``.
 
     ``engine``: for a channel of a copy engine's group, its NV2080_ENGINE_TYPE_COPY(n), named in
@@ -282,7 +303,7 @@ def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxsha
     different one the RM refuses) and in its copy object's (NVB0B5_ALLOCATION_PARAMETERS
     version 1, as UVM's engineAllocate)."""
     path, rm, ffi = d.path, d.path.rm, d.ffi
-    objects, doorbell = d.objects, d.objects.doorbell
+    doorbell = d.objects.doorbell
     assert area.host is not None and doorbell is not None
     # Everything fallible that stop() could not find comes first: memory is the device's own.
     pb = d.memory.own(PUSHBUFFER, PUSHBUFFER_KIND)
@@ -302,7 +323,7 @@ def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxsha
     handle = objects.new()
     rm.alloc(tsg, handle, d.classes.gpfifo, p.buf)
     engine_object = objects.new()
-    if engine_class == d.classes.compute:
+    if engine_class == d.classes.compute and d.health.debuggee() is None:
         # Its graphics context keeps MMU faults' access types and SM error states.
         d.health.set_debuggee(Debuggee(path.h_device, handle, engine_object))
     if engine:
@@ -327,10 +348,10 @@ def channel(d: Device, name: str, index: int, area: Allocation, tsg: int, ctxsha
         doorbell=doorbell,
         token=token.p.workSubmitToken,
         pushbuffer=Ring(pb.gpu, view(pb.host, pb.length), pb.length),
-        wait=d.timeline.wait_value,
+        wait=timeline.wait_value,
     )
     d.health.watch(name, handle, note)
-    d.timeline.add(ch)
+    timeline.add(ch)
     return ch
 
 def boost(objects: Objects, flags: int, duration: int) -> None:

@@ -26,7 +26,6 @@ from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
     COMPUTE_SEND_SIGNALING_PCAS2_B,
-    NON_STALL_INTERRUPT,
     SEM_ADDR_LO,
     SEM_PAYLOAD_64BIT,
     SEM_RELEASE_WFI,
@@ -37,11 +36,11 @@ from rig_nv.push import (
     lo_hi,
 )
 from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
-from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE, RELEASE_WORDS  # noqa: F401 (tests')
+from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
-    from rig_nv.timeline import Point
+    from rig_nv.timeline import Point, Timeline
 
 # SEM_EXECUTE OPERATION REDUCTION (6), REDUCTION IADD (5) in 30:27, FORMAT UNSIGNED (1) at 31.
 SEM_OP_REDUCTION = 6
@@ -70,8 +69,10 @@ class _Copy:
 class Step:
     """A recording of launches and copies on one device, replayed by :meth:`submit`."""
 
-    def __init__(self, device: Device) -> None:
+    def __init__(self, device: Device, timeline: Timeline | None = None) -> None:
         self.device = device
+        # the queue it is submitted on, whose word its commands add one to
+        self.timeline = timeline if timeline is not None else device.timeline
         self.items: list[_Launch | _Copy] = []
         self.memory: Region | None = None
         self.address = 0  # GPU address of the commands in the step's memory, once sealed
@@ -181,10 +182,11 @@ class Step:
                     words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                                  INVALIDATE_CODE_AND_DATA)
                 words.copy(item.dst, item.src, item.length)
-        words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(d.timeline.gpu), *lo_hi(1),
+        words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(self.timeline.gpu), *lo_hi(1),
                      SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
                      | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
-        words.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
+        if self.timeline.interrupt:
+            words.interrupt()
         return words
 
     def set_args(self, index: int, args: Sequence[Any]) -> None:
@@ -204,13 +206,19 @@ class Step:
             host = view(self.memory.host or 0, self.memory.length)
             host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
 
-    def submit(self) -> Point:
-        """Run the step once more, as one GPFIFO entry; returns its point on the device's
-        timeline."""
+    def submit(self, times: int = 1) -> Point:
+        """Run the step ``times`` more times, each as one GPFIFO entry with its own value on
+        the device's timeline (after compute work, all of them with one doorbell as far as
+        the ring has room); returns the last one's point. Raises :class:`Misuse` for
+        ``times`` that is no whole number of at least 1, having submitted nothing."""
+        if times != 1:
+            times = checks.whole("times", times)
+            if times < 1:
+                raise Misuse(f"a step is submitted at least once, not times={times}")
         if self.memory is None:
             self._seal()
-        self._last = self.device.timeline.submit_step(self)
-        return self._last
+        self._last = point = self.timeline.submit_step(self, times)
+        return point
 
     def stamp_room(self) -> None:
         """Make sure of the memory :meth:`stamped` writes: mapped memory of the step's own
@@ -231,8 +239,9 @@ class Step:
         no GPU reads that memory while it changes."""
         cmds, memory = self.commands, self.stamped_memory
         assert memory is not None and memory.host is not None
-        words = (Push().timestamp(start).words + cmds[:-RELEASE_WORDS]
-                 + Push().timestamp(end).words + cmds[-RELEASE_WORDS:])
+        last = self.timeline.release_words
+        words = (Push().timestamp(start).words + cmds[:-last]
+                 + Push().timestamp(end).words + cmds[-last:])
         view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
         return memory.gpu, len(words)
 

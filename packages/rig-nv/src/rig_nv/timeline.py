@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from rig_nv import waiting
 from rig_nv.channel import Arena, Channel, Ring, entry_at
 from rig_nv.hostmem import view
-from rig_nv.launch import SLOTS, point_cbuf0
+from rig_nv.launch import SLOTS, Slots, point_cbuf0
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
@@ -44,7 +44,8 @@ _new = object.__new__
 # A step's commands copied into the pushbuffer take at most this part of it (rig_nv.step).
 PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
-RELEASE_WORDS = 8  # a step's commands' last words: the timeline's reduction, an interrupt
+RELEASE_WORDS = 6  # a step's commands' last words: the timeline's reduction ...
+INTERRUPT_WORDS = 2  # ... and, where the path wakes on it, the non-stall interrupt
 
 
 @dataclass(frozen=True)
@@ -75,16 +76,24 @@ def _point(device: Any, value: int) -> Point:
 class Timeline:
     """The channels and timeline of ``device`` (whose points it makes)."""
 
-    def __init__(self, device: Any, path: Path, health: Health) -> None:
-        self.device = device
+    def __init__(self, device: Any, path: Path, health: Health, primary: bool = True) -> None:
+        self.device = device  # the owner of its points: the device, or a queue of it
+        self.primary = primary  # the device's own (its slots live in the configurations)
         self.path = path
         self.health = health
         self.hang_ms = path.hang_ms
+        # Submissions ask for the non-stall interrupt only where the path's sleep wakes on it.
+        self.interrupt = path.wakes_on_interrupt
+        self.release_words = RELEASE_WORDS + (INTERRUPT_WORDS if self.interrupt else 0)
         self.lock = threading.RLock()  # held by every submission
         self.next = 1  # the value the next submission gets
         self.last: Channel | None = None  # the channel of the last submission
         self.profile: Profile | None = None
         self.invalidate = False  # new code loaded: the next launch invalidates the SMs' caches
+        self._after: list[tuple[int, int]] = []  # (word, value): what the next one acquires
+        self.plain = True  # neither of those: a launch may take the common case
+        self._slots: dict[int, Slots] = {}  # a queue's own slots, per configuration (id)
+        self.stopped = False
         self.channels: list[Channel] = []
         self.gpu = self.host = 0  # the word's addresses
         self.word = memoryview(bytearray(8)).cast("Q")
@@ -107,7 +116,7 @@ class Timeline:
         self.gpu, self.host = a.gpu, a.host
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
-        self._release = Push().semaphore_release(a.gpu, 0).words
+        self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]).
         self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
@@ -147,6 +156,24 @@ class Timeline:
     def code_loaded(self) -> None:
         """New code lies in memory: the next launch invalidates the SMs' caches first."""
         self.invalidate = True
+        self.plain = False
+
+    def after(self, word: int, value: int) -> None:
+        """The next submission waits on the GPU until the 64-bit word at GPU address ``word``
+        reaches ``value`` (another queue's timeline: :meth:`rig_nv.Device.after`)."""
+        with self.lock:
+            self._after.append((word, value))
+            self.plain = False
+
+    def slots_of(self, prep: Prepared) -> Slots:
+        """The slots of ``prep`` on this timeline: the configuration's own on the device's,
+        a queue's own elsewhere (their values are this timeline's)."""
+        if self.primary:
+            return prep.slots
+        slots = self._slots.get(id(prep))
+        if slots is None:
+            slots = self._slots[id(prep)] = Slots()
+        return slots
 
     def set_profile(self, profile: Profile | None) -> Profile | None:
         """Stamp submissions into ``profile`` from now on (None: none); returns the last."""
@@ -167,6 +194,8 @@ class Timeline:
                 health.check()
             value = self.next
             words = array("I")
+            for word, at in self._after:  # Timeline.after's waits, on the GPU
+                words.extend(Push().semaphore_acquire(word, at).words)
             if self.last is not channel and self.last is not None:
                 words.extend(Push().semaphore_acquire(self.gpu, value - 1).words)
             if tail is None:
@@ -186,6 +215,9 @@ class Timeline:
             # Taken only now that nothing can refuse (a full profile): a value never submitted
             # would leave every later step's addition to the timeline one short.
             self.next = value + 1
+            if self._after:
+                self._after.clear()
+                self.plain = not self.invalidate
             channel.retire(int(self.word[0]))
             channel.submit(words, value)
             self.last = channel
@@ -198,7 +230,7 @@ class Timeline:
         """Launch ``prep`` with ``values`` packed by ``st`` at ``params`` in its bank: the
         common case (a free slot, after compute work, no new code) inline, else
         :meth:`launch_blob`."""
-        slots = prep.slots
+        slots = prep.slots if self.primary else self.slots_of(prep)
         if slots.at:
             with self.lock:
                 health = self.health
@@ -207,7 +239,7 @@ class Timeline:
                 k = slots.turn
                 done = self.word[0]
                 compute = self.compute
-                if slots.values[k] <= done and self.last is compute and not self.invalidate:
+                if slots.values[k] <= done and self.last is compute and self.plain:
                     at = slots.at[k]
                     pool = self.pool
                     st.pack_into(pool.view, at + 512 + params, *values)
@@ -230,13 +262,14 @@ class Timeline:
         """Launch the QMD at ``address`` on the compute channel (the lock held; ``done``: the
         word as read): the launch words after compute work, else :meth:`submit`."""
         compute = self.compute
-        if self.last is not compute or self.invalidate or self.profile:
+        if self.last is not compute or not self.plain or self.profile:
             body: tuple[int, ...] = (self.pcas_a, address >> 8, self.pcas2_b,
                                      PCAS_INVALIDATE_COPY_SCHEDULE)
             if self.invalidate:  # new code: the SMs' caches must not hold old bytes
                 body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
                         INVALIDATE_CODE_AND_DATA, *body)
                 self.invalidate = False
+                self.plain = not self._after
             return self.submit(compute, body, name)
         value = self.next
         self.next = value + 1
@@ -258,10 +291,10 @@ class Timeline:
 
     # ---- launches -----------------------------------------------------------------------
 
-    def make_slots(self, prep: Prepared) -> None:
+    def make_slots(self, prep: Prepared, slots: Slots) -> None:
         """Give ``prep`` its :data:`rig_nv.launch.SLOTS` places in the slot pool, each written
         once, or mark it as having none (turn -1) when the pool is full."""
-        pool, slots = self.pool, prep.slots
+        pool = self.pool
         size = -(-len(prep.blob) // 256) * 256
         if self.pool_head + SLOTS * size > pool.length:
             slots.turn = -1
@@ -286,11 +319,11 @@ class Timeline:
             if not health.ok:
                 health.check()
             done = self.word[0]
-            slots = prep.slots
+            slots = self.slots_of(prep)
             k = slots.turn
             if st is not None and blob is prep.blob and k >= 0:
                 if not slots.at:
-                    self.make_slots(prep)
+                    self.make_slots(prep, slots)
                     k = slots.turn
                 if k >= 0 and slots.values[k] <= done:
                     at = slots.at[k]
@@ -330,8 +363,9 @@ class Timeline:
 
     # ---- steps --------------------------------------------------------------------------
 
-    def submit_step(self, step: Step) -> Point:
-        """Submit a sealed step as one GPFIFO entry on the compute channel.
+    def submit_step(self, step: Step, times: int = 1) -> Point:
+        """Submit a sealed step ``times`` times (each its own value; the last one's point),
+        each as one GPFIFO entry on the compute channel.
 
         After compute work (the common case) the entry names the step's commands where they
         lie. After the copy channel's work, or under a profile, the acquire, the stamps and a
@@ -340,14 +374,21 @@ class Timeline:
         every submission while the GPU may still read the step's memory for an earlier one.
         A step whose copy would fill more than half the pushbuffer is the exception: the CPU
         waits for the work before it, then sends its commands where they lie, or between
-        stamps in memory of the step's own (:meth:`rig_nv.step.Step.stamped`)."""
+        stamps in memory of the step's own (:meth:`rig_nv.step.Step.stamped`).
+
+        Repetitions after compute work (all but the first after the copy channel's; none
+        under a profile, where each has its stamps) go as many entries at once as the ring
+        has room for, with one GP_PUT write and one doorbell (:meth:`_send_entries`). A wait
+        for room may raise; the repetitions before it stay submitted."""
         with self.lock:
             health = self.health
             if not health.ok:
                 health.check()
             compute = self.compute
-            profile = self.profile
-            if (self.last is compute or self.last is None) and profile is None:
+            if (self.last is compute or self.last is None) and self.profile is None and \
+                    not self._after:
+                if times != 1:
+                    return self._send_entries(compute, step.entry, times)
                 # _send_entry, inline: the common case of a step after compute work
                 value = self.next
                 self.next = value + 1
@@ -357,15 +398,40 @@ class Timeline:
                 fields = point.__dict__
                 fields["device"], fields["value"] = self.device, value
                 return point
-            cmds = step.commands
-            if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
-                return self.submit(compute, cmds[:-RELEASE_WORDS], "step",
-                                   tail=cmds[-RELEASE_WORDS:])
-            # Waited for before the value is taken: a wait may raise.
-            self.wait_value(self.next - 1)
-            if profile is None:
-                return self._send_entry(compute, step.entry)
-            step.stamp_room()
-            start, end = profile.take("step", "compute")
-            profile.value(self.next)
-            return self._send_entry(compute, entry_at(*step.stamped(start, end)))
+            point = self._step_alone(step)
+            if times > 1 and self.profile is None:
+                return self._send_entries(compute, step.entry, times - 1)
+            for _ in range(times - 1):
+                point = self._step_alone(step)
+            return point
+
+    def _send_entries(self, channel: Channel, entry: int, times: int) -> Point:
+        """Send ``entry`` (a step's) ``times`` times as the next values, as many at once as
+        the ring holds (the lock held); the last one's point."""
+        while times:
+            value = self.next
+            n = channel.submit_entries(entry, value, times, self.completed)
+            self.next = value + n
+            self.last = channel
+            times -= n
+        return _point(self.device, self.next - 1)
+
+    def _step_alone(self, step: Step) -> Point:
+        """One submission of ``step`` after the copy channel's work, under a profile or after
+        :meth:`after` (the lock held), as :meth:`submit_step` says."""
+        compute = self.compute
+        profile = self.profile
+        cmds = step.commands
+        if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
+            last = self.release_words
+            return self.submit(compute, cmds[:-last], "step", tail=cmds[-last:])
+        if self._after:  # its waits on other queues go first, in a submission of their own
+            self.submit(compute, ())
+        # Waited for before the value is taken: a wait may raise.
+        self.wait_value(self.next - 1)
+        if profile is None:
+            return self._send_entry(compute, step.entry)
+        step.stamp_room()
+        start, end = profile.take("step", "compute")
+        profile.value(self.next)
+        return self._send_entry(compute, entry_at(*step.stamped(start, end)))

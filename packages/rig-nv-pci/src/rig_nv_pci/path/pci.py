@@ -258,6 +258,10 @@ class PciPath:
                  runlist_table: Mapping[int, int] | None = None,
                  runlist_doorbell: bool = False) -> None:
         self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
+        # Its sleep polls the GSP's message queue and naps: the GPU's interrupts do not reach
+        # a process that holds the function without a kernel driver, and the GSP posts no
+        # event for them (rig makes no event object), so none is asked for.
+        self.wakes_on_interrupt = False
         # the GPU's clock (rig_nv.rm.ReadsClock)
         self._timer = timer
         self.clock: Clock | None = Clock.REGISTERS if timer is not None else None

@@ -1,0 +1,312 @@
+"""Queues on the stand-in path (issue 17, "Queues"): the command streams of two queues (their own
+channels and words, the acquire ``after`` writes, none between unordered queues), memory
+reuse held until every queue passed a free's values, faults, bad input, locks and stop.
+The default device's commands stay byte for byte as they were: test_launch_golden.py."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fake_gpu import BASE, FakePath, held_elsewhere, open_on, rc
+from test_device_cpu import commands, methods
+
+from rig_edge import Fault, Lost, Memory, Misuse, RigError
+from rig_nv import Queue, push
+
+CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
+
+
+def acquires(words: list[int]) -> list[tuple[int, int]]:
+    """(address, value) of each semaphore acquire in ``words``."""
+    out = []
+    for _, method, data in methods(words):
+        if (method == push.SEM_ADDR_LO and len(data) == 5
+                and data[4] & 7 == push.SEM_OP_ACQ_CIRC_GEQ):
+            out.append((data[0] | data[1] << 32, data[2] | data[3] << 32))
+    return out
+
+
+def last(d: Any, channel: Any) -> list[int]:
+    return commands(d, channel)[-1]
+
+
+@pytest.fixture
+def two(dev: tuple[Any, Any]) -> tuple[Any, Any, Queue, Any, Any]:
+    """(device, path, a queue, an image, a region)."""
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    q = d.queue()
+    path.complete()
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    return d, path, q, img, a
+
+
+def test_a_queue_has_its_own_channels_word_and_values(two: Any) -> None:
+    """Issue 17: "d.queue() returns a new queue of the device: its own channels (compute and
+    copy ...), its own timeline word and values"."""
+    d, path, q, img, a = two
+    assert {q.compute.handle, q.copy_channel.handle}.isdisjoint(
+        {d.compute.handle, d.copy_channel.handle})
+    assert q.objects.tsg != d.objects.tsg and q.objects.copy_tsg != d.objects.copy_tsg
+    assert q.timeline.gpu != d.timeline.gpu
+    before = d.timeline.next
+    p = q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    assert p.device is q and d.timeline.next == before
+    assert q.compute.put > 0 and q.completed() < p.value
+    path.complete()
+    assert p.signaled
+    p.wait()
+    d.wait(p)  # the device waits for any of its queues' points
+
+
+def test_after_writes_an_acquire_of_the_other_queues_word(two: Any) -> None:
+    """Issue 17: "q.after(*points): the queue's next submission waits, on the GPU, for those
+    points ... (a semaphore acquire on that queue's word; no host wait)"."""
+    d, _path, q, img, a = two
+    q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    p = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
+    copied = d.copy(a, a, 64, dst_offset=128)
+    q.after(p, copied)
+    assert d.completed() < copied.value  # no host wait
+    q.launch(img["vadd"], (4,), (256,), (a, a, a, 3))
+    assert acquires(last(d, q.compute))[:2] == [(d.timeline.gpu, p.value),
+                                                (d.timeline.gpu, copied.value)]
+    q.launch(img["vadd"], (4,), (256,), (a, a, a, 4))  # only the next one waits
+    assert acquires(last(d, q.compute)) == []
+
+
+def test_after_orders_a_queues_copy_too(two: Any) -> None:
+    d, _path, q, img, a = two
+    p = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
+    q.after(p)
+    q.copy(a, a, 64, dst_offset=256)
+    assert (d.timeline.gpu, p.value) in acquires(last(d, q.copy_channel))
+
+
+def test_unordered_queues_put_no_acquire_between_them(two: Any) -> None:
+    """Issue 17: "work of different queues runs concurrently unless ordered"."""
+    d, _path, q, img, a = two
+    q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    for i in range(3):
+        d.launch(img["vadd"], (4,), (256,), (a, a, a, i))
+        d.copy(a, a, 64, dst_offset=128)
+        q.launch(img["vadd"], (4,), (256,), (a, a, a, i))
+        q.copy(a, a, 64, dst_offset=256)
+    for channel in (q.compute, q.copy_channel):
+        for words in commands(d, channel):
+            assert all(address == q.timeline.gpu for address, _ in acquires(words))
+    for channel in (d.compute, d.copy_channel):
+        for words in commands(d, channel):
+            assert all(address == d.timeline.gpu for address, _ in acquires(words))
+
+
+def test_a_queues_step_adds_to_its_own_word(two: Any) -> None:
+    d, _path, q, img, a = two
+    s = q.step()
+    s.launch(img["vadd"], (1,), (32,), (a, a, a, 1))
+    before = d.timeline.next
+    p = s.submit()
+    assert p.device is q and d.timeline.next == before
+    assert any(method == push.SEM_ADDR_LO and data[0] | data[1] << 32 == q.timeline.gpu
+               for _, method, data in methods(list(s.commands)))
+
+
+def test_freed_memory_is_not_reused_until_every_queue_passed_the_free(two: Any) -> None:
+    """Issue 17: "a region freed while any queue's work may still use it is not handed out
+    again (by the reuse cache ...) until every queue has passed the values that were current
+    at the free". Fails when the reuse check hands memory out one value early."""
+    d, _path, q, _img, a = two
+    region = d.alloc(1 << 20, Memory.DEVICE)
+    assert region is not None
+    p = q.copy(region, a, 4096)  # the queue's work uses it; the device's is all done
+    d.free(region)
+    again = d.alloc(1 << 20, Memory.DEVICE)
+    assert again is not None and again.gpu != region.gpu
+    q.timeline.word[0] = p.value  # the queue passed the free's value
+    reused = d.alloc(1 << 20, Memory.DEVICE)
+    assert reused is not None and reused.gpu == region.gpu
+
+
+def test_the_device_queue_holds_reuse_until_its_own_value_too(dev: tuple[Any, Any]) -> None:
+    """The same on the device's own queue: memory freed while a launch that may use it runs
+    is not handed out before the GPU passed that launch's value (one value early fails)."""
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    region = d.alloc(1 << 20, Memory.DEVICE)
+    assert region is not None
+    p = d.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
+    d.free(region)
+    d.timeline.word[0] = p.value - 1
+    again = d.alloc(1 << 20, Memory.DEVICE)
+    assert again is not None and again.gpu != region.gpu
+    d.timeline.word[0] = p.value
+    reused = d.alloc(1 << 20, Memory.DEVICE)
+    assert reused is not None and reused.gpu == region.gpu
+
+
+def test_memory_freed_to_the_path_waits_for_every_queue(two: Any, monkeypatch: Any) -> None:
+    """Issue 17: "... not handed out again (by the reuse cache or to the path) until every
+    queue has passed the values": a region the cache does not keep (Pinned) goes back to the
+    path only once the queue that uses it passed the free's value."""
+    d, path, q, _img, a = two
+    region = d.alloc(1 << 16, Memory.PINNED)
+    assert region is not None
+    p = q.copy(a, region, 4096)
+    seen: list[int] = []
+    free = path.free_memory
+
+    def recorded(alloc: Any) -> None:
+        seen.append(q.completed())
+        free(alloc)
+
+    monkeypatch.setattr(path, "free_memory", recorded)
+    d.free(region)
+    assert seen == [p.value]  # the path's sleep completed the queue's work first
+
+
+def test_after_refuses_bad_points_having_changed_nothing(two: Any) -> None:
+    """Issue 17: "a point of another device or of a stopped queue given to after is Misuse,
+    naming it"."""
+    d, path, q, img, a = two
+    other_path = FakePath()
+    other_path.next = BASE + (64 << 30)
+    other = open_on(other_path)
+    try:
+        x, y = other.alloc(4096, Memory.PINNED), other.alloc(4096, Memory.PINNED)
+        foreign = other.copy(x, y, 64)
+        with pytest.raises(Misuse, match="another device"):
+            q.after(foreign)
+    finally:
+        other.stop()
+    stopped = d.queue()
+    sp = stopped.copy(a, a, 64, dst_offset=512)
+    path.complete()
+    stopped.stop()
+    with pytest.raises(Misuse, match="stopped queue"):
+        q.after(sp)
+    with pytest.raises(Misuse, match="needs a Point"):
+        q.after(5)  # type: ignore[arg-type]
+    good = d.copy(a, a, 64, dst_offset=640)
+    with pytest.raises(Misuse, match="never submitted"):
+        q.after(good, type(good)(d, d.timeline.next + 3))
+    q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    # nothing of the refused calls stayed: no wait on another queue's word
+    assert all(address == q.timeline.gpu for address, _ in acquires(last(d, q.compute)))
+    with pytest.raises(RigError, match="queue 2 is stopped"):
+        stopped.copy(a, a, 64)
+
+
+def test_a_fault_on_a_queues_channel_loses_the_device(two: Any) -> None:
+    """Issue 17: "a fault on any queue's channel loses the device, and every queue's later
+    use raises that Lost"."""
+    d, _path, q, img, a = two
+    p = q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    notes = d.health.notifiers()
+    rc(d, 13)  # every channel's notifier, as a TSG-wide recovery writes them
+    for note in notes[:-2]:
+        note[:] = bytes(64)  # only the queue's two channels faulted
+    with pytest.raises(Fault, match=r"compute 1|copy 1"):
+        p.wait(timeout_s=5)
+    for use in (lambda: d.launch(img["vadd"], (4,), (256,), (a, a, a, 1)),
+                lambda: q.copy(a, a, 64), d.queue):
+        with pytest.raises(Lost):
+            use()
+
+
+def test_a_queue_submits_while_another_holds_its_lock(two: Any) -> None:
+    """Issue 17: "submitting on one queue takes no lock that another queue's submissions
+    hold"."""
+    d, _path, q, img, a = two
+    q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    with held_elsewhere(d.timeline.lock):
+        done = []
+        worker = threading.Thread(target=lambda: done.append(
+            (q.launch(img["vadd"], (4,), (256,), (a, a, a, 2)), q.copy(a, a, 64))))
+        worker.start()
+        worker.join(2.0)
+        assert done, "a queue's submission waited for the device's lock"
+
+
+def test_stop_gives_back_every_queues_channels(dev: tuple[Any, Any]) -> None:
+    """Issue 17: "stop gives back every queue's channels and memory as the spec's stop rules
+    say"; a queue of a stopped device raises as the device does."""
+    d, path = dev
+    q = d.queue()
+    handles = set(q.objects.handles)
+    assert handles <= set(path.rm.objects)
+    d.stop()
+    assert handles.isdisjoint(path.rm.objects)
+    with pytest.raises(RigError, match="the device is stopped"):
+        q.copy(q.owner.alloc(64), q.owner.alloc(64), 64)
+
+
+def test_synchronize_waits_for_every_queue(two: Any) -> None:
+    d, _path, q, img, a = two
+    p = q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    assert not p.signaled
+    d.synchronize()  # the stand-in's sleep completes them
+    assert p.signaled
+
+
+def test_local_memory_grows_on_every_queue(two: Any) -> None:
+    """A launch that needs local memory gives it to every queue's compute channel, and a
+    queue made afterwards starts with it."""
+    d, _path, q, img, a = two
+    d.launch(img["local_array"], (2,), (32,), (a, a, a, 64))
+    local = push.COMPUTE_SET_SHADER_LOCAL_MEMORY_A
+    for channel in (d.compute, q.compute):
+        assert any(m == local for words in commands(d, channel) for _, m, _ in methods(words))
+    later = d.queue()
+    assert any(m == local for words in commands(d, later.compute) for _, m, _ in methods(words))
+
+
+def test_a_queues_profile_stamps_its_own_submissions(two: Any) -> None:
+    """Issue 17: "A queue has every submission the device has (... profiles)": a queue's
+    profile brackets the queue's submissions, on its channels' tracks, and not the device's."""
+    d, path, q, img, a = two
+    with q.profile(capacity=4) as prof:
+        q.copy(a, a, 64, dst_offset=128)
+        d.copy(a, a, 64, dst_offset=256)  # the device's own: not in the queue's profile
+        q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    path.complete()
+    events = prof.events()
+    assert [(e.name, e.queue) for e in events] == [("copy", "copy 1"), ("vadd", "compute 1")]
+    assert d.timeline.profile is None and q.timeline.profile is None
+
+
+def test_a_refused_queue_gives_back_its_rm_objects_and_the_device_goes_on(
+        dev: tuple[Any, Any], monkeypatch: Any) -> None:
+    """Device.queue: "Raises ... where the RM refuses the channels, having given back the RM
+    objects it made"; the device and its other queues work on, and the next queue gets a
+    number of its own."""
+    from rig_nv.rm import RMError
+
+    d, path = dev
+    first = d.queue()
+    before = dict(path.rm.objects)
+    alloc = path.rm.alloc
+
+    channels = []
+
+    def refuse_copy_channel(parent: int, handle: int, cls: int, params: Any = None) -> int:
+        if cls == d.classes.gpfifo:
+            channels.append(handle)
+            if len(channels) == 2:  # the new queue's copy channel
+                raise RMError(f"making RM object 0x{handle:x}", 0x1F)
+        return alloc(parent, handle, cls, params)
+
+    monkeypatch.setattr(path.rm, "alloc", refuse_copy_channel)
+    with pytest.raises(RMError):
+        d.queue()
+    monkeypatch.setattr(path.rm, "alloc", alloc)
+    assert path.rm.objects == before
+    again = d.queue()
+    assert again.number == 3 and again.compute.name == "compute 3"
+    a = d.alloc(4096, Memory.PINNED)
+    first.copy(a, a, 64, dst_offset=128)
+    again.copy(a, a, 64, dst_offset=256)
+    d.synchronize()
