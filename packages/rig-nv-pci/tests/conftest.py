@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import debian_firmware
-
-sys.path.append(str(Path(__file__).parents[2] / "rig-pci/tests"))
+import pytest
 from ssh_server import sshd  # noqa: F401  (a real SSH server on 127.0.0.1, for test_ssh.py)
-from test_held import Opened, simulated_ga102
+from support import Opened, simulated_ga102
 
 from rig_nv_pci import lock
 

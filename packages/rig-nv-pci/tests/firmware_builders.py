@@ -1,7 +1,7 @@
 """Synthetic firmware containers in NVIDIA's formats, built for the tests.
 
-Written from NVIDIA's headers and nouveau's readers, independently of rig_nv_pci.vbios and
-rig_nv_pci.fwimage (nothing here imports them): a mistake shared by a parser and its builder
+Written from NVIDIA's headers and nouveau's readers, independently of rig_nv_pci.firmware.vbios and
+firmware.fwimage (nothing here imports them): a mistake shared by a parser and its builder
 would otherwise pass. Layouts and where they come from:
 
 - VBIOS: PCI expansion ROM header (0xAA55, PCIR pointer at 0x18), PCI data structure ("PCIR",

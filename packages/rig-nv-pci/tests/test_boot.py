@@ -1,60 +1,18 @@
-"""rig_nv_pci.boot against the simulated GPU (tests/sim) and synthetic firmware."""
+"""rig_nv_pci.boot.ampere against the simulated GPU (tests/sim) and synthetic firmware."""
 
 from __future__ import annotations
 
 import dataclasses
 import struct
-import sys
-from collections.abc import Callable
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders as fb
 import sim
 from sim import gsp_fw
+from support import Rig, gsp_rig, run_boot, system_of
 
-from rig_nv_pci import boot, chips, gspmem, layout
-from rig_nv_pci.boot import BootError
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot.ampere import BootError
 from rig_nv_pci.gsp import rpc, static_info, sysinfo
-
-FB_SIZE = 8 << 30
-GSP_FUSE = sim.regs.FUSE_GSP_UCODE1_VERSION
-SEC_FUSE = sim.regs.FUSE_SEC2_UCODE1_VERSION
-
-
-class Rig:
-    """A simulated GA102 with a synthetic VBIOS, booter and WPR meta, scripted to boot; GPUs
-    given one ``host`` lie on one machine (sim.HostMemory)."""
-
-    def __init__(self, host: sim.HostMemory | None = None) -> None:
-        self.sv = fb.build_vbios()
-        self.sb = fb.build_booter()
-        self.gpu = sim.SimGpu(vbios=self.sv.data, host=host or sim.HostMemory())
-        g = self.gpu
-        g.fuses[GSP_FUSE + 4 * (self.sv.ucode_id - 1)] = 0b10  # fuse version 2
-        g.gsp.signatures = {self.sv.signatures[1]}  # versions 0b0110: 2 is the second
-        g.gsp.ucode_id = self.sv.ucode_id
-        g.gsp.programs[self.sv.ucode_id] = sim.fwsec_program(
-            g, self.sv.mapper_offset, self.sv.cmd_in_buffer_offset)
-        g.fuses[SEC_FUSE + 4 * (self.sb.ucode_id - 1)] = 0b1  # fuse version 1
-        g.sec2.signatures = {self.sb.signatures[2 - 1 - 1]}
-        g.sec2.ucode_id = self.sb.ucode_id
-        g.sec2.programs[self.sb.ucode_id] = sim.booter_program(g)
-        self.plan = layout.fb_layout(chips.AMPERE, FB_SIZE, 0x800000, 0x10000)
-        sysmem = layout.Sysmem(radix3_root=0x1000, elf_size=0x800000, bootloader=0x2000,
-                               bootloader_size=0x10000, code_offset=0, data_offset=0x100,
-                               manifest_offset=0x200)
-        self.meta = g.host.alloc_dma(0x1000)
-        packed = layout.wpr_meta(self.plan, sysmem).pack()
-        self.meta.data[:len(packed)] = packed
-        self.bar0 = g.bar0()
-
-    def boot(self, timeout_s: float = 0.2) -> boot.Booted:
-        return boot.boot(self.bar0, booter_load=self.sb.data, frts_offset=self.plan.frts_offset,
-                         wpr_meta_address=self.meta.bus, alloc=self.gpu.host.alloc_dma,
-                         libos_args=0x1_2345_6000, timeout_s=timeout_s)
 
 
 def test_the_boot_reaches_a_running_gsp() -> None:
@@ -92,6 +50,21 @@ def test_wpr2_already_up_is_refused_before_anything_runs() -> None:
     with pytest.raises(BootError, match=r"WPR2\) is already up .*_HI 0x00100ff0\)"):
         r.boot()
     assert r.gpu.gsp.starts == [] and r.gpu.sec2.starts == []
+
+
+def test_wpr2_is_up_by_its_high_bound_alone() -> None:
+    """kgspIsWpr2Up_TU102 reads NV_PFB_PRI_MMU_WPR2_ADDR_HI alone (issue 24: a check that reads
+    the wrong bound fails here). A low bound left stale over a high bound of 0 is WPR2 down:
+    the boot goes on. A high bound over a low bound of 0 is WPR2 up: refused."""
+    stale = Rig()
+    stale.gpu.wpr2 = (0x0010_0000, 0)
+    stale.boot()
+    assert stale.gpu.gsp.state == "riscv-running"
+    up = Rig()
+    up.gpu.wpr2 = (0, 0x0010_0FF0)
+    with pytest.raises(BootError, match=r"WPR2\) is already up .*_LO 0x00000000, _HI 0x00100ff0"):
+        up.boot()
+    assert up.gpu.gsp.starts == [] and up.gpu.sec2.starts == []
 
 
 def test_a_boot_rom_that_never_completes_times_out() -> None:
@@ -164,36 +137,6 @@ def test_booter_given_a_bad_meta_address_reports_its_error() -> None:
 
 
 # ---- the GSP's host memory, its queues and INIT_DONE (boot_gsp) ---------------------------------
-
-GSP_IMAGE = b"\x7f" * 0x5000
-BOOTLOADER = b"\xb0" * 0x2000
-
-
-def gsp_rig(*, host: sim.HostMemory | None = None, **fw: object
-            ) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory]:
-    r = Rig(host)
-    firmware = sim.GspFirmware(r.gpu, **fw).install()  # type: ignore[arg-type]
-    plan = layout.fb_layout(chips.AMPERE, FB_SIZE, len(GSP_IMAGE), len(BOOTLOADER))
-    memory = gspmem.build(r.gpu.host.alloc_dma, image=GSP_IMAGE, bootloader=BOOTLOADER,
-                          code_offset=0, data_offset=0x1000, manifest_offset=0x1800,
-                          signature=b"\x5e" * 0x1000, plan=plan,
-                          doorbell=boot.doorbell(r.bar0), name="GPU 0")
-    return r, firmware, memory
-
-
-def system_of(r: Rig) -> sysinfo.SystemInfo:
-    g = r.gpu
-    return sysinfo.SystemInfo(g.bar0_address, g.bar1_address, g.bar3_address, domain=0, bus=0x41,
-                              devfn=0, vendor=0x10DE, device=0x2204, subsystem_vendor=0x10DE,
-                              subsystem_device=0x1454, revision=0xA1)
-
-
-def run_boot(r: Rig, memory: gspmem.GspMemory, init_timeout_s: float = 1.0, *,
-             system: sysinfo.SystemInfo | None = None,
-             on_event: Callable[[rpc.Incoming], None] | None = None) -> boot.GspBooted:
-    return boot.boot_gsp(r.bar0, name="GPU 0", booter_load=r.sb.data, memory=memory,
-                         alloc=r.gpu.host.alloc_dma, system=system or system_of(r),
-                         timeout_s=0.2, init_timeout_s=init_timeout_s, on_event=on_event)
 
 
 def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:

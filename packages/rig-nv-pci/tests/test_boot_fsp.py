@@ -1,4 +1,4 @@
-"""rig_nv_pci.boot_fsp against a simulated GB202 (tests/sim: SimFsp, the FMC of sim/fmc.py,
+"""rig_nv_pci.boot.blackwell against a simulated GB202 (tests/sim: SimFsp, the FMC of sim/fmc.py,
 the scripted GSP-RM) and a synthetic FMC: the Blackwell boot through the FSP to GSP_INIT_DONE
 and the root client, and its stop (docs/hopper-boot.md)."""
 
@@ -7,24 +7,23 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import struct
-import sys
-from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import firmware_builders as fb
+import pytest
 import sim
 from sim import fmc as sim_fmc
 from sim import fsp as sim_fsp
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE
+from support import BOOTLOADER, FB_SIZE, FMC_IMAGE, GSP_IMAGE
 
-from rig_nv_pci import boot, boot_fsp, chips, fsp, gspmem, hopper, layout
-from rig_nv_pci.boot import BootError
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import blackwell as boot_fsp
+from rig_nv_pci.boot import fmc_params as hopper
+from rig_nv_pci.boot import fsp, gspmem
+from rig_nv_pci.boot.ampere import BootError
+from rig_nv_pci.boot.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc, sysinfo
-from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
 
-FMC_IMAGE = bytes(range(256)) * 0x15 + b"\xfe" * 0x123  # not a multiple of 4 KiB
 FMC_FILE = fb.build_fmc(FMC_IMAGE, hash_=hashlib.sha384(FMC_IMAGE).digest())
 APP_VERSION = 0x0B57_0144
 

@@ -10,19 +10,15 @@ boot fails."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, copies, opener
-from test_open import given_back
+from support import BUS, Opened, TakenSim, copies, given_back, opener
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused
-from rig_nv_pci import boot
+from rig_nv_pci.boot import ampere as boot
 
 UNBOUND = 0x0002  # PCI_COMMAND as pci_disable_device leaves it: MEMORY on, MASTER off
 
@@ -97,7 +93,7 @@ def test_an_open_of_a_gpu_left_with_bus_mastering_off_boots_and_works(
         copies(d)
     finally:
         d.stop()
-    assert g.unissued == [] and rig_nv_pci._lost == set()
+    assert g.unissued == [] and rig_nv_pci.opener._lost == set()
     given_back(machine, BUS)
 
 
@@ -127,7 +123,7 @@ def test_a_failed_boot_turns_bus_mastering_off_before_the_function_frees_its_mem
     with pytest.raises(OpenRefused, match="booter_load"):
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert order == ["bus master on", "bus master off", "DMA memory freed"]
-    assert not takes[-1].bus_mastering and rig_nv_pci._lost == {(machine.name, BUS)}
+    assert not takes[-1].bus_mastering and rig_nv_pci.opener._lost == {(machine.name, BUS)}
 
 
 

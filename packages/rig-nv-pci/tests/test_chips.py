@@ -2,11 +2,11 @@
 
 The numbers are written here from open-gpu-kernel-modules 570.144 (nv_ref.h's
 NV_PMC_BOOT_42_ARCHITECTURE_*, nv_arch.h's GPU_IMPLEMENTATION_*) and nova-core's Chipset
-table, not read from rig_nv_pci.chips."""
+table, not read from rig_nv_pci.firmware.chips."""
 
 import pytest
 
-from rig_nv_pci import chips
+from rig_nv_pci.firmware import chips
 from rig_pci import firmware
 
 

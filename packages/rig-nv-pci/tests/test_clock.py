@@ -7,24 +7,20 @@ writes it into timestamp releases (tests/sim/pbdma.py)."""
 from __future__ import annotations
 
 import itertools
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim.timer import VF_TIME_0, VF_TIME_1
-from test_held import simulated_ga102
-from test_path import Booted, ga102
+from support import Booted, ga102, simulated_ga102
 
 import rig_nv
 from rig_edge import Memory, RigError
 from rig_nv.clock import Clock, Timebase
-from rig_nv_pci import path as pp
+from rig_nv_pci.path import pci as pp
 
-__all__ = ["ga102"]  # the fixture, from test_path
+__all__ = ["ga102"]  # the fixture, from support.path
 
 
 def timer_reads(gpu: sim.SimGpu) -> list[str]:

@@ -7,16 +7,13 @@ import hashlib
 import http.server
 import io
 import lzma
-import sys
 import tarfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import debian_firmware
+import pytest
 
 GSP = b"NVIDIA's GSP image stands here" * 100
 

@@ -20,15 +20,13 @@ import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_held import BUS, Opened, opener
+from support import BUS, Opened, opener
 
 import rig_nv_pci
 from rig_edge import Bus, Memory, Misuse, OpenRefused, Region, RigError
 from rig_nv import Device
 from rig_nv_pci import lock
-from rig_nv_pci.path import PciPath
+from rig_nv_pci.path.pci import PciPath
 
 
 def path_of(d: Device) -> PciPath:
@@ -233,7 +231,8 @@ def test_after_dma_the_gpu_stays_the_processs_and_no_open_succeeds(
         with pytest.raises(RigError, match=why):
             rig_nv_pci.reset(0, machine)
         writes = list(machine.sysfs.writes)  # type: ignore[attr-defined]
-        for change in (rig_nv_pci._detach, rig_nv_pci._attach):  # the spec: each refuses it
+        # the spec: each refuses it
+        for change in (rig_nv_pci.opener._detach, rig_nv_pci.opener._attach):
             with pytest.raises(RigError, match=f"GPU 0 of .*{why}"):
                 change(machine, 0)
         assert machine.sysfs.writes == writes  # type: ignore[attr-defined]
@@ -248,5 +247,5 @@ def test_after_dma_the_gpu_stays_the_processs_and_no_open_succeeds(
         result = subprocess.run([sys.executable, "-c", probe, str(lock.path(machine, BUS))])
         assert result.returncode == 3
     finally:
-        for _, held in rig_nv_pci._kept.values():  # the test's process lives on
+        for _, held in rig_nv_pci.opener._kept.values():  # the test's process lives on
             held.release()

@@ -5,19 +5,14 @@ a channel by its runlist and ChID (sim/runlists.py)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_held import Opened
-from test_held_chips import round_trip
+from support import Opened, round_trip
 
 from rig_nv import Device
-from rig_nv_pci import chips, runlists
+from rig_nv_pci.firmware import chips
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.runlists import Doorbells
+from rig_nv_pci.path import runlists
+from rig_nv_pci.path.runlists import Doorbells
 
 
 def test_tokens_carry_the_runlist_and_on_gb20x_the_doorbell_enable() -> None:

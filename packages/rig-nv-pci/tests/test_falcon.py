@@ -1,17 +1,12 @@
-"""rig_nv_pci.falcon against the simulated GPU (tests/sim)."""
+"""rig_nv_pci.boot.falcon against the simulated GPU (tests/sim)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 
-from rig_nv_pci import falcon
-from rig_nv_pci.falcon import GSP, SEC2, Falcon, FalconError, HsUcode
+from rig_nv_pci.boot import falcon
+from rig_nv_pci.boot.falcon import GSP, SEC2, Falcon, FalconError, HsUcode
 
 SIG = bytes(range(256)) + bytes(128)
 

@@ -1,19 +1,15 @@
-"""rig_nv_pci.fsp against the simulated FSP (tests/sim/fsp.py)."""
+"""rig_nv_pci.boot.fsp against the simulated FSP (tests/sim/fsp.py)."""
 
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 
 from rig_edge import Misuse
-from rig_nv_pci import fsp
-from rig_nv_pci.fsp import Fsp, FspError
+from rig_nv_pci.boot import fsp
+from rig_nv_pci.boot.fsp import Fsp, FspError
 
 GPU = "GPU 0 (0000:41:00.0)"
 

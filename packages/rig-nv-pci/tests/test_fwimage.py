@@ -1,21 +1,18 @@
-"""rig_nv_pci.fwimage against synthetic containers (firmware_builders) and, when they are
+"""rig_nv_pci.firmware.fwimage against synthetic containers (firmware_builders) and, when they are
 present, NVIDIA's own 570.144 files, each checked against rig_pci's pinned digest first."""
 
 from __future__ import annotations
 
 import hashlib
 import struct
-import sys
 from pathlib import Path
 
+import firmware_builders as fb
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import firmware_builders as fb
-
 from rig_edge import RigError
-from rig_nv_pci import fwimage
-from rig_nv_pci.fwimage import FirmwareFormatError
+from rig_nv_pci.firmware import fwimage
+from rig_nv_pci.firmware.fwimage import FirmwareFormatError
 from rig_pci.firmware import NVIDIA_GSP_570_144
 
 

@@ -10,13 +10,9 @@ rpc_post_event_v17_00 eventData[] at 29 (sizeof 32); event numbers from rpc_glob
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import peer_module
 
 from rig_edge import Fault, Lost

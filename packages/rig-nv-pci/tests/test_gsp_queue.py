@@ -1,4 +1,4 @@
-"""The GSP message queues against the GSP peer of the simulated GPU (tests/gsp_peer.py).
+"""The GSP message queues against the GSP peer of the simulated GPU (tests/sim/gsp_peer.py).
 
 Sizes asserted against open-gpu-kernel-modules 570.144: message_queue_priv.h
 (GSP_MSG_QUEUE_ELEMENT, GSP_MSG_QUEUE_ELEMENT_SIZE_MIN/MAX), msgq_priv.h (msgqTxHeader 8 x u32,
@@ -10,13 +10,9 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import peer_module
 
 from rig_edge import Misuse, RigError

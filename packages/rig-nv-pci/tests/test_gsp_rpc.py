@@ -10,15 +10,12 @@ rpc_unloading_guest_driver_v1F_07 8; the event structs in test_gsp_events.py), c
 from __future__ import annotations
 
 import os
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import peer_module
+from support import connect
 
 from rig_edge import Lost, Misuse
 from rig_nv.rm import RMError
@@ -28,20 +25,6 @@ from rig_nv_pci.gsp import rpc as r
 
 NV_ERR_NO_MEMORY, NV_ERR_NOT_SUPPORTED, NV_ERR_INVALID_OBJECT_HANDLE = 0x51, 0x56, 0x33
 NV_ERR_INVALID_OBJECT_PARENT, NV_ERR_INSERT_DUPLICATE_NAME = 0x36, 0x19
-
-
-def connect(layout: q.Layout | None = None, *, events: list[r.Incoming] | None = None,
-            timeout_s: float = 5.0, **peer_kw: Any) -> tuple[r.Rpc, Any]:
-    layout = layout or q.Layout()
-    shared = memoryview(bytearray(layout.size))
-    peer = peer_module().Peer(shared, layout.command_offset, layout.status_offset,
-                              layout.status_size, **peer_kw)
-    queues = q.QueuePair(shared, layout, doorbell=peer.doorbell, name="GPU 0")
-    queues.create()
-    peer.boot()
-    rpc = r.Rpc(queues, on_event=None if events is None else events.append,
-                sleep=lambda _left: peer.service(), timeout_s=timeout_s)
-    return rpc, peer
 
 
 def test_struct_sizes_and_numbers_match_nvidia_headers() -> None:

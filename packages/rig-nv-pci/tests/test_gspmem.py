@@ -1,18 +1,15 @@
-"""rig_nv_pci.gspmem: the GSP's host memory laid out in the simulator's host memory and decoded
+"""rig_nv_pci.boot.gspmem: the GSP's host memory laid out in the simulator's host memory and decoded
 back by hand (numbers from libos_init_args.h, gsp_init_args.h and message_queue_cpu.c)."""
 
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 
-from rig_nv_pci import chips, gspmem, layout
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp.queue import Layout
 
 IMAGE = bytes(range(256)) * 48 + b"tail"  # 3 pages and 4 bytes: 4 data pages

@@ -4,165 +4,40 @@ that runs its first submissions; its stop stops the GSP, and the GPU opens again
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders as fb
 import sim
 from sim import gmmu
 from sim.gsp_rm import SimRm
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig
-from test_open import add_gpu, given_back, here
-from test_stop import UNLOAD_UCODE_ID, stop_rig
+from support import (
+    BUS,
+    FB_SIZE,
+    GB202_CLASSES,
+    UNLOAD_UCODE_ID,
+    Opened,
+    SimFunction,
+    all_reserved,
+    bar1_window,
+    every_use_is_lost,
+    gb202_files,
+    given_back,
+    opener,
+    reopens,
+    simulated_ga102,
+)
 
 import rig_nv_pci
 import rig_pci.driver
 from rig_edge import Fault, Lost, Memory, OpenRefused, Refusal, Region, RigError
-from rig_nv import Device
 from rig_nv.hostmem import view
 from rig_nv.setup import WINDOWS
-from rig_nv_pci import addresses, boot, chips, held, lock
-from rig_pci import FunctionInfo, Machine, Window, firmware, libc
-from rig_pci.listing import Bar
-from rig_pci.testing import inaccessible, mappings
-from rig_pci.window import PlacedWindow
-
-BUS = "0000:41:00.0"
-IORESOURCE_MEM = 0x200
-
-
-class ViewWindow(Window):
-    """A BAR range the simulated GPU shows as memory."""
-
-    def __init__(self, view: memoryview) -> None:
-        super().__init__(len(view), "simulated BAR")
-        self.view = view
-
-    def _read(self, offset: int, width: int) -> int:
-        return int.from_bytes(self.view[offset:offset + width], "little")
-
-    def _write(self, offset: int, width: int, value: int) -> None:
-        self.view[offset:offset + width] = value.to_bytes(width, "little")
-
-    def buffer(self) -> memoryview:
-        return self.view
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class SimFunction:
-    """The simulated GPU as a taken function: BAR 0 its registers, BARs 0 (usermode) and 1
-    as memory, DMA from its host memory; taken physically on this machine, or through VFIO
-    where it maps the host's memory (``maps_host``), as rig_pci.memory reads a function."""
-
-    gpu: sim.SimGpu
-    sim_rm: SimRm
-    maps_host: bool = False
-    closed: bool = False
-
-    @property
-    def bus(self) -> str:
-        return BUS
-
-    @property
-    def machine(self) -> Machine:
-        return Machine.this()
-
-    @property
-    def how(self) -> str:
-        return "VFIO" if self.maps_host else "physically"
-
-    @property
-    def info(self) -> FunctionInfo:
-        g = self.gpu
-        bars = tuple(Bar(i, a, s, IORESOURCE_MEM) for i, a, s in (
-            (0, g.bar0_address, 16 << 20), (1, g.bar1_address, self.sim_rm.bar1_size),
-            (3, g.bar3_address, 32 << 20)))
-        return FunctionInfo(BUS, 0x10DE, 0x2204, 0x030200, bars, None, None, "active")
-
-    def window(self, bar: int, offset: int = 0, length: int | None = None, *,
-               write_combined: bool = False, at: int | None = None) -> Window:
-        if bar == 0 and offset == 0:
-            return self.gpu.bar0()
-        assert length is not None
-        if at is not None:  # BAR 1 mapped there as rig_pci.Function.window(at=) maps it
-            assert bar == 1
-            self.sim_rm.place_bar1(offset, length, at)
-            return PlacedWindow(at, length, "simulated BAR 1")
-        return ViewWindow(self.sim_rm.bar(bar, offset, length))
-
-    def alloc_dma(self, n: int, *, at: int | None = None) -> sim.SimDma:
-        return self.gpu.host.alloc_dma(n, at=at)
-
-    def map_host(self, address: int, length: int) -> sim.SimDma:
-        return self.gpu.host.map_host(address, length)
-
-    def bus_master(self, on: bool) -> bool:  # PCI_COMMAND's MASTER, bit 2; was it set
-        was = bool(self.gpu.command & 0x4)
-        self.gpu.command = self.gpu.command | 0x4 if on else self.gpu.command & ~0x4
-        return was
-
-
-def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLike[str]]:
-    """The four files of a GA102 boot, synthetic, under ``tmp``."""
-    desc = {"version": 1, "monitorCodeOffset": 0, "monitorCodeSize": 0x1000,
-            "monitorDataOffset": 0x1000, "monitorDataSize": 0x800, "manifestOffset": 0x1800,
-            "manifestSize": 0x800, "appVersion": 0x5701}
-    files = {
-        chips.GSP_IMAGE: fb.build_gsp_elf(GSP_IMAGE, {"ga10x": b"\x5e" * 0x1000,
-                                                      "ad10x": b"\x5f" * 0x1000}),
-        "nvidia/ga102/gsp/bootloader-570.144.bin": fb.build_bootloader(BOOTLOADER, desc),
-        "nvidia/ga102/gsp/booter_load-570.144.bin": r.sb.data,
-        "nvidia/ga102/gsp/booter_unload-570.144.bin": unload.data,
-    }
-    out: dict[str, os.PathLike[str]] = {}
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-        out[name] = tmp / name
-    return out
-
-
-@dataclass
-class Opened:
-    rig: Rig
-    firmware: sim.GspFirmware
-    sim_rm: SimRm
-    function: SimFunction
-    files: dict[str, os.PathLike[str]]
-    stops: list[BaseException | None]
-    kept: int = 0  # stops that kept the GPU (Device.dma gave bus ranges)
-
-    def open(self) -> Device:
-        chip = chips.identify(self.rig.gpu.boot42)
-        return held.open_device(self.function, name="GPU 0", chip=chip,
-                                images=held.read_images(chip, self.files),
-                                on_stopped=self.stops.append, on_kept=self._kept,
-                                timeout_s=0.2, init_timeout_s=1.0)
-
-    def _kept(self) -> None:
-        self.kept += 1
-
-
-def simulated_ga102(tmp: Path, *, host: sim.HostMemory | None = None,
-                    bar1_address: int | None = None, **sim_rm: int | list[int]) -> Opened:
-    """A simulated GA102 to open, its PBDMA running (stop it with ``sim_rm.stop()``); GPUs
-    given one ``host`` lie on one machine (its memory and bus), each at its ``bar1_address``;
-    ``sim_rm`` as :class:`SimRm` takes it (``fb_size``, ``bar1_size``, ``retired``)."""
-    r, firmware, _, unload = stop_rig(host=host)
-    if bar1_address is not None:
-        r.gpu.bar1_address = bar1_address
-    r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
-    s = SimRm(r.gpu, **sim_rm).install(firmware).start()
-    return Opened(r, firmware, s, SimFunction(r.gpu, s), images(tmp, r, unload), [])
+from rig_nv_pci import held, lock
+from rig_nv_pci.firmware import chips
+from rig_nv_pci.path import addresses
+from rig_pci import Window, libc
+from rig_pci.testing import inaccessible
 
 
 def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
@@ -177,38 +52,8 @@ def test_the_open_boots_the_gsp_and_makes_a_device_and_its_stop_stops_the_gsp(
         assert g.gsp.read(g.gsp.base + 0x080) == 0x5701
         d.stop()
         assert ga102.stops == [None] * round
-        assert ga102.firmware.suspended and boot.wpr2_range(ga102.rig.bar0) is None
+        assert ga102.firmware.suspended and not ga102.rig.gpu.wpr2_up()
         assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
-
-
-def every_use_is_lost(d: Device, region: Region) -> None:
-    """After a fault: every use of ``d`` raises Lost (its facts still answer). (rig_nv's
-    synchronize, with nothing left to wait for, returns without a look.)"""
-    for use in (lambda: d.alloc(4096), lambda: d.upload(region, b"x"),
-                lambda: d.copy(region, region, engine="copy"), lambda: d.sleep(0.0),
-                lambda: d.download(region), d.step):
-        with pytest.raises(Lost):
-            use()
-    assert d.facts.arch == "sm_86"
-
-
-def copies(d: Device, n: int = 0x4000) -> None:
-    """Fresh random bytes through Pinned and Device memory and the copy engine, byte-exact."""
-    data = os.urandom(n)
-    a, b = d.alloc(n, Memory.PINNED), d.alloc(n, Memory.DEVICE)
-    assert a is not None and b is not None
-    d.upload(a, data)
-    d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-    assert bytes(d.download(b, n)) == data
-
-
-def reopens(ga102: Opened) -> None:
-    """The GPU opens again and copies as it should."""
-    d = ga102.open()
-    try:
-        copies(d)
-    finally:
-        d.stop()
 
 
 @pytest.mark.parametrize("notifiers", [True, False], ids=["notified", "event-only"])
@@ -314,7 +159,7 @@ def test_a_lockdown_notice_loses_the_device(ga102: Opened) -> None:
 
 
 def test_no_fb_size_is_refused_before_the_boot(ga102: Opened) -> None:
-    ga102.rig.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = 0
+    ga102.rig.gpu.usable_fb_mib = 0
     with pytest.raises(RigError, match="GPU 0: NV_USABLE_FB_SIZE_IN_MB reads 0x0"):
         ga102.open()
     assert ga102.firmware.boots == 0
@@ -329,7 +174,7 @@ def test_an_image_not_laid_out_as_its_format_says_is_named(ga102: Opened) -> Non
         held.read_images(chip, ga102.files)
 
 
-# ---- the process's addresses (rig_nv_pci.addresses) -------------------------------------------
+# ---- the process's addresses (rig_nv_pci.path.addresses) ------------------------------------
 
 
 def overlaps(a: Region, b: Region) -> bool:
@@ -358,22 +203,6 @@ def test_pinned_memory_lies_at_one_address_for_the_process_and_the_gpu(ga102: Op
         assert bytes(d.download(device, 16, 0x1FF8)) == bytes(range(8)) + b"the GPU\x0f"
     finally:
         d.stop()
-
-
-def bar1_window(low: int, high: int) -> bool:
-    """Whether ``[low, high)`` of the process is wholly a shared mapping of the simulated
-    video memory's file (a BAR 1 window placed there), with no hole."""
-    at = low
-    for m in mappings(low, high):
-        if m.start > at or m.perms != "rw-s" or not m.path.startswith("/memfd:sim-vram"):
-            return False
-        at = m.end
-    return at >= high
-
-
-def all_reserved(free: list[tuple[int, int]]) -> bool:
-    """Whether every free run of the process's range is reserved (inaccessible) in it."""
-    return all(inaccessible(at, at + n) for at, n in free)
 
 
 def test_mapped_memory_lies_at_its_gpu_address_through_bar_1(ga102: Opened) -> None:
@@ -505,93 +334,6 @@ def test_an_open_is_refused_when_the_processs_addresses_cannot_be_reserved(
 # ---- through the opener ------------------------------------------------------------------------
 
 
-class OffsetWindow(Window):
-    """A page of the simulated BAR 0 at ``base``, as the open's register reads take one."""
-
-    def __init__(self, gpu: sim.SimGpu, base: int, length: int) -> None:
-        super().__init__(length, f"simulated BAR 0 at 0x{base:x}")
-        self.bar0, self.base = gpu.bar0(), base
-
-    def _read(self, offset: int, width: int) -> int:
-        return self.bar0.read(self.base + offset, width)
-
-    def _write(self, offset: int, width: int, value: int) -> None:
-        self.bar0.write(self.base + offset, width, value)
-
-    def close(self) -> None:
-        pass
-
-
-@dataclass
-class TakenSim(SimFunction):
-    """:class:`SimFunction` as ``rig_nv_pci`` takes a function: closable, resettable, its bus
-    mastering (PCI_COMMAND_MASTER) to turn off."""
-
-    resets: int = 0
-    memory_spaces: int = 0  # memory_space(True) calls (PCI_COMMAND's MEMORY, bit 1)
-
-    @property
-    def bus_mastering(self) -> bool:
-        """Whether the simulated GPU's Bus Master Enable is set."""
-        return self.gpu.bus_master()
-
-    def window(self, bar: int, offset: int = 0, length: int | None = None, *,
-               write_combined: bool = False, at: int | None = None) -> Window:
-        if bar == 0 and offset not in (0, 0xBB0000):
-            return OffsetWindow(self.gpu, offset, length or 0x1000)
-        return super().window(bar, offset, length, write_combined=write_combined, at=at)
-
-    def close(self) -> None:
-        self.closed = True
-
-    def memory_space(self, on: bool) -> bool:  # PCI_COMMAND's MEMORY, bit 1; was it set
-        self.memory_spaces += on
-        was = bool(self.gpu.command & 0x2)
-        self.gpu.command = self.gpu.command | 0x2 if on else self.gpu.command & ~0x2
-        return was
-
-    def reset(self) -> None:  # rig_pci's reset turns bus mastering off, and Linux's restore
-        self.bus_master(False)  # of the config space leaves it off; the GPU starts over
-        self.resets += 1
-        self.gpu.reset()
-
-
-def machine_with_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: int,
-                       files: dict[str, os.PathLike[str]]) -> Machine:
-    """A fixture machine in ``tmp_path`` listing one NVIDIA GPU of ``boot42`` at :data:`BUS`,
-    with the process's lock directory, firmware directories and lost and kept GPUs there,
-    and ``files`` (synthetic firmware) pinned as the firmware set's digests."""
-    (tmp_path / "locks").mkdir()
-    monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
-    monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
-    monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    monkeypatch.setattr(rig_nv_pci, "_lost", set())
-    monkeypatch.setattr(rig_nv_pci, "_kept", {})
-    machine, _ = here(tmp_path / "machine")
-    add_gpu(tmp_path / "machine", BUS, boot42=boot42)
-    for name, path in files.items():
-        digest = hashlib.blake2b(Path(path).read_bytes(), digest_size=32).hexdigest()
-        monkeypatch.setitem(firmware.NVIDIA_GSP_570_144, name, digest)
-    return machine
-
-
-def opener(ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-           ) -> tuple[Machine, list[TakenSim]]:
-    """``rig_nv_pci.gpu(0, machine)`` opens the simulated GA102 (its lock, firmware and the
-    process's lost and kept GPUs in ``tmp_path``); the functions it took (whose reset is the
-    simulated GPU's function reset, sim/gpu.py SimGpu.reset)."""
-    machine = machine_with_a_gpu(tmp_path, monkeypatch, ga102.rig.gpu.boot42, ga102.files)
-    g = ga102.rig.gpu
-    takes: list[TakenSim] = []
-
-    def take(m: Machine, bus: str, name: str) -> TakenSim:
-        takes.append(TakenSim(g, ga102.sim_rm))
-        return takes[-1]
-
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
-    return machine, takes
-
-
 def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
     ga102: Opened, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -604,7 +346,7 @@ def test_gpu_open_boots_the_simulated_ga102_and_its_stop_gives_it_back(
         assert lock.held(machine, BUS) and not takes[-1].closed
         d.stop()
         assert takes[-1].closed and ga102.firmware.boots == round
-        assert boot.wpr2_range(ga102.rig.bar0) is None
+        assert not ga102.rig.gpu.wpr2_up()
         given_back(machine, BUS)
 
 
@@ -619,36 +361,13 @@ def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert takes[-1].closed and takes[-1].resets == 0
     given_back(machine, BUS)
-    assert rig_nv_pci._lost == {(machine.name, BUS)}
-    assert boot.wpr2_range(ga102.rig.bar0) is not None  # FWSEC's WPR2 stayed up
+    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert ga102.rig.gpu.wpr2_up()  # FWSEC's WPR2 stayed up
     g.sec2.programs[ga102.rig.sb.ucode_id] = booter
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-    assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+    assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
     d.stop()
     given_back(machine, BUS)
-
-
-GB202_CLASSES = (0x0080, 0x2080, 0x90F1, 0xA06C, 0x9067, 0xC661, 0xC761, 0xC86F, 0xC96F,
-                 0xCA6F, 0xCBC0, 0xCDC0, 0xCEC0, 0xC8B5, 0xC9B5, 0xCAB5)
-
-
-def gb202_files(tmp: Path) -> dict[str, os.PathLike[str]]:
-    """A GB202's synthetic GSP image, bootloader and FMC, written under ``tmp``: name -> path."""
-    from test_boot_fsp import FMC_FILE
-
-    files = {
-        chips.GSP_IMAGE: fb.build_gsp_elf(GSP_IMAGE, {"gb20x": b"\x5e" * 0x1000}),
-        "nvidia/gb202/gsp/bootloader-570.144.bin": fb.build_bootloader(BOOTLOADER, {
-            "version": 1, "monitorCodeOffset": 0, "monitorDataOffset": 0x1000,
-            "manifestOffset": 0x1800, "appVersion": 0x0B57_0144}),
-        "nvidia/gb202/gsp/fmc-570.144.bin": FMC_FILE,
-    }
-    paths: dict[str, os.PathLike[str]] = {}
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-        paths[name] = tmp / name
-    return paths
 
 
 def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Path) -> None:
@@ -657,7 +376,7 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
     g = sim.gb202()
     sim.SimFmc(g, FMC_IMAGE).install()
     firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    g.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00}).install(firmware)
     paths = gb202_files(tmp_path)
     chip = chips.identify(sim.GB202_BOOT42)
@@ -688,11 +407,11 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         d.free(dst)
         d.stop()
         # kgspTeardown_GH100: the GSP unloaded, suspended and halted; WPR2 stays up, so the
-        # next open (rig_nv_pci._open) resets the GPU first (a reset the simulated GB202 does
+        # next open (rig_nv_pci.opener._open) resets the GPU first (a reset the simulated GB202 does
         # not model, so it is not opened again here)
         assert stops == [None] and firmware.suspended
         assert s.fbmem == {} and s.sysmem == {}
-        assert boot.wpr2_range(g.bar0()) is not None
+        assert g.wpr2_up()
     finally:
         s.stop()
 

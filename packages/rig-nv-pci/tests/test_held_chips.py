@@ -7,33 +7,30 @@ first). GA102's is test_held.py's."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim.gsp_rm import GA102_CLASSES, GA102_GR, SimRm
-from test_boot import FB_SIZE
-from test_boot_fsp import FMC_IMAGE
-from test_held import (
+from support import (
     BUS,
+    FB_SIZE,
+    FMC_IMAGE,
     GB202_CLASSES,
+    UNLOAD_UCODE_ID,
     Opened,
     SimFunction,
     TakenSim,
     gb202_files,
+    given_back,
     images,
     machine_with_a_gpu,
+    round_trip,
+    stop_rig,
 )
-from test_open import given_back
-from test_stop import UNLOAD_UCODE_ID, stop_rig
 
 import rig_nv_pci
-from rig_edge import Memory
-from rig_nv import Device
-from rig_nv_pci import boot, chips, held
+from rig_nv_pci.firmware import chips
 from rig_pci import Machine
 
 # What an AD102 (RTX 4090's chip) reports beyond a GA102's classes: ADA_COMPUTE_A (0xC9C0,
@@ -59,23 +56,10 @@ def ad102_files(tmp: Path, opened_files: dict[str, os.PathLike[str]]
 def simulated_ad102(tmp: Path) -> Opened:
     r, firmware, _, unload = stop_rig()
     r.gpu.boot42 = sim.AD102_BOOT42
-    r.gpu.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    r.gpu.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(r.gpu, classes=AD102_CLASSES, gr=AD102_GR).install(firmware).start()
     files = ad102_files(tmp / "ad102", images(tmp / "ga102", r, unload))
     return Opened(r, firmware, s, SimFunction(r.gpu, s), files, [])
-
-
-def round_trip(d: Device) -> None:
-    """Random bytes up to Pinned memory, copied to Device memory by the simulated copy
-    engine, and read back."""
-    data = os.urandom(0x5000)
-    a, b = d.alloc(len(data), Memory.PINNED), d.alloc(len(data), Memory.DEVICE)
-    assert a is not None and b is not None
-    d.upload(a, data).wait(timeout_s=5.0)
-    d.copy(b, a, engine="copy").wait(timeout_s=5.0)
-    assert bytes(d.download(b)) == data
-    d.free(a)
-    d.free(b)
 
 
 def test_an_ad102_boots_opens_allocates_submits_stops_and_opens_again(tmp_path: Path) -> None:
@@ -99,7 +83,7 @@ def test_an_ad102_boots_opens_allocates_submits_stops_and_opens_again(tmp_path: 
             assert opened.sim_rm.faults == []
             d.stop()
             assert opened.stops == [None] * round and opened.firmware.suspended
-            assert boot.wpr2_range(opened.rig.bar0) is None
+            assert not opened.rig.gpu.wpr2_up()
             assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
     finally:
         opened.sim_rm.stop()
@@ -123,7 +107,7 @@ def test_a_gb202_boots_opens_allocates_submits_stops_and_opens_again_through_the
         g = sim.gb202()
         sim.SimFmc(g, FMC_IMAGE).install()
         fw = sim.GspFirmware(g).install()
-        g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+        g.usable_fb_mib = FB_SIZE >> 20
         s = SimRm(g, classes=GB202_CLASSES, gr={**GA102_GR, 0xC: 0xC00}).install(fw).start()
         made.append((g, fw, s))
 
@@ -140,7 +124,7 @@ def test_a_gb202_boots_opens_allocates_submits_stops_and_opens_again_through_the
         power_on()
         self.gpu, self.sim_rm = made[-1][0], made[-1][2]  # the same function, reset
 
-    monkeypatch.setattr(rig_nv_pci, "_take", take)
+    monkeypatch.setattr(rig_nv_pci.opener, "_take", take)
     monkeypatch.setattr(TakenSim, "reset", reset)
     try:
         for round in (1, 2):
@@ -153,7 +137,7 @@ def test_a_gb202_boots_opens_allocates_submits_stops_and_opens_again_through_the
             round_trip(d)
             assert s.faults == []
             d.stop()
-            assert fw.suspended and boot.wpr2_range(g.bar0()) is not None
+            assert fw.suspended and g.wpr2_up()
             given_back(machine, BUS)
     finally:
         made[-1][2].stop()

@@ -7,7 +7,6 @@ came, whatever exception struck in between (Rig_edge.Driver.sleep)."""
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -15,20 +14,18 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import regs
 from sim.gsp_fw import sequencer_payload
-from test_held import BUS, Opened, every_use_is_lost, opener, reopens
-from test_open import given_back
+from support import BUS, Opened, every_use_is_lost, given_back, opener, reopens
 
 import rig_nv_pci
 from rig_edge import Fault, Lost, Memory
 from rig_nv import Device
-from rig_nv_pci import boot, faults, held
-from rig_nv_pci import path as pci_path
+from rig_nv_pci import held
 from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp.sequencer import SequencerError
+from rig_nv_pci.path import faults
+from rig_nv_pci.path import pci as pci_path
 
 # GSP_SEQ_BUF_OPCODE (rmgspseq.h)
 WRITE, MODIFY, POLL, DELAY, STORE = 0, 1, 2, 3, 4
@@ -133,7 +130,7 @@ def test_a_sequence_that_fails_loses_the_gpu(ga102: Opened, why: str) -> None:
     assert "GSP event GSP_RUN_CPU_SEQUENCER" in d.path.events.text()
     [lost] = ga102.stops
     assert isinstance(lost, SequencerError) and str(lost) in str(e.value)
-    assert ga102.firmware.suspended and boot.wpr2_range(ga102.rig.bar0) is None
+    assert ga102.firmware.suspended and not ga102.rig.gpu.wpr2_up()
     reopens(ga102)
 
 
@@ -231,14 +228,14 @@ def test_the_gpu_a_failed_sequence_lost_is_reset_at_its_next_open(
     finally:
         d.stop()
     given_back(machine, BUS)
-    assert rig_nv_pci._lost == {(machine.name, BUS)} and takes[-1].resets == 0
+    assert rig_nv_pci.opener._lost == {(machine.name, BUS)} and takes[-1].resets == 0
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
-        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+        assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
     finally:
         d.stop()
     given_back(machine, BUS)
-    assert rig_nv_pci._lost == set()
+    assert rig_nv_pci.opener._lost == set()
 
 
 # ---- a report kept through an exception in a sleep ------------------------------------------

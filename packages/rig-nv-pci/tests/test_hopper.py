@@ -1,8 +1,8 @@
-"""rig_nv_pci.hopper's GSP_FMC_BOOT_PARAMS against offsets worked out by hand from
+"""rig_nv_pci.boot.fmc_params's GSP_FMC_BOOT_PARAMS against offsets worked out by hand from
 open-gpu-kernel-modules' src/nvidia/arch/nvalloc/common/inc/gsp/gspifpub.h (570.144 and
 580.105.08: not packed, GSP_DMA_TARGET an enum of 4 bytes, NvBool 1 byte), cross-checked with
 ctypes laying out the same C structs, and kgspSetupGspFmcArgs_GH100's values (kernel_gsp_gh100.c).
-Not computed from rig_nv_pci.hopper."""
+Not computed from rig_nv_pci.boot.fmc_params."""
 
 import ctypes
 import struct
@@ -10,7 +10,8 @@ import struct
 import pytest
 
 from rig_edge import Misuse
-from rig_nv_pci import hopper, layout
+from rig_nv_pci.boot import fmc_params as hopper
+from rig_nv_pci.firmware import layout
 
 # offsetof of every member. GSP_FMC_INIT_PARAMS {NvU32 regkeys} is 4 bytes, then the 8-aligned
 # GSP_ACR_BOOT_GSP_RM_PARAMS {target 4, gspRmDescSize 4, gspRmDescOffset 8, wprCarveoutOffset 8,

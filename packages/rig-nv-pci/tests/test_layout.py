@@ -1,13 +1,13 @@
 """The radix-3 table, GspFwWprMeta and the FB layout, against numbers worked out by hand from
 open-gpu-kernel-modules 570.144 (kernel_gsp.c, kernel_gsp_tu102.c, kernel_gsp_gh100.c,
-gsp_fw_heap.h, gsp_fw_wpr_meta.h), not from rig_nv_pci.layout."""
+gsp_fw_heap.h, gsp_fw_wpr_meta.h), not from rig_nv_pci.firmware.layout."""
 
 import struct
 
 import pytest
 
 from rig_edge import Misuse, RigError
-from rig_nv_pci import chips, layout
+from rig_nv_pci.firmware import chips, layout
 
 MiB, GiB = 1 << 20, 1 << 30
 PAGE = 4096

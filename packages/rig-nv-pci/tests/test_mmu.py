@@ -1,23 +1,21 @@
-"""rig_nv_pci.mmu: the version-2 page-table entries against numbers worked by hand from
+"""rig_nv_pci.path.mmu: the version-2 page-table entries against numbers worked by hand from
 open-gpu-doc's manuals/turing/tu104/dev_mmu.ref.txt, the PRAMIN window against the simulated
 BAR 0, and tables the path writes walked by the simulated MMU (tests/sim/gmmu.py, written
 from the manual alone); the simulated GSP-RM's check of the handed-over directories."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import gmmu
-from test_path import Booted, ga102  # noqa: F401  (the fixture)
+from support import (
+    Booted,
+    ga102,  # noqa: F401  (the fixture)
+)
 
-from rig_nv_pci import mmu
-from rig_nv_pci import path as pp
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.path import mmu
+from rig_nv_pci.path import pci as pp
 
 MiB = 1 << 20
 
@@ -45,15 +43,15 @@ def test_pramin_moves_the_window_in_64k_steps_over_video_memory() -> None:
     window = mmu.Pramin(gpu.bar0())
     window.write(0x10_0FFC, b"abcdefgh")
     assert vram[0x10_0FFC:0x10_1004] == b"abcdefgh"
-    assert gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x10  # 1 MiB >> 16
+    assert gpu.regs[sim.regs.BAR0_WINDOW] == 0x10  # 1 MiB >> 16
     window.write(0x310_0000 - 4, b"last")  # beyond the first window's MiB: moved
     assert vram[0x310_0000 - 4:0x310_0000] == b"last"
-    assert gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x30F
+    assert gpu.regs[sim.regs.BAR0_WINDOW] == 0x30F
     assert window.read(0x10_0FFC, 8) == b"abcdefgh"
     window = mmu.Pramin(gpu.bar0())
     window.write(0x1F_0000, b"base")  # a window at 0x1f0000 reaches 0x202400 by adding
     window.write(0x20_2400, b"next")
-    assert vram[0x20_2400:0x20_2404] == b"next" and gpu.regs[mmu.NV_PBUS_BAR0_WINDOW] == 0x1F
+    assert vram[0x20_2400:0x20_2404] == b"next" and gpu.regs[sim.regs.BAR0_WINDOW] == 0x1F
     with pytest.raises(ValueError, match="whole words"):
         window.write(2, b"xy")
 

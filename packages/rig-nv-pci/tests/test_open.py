@@ -7,14 +7,29 @@ the opener)."""
 import fcntl
 import hashlib
 import os
-import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import firmware_builders
 import pytest
+from support import (
+    AD104,
+    BOOT_42,
+    GA102,
+    GB202,
+    PROM,
+    VBIOS,
+    WPR2_HI,
+    WPR2_LO,
+    add_gpu,
+    given_back,
+    here,
+    poke,
+)
+from support.machine import BUS
 
 from rig_edge import Misuse, OpenRefused, RigError
 from rig_nv_pci import gpu, lock, reset
@@ -23,52 +38,9 @@ from rig_pci.function import held as function_held
 from rig_pci.listing import FunctionInfo
 from rig_pci.testing import FakeVfio, FixtureSysfs, add_function, add_vfio, set_lockdown
 
-BUS = "0000:01:00.0"
-GA102, AD104, GB202 = 0x172A1000, 0x194A1000, 0x1B2A1000  # BOOT_42: arch 29:24, impl 23:20
 GH100 = 0x180A1000
-BOOT_42, WPR2_HI = 0xA00, 0x1FA828
-PROM = 0x300000  # NV_PROM_DATA (nouveau shadowrom.c, nova-core vbios.rs)
-sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders  # noqa: E402
 
-VBIOS = firmware_builders.build_vbios().data
 REPO_SRC = [str(p) for p in sorted(Path(__file__).resolve().parents[2].glob("*/src"))]
-
-
-class Here(FixtureSysfs):
-    """A fixture tree standing for this machine: its memory is the process's."""
-
-    @property
-    def shares_memory(self) -> bool:
-        return True
-
-
-def here(root: Path, **kwargs: object) -> tuple[Machine, Here]:
-    (root / "proc/self").mkdir(parents=True, exist_ok=True)
-    (root / "proc/self/pagemap").touch()
-    t = Here(root, **kwargs)  # type: ignore[arg-type]
-    return Machine(t), t
-
-
-def poke(dev: Path, offset: int, value: int, name: str = "resource0") -> None:
-    with open(dev / name, "r+b") as f:
-        f.seek(offset)
-        f.write(struct.pack("<I", value))
-
-
-def add_gpu(root: Path, bus: str = BUS, *, boot42: int = GA102, wpr2: int = 0,
-            **kwargs: object) -> Path:
-    """An NVIDIA GPU (3D controller) with a 16 MiB BAR 0 whose BOOT_42 and WPR2 registers
-    read ``boot42`` and ``wpr2``, and a 256 MiB BAR 1."""
-    dev = add_function(root, bus, vendor=0x10DE, device=0x2204, class_code=0x030200,
-                       bars={0: (0xF000_0000, 16 << 20, False), 1: (0xE000_0000, 256 << 20, True)},
-                       **kwargs)  # type: ignore[arg-type]
-    poke(dev, BOOT_42, boot42)
-    poke(dev, WPR2_HI, wpr2)
-    with open(dev / "resource0", "r+b") as f:  # a VBIOS with a FWSEC, in the PROM window
-        f.seek(PROM)
-        f.write(VBIOS)
-    return dev
 
 
 @pytest.fixture(autouse=True)
@@ -106,16 +78,6 @@ def refusal(machine: Machine, i: int = 0, **kwargs: object) -> str:
         gpu(i, machine, **kwargs).make()  # type: ignore[arg-type]
     assert e.value.stays == ""
     return str(e.value)
-
-
-def given_back(machine: Machine, bus: str = BUS) -> None:
-    """Nothing stays taken: not the function, not the GPU's lock (this process's or its file)."""
-    assert not function_held(machine, bus) and not lock.held(machine, bus)
-    fd = os.open(lock.path(machine, bus), os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    finally:
-        os.close(fd)
 
 
 # ---- names and misuse --------------------------------------------------------------------------
@@ -434,6 +396,21 @@ def test_wpr2_up_is_reset_and_refused_if_it_stays_up(
     given_back(machine)
 
 
+def test_a_stale_wpr2_low_bound_is_not_wpr2_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """WPR2 is up by its high bound alone (kgspIsWpr2Up_TU102; issue 24): a low bound left
+    stale over a high bound of 0 is no reason to reset; a precondition reading the wrong
+    bound fails here."""
+    machine, sysfs = here(tmp_path)
+    dev = add_gpu(tmp_path)
+    poke(dev, WPR2_LO, 0x2FFF0)
+    fw = fake_firmware(tmp_path, "ga102", monkeypatch)
+    assert "not laid out as its format says" in refusal(machine, firmware=[fw])
+    assert sysfs.writes == []
+    given_back(machine)
+
+
 def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -443,7 +420,7 @@ def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
     none for changed nothing, and loses nothing."""
     import rig_nv_pci
 
-    monkeypatch.setattr(rig_nv_pci, "_lost", set())
+    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())
     machine, sysfs = here(tmp_path)
     dev = add_gpu(tmp_path)
     fw = fake_firmware(tmp_path, "ga102", monkeypatch)
@@ -470,7 +447,7 @@ def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
     with pytest.raises(RigError, match="Linux has no reset for it"):
         rig_nv_pci.reset(0, machine)
     assert "not laid out as its format says" in refusal(machine, firmware=[fw])
-    assert rig_nv_pci._lost == set()
+    assert rig_nv_pci.opener._lost == set()
 
 
 def test_make_opens_the_gpu_that_is_ith_when_it_runs(tmp_path: Path) -> None:

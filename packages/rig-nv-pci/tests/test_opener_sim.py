@@ -4,22 +4,19 @@ issue 8 audit found untested)."""
 
 from __future__ import annotations
 
-import sys
 import threading
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
-from test_held import BUS, Opened, TakenSim, opener
-from test_open import given_back
-from test_stop import UNLOAD_UCODE_ID
+from support import BUS, UNLOAD_UCODE_ID, Opened, TakenSim, given_back, opener
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused, RigError
-from rig_nv_pci import addresses, boot, held
+from rig_nv_pci import held
+from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.gsp import retired
+from rig_nv_pci.path import addresses
 from rig_pci import Machine
 from rig_pci.testing import add_function, fixture_machine
 
@@ -28,7 +25,7 @@ def next_open_resets_it(machine: Machine, takes: list[TakenSim], firmware: Path)
     """The lost GPU's next open resets it first, and is no longer lost; its device runs."""
     d = rig_nv_pci.gpu(0, machine, firmware=[firmware]).open()
     try:
-        assert takes[-1].resets == 1 and rig_nv_pci._lost == set() and d.completed() == 2
+        assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
     finally:
         d.stop()
 
@@ -46,7 +43,7 @@ def test_make_refused_the_gsps_memory_names_the_gpu_and_leaves_it_as_found(
                        r".*no DMA memory for the GSP's image"):
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert ga102.firmware.boots == 0 and ga102.rig.gpu.gsp.starts == []
-    assert rig_nv_pci._lost == set() and takes[-1].closed and takes[-1].resets == 0
+    assert rig_nv_pci.opener._lost == set() and takes[-1].closed and takes[-1].resets == 0
     given_back(machine, BUS)
 
 
@@ -62,12 +59,12 @@ def test_a_failed_stop_loses_the_gpu_and_its_next_open_resets_it_first(
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g, error=0x2A)
     d.stop()
-    assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
-    assert boot.wpr2_range(ga102.rig.bar0) is not None
+    assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert ga102.rig.gpu.wpr2_up()
     given_back(machine, BUS)
     g.sec2.programs[UNLOAD_UCODE_ID] = unload
     next_open_resets_it(machine, takes, tmp_path)
-    assert rig_nv_pci._lost == set() and boot.wpr2_range(ga102.rig.bar0) is None
+    assert rig_nv_pci.opener._lost == set() and not ga102.rig.gpu.wpr2_up()
 
 
 def _interrupted(*args: object, **kwargs: object) -> object:
@@ -98,7 +95,7 @@ def test_any_failure_once_the_gsps_memory_is_taken_loses_the_gpu_and_its_next_op
         with pytest.raises(error):
             rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert takes[-1].resets == 0 and takes[-1].closed
-    assert rig_nv_pci._lost == {(machine.name, BUS)}, where
+    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}, where
     given_back(machine, BUS)
     next_open_resets_it(machine, takes, tmp_path)
     given_back(machine, BUS)
@@ -160,7 +157,7 @@ def test_a_boot_delays_another_threads_change_until_it_is_done(
 
     def detach_other() -> None:
         try:
-            rig_nv_pci._detach(other, 0)
+            rig_nv_pci.opener._detach(other, 0)
             order.append("detached")
         except BaseException as e:
             failures.append(e)

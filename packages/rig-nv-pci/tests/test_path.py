@@ -1,4 +1,4 @@
-"""rig_nv_pci.path (the rig_nv path over the GSP's RPCs) against the simulated GA102 booted to
+"""rig_nv_pci.path.pci (the rig_nv path over the GSP's RPCs) against the simulated GA102 booted to
 GSP_INIT_DONE, whose simulated GSP-RM (tests/sim/gsp_rm.py) keeps the objects, video memory,
 the GPU's mappings and a PBDMA (tests/sim/pbdma.py). Its channels (their memory, context
 buffers and ChIDs) are tests/test_path_channels.py's, with this file's fixture.
@@ -15,19 +15,23 @@ from __future__ import annotations
 
 import mmap
 import os
-import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import gmmu
 from sim.gsp_rm import GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, Rig, gsp_rig, run_boot
-from test_stop import stop, stop_rig
+from support import (
+    BOOTLOADER,
+    BUS,
+    FB_SIZE,
+    GSP_IMAGE,
+    Booted,
+    Rig,
+    ga102,
+    run_boot,
+    stop,
+    stop_rig,
+)
 
 import rig_nv
 from rig_edge import Lost, Memory, Refusal
@@ -35,41 +39,16 @@ from rig_nv import controls
 from rig_nv.hostmem import view
 from rig_nv.push import Push
 from rig_nv.rm import RMError
-from rig_nv_pci import boot, chips, gspmem, layout, rm, runlists, vidmem
-from rig_nv_pci import path as pp
-from rig_nv_pci.boot import GspBooted
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.boot.booted import GspBooted
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.vidmem import SMALL
+from rig_nv_pci.path import pci as pp
+from rig_nv_pci.path import rm, runlists, vidmem
+from rig_nv_pci.path.vidmem import SMALL
 
-BUS = "0000:41:00.0"
-
-
-@dataclass
-class Booted:
-    rig: Rig
-    firmware: sim.GspFirmware
-    sim_rm: SimRm
-    booted: GspBooted
-
-    def bar1(self) -> tuple[int, int]:
-        return self.booted.static.bar1_pde_base, self.sim_rm.bar1_size
-
-    def path(self, **kw: object) -> pp.PciPath:
-        return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
-                          alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
-                          poll=self.booted.channel.poll,
-                          fb_regions=self.booted.static.fb_regions,
-                          pramin=self.rig.bar0, bar1=self.bar1(), **kw)  # type: ignore[arg-type]
-
-
-@pytest.fixture
-def ga102() -> Iterator[Booted]:
-    r, firmware, memory = gsp_rig()
-    sim_rm = SimRm(r.gpu).install(firmware)
-    booted = run_boot(r, memory)
-    assert firmware.failure is None, firmware.log
-    yield Booted(r, firmware, sim_rm, booted)
-    sim_rm.stop()
+__all__ = ["ga102"]  # the fixture, from support.path
 
 
 def test_struct_sizes_match_nvidia_headers() -> None:
@@ -320,7 +299,7 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
             # suspended; booter_unload took WPR2 down
             assert stops == ["stopped"] * (round + 1)
             assert firmware.peer.objects == {} and firmware.suspended
-            assert boot.wpr2_range(r.bar0) is None
+            assert not r.gpu.wpr2_up()
             assert s.fbmem == {} and s.sysmem == {} and s.mappings == {}
     finally:
         s.stop()
@@ -483,7 +462,7 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
 ) -> None:
     """GSP-RM's BAR 1 root may already name a PD2 of its own: the path reads it from video
     memory, builds under it, keeps GSP-RM's entries and never frees it."""
-    from rig_nv_pci import mmu
+    from rig_nv_pci.path import mmu
 
     s = ga102.sim_rm
     gsp_pd2 = sim.gsp_rm.BAR1_PDB - 0x1000  # in the reserved region

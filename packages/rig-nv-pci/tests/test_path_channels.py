@@ -1,4 +1,4 @@
-"""rig_nv_pci.path's channels against the simulated GA102 booted to GSP_INIT_DONE (the
+"""rig_nv_pci.path.pci's channels against the simulated GA102 booted to GSP_INIT_DONE (the
 fixture and helpers of tests/test_path.py): the memory a channel's alloc hands GSP-RM
 (kernel_channel.c _kchannelSendChannelAllocRpc), the compute engine's context buffers promoted
 before a compute object (_kgrAlloc), and the ChIDs the path picks (kernel_channel_gm107.c
@@ -9,23 +9,19 @@ simulated GSP-RM's checks of each.
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim.gsp_rm import CTX_PROPERTIES
-from test_path import Booted, ga102
+from support import Booted, _channel_kit, ga102
 
 import rig_nv
 from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv.setup import CHANNEL_AREA
-from rig_nv_pci import path as pp
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.path import pci as pp
 
-__all__ = ["ga102"]  # the fixture, from test_path
+__all__ = ["ga102"]  # the fixture, from support.path
 
 
 def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
@@ -139,7 +135,7 @@ def test_the_compute_objects_context_buffers_are_promoted_to_gsp_rm_first(
     kgrobjPromoteContext): before the compute object, the group's MAIN and PATCH buffers and
     the GPU's FECS_EVENT and access maps, in the path's heap, mapped by its tables, handed
     over by one NV2080_CTRL_CMD_GPU_PROMOTE_CTX; a compute object without them is refused."""
-    from rig_nv_pci import grctx
+    from rig_nv_pci.path import grctx
 
     p, s = ga102.path(), ga102.sim_rm.start()
     free_before = p.heap.free
@@ -176,7 +172,7 @@ def test_the_simulated_gsp_refuses_a_compute_object_without_promoted_buffers(
     with pytest.raises(RMError) as e:  # straight to the GSP: nothing promoted
         p.rm.rpc_rm.alloc(channel, p.rm.new_handle(), 0xC7C0)
     assert e.value.status == 0x40
-    from rig_nv_pci import grctx
+    from rig_nv_pci.path import grctx
 
     fb = p.heap.take(0x48000, 0x1000)
     assert fb is not None
@@ -197,24 +193,6 @@ def test_the_simulated_gsp_refuses_a_compute_object_without_promoted_buffers(
     p.closed()
 
 
-def _channel_kit(p: pp.PciPath, engine: int) -> tuple[int, bytearray]:
-    """A channel group of ``engine`` (NV2080_ENGINE_TYPE_GRAPHICS 1, _COPY0 9,
-    cl2080_notification.h) and the NV_CHANNEL_ALLOC_PARAMS for a channel of it."""
-    from rig_nv import classes as cls
-    from rig_nv.layouts import Params
-
-    tsg = p.rm.new_handle()
-    p.rm.alloc(p.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
-               Params(p.ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=engine).buf)
-    area, notifier = p.alloc_memory(2 << 20, Memory.MAPPED), p.alloc_notifier()
-    assert area is not None
-    asked = Params(p.ffi, "NV_CHANNEL_ALLOC_PARAMS", hObjectError=notifier.handle,
-                   gpFifoOffset=area.gpu, gpFifoEntries=0x400)
-    asked.p.hUserdMemory[0] = area.handle
-    asked.p.userdOffset[0] = 0x2000
-    return tsg, asked.buf
-
-
 def _token(p: pp.PciPath, channel: int) -> int:
     from rig_nv.layouts import Params
 
@@ -227,7 +205,7 @@ def test_the_flags_name_the_chid_as_cpu_rm_does() -> None:
     """alloc_channel.h: NVOS04_FLAGS_CHANNEL_USERD_INDEX_VALUE 10:8, _USERD_INDEX_FIXED 11:11
     (FALSE), _USERD_INDEX_PAGE_VALUE 20:12, _USERD_INDEX_PAGE_FIXED 21:21 (TRUE); ChID 11 is
     page 1, index 3 (kernel_channel.c: ChID / 8, ChID % 8); the other bits stay."""
-    from rig_nv_pci import channels
+    from rig_nv_pci.path import channels
 
     assert channels.chid_flags(0, 11) == 1 << 21 | 1 << 12 | 3 << 8
     full = 1 << 21 | 0x1FF << 12 | 7 << 8 | 1
@@ -325,7 +303,7 @@ def test_the_simulated_gsp_refuses_a_chid_in_use_gsp_rms_own_or_none(ga102: Boot
     eheapAlloc of a fixed offset that is not free); INDEX_FIXED with PAGE_FIXED:
     NV_ERR_INVALID_STATE (kernel_channel_gm107.c kchannelAllocHwID_GM107); no PAGE_FIXED: the
     simulated GSP-RM's NV_ERR_INVALID_ARGUMENT (the real one would pick one itself)."""
-    from rig_nv_pci import channels
+    from rig_nv_pci.path import channels
 
     p = ga102.path()
     held = p.rm.channels

@@ -15,26 +15,22 @@ from __future__ import annotations
 
 import os
 import struct
-import sys
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import gmmu
 from sim.gsp_rm import SimRm
-from test_boot import FB_SIZE
-from test_boot_fsp import FMC_IMAGE
-from test_held import GB202_CLASSES, SimFunction, gb202_files, simulated_ga102
+from support import FB_SIZE, FMC_IMAGE, GB202_CLASSES, SimFunction, gb202_files, simulated_ga102
 
 from rig_edge import Memory, Misuse, RigError
 from rig_nv import Device
-from rig_nv_pci import chips, held
-from rig_nv_pci.path import PciPath
+from rig_nv_pci import held
+from rig_nv_pci.firmware import chips
+from rig_nv_pci.path.pci import PciPath
 from rig_pci import Function, Machine
 from rig_pci.sysfs import SysfsTransport
 from rig_pci.testing import FakeVfio, add_function, add_vfio, config_space
@@ -146,7 +142,7 @@ def gb202(tmp: Path, host: sim.HostMemory, bus: str) -> tuple[SimRm, SimFunction
     g.bar1_address = BAR1[bus]
     sim.SimFmc(g, FMC_IMAGE).install()
     firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    g.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**sim.gsp_rm.GA102_GR, 0xC: 0xC00},
               fb_size=FB_SIZE, bar1_size=BAR1_SIZE[bus]).install(firmware).start()
     return s, SimFunction(g, s), chips.identify(sim.GB202_BOOT42), gb202_files(tmp)

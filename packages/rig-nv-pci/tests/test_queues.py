@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-from test_held import Opened
+from support import Opened
 
 from rig_edge import Memory, Region
 from rig_nv import Device, Queue

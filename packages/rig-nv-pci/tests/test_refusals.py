@@ -1,12 +1,12 @@
 """The Rig_nv_pci spec's "An allocation the path or the GSP refuses gives back at once the memory
 the path gave for it, unless the GPU faulted meanwhile", through the real path
-(:meth:`rig_nv_pci.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM:
+(:meth:`rig_nv_pci.path.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM:
 
 - a channel GSP-RM refuses with a status gives back its instance block, its ChID and the
   method buffer made for it; a promote of context buffers it refuses gives back every buffer
   made for it; a compute object refused after its promote leaves the promoted buffers with
   their group (GSP-RM's context of the group names them), given back with the group;
-- "the GPU faulted meanwhile" (rig_nv_pci.rm's docstring): no answer in time (none at all, or
+- "the GPU faulted meanwhile" (rig_nv_pci.path.rm's docstring): no answer in time (none at all, or
   one that comes after the caller gave up: dropped by the next RPC's wait), a report of
   trouble (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging, a RUN_CPU_SEQUENCER that fails:
   the GPU lost) while the RPC ran, a KeyboardInterrupt while the reply was awaited: the
@@ -17,29 +17,24 @@ the path gave for it, unless the GPU faulted meanwhile", through the real path
 from __future__ import annotations
 
 import mmap
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
-from test_held import Opened
-from test_path import BUS, Booted
-from test_path import ga102 as booted_ga102  # noqa: F401  (the fixture, for test_path's Booted)
-from test_path_channels import _channel_kit
+from support import BUS, Booted, Opened, _channel_kit
+from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
 
 import rig_nv
 from rig_edge import Memory
 from rig_nv.rm import RMError
-from rig_nv_pci import grctx, held
-from rig_nv_pci import path as pp
-from rig_nv_pci.channels import INSTANCE_SIZE, ChannelMemory
+from rig_nv_pci import held
 from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp import rpc
+from rig_nv_pci.path import grctx
+from rig_nv_pci.path import pci as pp
+from rig_nv_pci.path.channels import INSTANCE_SIZE, ChannelMemory
 
 GPFIFO = 0xC56F  # AMPERE_CHANNEL_GPFIFO_A (clc56f.h)
 COMPUTE = 0xC7C0  # AMPERE_COMPUTE_B (clc7c0.h)
@@ -438,7 +433,7 @@ def taken(r: Any, recorded: list[int]) -> Any:
 def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_the_device_free(
     booted_ga102: Booted, how: str, taker: str,  # noqa: F811
 ) -> None:
-    """The rule of rig_nv_pci.rm's docstring for the memory the path registers with
+    """The rule of rig_nv_pci.path.rm's docstring for the memory the path registers with
     ALLOC_MEMORY (Pinned and map_host's DMA memory, a channel's error notifier, Device
     memory's video memory): a plain refusal (a status, no report of trouble during the RPC)
     gives back at once the DMA memory (a map_host's IOMMU mapping), the video memory and the

@@ -6,20 +6,22 @@ number one side gets wrong fails here even where the two agree with each other."
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import regs
 from sim import runlists as sim_runlists
 
-from rig_nv_pci import boot, boot_fsp, chips, falcon, fsp, held, mmu, path, runlists
+from rig_nv_pci import held
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import blackwell as boot_fsp
+from rig_nv_pci.boot import falcon, fsp
+from rig_nv_pci.firmware import chips
 from rig_nv_pci.gsp import queue, sysinfo
+from rig_nv_pci.path import mmu, runlists
+from rig_nv_pci.path import pci as path
 
 ALL = "GA10x, AD10x, GB20x"
 
@@ -59,7 +61,8 @@ TABLE: tuple[Row, ...] = (
         lambda: regs.AON_SCRATCH_GROUP_05_0),
     Row("NV_USABLE_FB_SIZE_IN_MB", ALL, 0x1183A4, "ampere/ga102/dev_gc6_island_addendum.h "
         "(NV_PGC6_AON_SECURE_SCRATCH_GROUP_42; kmemsysReadUsableFbSize_GA102, every chip "
-        "after GA100)", lambda: held.NV_USABLE_FB_SIZE_IN_MB),
+        "after GA100)", lambda: held.NV_USABLE_FB_SIZE_IN_MB,
+        lambda: regs.USABLE_FB_SIZE_IN_MB),
     Row("NV_PBUS_VBIOS_SCRATCH(0xE)", "GA10x, AD10x", 0x1438, "turing/tu102/dev_bus.h "
         "(kernel_gsp_frts_tu102.c: FRTS error 31:16)", lambda: boot.NV_PBUS_VBIOS_SCRATCH_0E,
         lambda: regs.VBIOS_SCRATCH_0E),
@@ -143,10 +146,12 @@ TABLE: tuple[Row, ...] = (
         lambda: runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE,
         lambda: sim_runlists.CTRL_GET_DEVICE_INFO_TABLE),
     Row("NV_PBUS_BAR0_WINDOW", "GA10x, AD10x", 0x1700, "dev_bus.ref.txt (PRAMIN's base)",
-        lambda: mmu.NV_PBUS_BAR0_WINDOW),
+        lambda: mmu.NV_PBUS_BAR0_WINDOW,
+        lambda: regs.BAR0_WINDOW),
     Row("NV_XAL_EP_BAR0_WINDOW", "GB20x", 0x10FD40, "pri_nv_xal_ep.h",
-        lambda: mmu.NV_XAL_EP_BAR0_WINDOW),
-    Row("NV_PRAMIN", ALL, 0x700000, "dev_ram.h", lambda: mmu.NV_PRAMIN),
+        lambda: mmu.NV_XAL_EP_BAR0_WINDOW,
+        lambda: regs.XAL_EP_BAR0_WINDOW),
+    Row("NV_PRAMIN", ALL, 0x700000, "dev_ram.h", lambda: mmu.NV_PRAMIN, lambda: regs.PRAMIN),
     Row("NV_MMU_VER3_PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED", "GB20x", 2,
         "hopper/gh100/dev_mmu.h (gmmu_walk.c: no ATS in the VA space)",
         lambda: mmu.PDE_PCF_VALID_CACHED_ATS_NOT_ALLOWED),

@@ -1,4 +1,4 @@
-"""The GPU's retired pages (rig_nv_pci.gsp.retired, rig_nv_pci.vidmem.retired): asked of
+"""The GPU's retired pages (rig_nv_pci.gsp.retired, rig_nv_pci.path.vidmem.retired): asked of
 GSP-RM's internal subdevice as memmgrGetBlackListPages_GA100 asks (open-gpu-kernel-modules
 570.144), and never handed out by the path's heap, at PMA's 64 KiB granularity.
 
@@ -14,29 +14,34 @@ from __future__ import annotations
 import os
 import random
 import struct
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import GspFirmware, peer_module
 from sim import retired as sim_retired
 from sim.gsp_rm import BAR1_PDB, BAR2_PDB, GA102_GR, RESERVED, SimRm
-from test_boot import FB_SIZE
-from test_boot_fsp import FMC_IMAGE
-from test_held import GB202_CLASSES, Opened, SimFunction, gb202_files, simulated_ga102
+from support import (
+    FB_SIZE,
+    FMC_IMAGE,
+    GB202_CLASSES,
+    Opened,
+    SimFunction,
+    gb202_files,
+    simulated_ga102,
+)
 
 from rig_edge import Memory
 from rig_nv import Device
-from rig_nv_pci import chips, held, vidmem
+from rig_nv_pci import held
+from rig_nv_pci.firmware import chips
 from rig_nv_pci.gsp import retired, rpc, static_info
 from rig_nv_pci.gsp.retired import RetiredPage, RetiredPagesError
 from rig_nv_pci.gsp.static_info import FbRegion
+from rig_nv_pci.path import vidmem
 
-CMD = retired.NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES
+CMD = sim_retired.CTRL_GET_DYNAMIC_OFFLINED_PAGES  # the simulator's own (checked below)
 KiB, MiB = 1 << 10, 1 << 20
 WINDOW = 48 * MiB  # the retired pages lie in the heap's first 48 MiB, where first fit starts
 
@@ -54,7 +59,7 @@ def random_pages(seed: int, n: int, low: int = RESERVED, high: int = RESERVED + 
 
 def test_layouts_match_the_headers() -> None:
     """NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS and bPageRetirementSupported against
-    the layout tests/gsp_peer.py computes from ctrl2080fb.h's and gsp_static_config.h's member
+    the layout tests/sim/gsp_peer.py computes from ctrl2080fb.h's and gsp_static_config.h's member
     lists, and against the simulated GSP-RM's hand-worked offsets."""
     size, align, leaves = peer_module().c_layout(
         "NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS")
@@ -69,7 +74,7 @@ def test_layouts_match_the_headers() -> None:
         sim_retired.VALID_ENTRIES_AT, sim_retired.BASE_INDEX_AT, sim_retired.MORE_AT]
     assert retired.TAIL.size == size - retired.VALID_ENTRIES
     assert vidmem.PMA_GRANULARITY == 0x10000  # map_defines.h
-    assert CMD == sim_retired.CTRL_GET_DYNAMIC_OFFLINED_PAGES == 0x20801348
+    assert retired.NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES == CMD == 0x20801348
     _, _, config = peer_module().c_layout("GspStaticConfigInfo")
     assert config["bPageRetirementSupported"][0] == static_info.PAGE_RETIREMENT == 1564
 
@@ -154,7 +159,7 @@ def test_a_gb202s_allocations_never_land_on_a_retired_page(tmp_path: Path, n: in
     g = sim.gb202()
     sim.SimFmc(g, FMC_IMAGE).install()
     firmware = sim.GspFirmware(g).install()
-    g.regs[held.NV_USABLE_FB_SIZE_IN_MB] = FB_SIZE >> 20
+    g.usable_fb_mib = FB_SIZE >> 20
     s = SimRm(g, classes=GB202_CLASSES, gr={**GA102_GR, 0xC: 0xC00},
               retired=random_pages(seed, n)).install(firmware)
     chip = chips.identify(sim.GB202_BOOT42)

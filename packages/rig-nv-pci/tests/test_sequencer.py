@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import struct
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 import sim
 from sim import regs
 
-from rig_nv_pci.falcon import GSP, SEC2, Falcon
+from rig_nv_pci.boot.falcon import GSP, SEC2, Falcon
 from rig_nv_pci.gsp.sequencer import Opcode, Sequencer, SequencerError, encode, parse
 
 LIBOS_ARGS = 0x1_2345_6000

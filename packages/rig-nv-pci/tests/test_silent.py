@@ -12,34 +12,34 @@ message, rig_nv_pci.gsp.queue.QueuePair.send)."""
 
 from __future__ import annotations
 
-import functools
-import sys
 import time
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim.pbdma import USERD_GP_PUT
-from test_held import BUS, Opened, TakenSim, copies, every_use_is_lost, opener
-from test_open import given_back
-from test_stop_addresses import (
+from support import (
+    BUS,
+    TIMEOUT_S,
+    Opened,
+    TakenSim,
     alloc_each,
+    copies,
+    every_use_is_lost,
     give_back_for_good,
+    given_back,
     gsp_goes_silent,
     none_free,
+    opener,
+    silence,
     spans,
 )
 
 import rig_nv_pci
 from rig_edge import Lost, Memory
-from rig_nv import Device
-from rig_nv_pci import addresses, held
+from rig_nv_pci import held
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.stop import stop_gsp
+from rig_nv_pci.path import addresses
 from rig_pci import Machine
-
-TIMEOUT_S = 0.5  # the RPC timeout here (10 s by default)
 
 
 def heard_while_silent(ga102: Opened, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -59,14 +59,6 @@ def heard_while_silent(ga102: Opened, monkeypatch: pytest.MonkeyPatch) -> list[i
     return rings
 
 
-def silence(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The RPCs' timeout TIMEOUT_S, the stop's wait for the GSP to suspend 0.05 s (a GSP that
-    answers nothing never suspends: rig_nv_pci.stop waits 2 s for it by default)."""
-    assert isinstance(d.path, held.PciPath)
-    monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", TIMEOUT_S)
-    monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))
-
-
 def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[TakenSim]) -> None:
     """The lost GPU answers again once reset: its next open resets it first, then copies as it
     should (the reset ended the silent GSP-RM and all it held: sim/gpu.py SimGpu.reset), and
@@ -75,11 +67,11 @@ def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[Tak
     resets = takes[-1].resets
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
-        assert takes[-1].resets == resets + 1 and rig_nv_pci._lost == set()
+        assert takes[-1].resets == resets + 1 and rig_nv_pci.opener._lost == set()
         copies(d)
     finally:
         d.stop()
-    assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
+    assert rig_nv_pci.opener._lost == set() and addresses.PROCESS.free == kept
 
 
 @pytest.mark.parametrize("after_frees", [0, 3], ids=["before-stop", "during-stop"])
@@ -110,7 +102,7 @@ def test_the_stop_of_a_silent_gsp_costs_one_timeout_and_sends_nothing_after_it(
         assert rings == [1]
         assert isinstance(d.path, held.PciPath)
         assert d.path.rm.rpc_rm.rpc.silent is not None
-        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
         given_back(machine, BUS)
         assert none_free(taken)
         d.stop()  # a second stop does nothing
@@ -166,7 +158,7 @@ def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast
         d.stop()
         assert time.monotonic() - start < 0.5 * TIMEOUT_S
         assert rings == [1]
-        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
         given_back(machine, BUS)
         assert none_free(taken)
         opens_again(ga102, machine, tmp_path, takes)

@@ -5,17 +5,11 @@ BAR 1's tables empty."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).parent))
 import pytest
 from sim.gsp_rm import BAR1_PDB
-from test_held import Opened, copies
-from test_silent import silence
-from test_stop_addresses import give_back_for_good
+from support import Opened, copies, give_back_for_good, silence
 
-from rig_nv_pci import addresses, boot
+from rig_nv_pci.path import addresses
 
 
 def test_a_function_reset_ends_the_boot_and_gsp_rm_and_the_next_boot_starts_afresh(
@@ -41,7 +35,7 @@ def reset_under_a_device(ga102: Opened, monkeypatch: pytest.MonkeyPatch) -> None
     assert any(s.vram[BAR1_PDB:BAR1_PDB + 0x1000])  # the device's BAR 1 PDEs
     marker = bytes(s.vram[BAR1_PDB:BAR1_PDB + 0x1000])
     g.reset()
-    assert boot.wpr2_range(ga102.rig.bar0) is None and g.function_resets == 1
+    assert not ga102.rig.gpu.wpr2_up() and g.function_resets == 1
     assert g.gsp.state == g.sec2.state == "stopped" and not g.gsp.riscv_core
     assert ga102.firmware.peer is None  # nothing serves the command queue
     assert not (s.channels or s.fbmem or s.sysmem or s.roots or s.tlb or s.groups

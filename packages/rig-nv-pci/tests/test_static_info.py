@@ -1,18 +1,14 @@
 """rig_nv_pci.gsp.static_info: GspStaticConfigInfo's offsets against a layout computed from the
-header's member list (tests/gsp_peer.py's c_layout, written apart from rig), decoding, and
+header's member list (tests/sim/gsp_peer.py's c_layout, written apart from rig), decoding, and
 GET_GSP_STATIC_INFO against the GSP peer."""
 
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
 from sim import peer_module
-from test_gsp_rpc import connect
+from support import connect
 
 from rig_nv.rm import RMError
 from rig_nv_pci.gsp import rpc, static_info

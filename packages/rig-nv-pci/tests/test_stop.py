@@ -1,4 +1,4 @@
-"""rig_nv_pci.stop against the simulated GPU: GSP-RM unloaded, FWSEC-SB run, booter_unload
+"""rig_nv_pci.boot.stop against the simulated GPU: GSP-RM unloaded, FWSEC-SB run, booter_unload
 taking WPR2 down.
 
 The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
@@ -10,47 +10,33 @@ a GPU with." and "A GPU whose stop could not unload its GSP's firmware or take i
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
 
+import firmware_builders as fb
 import pytest
+import sim
+from support import (
+    BOOTLOADER,
+    FB_SIZE,
+    GSP_IMAGE,
+    UNLOAD_UCODE_ID,
+    Rig,
+    run_boot,
+    stop,
+    stop_rig,
+)
 
 from rig_edge import Misuse
-
-sys.path.insert(0, str(Path(__file__).parent))
-import firmware_builders as fb
-import sim
-from test_boot import BOOTLOADER, FB_SIZE, GSP_IMAGE, SEC_FUSE, Rig, gsp_rig, run_boot
-
-from rig_nv_pci import boot, chips, gspmem, layout
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.boot.stop import PROCESSOR_SUSPENDED, StopError
+from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.stop import PROCESSOR_SUSPENDED, StopError, stop_gsp
-
-UNLOAD_UCODE_ID = 4
-
-
-def stop_rig(*, host: sim.HostMemory | None = None, **fw: object
-             ) -> tuple[Rig, sim.GspFirmware, gspmem.GspMemory, fb.SyntheticBooter]:
-    """:func:`test_boot.gsp_rig` with a booter_unload (ucode id 4) SEC2 accepts."""
-    r, firmware, memory = gsp_rig(host=host, **fw)
-    unload = fb.build_booter(meta=(1, 1, UNLOAD_UCODE_ID))
-    g = r.gpu
-    g.sec2.ucode_id = None  # SEC2 runs both booters, each under its own ucode id
-    g.fuses[SEC_FUSE + 4 * (UNLOAD_UCODE_ID - 1)] = 0b1
-    g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g)
-    return r, firmware, memory, unload
-
-
-def stop(r: Rig, booted: boot.GspBooted, unload: fb.SyntheticBooter) -> None:
-    stop_gsp(r.bar0, booted, name="GPU 0", booter_unload=unload.data,
-             alloc=r.gpu.host.alloc_dma, timeout_s=0.2, unload_timeout_s=0.1,
-             suspend_timeout_s=0.05)
 
 
 def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:
     r, firmware, memory, unload = stop_rig()
     booted = run_boot(r, memory)
-    assert boot.wpr2_range(r.bar0) is not None
+    assert r.gpu.wpr2_up()
     stop(r, booted, unload)
     g, peer = r.gpu, firmware.peer
     # the root client freed, then UNLOADING_GUEST_DRIVER: a plain unload, all fields 0
@@ -68,7 +54,7 @@ def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:
     assert f"hs run ucode {UNLOAD_UCODE_ID}" in g.sec2.log
     assert "booter_unload mailboxes 0xff 0xff" in g.sec2.log
     assert g.sec2.mailbox(0) == 0
-    assert boot.wpr2_range(r.bar0) is None and g.wpr2 == (0, 0)
+    assert not r.gpu.wpr2_up() and g.wpr2 == (0, 0)
 
 
 def test_a_stopped_gpu_boots_again() -> None:
@@ -82,11 +68,27 @@ def test_a_stopped_gpu_boots_again() -> None:
     booted = run_boot(r, again)
     assert firmware.boots == 2 and firmware.failure is None, firmware.log
     assert booted.init_done.function == rpc.Event.GSP_INIT_DONE
-    assert r.gpu.gsp.state == "riscv-running" and boot.wpr2_range(r.bar0) is not None
+    assert r.gpu.gsp.state == "riscv-running" and r.gpu.wpr2_up()
     assert firmware.peer.objects == {rpc.CLIENT_HANDLE: 0}
     # and it stops again
     stop(r, booted, unload)
-    assert boot.wpr2_range(r.bar0) is None
+    assert not r.gpu.wpr2_up()
+
+
+def test_a_stop_that_leaves_wpr2s_low_bound_stale_is_down_and_boots_again() -> None:
+    """WPR2 is down when its high bound reads 0, whatever its low bound holds
+    (kgspIsWpr2Up_TU102; issue 24): a stop that reads the low bound fails here."""
+    r, firmware, memory, unload = stop_rig()
+    r.gpu.stale_wpr2_lo = True
+    stop(r, run_boot(r, memory), unload)
+    assert r.gpu.wpr2[0] != 0 and not r.gpu.wpr2_up()
+    plan = layout.fb_layout(chips.AMPERE, FB_SIZE, len(GSP_IMAGE), len(BOOTLOADER))
+    again = gspmem.build(r.gpu.host.alloc_dma, image=GSP_IMAGE, bootloader=BOOTLOADER,
+                         code_offset=0, data_offset=0x1000, manifest_offset=0x1800,
+                         signature=b"\x5e" * 0x1000, plan=plan,
+                         doorbell=boot.doorbell(r.bar0), name="GPU 0")
+    stop(r, run_boot(r, again), unload)
+    assert firmware.boots == 2 and firmware.failure is None and not r.gpu.wpr2_up()
 
 
 def test_a_gsp_that_never_answers_the_unload_times_out_and_booter_unload_still_runs() -> None:
@@ -105,7 +107,7 @@ def test_a_gsp_that_never_answers_the_unload_times_out_and_booter_unload_still_r
     assert r.gpu.gsp.log[-3:] == ["reset", f"hs run ucode {r.sv.ucode_id}", "fwsec cmd 0x19"]
     assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
     assert f"hs run ucode {UNLOAD_UCODE_ID}" in r.gpu.sec2.log
-    assert boot.wpr2_range(r.bar0) is None
+    assert not r.gpu.wpr2_up()
 
 
 def test_booter_unload_failing_names_its_mailbox_and_wpr2_still_up() -> None:
@@ -119,7 +121,7 @@ def test_booter_unload_failing_names_its_mailbox_and_wpr2_still_up() -> None:
         stop(r, booted, unload)
     assert e.value.lost and len(e.value.steps) == 2
     assert firmware.suspended  # the GSP-RM part went well
-    assert boot.wpr2_range(r.bar0) is not None
+    assert r.gpu.wpr2_up()
 
 
 def test_a_refused_free_still_unloads_and_takes_wpr2_down() -> None:
@@ -130,7 +132,7 @@ def test_a_refused_free_still_unloads_and_takes_wpr2_down() -> None:
         stop(r, booted, unload)
     assert e.value.steps[0].startswith("freeing the root client") and len(e.value.steps) == 1
     assert not e.value.lost
-    assert firmware.suspended and boot.wpr2_range(r.bar0) is None
+    assert firmware.suspended and not r.gpu.wpr2_up()
 
 
 def test_a_stop_with_wpr2_already_down_skips_booter_unload() -> None:
@@ -161,7 +163,7 @@ def test_a_stop_runs_fwsec_sb_with_the_sb_command_before_booter_unload() -> None
     assert g.gsp.log.count(f"hs run ucode {r.sv.ucode_id}") == 2
     assert g.gsp.log[-1] == "fwsec cmd 0x19"
     assert g.read(sim.regs.VBIOS_SCRATCH_15) & 0xFFFF == 0
-    assert boot.wpr2_range(r.bar0) is None
+    assert not r.gpu.wpr2_up()
 
 
 def test_fwsec_sb_failing_names_its_code_and_booter_unload_still_runs() -> None:
@@ -177,7 +179,7 @@ def test_fwsec_sb_failing_names_its_code_and_booter_unload_still_runs() -> None:
     assert firmware.suspended
     # booter_unload still ran after it and took WPR2 down
     assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
-    assert boot.wpr2_range(r.bar0) is None
+    assert not r.gpu.wpr2_up()
 
 
 def test_fwsec_sb_only_checks_the_low_half_of_its_scratch() -> None:
@@ -195,7 +197,7 @@ def test_fwsec_sb_leaving_the_boot_rom_plm_raised_fails_the_step() -> None:
                                         r"not lowered .*0x00000000\)$"):
         stop(r, booted, unload)
     assert r.gpu.runs[-2:] == ["fwsec-sb", "booter_unload"]
-    assert boot.wpr2_range(r.bar0) is None
+    assert not r.gpu.wpr2_up()
 
 
 def test_a_booter_stop_without_the_boots_fwsec_is_refused_before_any_step() -> None:

@@ -1,4 +1,4 @@
-"""What a device's stop does with the process's addresses (rig_nv_pci.addresses), on the
+"""What a device's stop does with the process's addresses (rig_nv_pci.path.addresses), on the
 simulated GA102. The Rig_nv_pci spec: "The GPUs' addresses and the process's addresses of
 system memory coincide, from 64 GiB to Rig_nv.windows, which the process reserves at its first
 open; every GPU it opens takes its addresses from that range. A device's stop gives back every
@@ -7,66 +7,46 @@ answering (Rig_nv.stop), which keeps the addresses the GPU may still reach."
 
 rig_nv's Device.stop frees the memory only once the RM freed the channels ("otherwise the GPU
 may still reach it, and it stays with the process"); the PCI path gives a region's GPU
-addresses back in its free_memory (rig_nv_pci.path.PciPath.free_memory, step "va"), so
+addresses back in its free_memory (rig_nv_pci.path.pci.PciPath.free_memory, step "va"), so
 addresses the stop did not free stay taken from the process's range for good."""
 
 from __future__ import annotations
 
-import functools
 import re
-import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_held import BUS, Opened, TakenSim, all_reserved, bar1_window, opener, simulated_ga102
-from test_open import given_back
+from support import (
+    BUS,
+    Opened,
+    Span,
+    TakenSim,
+    all_reserved,
+    alloc_each,
+    bar1_window,
+    give_back_for_good,
+    given_back,
+    gsp_goes_silent,
+    none_free,
+    opener,
+    simulated_ga102,
+    spans,
+)
 
 import rig_nv_pci
 from rig_edge import Memory, Region
 from rig_nv import Device
 from rig_nv.hostmem import view
 from rig_nv.memory import CACHE_LARGEST
-from rig_nv.rm import Allocation
-from rig_nv_pci import addresses, held
-from rig_nv_pci.stop import StopError, stop_gsp
-from rig_pci import libc
+from rig_nv_pci import held
+from rig_nv_pci.boot.stop import StopError
+from rig_nv_pci.path import addresses
 from rig_pci.testing import inaccessible
-
-Span = tuple[int, int, Memory]  # GPU address, length, kind
-
-
-def alloc_each(d: Device) -> list[Region]:
-    """A small and a large region of every kind (the large Device one past the device's
-    cache, so its free goes to the path at once)."""
-    out = []
-    for kind in Memory:
-        for n in (0x3000, 3 << 20):
-            r = d.alloc(n, kind)
-            assert r is not None
-            out.append(r)
-    return out
-
-
-def spans(d: Device) -> list[Span]:
-    """Every allocation the device holds, its own (timeline, rings) too: the addresses its
-    memory took from the process's range (not the channels' error notifiers, which the GPU
-    reaches by bus address and so take no GPU address: PciPath.alloc_notifier's gpu 0)."""
-    held_: list[Allocation] = [*d.memory.regions().values(), *d.memory.owned()]
-    return [(a.gpu, a.length, a.kind) for a in held_ if a.gpu != 0]
 
 
 def is_free(at: int, n: int) -> bool:
     """Whether ``[at, at + n)`` lies in one free run of the process's range."""
     return any(lo <= at and at + n <= lo + size for lo, size in addresses.PROCESS.free)
-
-
-def none_free(taken: list[Span]) -> bool:
-    """Whether no address of ``taken`` is free in the process's range."""
-    return not any(lo < at + n and at < lo + size
-                   for at, n, _ in taken for lo, size in addresses.PROCESS.free)
 
 
 def meets(a: Region, taken: list[Span]) -> bool:
@@ -142,32 +122,9 @@ def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
         d.stop()
 
 
-def gsp_goes_silent(ga102: Opened, d: Device, monkeypatch: pytest.MonkeyPatch, *,
-                    after_frees: int) -> None:
-    """From the device's ``after_frees``-th RM free on, the simulated GSP answers nothing (its
-    doorbell rings unheard, as a GSP that hung, or a GPU off the bus, leaves it): RPCs time
-    out (in 0.2 s here) and it never suspends (the stop's wait cut to 0.05 s)."""
-    assert isinstance(d.path, held.PciPath)
-    monkeypatch.setattr(d.path.rm.rpc_rm.rpc, "timeout_s", 0.2)
-    monkeypatch.setattr(held, "stop_gsp", functools.partial(stop_gsp, suspend_timeout_s=0.05))
-    rm = d.path.rm
-    real: Callable[[int], None] = rm.free
-    frees = [0]
-
-    def free(handle: int) -> None:
-        if frees[0] == after_frees:
-            ga102.firmware.suspended = True  # doorbell() returns without serving the queue
-        frees[0] += 1
-        real(handle)
-
-    monkeypatch.setattr(rm, "free", free)
-    if after_frees == 0:
-        ga102.firmware.suspended = True
-
-
 def stop_silent(d: Device) -> None:
     """The stop of a device whose GSP stopped answering: it returns (the GPU is lost, reported
-    to the opener, which resets it at its next open: rig_nv_pci.rm.PciRM.free_at_stop), having
+    to the opener, which resets it at its next open: rig_nv_pci.path.rm.PciRM.free_at_stop), having
     stopped the GSP all the same (on_stopped ran), the first FREE that timed out taking the
     GSP as gone, so that no later RPC was sent (rig_nv_pci.gsp.rpc.Rpc.silent); a second stop
     does nothing."""
@@ -177,21 +134,6 @@ def stop_silent(d: Device) -> None:
     assert silent is not None and re.fullmatch(r"(\w+) \(the GSP sent no \1 for \1 in time\)",
                                                silent)
     d.stop()
-
-
-def give_back_for_good(before: list[tuple[int, int]]) -> None:
-    """After a test that kept addresses: reserve again every address of the runs ``before``
-    that is not free now and give it back to the process's range, as no stop does, so that
-    later tests find the range as it was."""
-    for lo, size in before:
-        at = lo
-        for free_at, n in [*addresses.PROCESS.free, (lo + size, 0)]:
-            if free_at < lo or free_at > lo + size:
-                continue
-            if free_at > at:
-                libc.reserve(at, free_at - at)
-                addresses.PROCESS.give(at, free_at - at)
-            at = max(at, free_at + n)
 
 
 @pytest.mark.parametrize("after_frees", [0, 3], ids=["before-stop", "during-stop"])
@@ -217,7 +159,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=after_frees)
         took = addresses.PROCESS.free
         stop_silent(d)
-        assert takes[-1].closed and rig_nv_pci._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
         assert not takes[-1].bus_mastering  # before its release freed its DMA memory
         given_back(machine, BUS)
         # no address given back: neither its regions' nor the path's own (its context
@@ -248,11 +190,11 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         kept = addresses.PROCESS.free
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         try:
-            assert takes[-1].resets == 1 and rig_nv_pci._lost == set()
+            assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set()
             assert not any(meets(r, taken) for r in alloc_each(d))
         finally:
             d.stop()
-        assert rig_nv_pci._lost == set() and addresses.PROCESS.free == kept
+        assert rig_nv_pci.opener._lost == set() and addresses.PROCESS.free == kept
         assert not takes[-1].bus_mastering  # every stop turns it off before the release
     finally:
         give_back_for_good(before)
@@ -285,7 +227,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     d.stop()
     # the open turned bus mastering on before its boot (held.open_device)
     assert order == ["bus master on", "bus master off", "DMA memory freed"]
-    assert rig_nv_pci._lost == set()
+    assert rig_nv_pci.opener._lost == set()
     order.clear()
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     r = d.alloc(0x3000, Memory.PINNED)
@@ -295,7 +237,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
         stop_silent(d)
         assert order == ["bus master on", "bus master off", "DMA memory freed"]
-        assert rig_nv_pci._lost == {(machine.name, BUS)} and none_free(taken)
+        assert rig_nv_pci.opener._lost == {(machine.name, BUS)} and none_free(taken)
     finally:
         give_back_for_good(before)
 

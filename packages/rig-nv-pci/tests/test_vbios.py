@@ -1,20 +1,16 @@
-"""rig_nv_pci.vbios against synthetic VBIOSes built by firmware_builders (NVIDIA's layouts,
+"""rig_nv_pci.firmware.vbios against synthetic VBIOSes built by firmware_builders (NVIDIA's layouts,
 written independently of the parser). No real VBIOS is read: one comes only from a GPU."""
 
 from __future__ import annotations
 
 import struct
-import sys
-from pathlib import Path
 
+import firmware_builders as fb
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import firmware_builders as fb
-
 from rig_edge import Misuse, RigError
-from rig_nv_pci import vbios
-from rig_nv_pci.vbios import VbiosError
+from rig_nv_pci.firmware import vbios
+from rig_nv_pci.firmware.vbios import VbiosError
 
 
 def _edit(data: bytes, at: int, new: bytes) -> bytes:

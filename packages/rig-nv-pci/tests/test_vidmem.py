@@ -1,4 +1,4 @@
-"""rig_nv_pci.vidmem: the path's video-memory heap over the FB regions GSP-RM reports
+"""rig_nv_pci.path.vidmem: the path's video-memory heap over the FB regions GSP-RM reports
 (memmgrInitBaseFbRegions_FWCLIENT: reserved and protected regions are none of it)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from rig_nv_pci.gsp.static_info import FbRegion
-from rig_nv_pci.vidmem import HUGE, SMALL, Heap, bar1_range, roots
+from rig_nv_pci.path.vidmem import HUGE, SMALL, Heap, bar1_range, roots
 
 MiB = 1 << 20
 

@@ -1,17 +1,17 @@
 """A GPU the process took and boots: its firmware images read, its GSP booted, a rig_nv device
-made over :class:`rig_nv_pci.path.PciPath`, and the GSP stopped when the device stops.
+made over :class:`rig_nv_pci.path.pci.PciPath`, and the GSP stopped when the device stops.
 
 This is what an open does once its preconditions passed (kgspInitRm's order in
 open-gpu-kernel-modules 570.144): the usable FB size from NV_USABLE_FB_SIZE_IN_MB
 (ampere/ga102/dev_gc6_island_addendum.h: NV_PGC6_AON_SECURE_SCRATCH_GROUP_42, 0x001183a4, in
 MiB, as nouveau's ga102_fb_vidmem_size reads it), the FB layout
-(kgspCalculateFbLayout_TU102), the GSP's memory (:mod:`rig_nv_pci.gspmem`), the boot
-(:func:`rig_nv_pci.boot.boot_gsp`), the GPU's retired pages (:mod:`rig_nv_pci.gsp.retired`,
+(kgspCalculateFbLayout_TU102), the GSP's memory (:mod:`rig_nv_pci.boot.gspmem`), the boot
+(:func:`rig_nv_pci.boot.ampere.boot_gsp`), the GPU's retired pages (:mod:`rig_nv_pci.gsp.retired`,
 as heapInit_IMPL asks them before the heap exists), then the device. A family that boots
 through its FSP (Blackwell) reads the same register (the generated HAL,
 g_kern_mem_sys_nvoc.c, gives every chip after GA100 kmemsysReadUsableFbSize_GA102), lays
-out only sizes (:func:`rig_nv_pci.layout.fmc_sizes`) and boots through
-:func:`rig_nv_pci.boot_fsp.boot_fsp`.
+out only sizes (:func:`rig_nv_pci.firmware.layout.fmc_sizes`) and boots through
+:func:`rig_nv_pci.boot.blackwell.boot_fsp`.
 """
 
 from __future__ import annotations
@@ -24,22 +24,15 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv import Device, make
-from rig_nv_pci import (
-    addresses,
-    boot,
-    boot_fsp,
-    chips,
-    fwimage,
-    gspmem,
-    layout,
-    mmu,
-    runlists,
-    vidmem,
-)
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import blackwell as boot_fsp
+from rig_nv_pci.boot import gspmem
+from rig_nv_pci.boot.stop import StopError, stop_gsp
+from rig_nv_pci.firmware import chips, fwimage, layout
 from rig_nv_pci.gsp import retired, rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
-from rig_nv_pci.path import Dma, PciPath
-from rig_nv_pci.stop import StopError, stop_gsp
+from rig_nv_pci.path import addresses, mmu, runlists, vidmem
+from rig_nv_pci.path.pci import Dma, PciPath
 from rig_pci import Function, FunctionInfo, Window
 from rig_pci import memory as pci_memory
 
@@ -118,11 +111,11 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     rig_pci function behind ``f`` (``f`` itself when it is one), which the device's peer
     mappings ask :func:`rig_pci.memory.why_apart` about. The device's stop (or a
     make that fails after the boot) stops the GSP, then calls ``on_stopped`` with the
-    :class:`rig_nv_pci.stop.StopError` that left the GPU lost, else the
+    :class:`rig_nv_pci.boot.stop.StopError` that left the GPU lost, else the
     :class:`rig_nv_pci.gsp.sequencer.SequencerError` of a sequence the GSP asked for while the
     device ran that failed or was cut short (which lost the GPU), or ``None``; a stop after
     ``Device.dma`` handed out bus ranges stops nothing and calls ``on_kept`` instead (the
-    memory and the GPU stay the process's, :meth:`rig_nv_pci.path.PciPath.closed`). The
+    memory and the GPU stay the process's, :meth:`rig_nv_pci.path.pci.PciPath.closed`). The
     stop of a device whose GSP stopped answering (an RPC timed out: no later one is sent,
     :class:`rig_nv_pci.gsp.rpc.Rpc`) returns, the GSP's failed stop going to ``on_stopped``
     as for any lost GPU; the device's memory and addresses stay kept. ``on_memory_taken`` is
@@ -130,7 +123,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
     among them) loses the GPU, the caller's to record. Raises
     :class:`rig_edge.RigError` naming ``name`` (the GSP stopped again where it booted); first,
     before the GPU is touched, where the process's addresses cannot be reserved
-    (:mod:`rig_nv_pci.addresses`)."""
+    (:mod:`rig_nv_pci.path.addresses`)."""
     try:
         reserved = addresses.PROCESS.addresses()
     except RigError as e:

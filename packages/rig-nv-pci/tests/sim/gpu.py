@@ -140,6 +140,13 @@ class SimGpu:
     host: HostMemory = field(default_factory=HostMemory)
     regs: dict[int, int] = field(default_factory=dict)
     wpr2: tuple[int, int] = (0, 0)  # (lo, hi) register values
+    # whether taking WPR2 down (a reset, booter_unload) clears only its high bound and leaves
+    # the low one stale: the two bounds then disagree, and only the high one says whether
+    # WPR2 is up (kgspIsWpr2Up_TU102 reads NV_PFB_PRI_MMU_WPR2_ADDR_HI alone)
+    stale_wpr2_lo: bool = False
+    # the usable FB size in MiB the VBIOS's devinit left in NV_USABLE_FB_SIZE_IN_MB; 0 where
+    # the boot ROM reported none
+    usable_fb_mib: int = 0
     reads: list[int] = field(default_factory=list)
     writes: list[tuple[int, int]] = field(default_factory=list)
     # registers whose access fails, as a BAR access can (a VFIO region's read or write of a
@@ -222,21 +229,20 @@ class SimGpu:
         return self.host.reach(address, n)
 
     def reset(self) -> None:
-        """A function reset (FLR, or a secondary bus reset): the GPU's engines start over,
-        what a boot left running ends. WPR2 comes down (both bounds read 0, as
-        kgspIsWpr2Up_TU102 reads a GPU no boot has run on: the spec's "a reset that leaves
-        WPR2 up fails" is of a reset that did not take), the falcons are as at power-on
-        (:meth:`SimFalcon.power_on`), and each :attr:`on_reset` hook ends what it models: the
-        GSP's firmware (GSP-RM and LibOS were running on the GSP and from WPR2) and GSP-RM's
-        objects, channels, PBDMA and MMU state with it. Video memory keeps its bytes (a reset
-        does not scrub the FB; GSP-RM's next boot builds its own BAR 1 and BAR 2 tables:
-        sim/gsp_rm.py). The config space's command register is the function's owner's
-        business: Linux saves it before the reset and restores it after (pci_reset_function's
-        pci_dev_save_and_disable / pci_dev_restore), so it is left as it is; registers the
-        VBIOS's devinit sets (the FB size) read as before, as the GPU's firmware (GFW) runs
-        devinit again after a reset."""
+        """A function reset (FLR, or a secondary bus reset): the GPU's engines start over, what a
+        boot left running ends. WPR2 comes down (:meth:`take_wpr2_down`: its high bound reads 0, as
+        kgspIsWpr2Up_TU102 reads a GPU no boot has run on: the spec's "a reset that leaves WPR2 up
+        fails" is of a reset that did not take), the falcons are as at power-on
+        (:meth:`SimFalcon.power_on`), and each :attr:`on_reset` hook ends what it models: the GSP's
+        firmware (GSP-RM and LibOS were running on the GSP and from WPR2) and GSP-RM's objects,
+        channels, PBDMA and MMU state with it. Video memory keeps its bytes (a reset does not scrub
+        the FB; GSP-RM's next boot builds its own BAR 1 and BAR 2 tables: sim/gsp_rm.py). The config
+        space's command register is the function's owner's business: Linux saves it before the reset
+        and restores it after (pci_reset_function's pci_dev_save_and_disable / pci_dev_restore), so
+        it is left as it is; registers the VBIOS's devinit sets (the FB size) read as before, as the
+        GPU's firmware (GFW) runs devinit again after a reset."""
         self.function_resets += 1
-        self.wpr2 = (0, 0)
+        self.take_wpr2_down()
         for f in self.falcons:
             f.power_on()
         for hook in self.on_reset:
@@ -247,16 +253,17 @@ class SimGpu:
         return self.gsp, self.sec2
 
     def _pramin(self, offset: int) -> memoryview | None:
-        if self.vram is None or not 0x700000 <= offset < 0x800000:
+        if self.vram is None or not regs.PRAMIN <= offset < regs.PRAMIN + regs.PRAMIN_SIZE:
             return None
         if hopper_on(self.boot42):  # NV_XAL_EP_BAR0_WINDOW, BASE 22:0
-            at = ((self.regs.get(0x10FD40, 0) & 0x7FFFFF) << 16) + offset - 0x700000
+            base = self.regs.get(regs.XAL_EP_BAR0_WINDOW, 0) & 0x7FFFFF
+            at = (base << 16) + offset - regs.PRAMIN
         else:
-            window = self.regs.get(0x1700, 0)
+            window = self.regs.get(regs.BAR0_WINDOW, 0)
             if window >> 24 & 3:
                 raise AssertionError(f"PRAMIN over target {window >> 24 & 3}: only video "
                                      "memory is simulated")
-            at = ((window & 0xFFFFFF) << 16) + offset - 0x700000
+            at = ((window & 0xFFFFFF) << 16) + offset - regs.PRAMIN
         if at + 4 > len(self.vram):
             raise AssertionError(f"PRAMIN at FB 0x{at:x}: beyond video memory")
         return self.vram[at:at + 4]
@@ -288,6 +295,8 @@ class SimGpu:
             return self.wpr2[0]
         if offset == regs.WPR2_ADDR_HI:
             return self.wpr2[1]
+        if offset == regs.USABLE_FB_SIZE_IN_MB:
+            return self.usable_fb_mib
         if offset == regs.AON_SCRATCH_GROUP_05_PLM:
             return 1 if self.gfw_polls is not None and self.gfw_polls <= 0 else 0
         if offset == regs.AON_SCRATCH_GROUP_05_0:
@@ -322,7 +331,8 @@ class SimGpu:
             if f.owns(offset):
                 f.write(offset, value)
                 return
-        if offset in (regs.WPR2_ADDR_LO, regs.WPR2_ADDR_HI, regs.PMC_BOOT_42):
+        if offset in (regs.WPR2_ADDR_LO, regs.WPR2_ADDR_HI, regs.PMC_BOOT_42,
+                      regs.USABLE_FB_SIZE_IN_MB):
             return  # protected or read-only: dropped
         self.regs[offset] = value
         if offset in self.on_write:
@@ -337,6 +347,14 @@ class SimGpu:
         """WPR2 from byte ``lo`` to the 4 KiB page holding byte ``hi`` - 1, as the registers
         hold it (address >> 12 in bits 31:4)."""
         self.wpr2 = ((lo >> 12) << 4, ((hi - 1) >> 12) << 4)
+
+    def take_wpr2_down(self) -> None:
+        """WPR2 down: both bounds 0, or only the high one where :attr:`stale_wpr2_lo`."""
+        self.wpr2 = (self.wpr2[0] if self.stale_wpr2_lo else 0, 0)
+
+    def wpr2_up(self) -> bool:
+        """Whether WPR2 is up: its high bound's VAL (bits 31:4, dev_fb.h) is not 0."""
+        return bool(self.wpr2[1] >> 4)
 
     def wpr2_bytes(self) -> tuple[int, int]:
         lo, hi = self.wpr2
@@ -424,7 +442,7 @@ BOOTER_UNLOAD_BAD_ARGS = 0xB0070003  # an error code the simulated booter_unload
 def booter_unload_program(gpu: SimGpu, *, error: int = 0) -> Callable[[SimFalcon], None]:
     """booter_unload on SEC2, the mirror of :func:`booter_program`: for a normal unload it is
     started with 0xff in MAILBOX0 and MAILBOX1 (kgspExecuteBooterUnloadIfNeeded_TU102), takes
-    WPR2 down (both bounds registers read 0, so WPR2_ADDR_HI's VAL is 0: kgspIsWpr2Up_TU102
+    WPR2 down (:meth:`SimGpu.take_wpr2_down`: WPR2_ADDR_HI's VAL is 0, kgspIsWpr2Up_TU102
     false) and leaves 0 in MAILBOX0; or leaves ``error`` there and WPR2 up. Other mailbox
     values (a suspend's SR meta address, GC6's 0xdeaddead) are not modelled: it reports
     :data:`BOOTER_UNLOAD_BAD_ARGS`."""
@@ -438,7 +456,7 @@ def booter_unload_program(gpu: SimGpu, *, error: int = 0) -> Callable[[SimFalcon
         if (f.mailbox(0), f.mailbox(1)) != (0xFF, 0xFF):
             f.set_mailbox(0, BOOTER_UNLOAD_BAD_ARGS)
             return
-        gpu.wpr2 = (0, 0)
+        gpu.take_wpr2_down()
         f.set_mailbox(0, 0)
 
     return run

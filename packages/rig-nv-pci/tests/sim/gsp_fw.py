@@ -14,7 +14,7 @@ Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig
   and statQueueOffset (u64 at 24);
 - it walks the shared memory's page table (pageTableEntryCount u64 bus addresses at its start,
   message_queue_cpu.c GspMsgQueuesInit), creates the status queue and serves the command
-  queue (tests/gsp_peer.py);
+  queue (tests/sim/gsp_peer.py);
 - it needs GSP_SET_SYSTEM_INFO (72) among what the CPU posted before the boot: a GspSystemInfo
   (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address
   and whose pciConfigMirrorBase/Size (NvU32s at 80, 84) are the chip's config mirror
@@ -39,15 +39,12 @@ What it found, and why it stopped if it did, is in :attr:`GspFirmware.log` and
 
 from __future__ import annotations
 
-import importlib.util
 import struct
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from . import regs
+from . import gsp_peer, regs
 
 if TYPE_CHECKING:
     from .gpu import SimGpu
@@ -101,16 +98,8 @@ def name_id(name: str) -> int:
 
 
 def peer_module() -> ModuleType:
-    """tests/gsp_peer.py, loaded under the name the RPC tests load it by."""
-    name = "rig_nv_pci_tests_gsp_peer"
-    if name not in sys.modules:
-        path = Path(__file__).parent.parent / "gsp_peer.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+    """sim/gsp_peer.py, the GSP's end of the queues."""
+    return gsp_peer
 
 
 class GspFirmware:

@@ -49,7 +49,7 @@ rig_nv_pci or rig_nv:
   engine and copy engine queries from ``copy_engines`` (sim/engines.py), and the retired
   pages ``retired`` lists (NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, sim/retired.py;
   the static info's bPageRetirementSupported is set when a list is given), on any object,
-  GSP-RM's internal subdevice included (tests/gsp_peer.py lets a control name it);
+  GSP-RM's internal subdevice included (tests/sim/gsp_peer.py lets a control name it);
 - a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
   gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
   64, the NV_MEMORY_DESC_PARAMS of :data:`CH_INSTANCE` ...) only with the memory a GSP

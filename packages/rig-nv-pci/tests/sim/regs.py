@@ -18,6 +18,11 @@ WPR2_ADDR_HI = 0x1FA828
 AON_SCRATCH_GROUP_05_PLM = 0x118128
 AON_SCRATCH_GROUP_05_0 = 0x118234
 
+# ampere/ga102/dev_gc6_island_addendum.h: NV_USABLE_FB_SIZE_IN_MB, an alias of
+# NV_PGC6_AON_SECURE_SCRATCH_GROUP_42 (0x001183a4) where the VBIOS's devinit leaves the usable FB
+# size in MiB (nouveau ga102_fb_vidmem_size reads it; every chip after GA100 uses it)
+USABLE_FB_SIZE_IN_MB = 0x1183A4
+
 # turing/tu102/dev_bus.h NV_PBUS_VBIOS_SCRATCH(i); kernel_gsp_frts_tu102.c: index 0xE holds the
 # FRTS error code in 31:16
 VBIOS_SCRATCH_0E = 0x1400 + 4 * 0xE
@@ -28,6 +33,12 @@ VBIOS_SCRATCH_15 = 0x1400 + 4 * 0x15
 # ampere/ga100/dev_fuse.h: ucode fuse versions, one register per ucode id from 1
 FUSE_SEC2_UCODE1_VERSION = 0x824140
 FUSE_GSP_UCODE1_VERSION = 0x8241C0
+
+# dev_bus.ref.txt NV_PBUS_BAR0_WINDOW (BASE 23:0 in 64 KiB units, TARGET 25:24); from Hopper on
+# pri_nv_xal_ep.h NV_XAL_EP_BAR0_WINDOW (BASE 22:0); dev_ram.h NV_PRAMIN, the 1 MiB they show
+BAR0_WINDOW = 0x1700
+XAL_EP_BAR0_WINDOW = 0x10FD40
+PRAMIN, PRAMIN_SIZE = 0x700000, 0x100000
 
 # nouveau nvkm/subdev/bios/shadowrom.c: the PROM window of the VBIOS
 PROM = 0x300000

@@ -6,7 +6,7 @@ non-replayable MMU fault waiting to be serviced (MMU_FAULT_QUEUED), an Xid's tex
 (OS_ERROR_LOG), a ucode's LibOS print (UCODE_LIBOS_PRINT), lockdown engaging or released
 (GSP_LOCKDOWN_NOTICE) and an RM event for a client (POST_EVENT). :class:`EventLog` keeps what
 they say until the device asks (:meth:`EventLog.fault`, through
-:meth:`rig_nv_pci.path.PciPath.fault`).
+:meth:`rig_nv_pci.path.pci.PciPath.fault`).
 
 What a device makes of them: an RC_TRIGGERED for one of its channels is a
 :class:`rig_edge.Fault` naming the Xid, the channel and, for an MMU fault (Xid 31), the fault
@@ -331,7 +331,7 @@ class EventLog:
         """Whether the GPU may have faulted since :attr:`faults` read ``mark``: a report of
         trouble came since (an RC_TRIGGERED or MMU_FAULT_QUEUED of any channel, lockdown
         engaging, a loss :meth:`lose` recorded), or the GSP is in lockdown, or the GPU is
-        lost (:class:`rig_nv_pci.rm.PciRM` keeps a refused allocation's memory then)."""
+        lost (:class:`rig_nv_pci.path.rm.PciRM` keeps a refused allocation's memory then)."""
         with self._lock:
             return self.faults != mark or self.in_lockdown or self.lost is not None
 

@@ -42,7 +42,7 @@ refusal, a refusal after a pass that said there was more, or an answer that cann
 struct (more than 64 valid entries in a pass, a bMore that is no NvBool, more than 512 pages,
 a reply of another size) is a :class:`RetiredPagesError`, which fails the open naming it,
 where CPU-RM would go on handing out memory it could not tell apart from retired memory.
-Where the heap leaves the pages out is :func:`rig_nv_pci.vidmem.retired`.
+Where the heap leaves the pages out is :func:`rig_nv_pci.path.vidmem.retired`.
 """
 
 from __future__ import annotations

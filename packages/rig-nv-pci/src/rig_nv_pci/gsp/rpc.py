@@ -301,7 +301,7 @@ class NotAnswering(RpcTimeout, Lost):
     """A request not sent: the GSP stopped answering at an earlier RPC (:attr:`Rpc.silent`),
     so the GPU is lost (a :class:`rig_edge.Lost`) and is reset at its next open. Also an
     :class:`RpcTimeout`: what GSP-RM made of the requests before is as unknown as after a
-    timeout, so what was given for them stays kept (:mod:`rig_nv_pci.rm`)."""
+    timeout, so what was given for them stays kept (:mod:`rig_nv_pci.path.rm`)."""
 
 
 class Refused(RMError):

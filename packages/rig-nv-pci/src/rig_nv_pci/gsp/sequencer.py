@@ -50,7 +50,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 
 from rig_edge import RigError
-from rig_nv_pci.falcon import OS, Falcon
+from rig_nv_pci.boot.falcon import OS, Falcon
 from rig_nv_pci.gsp.rpc import Event, Incoming
 from rig_pci import Window
 

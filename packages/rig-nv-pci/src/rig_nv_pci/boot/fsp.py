@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 
 from rig_edge import Misuse, RigError
-from rig_nv_pci.falcon import poll
+from rig_nv_pci.boot.falcon import poll
 from rig_pci import Window
 
 # hw/dev_therm.h NV_THERM_I2CS_SCRATCH (GH100's address; each chip's is its family's

@@ -1,4 +1,4 @@
-"""Another device's access to the PCI path's memory (:meth:`rig_nv_pci.path.PciPath.export`,
+"""Another device's access to the PCI path's memory (:meth:`rig_nv_pci.path.pci.PciPath.export`,
 rig_nv's ``Device.dma``, the spec's Rig_nv.dma): the bus ranges of a region, as the
 Rig_nv_pci spec has Rig_pci.Memory.bus state them (the path's ``bar_bus`` and ``dma_bus``:
 rig_pci.memory.bus and dma_bus of the function), or why another device cannot reach them.
@@ -14,9 +14,9 @@ then stay the process's until it exits"): the allocation is marked held and kept
 path's ``kept``, so its free gives nothing back and the device's stop leaves the GSP running
 with every object of the device (so BAR 1 keeps showing the memory) and calls ``on_kept``
 instead of ``on_closed``, for the opener to keep the GPU
-(:meth:`rig_nv_pci.path.PciPath.free_memory`, :meth:`rig_nv_pci.path.PciPath.closed`).
+(:meth:`rig_nv_pci.path.pci.PciPath.free_memory`, :meth:`rig_nv_pci.path.pci.PciPath.closed`).
 
-Module functions taking the path; :class:`rig_nv_pci.path.PciPath` keeps the method rig_nv's
+Module functions taking the path; :class:`rig_nv_pci.path.pci.PciPath` keeps the method rig_nv's
 Path protocol names, which calls them.
 """
 
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 from rig_edge import Bus, Misuse
 from rig_nv.rm import Allocation
-from rig_nv_pci import mmu
+from rig_nv_pci.path import mmu
 
 if TYPE_CHECKING:
-    from rig_nv_pci.path import PciPath, Undo
+    from rig_nv_pci.path.pci import PciPath, Undo
 
 
 def export(path: PciPath, a: Allocation, offset: int, length: int) -> Bus:

@@ -456,7 +456,7 @@ def parse_fmc(data: Bytes, name: str = "fmc-570.144.bin", cot_version: int | Non
     """Parse the FMC ELF32: every section but the name table PROGBITS with the FMC flags,
     inside the file past the section headers, matching its CRC32 where sh_info holds one;
     hash, signature and publickey of the sizes of a COT payload version (of ``cot_version``
-    when given: a family's :attr:`rig_nv_pci.chips.Family.cot_version`)."""
+    when given: a family's :attr:`rig_nv_pci.firmware.chips.Family.cot_version`)."""
     sections = elf_sections(data, name, 1)
     f = _File(data, name)
     (shoff,) = f.unpack("<I", 0x20, "e_shoff")

@@ -20,8 +20,8 @@ nouveau r535_gsp_fini):
    nouveau nvkm_gsp_fwsec_sb): the VBIOS's FWSEC patched with the SB command, run
    heavy-secure, then the boot ROM's PLM and progress and the SB error code
    (NV_PBUS_VBIOS_SCRATCH(0x15) 15:0) checked
-   (:func:`rig_nv_pci.boot.run_fwsec_sb`). The FWSEC is the one the boot read from the VBIOS
-   (:attr:`rig_nv_pci.boot.Booted.fwsec`), as RM runs pKernelGsp->pFwsecUcode, parsed once at
+   (:func:`rig_nv_pci.boot.ampere.run_fwsec_sb`). The FWSEC is the one the boot read from the VBIOS
+   (:attr:`rig_nv_pci.boot.booted.Booted.fwsec`), as RM runs pKernelGsp->pFwsecUcode, parsed once at
    boot, rather than reading the VBIOS again;
 6. booter_unload on SEC2, only while WPR2 is up (kgspExecuteBooterUnloadIfNeeded_TU102):
    SEC2 reset, the image's signature patched for SEC2's fuse version, run heavy-secure with
@@ -52,8 +52,10 @@ from __future__ import annotations
 import time
 
 from rig_edge import Misuse, RigError
-from rig_nv_pci import boot, chips, fwimage
-from rig_nv_pci.falcon import GSP, MAILBOX0, SEC2, Falcon, FalconError
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot.booted import Booted, GspBooted
+from rig_nv_pci.boot.falcon import GSP, MAILBOX0, SEC2, Falcon, FalconError
+from rig_nv_pci.firmware import chips, fwimage
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.queue import QueueError
 from rig_pci import Window
@@ -85,7 +87,7 @@ class StopError(RigError):
 def run_booter_unload(sec2: Falcon, booter: bytes, alloc: boot.Alloc) -> None:
     """booter_unload on SEC2 (kgspExecuteBooterUnloadIfNeeded_TU102 for a normal unload):
     SEC2 reset, the signature patched for its fuse version, 0xff in both mailboxes. Raises
-    :class:`rig_nv_pci.boot.BootError` naming MAILBOX0 on failure."""
+    :class:`rig_nv_pci.boot.ampere.BootError` naming MAILBOX0 on failure."""
     b = fwimage.parse_booter(booter)
     image = b.patched(sec2.fuse_version(b.ucode_id))
     buf = alloc(len(image))
@@ -105,7 +107,7 @@ def run_booter_unload(sec2: Falcon, booter: bytes, alloc: boot.Alloc) -> None:
 
 def wait_processor_suspended(gsp: Falcon, timeout_s: float = SUSPEND_TIMEOUT_S) -> None:
     """Wait for NV_PGSP_FALCON_MAILBOX0 to read LIBOS_INTERRUPT_PROCESSOR_SUSPENDED
-    (kgspWaitForProcessorSuspend_TU102); raises :class:`rig_nv_pci.boot.BootError`."""
+    (kgspWaitForProcessorSuspend_TU102); raises :class:`rig_nv_pci.boot.ampere.BootError`."""
     deadline = time.monotonic() + timeout_s
     pause = 0.0
     while (mailbox := gsp.rd(MAILBOX0)) != PROCESSOR_SUSPENDED:
@@ -117,17 +119,17 @@ def wait_processor_suspended(gsp: Falcon, timeout_s: float = SUSPEND_TIMEOUT_S) 
         pause = min(pause * 2 or 1e-5, 1e-3)
 
 
-def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
+def stop_gsp(bar0: Window, booted: GspBooted, *, name: str,
              booter_unload: bytes | None = None, alloc: boot.Alloc | None = None,
              family: chips.Family | None = None, timeout_s: float = boot.GFW_TIMEOUT_S,
              unload_timeout_s: float = UNLOAD_TIMEOUT_S,
              suspend_timeout_s: float = SUSPEND_TIMEOUT_S) -> None:
-    """Stop the GSP that :func:`rig_nv_pci.boot.boot_gsp` booted on the GPU ``name`` behind
+    """Stop the GSP that :func:`rig_nv_pci.boot.ampere.boot_gsp` booted on the GPU ``name`` behind
     ``bar0``: steps 1-7 of the module's docstring, with DMA memory from ``alloc`` for the
     ``booter_unload`` image. ``unload_timeout_s`` bounds the wait for UNLOADING_GUEST_DRIVER's
     reply (the FREE waits the channel's own timeout), ``suspend_timeout_s`` the wait for the
     GSP to suspend, ``timeout_s`` each falcon wait. Afterwards the GPU can be
-    booted again (WPR2 is down). ``booted.booted`` must be the :class:`rig_nv_pci.boot.Booted`
+    booted again (WPR2 is down). ``booted.booted`` must be the :class:`.booted.Booted`
     of a booter boot (its FWSEC runs FWSEC-SB). Raises :class:`StopError` naming ``name`` and
     every step that failed, after attempting every step still safe to attempt (the module's
     docstring).
@@ -141,7 +143,7 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
     fsp_boot = family is not None and family.boot == "fsp"
     if not fsp_boot and (booter_unload is None or alloc is None):
         raise Misuse(f"{name}: a booter stop needs booter_unload and alloc")
-    if not fsp_boot and not isinstance(booted.booted, boot.Booted):
+    if not fsp_boot and not isinstance(booted.booted, Booted):
         raise Misuse(f"{name}: a booter stop needs the booter boot's FWSEC (boot.Booted), not "
                      f"{type(booted.booted).__name__}")
     failed: list[str] = []
@@ -189,7 +191,7 @@ def stop_gsp(bar0: Window, booted: boot.GspBooted, *, name: str,
                                 causes[0] if causes else None)
         return
     assert booter_unload is not None and alloc is not None
-    assert isinstance(booted.booted, boot.Booted)
+    assert isinstance(booted.booted, Booted)
     sb_failed = False
     try:
         gsp.reset()

@@ -3,7 +3,7 @@
 For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`build` lays out:
 
 - the GSP-RM image (the ELF's ``.fwimage``) in 4 KiB pages and its radix-3 table
-  (:func:`rig_nv_pci.layout.radix3`, kgspCreateRadix3_IMPL in kernel_gsp.c);
+  (:func:`rig_nv_pci.firmware.layout.radix3`, kgspCreateRadix3_IMPL in kernel_gsp.c);
 - the bootloader image and the image's signature (``sysmemAddrOfBootloader``,
   ``sysmemAddrOfSignature`` of GspFwWprMeta: gsp/gsp_fw_wpr_meta.h);
 - five LibOS log buffers, LOGINIT, LOGINTR, LOGRM, LOGMNOC and LOGKRNL, 64 KiB each as a
@@ -21,7 +21,7 @@ For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`bu
   GSP's MAILBOX0/1 (kgspProgramLibosBootArgsAddr_TU102);
 - the message queues (:class:`rig_nv_pci.gsp.queue.Layout`), their page table written and the
   command queue created (GspMsgQueuesInit runs before kgspBootstrap, so the GSP finds it);
-- GspFwWprMeta (:func:`rig_nv_pci.layout.wpr_meta`) with every bus address, whose own bus
+- GspFwWprMeta (:func:`rig_nv_pci.firmware.layout.wpr_meta`) with every bus address, whose own bus
   address goes to booter_load.
 
 (570.144 also gives the GSP a crash-report queue; this boot leaves it out.) Every part that
@@ -37,8 +37,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rig_edge import RigError
-from rig_nv_pci import layout
-from rig_nv_pci.falcon import DmaBuffer
+from rig_nv_pci.boot.falcon import DmaBuffer
+from rig_nv_pci.firmware import layout
 from rig_nv_pci.gsp.queue import Layout, QueuePair, write_page_table
 
 PAGE = 0x1000
@@ -207,9 +207,9 @@ def build(alloc: Alloc, *, image: bytes | memoryview, bootloader: bytes | memory
     ``image`` is the GSP-RM ELF's ``.fwimage``; ``bootloader`` the bootloader's image with its
     RM_RISCV_UCODE_DESC's monitorCodeOffset, monitorDataOffset and manifestOffset; ``signature``
     the image's ``.fwsignature_<family>``; ``plan`` the FB layout computed for these sizes
-    (Ampere, Ada), or for an FSP boot (Hopper, Blackwell) :func:`rig_nv_pci.layout.fmc_sizes`,
+    (Ampere, Ada), or for an FSP boot (Hopper, Blackwell) :func:`.layout.fmc_sizes`,
     whose GspFwWprMeta holds sizes only and whose LibOS address travels in
-    GSP_FMC_BOOT_PARAMS, not the mailboxes (:mod:`rig_nv_pci.boot_fsp`);
+    GSP_FMC_BOOT_PARAMS, not the mailboxes (:mod:`rig_nv_pci.boot.blackwell`);
     ``doorbell`` rings NV_PGSP_QUEUE_HEAD(0). Raises :class:`GspMemoryError` (naming ``name``)
     when memory is missing or not laid out as needed, :class:`rig_edge.Misuse` if ``plan`` was
     computed for other sizes.

@@ -36,7 +36,7 @@ from rig_nv.hostmem import (
     munmap,
 )
 from rig_nv.setup import WINDOWS
-from rig_nv_pci.vidmem import Addresses
+from rig_nv_pci.path.vidmem import Addresses
 
 LOW = 64 << 30  # the spec's 64 GiB; up to Rig_nv.windows (rig_nv.setup.WINDOWS)
 

@@ -17,7 +17,7 @@ and what precedes it in open-gpu-kernel-modules 570.144):
    the GSP's RISC-V core must be active.
 
 Every failure raises :class:`BootError` saying which step failed and the registers that
-show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.gspmem` and goes
+show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.boot.gspmem` and goes
 on as kgspInitRm does:
 
 7. GSP_SET_SYSTEM_INFO (GspSystemInfo, :mod:`rig_nv_pci.gsp.sysinfo`: the BARs' bus addresses,
@@ -36,21 +36,17 @@ from __future__ import annotations
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from rig_edge import RigError
 from rig_nv.rm import RMError
-from rig_nv_pci import chips, fwimage, vbios
-from rig_nv_pci.falcon import GSP, OS, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
+from rig_nv_pci.boot.booted import Booted, GspBooted
+from rig_nv_pci.boot.falcon import GSP, OS, SEC2, DmaBuffer, Falcon, FalconError, HsUcode
+from rig_nv_pci.boot.gspmem import GspMemory
+from rig_nv_pci.firmware import chips, fwimage, vbios
 from rig_nv_pci.gsp import rpc, static_info, sysinfo
 from rig_nv_pci.gsp.queue import QUEUE_HEAD, QueueError
 from rig_nv_pci.gsp.sequencer import Sequencer, SequencerError, SequencerEvents
-from rig_nv_pci.gspmem import GspMemory
 from rig_pci import Window
-
-if TYPE_CHECKING:
-    from rig_nv_pci.boot_fsp import FmcBooted
 
 # dev_fb.h (turing/tu102): WPR2's bounds, bits 31:4 holding the address >> 12 (ALIGNMENT 0xc)
 NV_PFB_PRI_MMU_WPR2_ADDR_LO = 0x001FA824
@@ -242,15 +238,6 @@ def run_booter_load(sec2: Falcon, booter: bytes, wpr_meta_address: int, alloc: A
                         f"(MAILBOX1 0x{m1:08x})")
 
 
-@dataclass(frozen=True)
-class Booted:
-    """What the boot saw: the VBIOS's FWSEC, WPR2 after FWSEC-FRTS and after booter_load."""
-
-    fwsec: vbios.Fwsec
-    wpr2_after_frts: tuple[int, int]
-    wpr2_after_booter: tuple[int, int] | None
-
-
 def boot(bar0: Window, *, booter_load: bytes, frts_offset: int, wpr_meta_address: int,
          alloc: Alloc, libos_args: int = 0, app_version: int = 0,
          timeout_s: float = GFW_TIMEOUT_S) -> Booted:
@@ -282,7 +269,7 @@ INIT_DONE_TIMEOUT_S = 10.0
 
 def doorbell(bar0: Window) -> Callable[[], None]:
     """The command queue's doorbell: 0 written to NV_PGSP_QUEUE_HEAD(0)
-    (kgspSetCmdQueueHead_TU102), for :func:`rig_nv_pci.gspmem.build`."""
+    (kgspSetCmdQueueHead_TU102), for :func:`rig_nv_pci.boot.gspmem.build`."""
     return lambda: bar0.write32(QUEUE_HEAD, 0)
 
 
@@ -308,30 +295,12 @@ def registry(dwords: dict[str, int] = REGISTRY) -> bytes:
     return struct.pack("<II", head + len(names), len(dwords)) + entries + names
 
 
-@dataclass(frozen=True)
-class GspBooted:
-    """A booted GSP: what :func:`boot` (or :func:`rig_nv_pci.boot_fsp.boot_fmc`) saw, the
-    host memory, the RPC channel, the INIT_DONE message (``channel`` the RPCs), the RM of
-    the root client made on the GSP, the static configuration GSP-RM reported, and the
-    channel's handler of GSP_RUN_CPU_SEQUENCER, which goes on running those the GSP sends
-    while the device runs (:meth:`rig_nv_pci.gsp.sequencer.SequencerEvents.runtime` makes a
-    failed one lose the GPU)."""
-
-    booted: Booted | FmcBooted
-    memory: GspMemory
-    channel: rpc.Rpc
-    init_done: rpc.Incoming
-    rm: rpc.RpcRM
-    static: static_info.StaticInfo
-    sequencers: SequencerEvents
-
-
 def boot_gsp(bar0: Window, *, name: str, booter_load: bytes, memory: GspMemory, alloc: Alloc,
              system: sysinfo.SystemInfo, app_version: int = 0,
              timeout_s: float = GFW_TIMEOUT_S, init_timeout_s: float = INIT_DONE_TIMEOUT_S,
              on_event: Callable[[rpc.Incoming], None] | None = None) -> GspBooted:
     """Steps 1-8 of the module's docstring on the GPU ``name`` behind ``bar0``: ``memory``
-    (:func:`rig_nv_pci.gspmem.build`, its doorbell :func:`doorbell`) holds the GSP's host
+    (:func:`rig_nv_pci.boot.gspmem.build`, its doorbell :func:`doorbell`) holds the GSP's host
     memory and queues, ``system`` the GPU's place on the bus for GSP_SET_SYSTEM_INFO,
     ``app_version`` the bootloader's appVersion (NV_PGSP_FALCON_OS after booter_load, and a
     sequencer's CORE_RESUME). Returns once

@@ -3,13 +3,13 @@
 The RM runs on the GSP; this process is its kernel half, what CPU-RM is for a GSP client in
 open-gpu-kernel-modules 570.144, with no UVM:
 
-- RM objects go over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE (:class:`rig_nv_pci.rm.PciRM` over
+- RM objects go over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE (:class:`rig_nv_pci.path.rm.PciRM` over
   :class:`rig_nv_pci.gsp.rpc.RpcRM`), the controls that carry a pointer to a list sent as
-  their _V2 twins (:mod:`rig_nv_pci.rm` says which and from which headers).
+  their _V2 twins (:mod:`rig_nv_pci.path.rm` says which and from which headers).
 - The GPU's address space: the path's FERMI_VASPACE_A, with one NV50_MEMORY_VIRTUAL object
   (cl50a0.h) over [VA_BASE, VA_LIMIT) that keeps GSP-RM out of the path's range. With
   ``pramin`` (every open) the path writes the page tables itself, as CPU-RM does for a GSP
-  client (:mod:`rig_nv_pci.mmu`: the version-2 format on Ampere and Ada, Hopper's version 3
+  client (:mod:`rig_nv_pci.path.mmu`: the version-2 format on Ampere and Ada, Hopper's version 3
   on Blackwell, in video memory from the path's heap, written through BAR 0's PRAMIN window,
   each change followed by a TLB invalidate), and hands GSP-RM its directories down to PD1
   over the server's range with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES
@@ -18,7 +18,7 @@ open-gpu-kernel-modules 570.144, with no UVM:
   chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED (virtual_mem.c
   virtmemMapTo_IMPL sends it only for bRpcAlloc memory: the vGPU guest's model, which the
   simulated GSP-RM refuses), and UNMAP_MEMORY_DMA to end it.
-- Device memory: video memory from the path's own heap (:mod:`rig_nv_pci.vidmem`, over the
+- Device memory: video memory from the path's own heap (:mod:`rig_nv_pci.path.vidmem`, over the
   FB regions GET_GSP_STATIC_INFO reported, as CPU-RM's heap for a GSP client), registered
   with the GSP as CPU-RM registers it (mem.c memRegisterWithGsp_IMPL: ALLOC_MEMORY of
   NV01_MEMORY_LIST_FBMEM, cl84a0.h 0x82, one PTE for the contiguous block), then mapped.
@@ -34,7 +34,7 @@ open-gpu-kernel-modules 570.144, with no UVM:
   (rpcAllocMemory_v13_01's IS_GSP_CLIENT branch), freed by FREE; then mapped.
 - The caller's own pages (map_host): behind an IOMMU mapped by it (rig_pci.Function.map_host),
   then registered and mapped as Pinned memory; a GPU taken physically refuses them (NEVER).
-- Peers (:meth:`PciPath.map_peer`, :mod:`rig_nv_pci.peers`): another GPU's region, mapped
+- Peers (:meth:`PciPath.map_peer`, :mod:`rig_nv_pci.path.peers`): another GPU's region, mapped
   at its own GPU address into this GPU's tables as NVIDIA's BAR1 P2P maps it, only where
   rig_pci.memory.why_apart finds the two GPUs reach each other (the spec's rule): its video
   memory through the owner's BAR 1, by bus address, as non-coherent volatile system memory.
@@ -54,7 +54,7 @@ open-gpu-kernel-modules 570.144, with no UVM:
   nv04_timer_read reads, hold the same clock; gh100/dev_timer.h no longer lists them. So the
   device's profiles' times (the semaphores' PTIMER stamps) drift from the host's clock, and
   each profile measures by how much (rig_nv.profile).
-- Another device's access (:meth:`PciPath.export`, :mod:`rig_nv_pci.export`, rig_nv's
+- Another device's access (:meth:`PciPath.export`, :mod:`rig_nv_pci.path.export`, rig_nv's
   ``Device.dma``): the bus ranges of a region, as the Rig_nv_pci spec has Rig_pci.Memory.bus
   state them (``bar_bus``, ``dma_bus``: rig_pci.memory.bus and dma_bus of the function): GPU
   memory through BAR 1 (Mapped memory at its BAR 1 offset; Device memory mapped into BAR 1 by
@@ -65,12 +65,12 @@ open-gpu-kernel-modules 570.144, with no UVM:
   keeps showing the memory) and calls ``on_kept`` instead of ``on_closed``, for the opener
   to keep the GPU.
 
-- Faults (:meth:`PciPath.fault`, :mod:`rig_nv_pci.faults`, rig_nv's optional
+- Faults (:meth:`PciPath.fault`, :mod:`rig_nv_pci.path.faults`, rig_nv's optional
   :class:`rig_nv.rm.ReportsFaults`): what the GSP's status queue says of the device's channels
   (RC_TRIGGERED by ChID, lockdown, a GSP_RUN_CPU_SEQUENCER that failed), the first answer kept.
 
 GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
-reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.addresses`, the spec's 64
+reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.path.addresses`, the spec's 64
 GiB to Rig_nv.windows), where Pinned memory is placed at its GPU address (``place_dma``) and
 Mapped memory's BAR 1 window too (``place_bar``: rig_pci.Function.window's ``at``, over the
 reservation, which the window's close puts back), so that their host and GPU addresses
@@ -82,10 +82,10 @@ a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU
 GSP-RM leaves it to a GSP client is not in the open sources); the page tables are written
 word by word through PRAMIN, not through BAR 2. A channel's alloc (the GPFIFO classes) hands
 GSP-RM its instance block, RAMFC, USERD, its group's method buffer and its error notifier as
-CPU-RM does (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), and
+CPU-RM does (:mod:`rig_nv_pci.path.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), and
 the channel's ChID, picked from its runlist's space as CPU-RM does, in its flags. Before a
 channel's first compute object the compute engine's context buffers are made, mapped and
-handed over with NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.grctx`,
+handed over with NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.path.grctx`,
 _kgrAlloc); their sizes come from NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, not
 CPU-RM's internal static copy. The copy engine queries a device makes to choose its copy
 channel's engine (rig_nv.engines: NV2080_CTRL_CMD_GPU_GET_ENGINES_V2, CE_GET_CAPS_V2) go to
@@ -109,14 +109,14 @@ from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import Allocation, RMError, page_rounded
-from rig_nv_pci import channels, export, faults, mmu, peers, runlists, vidmem
-from rig_nv_pci.channels import ChannelMemory, Placed
-from rig_nv_pci.grctx import GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
-from rig_nv_pci.rm import PciRM
-from rig_nv_pci.vidmem import Addresses, Heap
+from rig_nv_pci.path import channels, export, faults, mmu, peers, runlists, vidmem
+from rig_nv_pci.path.channels import ChannelMemory, Placed
+from rig_nv_pci.path.grctx import GrContexts
+from rig_nv_pci.path.rm import PciRM
+from rig_nv_pci.path.vidmem import Addresses, Heap
 from rig_pci import Function
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
@@ -178,8 +178,8 @@ class Dma(Protocol):
 
 
 class Range(Protocol):
-    """GPU addresses to take and give back (:class:`rig_nv_pci.vidmem.Addresses`,
-    :class:`rig_nv_pci.addresses.Reservation`)."""
+    """GPU addresses to take and give back (:class:`rig_nv_pci.path.vidmem.Addresses`,
+    :class:`rig_nv_pci.path.addresses.Reservation`)."""
 
     def take(self, size: int, align: int) -> int | None: ...
 
@@ -231,8 +231,8 @@ class PciPath:
     (the GPU stays the process's), ``timer`` BAR 0, whose PTIMER registers the device's clock
     reads (``Clock.REGISTERS``; ``None``: the path reads no clock), ``fb_kept`` FB ranges
     ``(at, size)`` of whole pages the heap never hands out besides ``bar1``'s root (GSP-RM's
-    BAR 2 root, :func:`rig_nv_pci.vidmem.roots`; the retired pages' 64 KiB frames,
-    :func:`rig_nv_pci.vidmem.retired`). Makes the device, subdevice, address space and its
+    BAR 2 root, :func:`rig_nv_pci.path.vidmem.roots`; the retired pages' 64 KiB frames,
+    :func:`rig_nv_pci.path.vidmem.retired`). Makes the device, subdevice, address space and its
     virtual range at once (and with ``pramin`` the page directories, handed to the GSP);
     raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP refuses them."""
 
@@ -332,7 +332,7 @@ class PciPath:
                     self.bar1_tables = tables(root)
                     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
                     self._bar1_addresses = Addresses(*vidmem.bar1_range(size))
-            # the channels' runlists and doorbell tokens (rig_nv_pci.runlists): GSP-RM's
+            # the channels' runlists and doorbell tokens (rig_nv_pci.path.runlists): GSP-RM's
             # device info table as asked of its internal subdevice (the open's), else of
             # this path's own
             table = runlist_table if runlist_table is not None else runlists.get(
@@ -383,7 +383,7 @@ class PciPath:
                coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
         """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
         offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory;
-        ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.mmu.PageTables.map`
+        ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.path.mmu.PageTables.map`
         takes them, the kind GENERIC for video memory and PITCH for system memory by
         default; in 64 KiB pages where ``big`` and not ``huge``), else by the GSP."""
         if self.tables is not None:
@@ -424,7 +424,7 @@ class PciPath:
         """ALLOC_MEMORY of ``payload`` (mem.c memRegisterWithGsp_IMPL): ``handle``, or
         :class:`rig_nv_pci.gsp.rpc.Refused` for a non-zero rpc_result, its reply's only status
         (rpc.c rpcAllocMemory_v13_01). On any failure the caller gives the memory back only
-        where :meth:`rig_nv_pci.rm.PciRM.refused` says so, else keeps it (:meth:`_keep`)."""
+        where :meth:`rig_nv_pci.path.rm.PciRM.refused` says so, else keeps it (:meth:`_keep`)."""
         reply = self._rpc.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
         if reply.result:
             raise rpc.Refused(f"{self.name}: describing {what} to the GSP",
@@ -458,9 +458,9 @@ class PciPath:
 
     def _keep(self, undo: Undo) -> None:
         """The memory, video memory and GPU addresses ``undo`` holds, kept as memory GSP-RM may
-        hold (an ALLOC_MEMORY that failed without a plain refusal: rig_nv_pci.rm's docstring)
+        hold (an ALLOC_MEMORY that failed without a plain refusal: rig_nv_pci.path.rm's docstring)
         until GSP-RM answers the free of the device, under which its object would be
-        (:attr:`rig_nv_pci.rm.PciRM.kept`); never, where no such answer comes."""
+        (:attr:`rig_nv_pci.path.rm.PciRM.kept`); never, where no such answer comes."""
         def give_back() -> None:
             if undo.dma is not None:
                 undo.dma.free()
@@ -743,13 +743,13 @@ class PciPath:
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         """Map ``a``, memory of the GPU of ``owner`` (another GPU opened over PCI), into this
         GPU's address space at ``a.gpu``, as NVIDIA's RM maps BAR1 P2P, or raise
-        :class:`rig_edge.RigError` naming why not (:func:`rig_nv_pci.peers.map_peer`)."""
+        :class:`rig_edge.RigError` naming why not (:func:`rig_nv_pci.path.peers.map_peer`)."""
         return peers.map_peer(self, a, owner)
 
     def unmap_peer(self, p: Allocation) -> None:
         """End a mapping :meth:`map_peer` made: this GPU's PTEs cleared (and its TLB
         invalidated), then the owner's BAR 1 range lent for it given back; a step that fails
-        is retried by the next call, none repeated (:func:`rig_nv_pci.peers.unmap_peer`)."""
+        is retried by the next call, none repeated (:func:`rig_nv_pci.path.peers.unmap_peer`)."""
         peers.unmap_peer(self, p.undo)
 
     def gpu_time_ns(self) -> int:
@@ -773,8 +773,8 @@ class PciPath:
 
     def fault(self, channels: Mapping[int, str], notified: bool) -> Lost | None:
         """What the GSP reported of ``channels`` (rig_nv.rm.ReportsFaults), the first answer
-        kept: :func:`rig_nv_pci.faults.fault`."""
-        return faults.fault(self, channels, notified)
+        kept: :func:`rig_nv_pci.path.faults.fault`."""
+        return faults.fault(self.events, self._poll, self.rm.channels, channels, notified)
 
     def sleep(self, timeout_s: float) -> None:
         """Hand on the GSP's events (running the sequencers it asked for), then nap (the GPU's
@@ -792,7 +792,7 @@ class PciPath:
         stopped, so that the memory, its GSP-RM objects and BAR 1's tables under GSP-RM's
         root stay as they were (the spec: the region's memory and the GPU stay the process's
         until it exits); ``on_kept`` runs instead, for the opener to keep the GPU. A GSP that
-        stopped answering fails neither (:meth:`rig_nv_pci.rm.PciRM.free_at_stop`)."""
+        stopped answering fails neither (:meth:`rig_nv_pci.path.rm.PciRM.free_at_stop`)."""
         with self._lock:
             kept = bool(self.kept)
         if kept:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rig_edge import Misuse, RigError
-from rig_nv_pci.chips import Family
+from rig_nv_pci.firmware.chips import Family
 
 KiB, MiB, GiB = 1 << 10, 1 << 20, 1 << 30
 

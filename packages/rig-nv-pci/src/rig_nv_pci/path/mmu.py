@@ -26,7 +26,7 @@ ADDRESS_SMALL 115:76 (so bits 127:64 are a PDE); PTEs VALID 0:0, APERTURE 2:1, P
 REGULAR_RW_ATOMIC_CACHED_ACE, 1: REGULAR_RW_ATOMIC_UNCACHED_ACE), KIND 11:8, ADDRESS 51:12 in
 place.
 
-A peer's memory seen through its BAR 1 (:meth:`rig_nv_pci.path.PciPath.map_peer`) is mapped as
+A peer's memory seen through its BAR 1 (:meth:`rig_nv_pci.path.pci.PciPath.map_peer`) is mapped as
 NVIDIA's RM maps BAR1 P2P: system memory at the peer's BAR 1 bus addresses, non-coherent (no
 snoop) and uncached (volatile in version 2, an UNCACHED PCF in version 3), kind
 GENERIC_MEMORY (``pte(..., coherent=False, volatile=True)``).

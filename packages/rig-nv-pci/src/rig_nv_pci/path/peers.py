@@ -1,4 +1,4 @@
-"""Peer mappings of the PCI path (:meth:`rig_nv_pci.path.PciPath.map_peer` and
+"""Peer mappings of the PCI path (:meth:`rig_nv_pci.path.pci.PciPath.map_peer` and
 ``unmap_peer``, so ``d1.map_peer(d0, region)`` between two GPUs opened over PCI): another
 GPU's region mapped at its own GPU address into this GPU's tables as NVIDIA's RM maps BAR1
 P2P (open-gpu-kernel-modules 570.144: virtual_mem.c virtmemMapTo_IMPL,
@@ -8,7 +8,7 @@ virt_mem_allocator_gm107.c dmaAllocMapping_GM107, dmaUpdateVASpace_GF100), only 
 owner's video memory through its BAR 1, by bus address, as non-coherent volatile system
 memory; Pinned memory at the machine's bus addresses the owner maps.
 
-Module functions taking the mapper's path (``path``); :class:`rig_nv_pci.path.PciPath` keeps
+Module functions taking the mapper's path (``path``); :class:`rig_nv_pci.path.pci.PciPath` keeps
 the methods rig_nv's Path protocol names, which call them.
 """
 
@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, RigError
 from rig_nv.rm import Allocation
-from rig_nv_pci import vidmem
+from rig_nv_pci.path import vidmem
 from rig_pci import memory as pci_memory
 
 if TYPE_CHECKING:
-    from rig_nv_pci.path import PciPath, Undo
+    from rig_nv_pci.path.pci import PciPath, Undo
 
 
 def apart(path: PciPath, owner: PciPath) -> str | None:
@@ -44,7 +44,7 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
     """Map ``a``, memory of the GPU of ``owner`` (another GPU opened over PCI), into ``path``'s
     GPU's address space at ``a.gpu``, the address it has on its own GPU: every GPU the
     process opens over PCI takes its addresses from one range, so no region of this GPU
-    lies there (:mod:`rig_nv_pci.addresses`).
+    lies there (:mod:`rig_nv_pci.path.addresses`).
 
     As NVIDIA's RM maps a peer's memory over PCIe with BAR1 P2P (open-gpu-kernel-modules
     570.144: virtual_mem.c virtmemMapTo_IMPL, whose bBar1P2P case calls
@@ -79,8 +79,8 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
     GPU opened over PCI, their addresses are not one range, this path does not write its
     page tables, or BAR 1 or video memory (for a page table) has no room; what it made is
     given back first."""
-    # rig_nv_pci.path imports this module, so its classes are taken once it is loaded
-    from rig_nv_pci.path import PciPath, Undo
+    # rig_nv_pci.path.pci imports this module, so its classes are taken once it is loaded
+    from rig_nv_pci.path.pci import PciPath, Undo
 
     if not isinstance(owner, PciPath):
         raise RigError(f"{path.name}: a peer of a GPU opened over PCI must be opened over "
@@ -116,7 +116,7 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
 def peer_bar1_bus(path: PciPath, a: Allocation, owner: PciPath, mine: Undo) -> int:
     """The bus address at which ``owner``'s video memory ``a`` lies in its BAR 1, mapped
     there for this mapping if it is not (Device memory; noted in ``mine.lent``)."""
-    from rig_nv_pci.path import Undo  # see map_peer
+    from rig_nv_pci.path.pci import Undo  # see map_peer
 
     undo: Undo = a.undo
     if undo.fb is None:

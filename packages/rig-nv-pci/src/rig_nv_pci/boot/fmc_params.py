@@ -3,8 +3,8 @@
 On GH100 the host sends the FSP one chain-of-trust message whose NVDM_PAYLOAD_COT ends with
 the bus address of a GSP_FMC_BOOT_PARAMS (``gspBootArgsSysmemOffset``, kfspSetupGspImages in
 open-gpu-kernel-modules' src/nvidia/src/kernel/gpu/fsp/arch/hopper/kern_fsp_gh100.c); the FMC
-reads from it where GspFwWprMeta lies (:func:`rig_nv_pci.layout.wpr_meta` with
-:func:`rig_nv_pci.layout.fmc_sizes`: sizes and system-memory addresses only) and where the
+reads from it where GspFwWprMeta lies (:func:`rig_nv_pci.firmware.layout.wpr_meta` with
+:func:`rig_nv_pci.firmware.layout.fmc_sizes`: sizes and system-memory addresses only) and where the
 LibOS arguments lie, whose address an Ampere boot puts in the GSP's mailboxes instead.
 
 The structure is src/nvidia/arch/nvalloc/common/inc/gsp/gspifpub.h's, **not packed**: natural
@@ -23,8 +23,8 @@ import struct
 from dataclasses import dataclass
 
 from rig_edge import Misuse
-from rig_nv_pci import layout
-from rig_nv_pci.chips import GSP_RELEASE
+from rig_nv_pci.firmware import layout
+from rig_nv_pci.firmware.chips import GSP_RELEASE
 
 # gspifpub.h: GSP_DMA_TARGET. _kgspMemdescToDmaTarget maps cached system memory to
 # COHERENT_SYSTEM, uncached to NONCOHERENT_SYSTEM and FB to LOCAL_FB.

@@ -10,7 +10,7 @@ kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvo
    (kfspSetupGspImages: the "ucode_image" copy whose address is gspFmcSysmemOffset);
 4. GSP_FMC_BOOT_PARAMS in its own DMA buffer (kgspAllocBootArgs_GH100: 4 KiB aligned),
    naming GspFwWprMeta and the LibOS arguments (kgspSetupGspFmcArgs_GH100,
-   :func:`rig_nv_pci.hopper.fmc_boot_params`); nobody writes the GSP's mailboxes;
+   :func:`rig_nv_pci.boot.fmc_params.fmc_boot_params`); nobody writes the GSP's mailboxes;
 5. NVDM_PAYLOAD_COT of the family's version with the FMC's hash, public key and signature, FRTS
    asked for at :func:`frts_vidmem_offset` from the end of FB, 1 MiB, no sysmem copy (the
    nouveau choice, docs/hopper-boot.md §2.5), sent to the FSP and its FSP_RESPONSE checked
@@ -21,11 +21,11 @@ kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvo
    (_kgspLockdownReleasedOrFmcError: HWCFG2.RISCV_BR_PRIV_LOCKDOWN 0, or MAILBOX0 nonzero =
    the FMC's error), NV_PGSP_FALCON_OS = the bootloader's appVersion, the RISC-V core active
    (kflcnIsRiscvActive_GA102);
-7. then as :func:`rig_nv_pci.boot.boot_gsp` after booter_load: SET_SYSTEM_INFO and SET_REGISTRY
+7. then as :func:`.ampere.boot_gsp` after booter_load: SET_SYSTEM_INFO and SET_REGISTRY
    posted before the COT, sequencers run, GSP_INIT_DONE, the root client
    (:func:`boot.start_channel`, :func:`boot.finish`).
 
-Every failure raises :class:`rig_nv_pci.boot.BootError` naming the GPU, the step and the
+Every failure raises :class:`rig_nv_pci.boot.ampere.BootError` naming the GPU, the step and the
 registers that show it. Not done: CLOCK_BOOST (RM only, optional), SPDM (Confidential
 Computing), the sysmem FRTS copy (kfspFrtsSysmemLocationProgram_GH100; nouveau leaves it out).
 """
@@ -33,11 +33,13 @@ Computing), the sysmem FRTS copy (kfspFrtsSysmemLocationProgram_GH100; nouveau l
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from rig_nv_pci import boot, chips, fsp, fwimage, hopper, layout
-from rig_nv_pci.boot import Alloc, BootError
-from rig_nv_pci.falcon import (
+from rig_nv_pci.boot import ampere as boot
+from rig_nv_pci.boot import fmc_params as hopper
+from rig_nv_pci.boot import fsp
+from rig_nv_pci.boot.ampere import Alloc, BootError
+from rig_nv_pci.boot.booted import FmcBooted, GspBooted
+from rig_nv_pci.boot.falcon import (
     GSP,
     HWCFG2,
     MAILBOX0,
@@ -47,8 +49,9 @@ from rig_nv_pci.falcon import (
     Falcon,
     poll,
 )
+from rig_nv_pci.boot.gspmem import GspMemory, in_one_run
+from rig_nv_pci.firmware import chips, fwimage, layout
 from rig_nv_pci.gsp import rpc, sysinfo
-from rig_nv_pci.gspmem import GspMemory, in_one_run
 from rig_pci import Window
 
 PAGE = 0x1000
@@ -66,20 +69,6 @@ HWCFG2_RISCV_BR_PRIV_LOCKDOWN = 1 << 13
 # memmgrGetFBEndReserveSizeEstimate_GB100 0x220000 and the default 0 (_4a4dee)
 FB_END_RESERVE = {"gh100": (0x200000, 0x1000), "gb202": (0x220000, 0)}
 FRTS_ALIGN = 0x200000
-
-
-@dataclass(frozen=True)
-class FmcBooted:
-    """What :func:`boot_fmc` laid out and saw: the bus addresses of the FMC image and of
-    GSP_FMC_BOOT_PARAMS, the COT payload sent, the FSP's answer, and WPR2 afterwards (the FMC
-    raises it; ``None`` if it reads down)."""
-
-    fmc_address: int
-    boot_params_address: int
-    cot: bytes
-    response: fsp.FspResponse
-    wpr2: tuple[int, int] | None
-    buffers: tuple[DmaBuffer, ...]
 
 
 def frts_vidmem_offset(meta: layout.WprMeta, family: chips.Family = chips.BLACKWELL) -> int:
@@ -139,8 +128,8 @@ def boot_fmc(bar0: Window, *, name: str, family: chips.Family, fmc: bytes,
              memory: GspMemory, alloc: Alloc, app_version: int = 0,
              timeout_s: float = fsp.READY_TIMEOUT_S) -> FmcBooted:
     """Steps 1-6 of the module's docstring on the GPU ``name`` behind ``bar0``; ``fmc`` is
-    the family's fmc-570.144.bin, ``memory`` built by :func:`rig_nv_pci.gspmem.build` with
-    :func:`rig_nv_pci.layout.fmc_sizes`. The FSP's own boot is awaited at the family's
+    the family's fmc-570.144.bin, ``memory`` built by :func:`rig_nv_pci.boot.gspmem.build` with
+    :func:`rig_nv_pci.firmware.layout.fmc_sizes`. The FSP's own boot is awaited at the family's
     register for the family's time (kfspWaitForSecureBoot_GH100 / _GB202), or ``timeout_s``
     where that is shorter than NVIDIA's default wait. Returns once the GSP's RISC-V core
     runs."""
@@ -189,9 +178,9 @@ def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memor
              alloc: Alloc, system: sysinfo.SystemInfo, app_version: int = 0,
              timeout_s: float = fsp.READY_TIMEOUT_S,
              init_timeout_s: float = boot.INIT_DONE_TIMEOUT_S,
-             on_event: Callable[[rpc.Incoming], None] | None = None) -> boot.GspBooted:
+             on_event: Callable[[rpc.Incoming], None] | None = None) -> GspBooted:
     """Steps 1-7 of the module's docstring: :func:`boot_fmc` between the posted
-    SET_SYSTEM_INFO/SET_REGISTRY and GSP_INIT_DONE, as :func:`rig_nv_pci.boot.boot_gsp` has
+    SET_SYSTEM_INFO/SET_REGISTRY and GSP_INIT_DONE, as :func:`rig_nv_pci.boot.ampere.boot_gsp` has
     booter_load there. Returns once GSP-RM reported GSP_INIT_DONE and made the root client;
     raises :class:`BootError` naming ``name`` otherwise."""
     channel, sequencers = boot.start_channel(bar0, name=name, memory=memory, system=system,
@@ -201,4 +190,4 @@ def boot_fsp(bar0: Window, *, name: str, family: chips.Family, fmc: bytes, memor
                       app_version=app_version, timeout_s=timeout_s)
     done, rm, static = boot.finish(bar0, name, channel, memory, init_timeout_s,
                                    sequencers.failed, started_by="the FMC")
-    return boot.GspBooted(booted, memory, channel, done, rm, static, sequencers)
+    return GspBooted(booted, memory, channel, done, rm, static, sequencers)

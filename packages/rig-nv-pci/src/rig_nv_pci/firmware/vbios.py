@@ -222,7 +222,7 @@ class Fwsec:
 
     def signature_index(self, fuse_version: int) -> int:
         """The index of the signature for ``fuse_version`` (the falcon's fuse, as
-        :func:`rig_nv_pci.fwimage.fuse_version` reads it): one signature per bit set in
+        :func:`rig_nv_pci.firmware.fwimage.fuse_version` reads it): one signature per bit set in
         SignatureVersions, in bit order. Raises :class:`VbiosError` if none is for it."""
         versions = self.desc.signature_versions
         if not 0 <= fuse_version < 16 or not versions >> fuse_version & 1:

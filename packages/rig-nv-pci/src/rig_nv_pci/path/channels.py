@@ -34,7 +34,7 @@ alloc_channel.h):
   kfifoChidMgrAllocChid_IMPL: rangeLo += KFIFO_NUM_GSP_RESERVED_CHANNELS); a channel of a
   group is on its group's engine's runlist (rig's compute and copy channels share their GR
   group's), a channel without a known group on its own engine's, the runlist GSP-RM's device
-  info table names for the engine (``runlist_of``, :mod:`rig_nv_pci.runlists`): engines that
+  info table names for the engine (``runlist_of``, :mod:`rig_nv_pci.path.runlists`): engines that
   share a runlist (a GRCE and its GR) share its ChIDs.
 
 Memory and the ChID go back once GSP-RM freed the channel (its group's method buffer once the
@@ -42,7 +42,7 @@ group is freed; everything once the device is). A channel the path refuses, or G
 with a status (:class:`rig_nv_pci.gsp.rpc.Refused`) while the GPU did not fault meanwhile,
 gives back at once its instance block, its ChID and its group's method buffer where it was
 made for this channel (:meth:`ChannelMemory.refused`); any other failure of the alloc keeps
-them as a channel GSP-RM may hold (:class:`rig_nv_pci.rm.PciRM` decides which).
+them as a channel GSP-RM may hold (:class:`rig_nv_pci.path.rm.PciRM` decides which).
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from typing import Any, Protocol
 
 from rig_nv import classes
 from rig_nv.rm import RMError
-from rig_nv_pci.gspmem import in_one_run
+from rig_nv_pci.boot.gspmem import in_one_run
 
 # NV_ADDRESS_SPACE (g_mem_desc_nvoc.h) and the CPU cache attributes (nv_memory_type.h)
 ADDR_SYSMEM, ADDR_FBMEM = 1, 2
@@ -121,7 +121,7 @@ class ChannelMemory:
     path's heap, ``zero_fb(at, size)`` zeroes video memory (``None``: it cannot), ``alloc_dma``
     system memory, ``placed(handle)`` where a memory object of the path lies,
     ``method_buffer_size()`` asks GSP-RM the method buffer's size, ``runlist_of(engine)`` the
-    runlist of an NV2080 engine type (:meth:`rig_nv_pci.runlists.Doorbells.runlist`)."""
+    runlist of an NV2080 engine type (:meth:`rig_nv_pci.path.runlists.Doorbells.runlist`)."""
 
     def __init__(self, name: str, ffi: Any, *, take_fb: Callable[[int, int], int | None],
                  give_fb: Callable[[int, int], None],

@@ -7,11 +7,11 @@ NV2080_CTRL_CMD_GR_GET_INFO, NV2080_CTRL_CMD_FB_GET_INFO) cannot reach the GSP a
 each goes as its _V2 twin, whose list lies in the parameters (ctrl0080gpu.h, ctrl0080gr.h /
 ctrl2080gr.h, ctrl2080fb.h), and the answer is written back through the caller's pointer.
 Allocs and frees also carry what a GSP client's CPU-RM hands GSP-RM with them: a channel's
-memory (:mod:`rig_nv_pci.channels`, kernel_channel.c _kchannelSendChannelAllocRpc) and, before
+memory (:mod:`rig_nv_pci.path.channels`, kernel_channel.c _kchannelSendChannelAllocRpc) and, before
 a channel's first compute object, the compute engine's context buffers
-(:mod:`rig_nv_pci.grctx`, _kgrAlloc). A channel's NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
+(:mod:`rig_nv_pci.path.grctx`, _kgrAlloc). A channel's NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
 never reaches the GSP: CPU-RM answers it, with the channel's runlist and ChID
-(:mod:`rig_nv_pci.runlists`).
+(:mod:`rig_nv_pci.path.runlists`).
 
 The Rig_nv_pci spec: "An allocation the path or the GSP refuses gives back at once the memory
 the path gave for it, unless the GPU faulted meanwhile." At this layer that reads:
@@ -35,8 +35,8 @@ the path gave for it, unless the GPU faulted meanwhile." At this layer that read
 What the path gives for an object: for a channel its instance block, its ChID and (for its
 group's first channel) the group's method buffer; for a compute object the context buffers
 made for it, until the promote that hands them to GSP-RM is answered (then they are the
-group's and the device's: :mod:`rig_nv_pci.grctx`); for a memory object the path registers
-with ALLOC_MEMORY under the device (:class:`rig_nv_pci.path.PciPath`: Pinned memory's and
+group's and the device's: :mod:`rig_nv_pci.path.grctx`); for a memory object the path registers
+with ALLOC_MEMORY under the device (:class:`rig_nv_pci.path.pci.PciPath`: Pinned memory's and
 map_host's DMA memory, Device and Mapped memory's video memory, with the allocation's GPU
 addresses), kept in :attr:`PciRM.kept` where the registration failed without a plain refusal,
 until GSP-RM answers the free of the device or the client.
@@ -51,13 +51,13 @@ from collections.abc import Callable
 from rig_edge import RigError
 from rig_nv.hostmem import view
 from rig_nv.rm import RM, RMError
-from rig_nv_pci import channels
-from rig_nv_pci.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory
-from rig_nv_pci.grctx import COMPUTE_CLASSES, GrContexts
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.queue import QueueError
-from rig_nv_pci.runlists import Doorbells
+from rig_nv_pci.path import channels
+from rig_nv_pci.path.channels import GPFIFO_CLASSES, KEPLER_CHANNEL_GROUP_A, ChannelMemory
+from rig_nv_pci.path.grctx import COMPUTE_CLASSES, GrContexts
+from rig_nv_pci.path.runlists import Doorbells
 
 # Controls with a pointer and their _V2 twins (570.144 ctrl headers).
 NV0080_CTRL_CMD_GPU_GET_CLASSLIST = 0x800201
@@ -84,7 +84,7 @@ FB_INFO = struct.Struct("<I4xQ")
 # NV2080_CTRL_FB_GET_INFO_V2_PARAMS {NvU32 fbInfoListSize; {index, data}[0x39]}: 460 bytes.
 FB_INFO_V2 = struct.Struct(f"<I{2 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE}I")
 # clc36f.h: NVC36F_CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS {NvU32 workSubmitToken}, which
-# CPU-RM answers itself (rig_nv_pci.runlists)
+# CPU-RM answers itself (rig_nv_pci.path.runlists)
 NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
 
 
@@ -96,11 +96,11 @@ class PciRM:
         self.rpc_rm = rm
         # the GSP's events (the path's boot's log): whether the GPU faulted during an RPC
         self.events = events
-        # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.channels)
+        # the memory a GSP client's channel alloc hands GSP-RM (rig_nv_pci.path.channels)
         self.channels: ChannelMemory | None = None
-        # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.grctx)
+        # the compute engine's context buffers promoted to GSP-RM (rig_nv_pci.path.grctx)
         self.grctx: GrContexts | None = None
-        # the channels' work-submit tokens, as CPU-RM builds them (rig_nv_pci.runlists)
+        # the channels' work-submit tokens, as CPU-RM builds them (rig_nv_pci.path.runlists)
         self.doorbells: Doorbells | None = None
         # what gives back memory an ALLOC_MEMORY may have handed GSP-RM though it failed (no
         # plain refusal: the module's docstring), each run once GSP-RM answers the free of a
@@ -171,7 +171,7 @@ class PciRM:
 
     def free_at_stop(self, obj: int) -> None:
         """:meth:`free` of the device's own object at the device's stop
-        (:meth:`rig_nv_pci.path.PciPath.closed`), where a GSP that stopped answering
+        (:meth:`rig_nv_pci.path.pci.PciPath.closed`), where a GSP that stopped answering
         (:class:`rig_nv_pci.gsp.rpc.RpcTimeout`, :class:`rig_nv_pci.gsp.rpc.NotAnswering`,
         :class:`rig_nv_pci.gsp.queue.QueueError`) is no error: the stop goes on, keeping what
         GSP-RM may still hold (everything under the device, :attr:`kept` too), and the GSP's
