@@ -1,18 +1,8 @@
 """A GPU the process took and boots: its firmware images read, its GSP booted, a rig_nv device
 made over :class:`rig_nv_pci.path.pci.PciPath`, and the GSP stopped when the device stops.
 
-This is what an open does once its preconditions passed (kgspInitRm's order in
-open-gpu-kernel-modules 570.144): the usable FB size from NV_USABLE_FB_SIZE_IN_MB
-(ampere/ga102/dev_gc6_island_addendum.h: NV_PGC6_AON_SECURE_SCRATCH_GROUP_42, 0x001183a4, in
-MiB, as nouveau's ga102_fb_vidmem_size reads it), the FB layout
-(kgspCalculateFbLayout_TU102), the GSP's memory (:mod:`rig_nv_pci.boot.gspmem`), the boot
-(:func:`rig_nv_pci.boot.ampere.boot_gsp`), the GPU's retired pages (:mod:`rig_nv_pci.gsp.retired`,
-as heapInit_IMPL asks them before the heap exists), then the device. A family that boots
-through its FSP (Blackwell) reads the same register (the generated HAL,
-g_kern_mem_sys_nvoc.c, gives every chip after GA100 kmemsysReadUsableFbSize_GA102), lays
-out only sizes (:func:`rig_nv_pci.firmware.layout.fmc_sizes`) and boots through
-:func:`rig_nv_pci.boot.blackwell.boot_fsp`.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/held.md."""
 
 from __future__ import annotations
 

@@ -8,14 +8,8 @@ run while the lock is held: the holding thread's signal handler, finalizer or tr
 a callback the open or change calls) raises :class:`rig_edge.Misuse`, having changed nothing
 (the Rig_nv_pci spec's Invalid_argument): waiting there would wait for the thread itself.
 
-:class:`BusLock` is an exclusive ``flock`` on a file per GPU, ``rig-nv-pci-BUS.lock``, in
-the machine's lock directory (:func:`rig_pci.locks.directory`). An open holds it for as long
-as its device lives, so no other open or change, in this process or another, takes the GPU
-meanwhile; the kernel lets the lock go when the process dies. Another machine's GPU is locked
-there, by rig's agent (:class:`rig_pci.transport.LocksThere`), for as long as it is held.
-(Taking the function is exclusive too: VFIO opens a group once and a physical take locks the
-function's config file. The lock file says why earlier, and names the GPU.)
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/lock.md."""
 from __future__ import annotations
 
 import hashlib

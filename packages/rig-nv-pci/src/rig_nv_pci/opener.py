@@ -3,18 +3,8 @@
 The process takes the GPU's PCI function, boots its GSP with NVIDIA's signed firmware and acts
 as the kernel half of the resource manager (the ``Rig_nv_pci`` spec).
 
-What this release does: it lists GPUs (:func:`buses`, :func:`count`); detaches, attaches and
-resets them (:func:`detach`, :func:`attach`, :func:`reset`); and its opener (:func:`gpu`) runs
-every precondition of an open (the GPU is there, no kernel driver and no other open holds it,
-its function can be taken, the machine is this one, its chip is one this library boots, the
-firmware files are there with their pinned digests, WPR2 is down), then reads the firmware
-images, boots the GSP (through booter_load on Ampere and Ada, through the FSP on Blackwell) and
-makes the device over the GSP's RPCs (:mod:`rig_nv_pci.held`, :mod:`rig_nv_pci.path.pci`), whose
-stop stops the GSP again, unless its ``dma`` gave another device a region's bus ranges: then
-the memory and the GPU stay the process's until it exits. This has run only against the
-simulated GPUs of the tests, never on hardware. :data:`NOT_BUILT` stays for callers that name
-the refusal of earlier releases.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/opener.md."""
 
 from __future__ import annotations
 

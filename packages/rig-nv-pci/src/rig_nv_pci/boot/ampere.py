@@ -1,35 +1,8 @@
 """The Ampere/Ada GSP boot up to a running GSP RISC-V core, through BAR 0 (kgspBootstrap_TU102
-and what precedes it in open-gpu-kernel-modules 570.144):
+and what precedes it in open-gpu-kernel-modules 570.144).
 
-1. WPR2 is down (NV_PFB_PRI_MMU_WPR2_ADDR_HI, kgspIsWpr2Up_TU102);
-2. the boot ROM finished (gpuWaitForGfwBootComplete: NV_PGC6_AON_SECURE_SCRATCH_GROUP_05_0's
-   GFW_BOOT_PROGRESS reads COMPLETED 0xff once its PRIV_LEVEL_MASK lets level 0 read it);
-3. the VBIOS read through the PROM window (BAR 0 0x300000) and FWSEC found in it (vbios.py);
-4. FWSEC patched for FRTS and run heavy-secure on the GSP falcon (kgspExecuteFwsec_TU102),
-   then its error code (NV_PBUS_VBIOS_SCRATCH(0xE) 31:16) and WPR2 checked: up, starting at
-   the FRTS offset;
-5. the GSP reset into RISC-V, the LibOS arguments' address in its mailboxes
-   (kgspProgramLibosBootArgsAddr_TU102);
-6. booter_load run on SEC2 with its signature patched for SEC2's fuse version and the
-   GspFwWprMeta address in MAILBOX0 (low) and MAILBOX1 (high) (kgspExecuteBooterLoad_TU102);
-   MAILBOX0 0 is success; NV_PGSP_FALCON_OS set to the bootloader's appVersion (as
-   kgspBootstrap_TU102 programs FALCON_OS after booter_load, nouveau r535_gsp_booter_load); then
-   the GSP's RISC-V core must be active.
-
-Every failure raises :class:`BootError` saying which step failed and the registers that
-show it. :func:`boot_gsp` runs them with the host memory of :mod:`rig_nv_pci.boot.gspmem` and goes
-on as kgspInitRm does:
-
-7. GSP_SET_SYSTEM_INFO (GspSystemInfo, :mod:`rig_nv_pci.gsp.sysinfo`: the BARs' bus addresses,
-   the PCI IDs) then SET_REGISTRY (:data:`REGISTRY` in a PACKED_REGISTRY_TABLE) posted before
-   the boot, as kgspInitRm posts them before kgspBootstrap;
-8. after booter_load, GSP_INIT_DONE awaited on the status queue (kgspWaitForRmInitDone); every
-   GSP_RUN_CPU_SEQUENCER before it (and after) run against BAR 0 by
-   :class:`rig_nv_pci.gsp.sequencer.Sequencer` (_kgspRpcRunCpuSequencer), other events handed
-   to ``on_event``; then GET_GSP_STATIC_INFO asked for and decoded
-   (:mod:`rig_nv_pci.gsp.static_info`, as kgspInitRm asks right after the boot), then the
-   root client made through :class:`RpcRM`.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/boot-ampere.md."""
 
 from __future__ import annotations
 

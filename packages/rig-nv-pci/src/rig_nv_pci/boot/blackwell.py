@@ -1,34 +1,10 @@
 """The Blackwell (GB20x) GSP boot through the FSP, up to GSP_INIT_DONE and the root client
 (docs/hopper-boot.md; open-gpu-kernel-modules 570.144 kgspBootstrap_GH100 and what precedes
 it in kernel_gsp_gh100.c, kfspPrepareBootCommands_GH100 / kfspSendBootCommands_GH100 in
-kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvoc.c):
+kern_fsp_gh100.c; GB20x uses these HALs with cotPayloadVersion 2, g_kern_fsp_nvoc.c).
 
-1. WPR2 is down (kgspIsWpr2Up_GH100 -> kgspIsWpr2Up_TU102, as :func:`boot.check_wpr2_down`);
-2. the FSP finished its own boot (kfspWaitForSecureBoot_GB202: GB202's NV_THERM_I2CS_SCRATCH,
-   5 s; :meth:`Fsp.wait_ready`);
-3. the FMC's ``image`` section copied into DMA memory rounded up to 4 KiB, zero-padded
-   (kfspSetupGspImages: the "ucode_image" copy whose address is gspFmcSysmemOffset);
-4. GSP_FMC_BOOT_PARAMS in its own DMA buffer (kgspAllocBootArgs_GH100: 4 KiB aligned),
-   naming GspFwWprMeta and the LibOS arguments (kgspSetupGspFmcArgs_GH100,
-   :func:`rig_nv_pci.boot.fmc_params.fmc_boot_params`); nobody writes the GSP's mailboxes;
-5. NVDM_PAYLOAD_COT of the family's version with the FMC's hash, public key and signature, FRTS
-   asked for at :func:`frts_vidmem_offset` from the end of FB, 1 MiB, no sysmem copy (the
-   nouveau choice, docs/hopper-boot.md §2.5), sent to the FSP and its FSP_RESPONSE checked
-   (:meth:`Fsp.send_cot`);
-6. the completion polls of kgspBootstrap_GH100 (docs §4.1): the GSP's PRIV target mask
-   released (NV_PGSP + HWCFG2 nonzero and not 0xBADF41xx,
-   kfspWaitForGspTargetMaskReleased_GH100), then lockdown released or an FMC error
-   (_kgspLockdownReleasedOrFmcError: HWCFG2.RISCV_BR_PRIV_LOCKDOWN 0, or MAILBOX0 nonzero =
-   the FMC's error), NV_PGSP_FALCON_OS = the bootloader's appVersion, the RISC-V core active
-   (kflcnIsRiscvActive_GA102);
-7. then as :func:`.ampere.boot_gsp` after booter_load: SET_SYSTEM_INFO and SET_REGISTRY
-   posted before the COT, sequencers run, GSP_INIT_DONE, the root client
-   (:func:`boot.start_channel`, :func:`boot.finish`).
-
-Every failure raises :class:`rig_nv_pci.boot.ampere.BootError` naming the GPU, the step and the
-registers that show it. Not done: CLOCK_BOOST (RM only, optional), SPDM (Confidential
-Computing), the sysmem FRTS copy (kfspFrtsSysmemLocationProgram_GH100; nouveau leaves it out).
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/boot-blackwell.md."""
 
 from __future__ import annotations
 

@@ -7,15 +7,8 @@ reads from it where GspFwWprMeta lies (:func:`rig_nv_pci.firmware.layout.wpr_met
 :func:`rig_nv_pci.firmware.layout.fmc_sizes`: sizes and system-memory addresses only) and where the
 LibOS arguments lie, whose address an Ampere boot puts in the GSP's mailboxes instead.
 
-The structure is src/nvidia/arch/nvalloc/common/inc/gsp/gspifpub.h's, **not packed**: natural
-alignment, GSP_DMA_TARGET an enum (4 bytes), NvBool 1 byte. 570.144 has GSP_FMC_INIT_PARAMS,
-GSP_ACR_BOOT_GSP_RM_PARAMS, GSP_RM_PARAMS and GSP_SPDM_PARAMS (80 bytes); 580.105.08 appends
-GSP_RM_MEM_PARAMS {NvU32 flushSysmemAddrValLo, flushSysmemAddrValHi} (88 bytes), which
-kgspSetupGspFmcArgs_GH100 sets only for Confidential Computing's WAR 5107790. The values are
-kgspSetupGspFmcArgs_GH100's (src/nvidia/src/kernel/gpu/gsp/arch/hopper/kernel_gsp_gh100.c).
-
-Pure functions: nothing here touches a GPU.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/boot-fmc_params.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,8 @@
 """The FSP (Hopper's firmware security processor) message transport and the chain-of-trust
 (COT) message that makes it boot the GSP-FMC, through BAR 0 (docs/hopper-boot.md §1.2, §2).
 
-The host waits for the FSP's own boot (NV_THERM_I2CS_SCRATCH reading 0xff), then talks to it
-through EMEM channel 0 (1 KiB at EMEM offset 0): a packet written through EMEMC/EMEMD with
-auto-increment, its last dword's offset in QUEUE_TAIL, then QUEUE_HEAD written as the doorbell;
-the answer read back the same way once MSGQ_HEAD != MSGQ_TAIL. A packet is an MCTP transport
-header, an MCTP message header naming the NVDM type (vendor-defined PCI, vendor 0x10de) and the
-payload. The FSP answers a command with an NVDM FSP_RESPONSE {taskId, commandNvdmType,
-errorCode}.
-
-Sequence from open-gpu-kernel-modules 570.144 kern_fsp_gh100.c (kfspSendPacket_GH100,
-kfspReadPacket_GH100, kfspCreateMctpHeader_GH100, kfspCreateNvdmHeader_GH100,
-kfspProcessCommandResponse_GH100, kfspWaitForSecureBoot_GH100) and nouveau
-nvkm/subdev/fsp/gh100.c. Register numbers are from src/common/inc/swref/published/hopper/gh100/.
-Errors name the GPU, the command and what the FSP showed.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/boot-fsp.md."""
 
 from __future__ import annotations
 

@@ -1,33 +1,9 @@
 """The host memory a GSP boot hands the firmware, built in DMA memory the GPU reaches.
 
-For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`build` lays out:
+For an Ampere/Ada boot (kgspInitRm in open-gpu-kernel-modules 570.144) :func:`build` lays out.
 
-- the GSP-RM image (the ELF's ``.fwimage``) in 4 KiB pages and its radix-3 table
-  (:func:`rig_nv_pci.firmware.layout.radix3`, kgspCreateRadix3_IMPL in kernel_gsp.c);
-- the bootloader image and the image's signature (``sysmemAddrOfBootloader``,
-  ``sysmemAddrOfSignature`` of GspFwWprMeta: gsp/gsp_fw_wpr_meta.h);
-- five LibOS log buffers, LOGINIT, LOGINTR, LOGRM, LOGMNOC and LOGKRNL, 64 KiB each as a
-  release build gives them (_kgspInitLibosLoggingStructures's logInitValues in kernel_gsp.c,
-  then the family's kernel log, LOGKRNL on GA10x, AD10x, GH100, GB10x and GB20x alike): each
-  buffer's first 8 bytes are its
-  put pointer, then the bus address of each of its pages (_setupLogBufferBaremetal's
-  ``memdescGetPhysAddrs(..., &pTaskLogBuffer[1])``);
-- the RM arguments, GSP_ARGUMENTS_CACHED with its MESSAGE_QUEUE_INIT_ARGUMENTS and
-  GSP_SR_INIT_ARGUMENTS (src/nvidia/inc/kernel/gpu/gsp/gsp_init_args.h; filled as
-  kgspPopulateGspRmInitArgs_IMPL fills them for a plain boot);
-- the LibOS arguments, a 4 KiB array of LibosMemoryRegionInitArgument
-  (src/common/uproc/os/common/include/libos_init_args.h) naming the logs then RMARGS, each a
-  contiguous system-memory region (kgspSetupLibosInitArgs_IMPL); its bus address goes in the
-  GSP's MAILBOX0/1 (kgspProgramLibosBootArgsAddr_TU102);
-- the message queues (:class:`rig_nv_pci.gsp.queue.Layout`), their page table written and the
-  command queue created (GspMsgQueuesInit runs before kgspBootstrap, so the GSP finds it);
-- GspFwWprMeta (:func:`rig_nv_pci.firmware.layout.wpr_meta`) with every bus address, whose own bus
-  address goes to booter_load.
-
-(570.144 also gives the GSP a crash-report queue; this boot leaves it out.) Every part that
-the GSP reads at one address must be contiguous in bus addresses; a part that is not raises
-:class:`GspMemoryError`.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/boot-gspmem.md."""
 
 from __future__ import annotations
 

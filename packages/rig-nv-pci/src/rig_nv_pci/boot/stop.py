@@ -3,49 +3,10 @@ as NVIDIA's driver unloads (open-gpu-kernel-modules 570.144: kgspUnloadRm_IMPL i
 kernel_gsp.c, kgspTeardown_TU102 and kgspWaitForProcessorSuspend_TU102 in
 kernel_gsp_tu102.c, kgspExecuteFwsec_TU102 in kernel_gsp_frts_tu102.c,
 kgspExecuteBooterUnloadIfNeeded_TU102 in kernel_gsp_booter_tu102.c;
-nouveau r535_gsp_fini):
+nouveau r535_gsp_fini).
 
-1. the root client freed over :class:`rig_nv_pci.gsp.rpc.RpcRM` (FREE of the client, which
-   frees everything under it);
-2. NV_VGPU_MSG_FUNCTION_UNLOADING_GUEST_DRIVER sent (rpc_unloading_guest_driver_v1F_07 with
-   bInPMTransition 0, bGc6Entering 0, newLevel 0: a plain unload, KGSP_UNLOAD_MODE_NORMAL,
-   NV2080_CTRL_GPU_SET_POWER_STATE_GPU_LEVEL_0 as nouveau sends it) and its reply awaited
-   (NV_RM_RPC_UNLOADING_GUEST_DRIVER waits for it);
-3. the GSP's processor suspended: NV_PGSP_FALCON_MAILBOX0 reads exactly 0x80000000,
-   LIBOS_INTERRUPT_PROCESSOR_SUSPENDED (_kgspIsProcessorSuspended; nouveau polls the same for
-   2 s);
-4. the GSP falcon reset (kgspTeardown_TU102 resets it before FWSEC-SB, nouveau too);
-5. FWSEC-SB on the GSP falcon, "to put back PreOsApps during driver unload"
-   (kgspPrepareForFwsecSb_TU102 and kgspExecuteFwsec_TU102 in kernel_gsp_frts_tu102.c;
-   nouveau nvkm_gsp_fwsec_sb): the VBIOS's FWSEC patched with the SB command, run
-   heavy-secure, then the boot ROM's PLM and progress and the SB error code
-   (NV_PBUS_VBIOS_SCRATCH(0x15) 15:0) checked
-   (:func:`rig_nv_pci.boot.ampere.run_fwsec_sb`). The FWSEC is the one the boot read from the VBIOS
-   (:attr:`rig_nv_pci.boot.booted.Booted.fwsec`), as RM runs pKernelGsp->pFwsecUcode, parsed once at
-   boot, rather than reading the VBIOS again;
-6. booter_unload on SEC2, only while WPR2 is up (kgspExecuteBooterUnloadIfNeeded_TU102):
-   SEC2 reset, the image's signature patched for SEC2's fuse version, run heavy-secure with
-   MAILBOX0 = MAILBOX1 = 0xff (a normal unload passes no suspend-resume data, so the mailboxes
-   keep their 0xFF defaults); MAILBOX0 0 after it is success (s_executeBooterUcode_TU102);
-7. WPR2 down afterwards ("failed to execute Booter Unload: WPR2 is still up").
-
-Every step is attempted whatever failed before it, as kgspUnloadRm_IMPL goes on to the teardown
-whatever the RPC and the suspend wait returned, with one exception: once an RPC timed out or
-the queues broke, the later RPC (UNLOADING_GUEST_DRIVER after a failed FREE) is not sent, so
-that a GSP that stopped answering costs one timeout, not two (kgspTeardown_TU102's "avoid
-cascading timeouts"; :class:`rig_nv_pci.gsp.rpc.Rpc` itself sends no RPC once one timed out,
-which costs the stop of a GSP that stopped answering earlier no timeout at all: the FREE
-fails at once with :class:`rig_nv_pci.gsp.rpc.NotAnswering`). The falcon steps (4-7) always
-run: they are what takes the boot down; a failed FWSEC-SB does not stop booter_unload
-(kgspTeardown_TU102 only asserts on it and goes on). The failures are raised together as one
-:class:`StopError` naming the GPU and every failed step.
-
-The spec (Rig_nv_pci) promises: "A stop unloads the GSP's firmware and, on Ampere and Ada,
-takes down the protected memory (WPR2) the boot set up, which NVIDIA's driver refuses to boot
-a GPU with." and "A GPU whose stop could not unload its GSP's firmware or take its boot down,
-or whose reset has failed, is lost, and its next open resets it first." :attr:`StopError.lost`
-says which.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/boot-stop.md."""
 
 from __future__ import annotations
 

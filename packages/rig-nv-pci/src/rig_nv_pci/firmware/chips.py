@@ -8,20 +8,8 @@ GB100; 0x1B GB200) and the implementations nv_arch.h's ``GPU_IMPLEMENTATION_*``;
 ``Chipset`` table (drivers/gpu/nova-core/gpu.rs: GA102 = 0x172 ... GB207 = 0x1b7) has the same
 numbers.
 
-A chip boots as one of four families, named by the directory of linux-firmware's nvidia/ that
-holds its firmware (the spec's Firmware section): ``ga102`` (Ampere), ``ad102`` (Ada),
-``gh100`` (Hopper) and ``gb202`` (Blackwell). Every family runs the same GSP image,
-``nvidia/ga102/gsp/gsp-570.144.bin`` (ad102's, gh100's and gb202's are links to it; 570.144's
-nv-firmware.h maps NV_FIRMWARE_CHIP_FAMILY_GH100 to gsp_ga10x too), with its own bootloader;
-Ampere and Ada start it with booter_load on SEC2 and take it down with booter_unload, Hopper
-and Blackwell send the FSP one chain-of-trust (COT) message naming the GSP's FMC
-(kfspSendBootCommands_GH100, kern_fsp_gh100.c), whose NVDM_PAYLOAD_COT is version 1 on GH100
-and 2 on GB10x/GB20x (cotPayloadVersion in the generated g_kern_fsp_nvoc.c).
-
-Hopper's family is known here, but Hopper is outside the spec's chips: :func:`identify` refuses
-GH100 (a :class:`Chip` of :data:`PENDING`) as any chip it does not boot, and :func:`lookup` finds
-it for code that needs its family (its FSP boot is the one Blackwell shares).
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/firmware-chips.md."""
 
 from __future__ import annotations
 

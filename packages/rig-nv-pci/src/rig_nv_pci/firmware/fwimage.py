@@ -1,26 +1,7 @@
 """NVIDIA's GSP 570.144 firmware files, parsed: pure functions over their bytes.
 
-- ``gsp-570.144.bin`` (:func:`parse_gsp`): an ELF64 whose ``.fwimage`` section is the GSP-RM
-  image and whose ``.fwsignature_<family>`` sections sign it per chip family (section names:
-  open-gpu-kernel-modules src/nvidia/generated/g_kernel_gsp_nvoc.h, GSP_*_SECTION_NAME, and
-  _kgspFwContainerGetSection in src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c);
-- ``bootloader-570.144.bin`` (:func:`parse_bootloader`): nvfw_bin_hdr (nouveau's
-  include/nvfw/fw.h) then RM_RISCV_UCODE_DESC (src/nvidia/arch/nvalloc/common/inc/
-  rmRiscvUcode.h) and the image, as nouveau's r535 GSP code and nova-core's firmware/riscv.rs
-  read them;
-- ``booter_load``/``booter_unload-570.144.bin`` (:func:`parse_booter`): nvfw_bin_hdr,
-  nvfw_hs_header_v2 and nvfw_hs_load_header_v2 (nouveau's include/nvfw/hs.h; the v2 header's
-  patch_loc, patch_sig and num_sig are offsets of the values, as nvkm_falcon_fw_ctor_hs_v2
-  in nvkm/falcon/fw.c reads them); the signature for a fuse version is patched in as
-  s_patchBooterUcodeSignature in src/nvidia/src/kernel/gpu/gsp/kernel_gsp_booter.c does;
-- ``fmc-570.144.bin`` (:func:`parse_fmc`, Hopper and Blackwell): an ELF32 of four sections
-  (image, hash, signature, publickey), each CRC32-checked, as gh100_gsp_oneinit and
-  elf_validate_sections in nouveau's nvkm/subdev/gsp/gh100.c check it; the sizes are those of
-  the FSP's COT payload, version 1 on GH100, 2 on Blackwell (:data:`FMC_COT_SIZES`).
-
-Every offset is from the start of the file unless its name says otherwise. Malformed input
-raises :class:`FirmwareFormatError` naming the file and the offset.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/firmware-fwimage.md."""
 
 from __future__ import annotations
 

@@ -2,21 +2,10 @@
 image, GspFwWprMeta, and where WPR2's regions lie in the GPU's memory (FB).
 
 Every number is open-gpu-kernel-modules 570.144's, the release of the GSP firmware this library
-boots:
+boots.
 
-- the radix-3 table: ``kgspCreateRadix3_IMPL`` (src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c),
-  which nouveau's ``nvkm_gsp_radix3_sg`` (nvkm/subdev/gsp/rm/r535/gsp.c) mirrors;
-- GspFwWprMeta: src/nvidia/arch/nvalloc/common/inc/gsp/gsp_fw_wpr_meta.h;
-- the FB layout: ``kgspCalculateFbLayout_TU102`` (arch/turing/kernel_gsp_tu102.c, which NVIDIA
-  runs for TU102 through AD107) for Ampere and Ada, ``kgspCalculateFbLayout_GH100``
-  (arch/hopper/kernel_gsp_gh100.c) for Hopper and Blackwell, whose FMC (its ACR) places the
-  regions itself from the sizes it is given; the WPR heap's size from
-  ``_kgspCalculateFwHeapSize`` and ``kgspGetFwHeapSize_IMPL`` (kernel_gsp.c) with
-  gsp_fw_heap.h's parameters and the per-chip values of the generated g_kernel_gsp_nvoc.c/.h
-  and g_kern_pmu_nvoc.c/.h.
-
-Pure functions: nothing here touches a GPU.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/firmware-layout.md."""
 
 from __future__ import annotations
 

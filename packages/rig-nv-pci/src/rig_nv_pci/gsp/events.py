@@ -8,31 +8,8 @@ non-replayable MMU fault waiting to be serviced (MMU_FAULT_QUEUED), an Xid's tex
 they say until the device asks (:meth:`EventLog.fault`, through
 :meth:`rig_nv_pci.path.pci.PciPath.fault`).
 
-What a device makes of them: an RC_TRIGGERED for one of its channels is a
-:class:`rig_edge.Fault` naming the Xid, the channel and, for an MMU fault (Xid 31), the fault
-type, its address and the engine the event carries (rpc_rc_triggered_v17_02 has
-mmuFaultAddrLo/Hi and mmuFaultType since 560.35.03, gfid since 565.57.01, and nouveau's r570
-fifo.c r570_fifo_rc_triggered prints them; it has no access type, so the access is named only
-where the fault type implies one, as :mod:`rig_nv.faults` names it). A lockdown notice engaging is
-the device's :class:`rig_edge.Lost`: CPU-RM only stops touching the GSP's registers meanwhile
-(kernel_gsp.c _kgspRpcGspLockdownNotice sets bInLockdown, kernel_gsp_tu102.c's ISR returns
-early), and rig, which has nothing else to wait for, takes it as the GPU gone. MMU_FAULT_QUEUED
-carries nothing and stops nothing (CPU-RM only schedules UVM's fault handler,
-_kgspRpcMMUFaultQueued): it is kept as a line. A GSP_RUN_CPU_SEQUENCER that failed or was cut
-short while the device ran (:class:`rig_nv_pci.gsp.sequencer.SequencerEvents`) is the device's
-:class:`rig_edge.Lost` too (:meth:`EventLog.lose`), naming the opcode and its offset.
-
-A report once recorded is not dropped by an exception (a KeyboardInterrupt) that strikes
-before the device raised it: :meth:`EventLog.fault` lets go of the reports it examined only
-once it has its answer, and keeps that answer for the next call with ``keep``.
-
-Sources, open-gpu-kernel-modules 570.144: src/nvidia/generated/g_rpc-structures.h
-(rpc_rc_triggered_v17_02, rpc_os_error_log_v17_00, rpc_ucode_libos_print_v1E_08,
-rpc_gsp_lockdown_notice_v17_00, rpc_post_event_v17_00), src/nvidia/inc/kernel/vgpu/
-rpc_global_enums.h (NV_VGPU_MSG_EVENT_*), src/nvidia/src/kernel/gpu/gsp/kernel_gsp.c
-(_kgspRpcRCTriggered, _kgspRpcOsErrorLog, _kgspRpcUcodeLibosPrint, _kgspRpcGspLockdownNotice,
-_kgspRpcPostEvent, _kgspRpcMMUFaultQueued), cl2080_notification.h (NV2080_ENGINE_TYPE_*).
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-events.md."""
 
 from __future__ import annotations
 

@@ -7,20 +7,8 @@ One block of system memory, shared with the GSP, holds (each part page aligned):
   then ``msgCount`` 4 KiB elements;
 - the status queue (GSP -> CPU), laid out alike; the GSP writes its header once it runs.
 
-A message is a ``GSP_MSG_QUEUE_ELEMENT`` header followed by an RPC (``rpc.py``), spanning
-``elemCount`` consecutive elements (wrapping at the queue's end). Both sides use
-``MSGQ_FLAGS_SWAP_RX``: each writes only its own queue, so the CPU's read pointer of the
-status queue lives in the command queue's ``msgqRxHeader`` and the GSP's read pointer of the
-command queue in the status queue's.
-
-Sources (open-gpu-kernel-modules 570.144): src/nvidia/src/kernel/gpu/gsp/message_queue_cpu.c
-(GspMsgQueuesInit, _getMsgQueueParams, GspMsgQueueSendCommand, GspMsgQueueReceiveStatus),
-src/nvidia/inc/kernel/gpu/gsp/message_queue_priv.h (GSP_MSG_QUEUE_ELEMENT, sizes, _checkSum32),
-src/common/shared/msgq/inc/msgq/msgq_priv.h and msgq.c (headers, pointer arithmetic, SWAP_RX),
-src/common/inc/swref/published/ampere/ga102/dev_gsp.h (NV_PGSP_QUEUE_HEAD). The memory is
-host memory the GSP reaches by DMA, so this module works on a plain ``memoryview``; the
-doorbell (a write of 0 to NV_PGSP_QUEUE_HEAD(0), kgspSetCmdQueueHead_TU102) is a callback.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-queue.md."""
 
 from __future__ import annotations
 

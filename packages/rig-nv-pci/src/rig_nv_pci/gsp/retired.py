@@ -1,49 +1,9 @@
 """The GPU's retired video-memory pages, asked of GSP-RM as a GSP client's CPU-RM asks them.
 
-How NVIDIA's CPU-RM learns them (open-gpu-kernel-modules 570.144; 595.45.04 the same):
+How NVIDIA's CPU-RM learns them (open-gpu-kernel-modules 570.144; 595.45.04 the same).
 
-- heapInit_IMPL (mem_mgr/objheap.c) first calls memmgrGetBlackListPagesForHeap_GM107
-  (arch/maxwell/mem_mgr_gm107.c), which takes the pages memmgrGetBlackListPages_HAL gives
-  into the heap's blackListAddresses (heapAddPageToBlackList_IMPL, heap.c). Every chip after
-  Turing gets memmgrGetBlackListPages_GA100 (generated/g_mem_mgr_nvoc.c: TU10x _GM107, the
-  rest _GA100; arch/ampere/mem_mgr_ga100.c).
-- It asks only where PDB_PROP_GPU_ALLOW_PAGE_RETIREMENT (osinit.c sets it on every Linux
-  system) and gpuCheckPageRetirementSupport_HAL hold, which on a GSP client is
-  gpuCheckPageRetirementSupport_GSPCLIENT (gpu_gspclient.c):
-  GspStaticConfigInfo.bPageRetirementSupported (:attr:`StaticInfo.page_retirement`).
-  Otherwise it answers NV_ERR_NOT_SUPPORTED and nothing is retired.
-- It sends NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES (0x20801348, ctrl2080fb.h) through
-  GPU_GET_PHYSICAL_RMAPI, on a GSP client the GSP_RM_CONTROL RPC (vgpu/rpc.c
-  rpcRmApiControl_GSP; the params go flat: no FINN serializer in
-  interface/rmapi/src/g_finn_rm_api.c), to GSP-RM's internal client and subdevice
-  (hInternalClient, hInternalSubdevice of the static info). The control's flags in
-  g_subdevice_nvoc.c, 0x40048, are NON_PRIVILEGED | ROUTE_TO_PHYSICAL |
-  PHYSICAL_IMPLEMENTED_ON_VGPU_GUEST (rmapi/control.h): GSP-RM answers it; CPU-RM's own
-  handler (subdeviceCtrlCmdFbGetDynamicOfflinedPages_92bfc3) is a NOT_SUPPORTED stub.
-- It asks in passes: baseIndex 0, then 64 more (NV2080_CTRL_FB_DYNAMIC_BLACKLIST_MAX_ENTRIES)
-  while the answer's bMore is set and baseIndex stays below 512
-  (NV2080_CTRL_FB_DYNAMIC_BLACKLIST_MAX_PAGES, which kmemsysGetMaximumBlacklistPages_GA100
-  also makes the heap's limit). Each valid entry's pageNumber << RM_PAGE_SHIFT (12) is a
-  retired page's FB address.
-- A refusal NV_ERR_NOT_SUPPORTED or NV_ERR_OBJECT_NOT_FOUND it logs as "No blacklisted
-  pages"; any other it asserts on. Either way memmgrGetBlackListPagesForHeap_GM107 then
-  blacklists nothing, not even pages an earlier pass gave, and goes on ("Failure to read
-  offlined pages from host is not fatal").
-
-The layout, ctrl2080fb.h, with natural (LP64) alignment:
-NV2080_CTRL_FB_DYNAMIC_OFFLINED_ADDRESS_INFO {NvU64 pageNumber (8-aligned); NvU8 source} is
-16 bytes; NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS {offlined[64] at 0; NvU32
-validEntries at 1024; NvU32 baseIndex at 1028; NvBool bMore at 1032} is 1040 bytes. source is
-NV2080_CTRL_FB_DYNAMIC_BLACKLISTED_PAGES_SOURCE_INVALID 0 or _DPR_DBE 1.
-
-What this path does differently, for a demanding user: NOT_SUPPORTED or OBJECT_NOT_FOUND on
-the first pass is no retired pages, as for CPU-RM (a GPU without page retirement); any other
-refusal, a refusal after a pass that said there was more, or an answer that cannot be the
-struct (more than 64 valid entries in a pass, a bMore that is no NvBool, more than 512 pages,
-a reply of another size) is a :class:`RetiredPagesError`, which fails the open naming it,
-where CPU-RM would go on handing out memory it could not tell apart from retired memory.
-Where the heap leaves the pages out is :func:`rig_nv_pci.path.vidmem.retired`.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-retired.md."""
 
 from __future__ import annotations
 

@@ -6,34 +6,8 @@ messages after it, and its reply comes back alike (rpc.c ``_issueRpcLarge``). Ev
 sends while the CPU waits go to a callback (kernel_gsp.c ``_kgspRpcRecvPoll``); their payloads
 are decoded by :mod:`rig_nv_pci.gsp.events`.
 
-A reply is matched by its function and its header's ``sequence``, as CPU-RM matches one from
-open-gpu-kernel-modules 580.82.07 on (570.144 matched the function alone): each message of a
-request takes the next number (kernel_gsp.c ``_kgspRpcSendMessage``: ``sequence =
-pRpc->sequence++``), the reply's first message must carry the request's first number and its
-i-th continuation record the first plus i (rpc.c ``_issueRpcAndWaitLarge``: ``waitSequence``
-from ``firstSequence``, one more a record), and a message that is not the awaited function
-with the awaited sequence is not the reply (kernel_gsp.c ``_kgspRpcDrainOneEvent``: only
-``function == expectedFunc && sequence == expectedSequence`` ends the wait). CPU-RM hands any
-other message to ``_kgspProcessRpcEvent``, whose default case logs it ("Unexpected RPC event
-... sequence: %u") and drops it: "We will get here if the previous RPC timed out. The
-response eventually comes in as an unexpected event." So here: a reply nobody waits for (an
-RPC function's message that is not the awaited one: the late answer of an RPC that timed out
-or was interrupted, with an earlier sequence, or one with a sequence never sent or not yet
-sent) is dropped and kept in :attr:`Rpc.unexpected`, and the wait goes on for the right one,
-until its deadline. Whether the 570.144 GSP-RM the path boots copies a request's sequence into
-its reply is not in the open sources (570.144's CPU-RM never numbers a request), so the first
-reply decides (:attr:`Rpc.echoes`): requests are numbered from 1, and a reply that carries its
-request's number turns this matching on; one that does not (a 0) leaves replies matched by
-function alone, as 570.144's CPU-RM matches them, where a late reply can pass for the next.
-
-Sources, open-gpu-kernel-modules 570.144: generated/g_rpc-message-header.h,
-g_rpc-structures.h (rpc_gsp_rm_alloc_v03_00, rpc_gsp_rm_control_v03_00, rpc_free_v03_00,
-rpc_unloading_guest_driver_v1F_07, rpc_alloc_memory_v13_01, rpc_map_memory_dma_v03_00,
-rpc_unmap_memory_dma_v03_00), g_sdk-structures.h (NVOS00_PARAMETERS_v03_00,
-NVOS46_PARAMETERS_v03_00, NVOS47_PARAMETERS_v03_00), vgpu/sdk-structures.h (struct pte_desc),
-kernel/vgpu/rpc_global_enums.h, rpc_headers.h, src/kernel/vgpu/rpc.c, rmapi/rpc_common.c
-(rpcWriteCommonHeader, rpcRmApiAlloc_GSP, rpcRmApiControl_GSP), rmapi/rmapi.h, class/cl0000.h.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-rpc.md."""
 
 from __future__ import annotations
 

@@ -7,39 +7,8 @@ NvU32 cmdIndex (the dwords of commands written), NvU32 regSaveArea[8]
 (GSP_SEQ_BUF_REG_SAVE_SIZE), then commandBuffer[], a stream of GSP_SEQ_BUF_OPCODE values each
 followed by exactly its payload's dwords (src/nvidia/arch/nvalloc/common/inc/rmgspseq.h).
 
-The semantics are kgspExecuteSequencerBuffer_IMPL (src/kernel/gpu/gsp/kernel_gsp.c) and
-kgspExecuteSequencerCommand_GA102 (arch/ampere/kernel_gsp_ga102.c) of open-gpu-kernel-modules
-570.144, as nouveau's r535_gsp_msg_run_cpu_sequencer also runs them:
-
-- REG_WRITE addr, val; REG_MODIFY addr, mask, val (read, clear ``mask``, or ``val``, write);
-- REG_POLL addr, mask, val, timeout, error: read until ``reg & mask == val``, for ``timeout``
-  microseconds (gpuSetTimeout takes microseconds; 0 gets nouveau's 4 s); RM fails the
-  sequence on a timeout, and so does this;
-- DELAY_US us; REG_STORE addr, index: the register into regSaveArea[index] (index < 8);
-- CORE_RESET: the GSP falcon reset (kflcnReset) and its context requirement dropped
-  (kflcnDisableCtxReq); CORE_START: its CPU started (kflcnStartCpu); CORE_WAIT_FOR_HALT:
-  wait for it to halt;
-- CORE_RESUME (GA102): the GSP reset into RISC-V, the LibOS arguments' address in its
-  mailboxes, SEC2 started to reload GSP-RM, NV_PGC6_BSI_SECURE_SCRATCH_14's
-  BOOT_STAGE_3_HANDOFF awaited, SEC2's MAILBOX0 checked for 0, NV_PGSP_FALCON_OS set to the
-  bootloader's appVersion, and the GSP's RISC-V core checked to run.
-
-A malformed buffer (short, cmdIndex not below bufferSizeDWord as RM requires, an unknown
-opcode, arguments past cmdIndex, a REG_STORE index of 8 or more, an unaligned register) raises
-:class:`SequencerError` naming the opcode and its byte offset in the payload, before anything
-runs. So does a step that fails while running (any exception a command raises, a BAR access
-error among them).
-
-GSP-RM sends these while a device runs too: CPU-RM handles the event wherever it drains the
-status queue (kernel_gsp.c _kgspProcessRpcEvent, reached from _kgspRpcRecvPoll while an RPC
-waits and from kgspRpcRecvEvents_IMPL, the interrupt's bottom half), as nouveau does (r535.c
-registers r535_gsp_msg_run_cpu_sequencer once in r535_gsp_oneinit; r535_gsp_msg_recv runs it
-for any message it reads that is not the awaited reply). :class:`SequencerEvents` is that
-handler for rig's RPC channel: each request runs once, front to back, as the messages are
-polled. Where CPU-RM only logs a failed one and goes on ("Failed to process received event"),
-rig loses the GPU (the Rig_nv_pci spec): a sequence an exception cuts short left the GPU part
-way through what the GSP asked.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-sequencer.md."""
 
 from __future__ import annotations
 

@@ -7,38 +7,8 @@ allocates an RM client; nouveau reads it in r535_gsp_rpc_get_gsp_static_info.
 rpcGetGspStaticInfo_v14_00 (src/kernel/vgpu/rpc.c) sends a request of
 ``sizeof(GspStaticConfigInfo)`` payload bytes and copies as many back from the reply.
 
-The payload is ``GspStaticConfigInfo`` of open-gpu-kernel-modules 570.144,
-src/nvidia/inc/kernel/gpu/gsp/gsp_static_config.h ("Fetched from GSP-RM into CPU-RM"), laid out
-as a 64-bit build lays it out (natural alignment; the GSP's RISC-V core is LP64). Only the
-members rig reads are declared here, by offset; the tests check each offset and the size
-against a layout computed from the header's whole member list. The offsets follow from:
-
-- grCapsBits[NV0080_CTRL_GR_CAPS_TBL_SIZE 23] (ctrl0080gr.h) at 0;
-- gidInfo, NV2080_CTRL_GPU_GET_GID_INFO_PARAMS (ctrl2080gpu.h: 3 NvU32 and
-  data[NV2080_GPU_MAX_GID_LENGTH 0x100], 268 bytes) at 24;
-- SKUInfo, NV2080_CTRL_BIOS_GET_SKU_INFO_PARAMS (ctrl2080bios.h, 48 bytes) at 292;
-- fbRegionInfoParams, NV2080_CTRL_CMD_FB_GET_FB_REGION_INFO_PARAMS (ctrl2080fb.h: NvU32
-  numFBRegions, then fbRegion[_MAX_ENTRIES 16] of 48-byte, 8-aligned entries at +8) at 344;
-- sriovCaps (NV0080_CTRL_GPU_GET_SRIOV_CAPS_PARAMS, ctrl0080gpu.h, 80 bytes) at 1120,
-  sriovMaxGfid 1200, engineCaps[NVGPU_ENGINE_CAPS_MASK_ARRAY_MAX 3] (nvbitmask.h) 1204,
-  poisonFuseEnabled 1216;
-- fb_length 1224, fbio_mask 1232, fb_bus_width 1240, fb_ram_type 1244, fbp_mask 1248,
-  l2_cache_size 1256;
-- gpuNameString[NV2080_GPU_MAX_NAME_STRING_LENGTH 0x40] 1260, gpuShortNameString 1324,
-  gpuNameString_Unicode (NvU16) 1388, 14 NvBool 1516, RTD3GC6TotalBoardPower 1530,
-  RTD3GC6PerstDelay 1532;
-- bar1PdeBase 1536, bar2PdeBase 1544;
-- bVbiosValid 1552, vbiosSubVendor 1556, vbiosSubDevice 1560, bPageRetirementSupported
-  1564 (gpu_gspclient.c gpuCheckPageRetirementSupport_GSPCLIENT answers it), then 2 NvBool,
-  displaylessMaxHeads (8 bytes, vgpu/rpc_headers.h) 1568, displaylessMaxResolution (12) 1576,
-  displaylessMaxPixels 1592;
-- hInternalClient 1600, hInternalDevice 1604, hInternalSubdevice 1608 (NvHandle: NvU32);
-- 4 NvBool 1612, ecidInfo[MAX_GROUP_COUNT 2] (12 bytes each; g_gpu_nvoc.h) 1616,
-  fwWprLayoutOffset (2 NvU64) 1640; sizeof 1656.
-
-570.144's GspStaticConfigInfo has no GPC/TPC information (r535's gpcInfo/tpcInfo members are
-gone), so none is decoded here.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-static_info.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,8 @@
 """GSP_SET_SYSTEM_INFO: the payload the CPU posts before the boot, telling GSP-RM where the GPU
 sits on the PCI bus (kgspInitRm posts it with SET_REGISTRY, before kgspBootstrap).
 
-The payload is ``GspSystemInfo`` of open-gpu-kernel-modules 570.144,
-src/nvidia/inc/kernel/gpu/gsp/gsp_static_config.h ("Pushed from CPU-RM to GSP-RM"), laid out
-as a 64-bit build lays it out (natural alignment; the GSP's RISC-V core is LP64 like the CPU).
-Its nested structs come from: BUSINFO (generated/g_chipset_nvoc.h: 4 NvU16 and an NvU8, 10
-bytes, 2-aligned), ACPI_METHOD_DATA (inc/kernel/gpu/gpu_acpi_data.h: 676 bytes, 4-aligned,
-with NV0073_CTRL_SYSTEM_ACPI_ID_MAP_MAX_DISPLAYS 16 of ctrl0073system.h), GSP_VF_INFO (40
-bytes, 8-aligned) and GSP_PCIE_CONFIG_REG (one NvU32), all in the same headers.
-
-What is filled is what rpcGspSetSystemInfo_v17_00 (src/kernel/vgpu/rpc.c) fills on a bare-metal
-Linux boot and nouveau's r570_gsp_set_system_info / nova-core fill: the BAR 0, 1 and 3 bus
-addresses, the domain/bus/devfn, the PCI IDs, the config-space mirror, maxUserVa and the host
-page size. The rest stays 0 as nouveau leaves it: no simulation buffer (simAccessBufPhysAddr 0),
-no ACPI data (acpiMethodData.bValid 0), no SR-IOV, not the primary display device.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/gsp-sysinfo.md."""
 
 from __future__ import annotations
 

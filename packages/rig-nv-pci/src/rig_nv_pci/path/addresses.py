@@ -6,20 +6,8 @@ coincide, from 64 GiB to Rig_nv.windows, which the process reserves at its first
 GPU it opens takes its addresses from that range. A device's stop gives back every address its
 open took, once the GPU's memory regions are freed, unless the GPU stopped answering".
 
-:data:`PROCESS` is that range. Its first :meth:`Reservation.addresses` (the first open that
-gets that far) reserves it with an inaccessible, unbacked mapping (PROT_NONE, MAP_NORESERVE,
-MAP_FIXED_NOREPLACE), which stays for the process; every allocation of every GPU takes its GPU
-address from it (so no two GPUs' allocations share an address), Pinned memory is then placed
-at that address of the process (rig_pci.Function.alloc_dma's ``at``, which puts the
-reservation back when the memory is freed), Mapped memory's BAR 1 window too
-(rig_pci.Function.window's ``at``, whose close puts it back), and a freed allocation gives its
-addresses back.
-
-The range overlaps the kernel path's (rig_nv_nvidia.driver.RESERVATION, 384 GiB to 2^40),
-each reserved with MAP_FIXED_NOREPLACE: in a process whose kernel-path open reserved first, an
-open over PCI is refused (the spec's "the machine refuses the addresses"), and the other way
-round.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-addresses.md."""
 
 from __future__ import annotations
 

@@ -3,47 +3,10 @@
 NVIDIA's CPU-RM (open-gpu-kernel-modules 570.144 / 570.211.01) allocates a GSP client's
 channel memory itself and names it in the channel's alloc (kernel_channel.c
 _kchannelSendChannelAllocRpc, its IS_GSP_CLIENT branch of NV_CHANNEL_ALLOC_PARAMS,
-alloc_channel.h):
+alloc_channel.h).
 
-- ``instanceMem``: the instance block, NV_RAMIN_ALLOC_SIZE (4 KiB) aligned to
-  1 << NV_RAMIN_BASE_SHIFT (12) (kernel_fifo_gm107.c kfifoGetInstMemInfo_GM107), in video
-  memory only and NV_MEMORY_UNCACHED for a GSP client (kernel_channel_gm107.c
-  kchannelAllocMem_GM107: ADDRLIST_FBMEM_ONLY), zeroed before use (memmgrMemDescMemSet);
-- ``ramfcMem``: the instance block's first DRF_SIZE(NV_RAMIN_RAMFC) / 8 = 512 bytes
-  (memdescCreateSubMem at offset 0; gm107/dev_ram.h NV_RAMIN_RAMFC 127*32+31:0);
-- ``userdMem``: the channel's USERD, NV_RAMUSERD_CHAN_SIZE (512) bytes at the client's
-  hUserdMemory[0] + userdOffset[0] (gm107/dev_ram.h);
-- ``mthdbufMem``: the channel group's fault method buffer of its runqueue (0 here), system
-  memory, NV_MEMORY_CACHED, contiguous, of the size GSP-RM answers to
-  NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (kernel_ce.c kceGetFaultMethodBufferSize,
-  ctrl2080ce.h 0x20802a08), one per group (kernel_channel_group_gv100.c
-  kchangrpAllocFaultMethodBuffers_GV100: "For GSP config, method buffer allocation is done by
-  CPU-RM");
-- ``errorNotifierMem`` / ``eccErrorNotifierMem``: where the memory named by hObjectError /
-  hObjectEccError lies, and its size (kernel_channel.c kchannelConstruct_IMPL);
-- ``hObjectBuffer`` 0, ``ProcessID`` the process's id, ``internalFlags`` PRIVILEGE USER (0).
-
-- ``flags``: the channel's ChID, which CPU-RM picks itself and GSP-RM then uses
-  (kernel_channel.c _kchannelSendChannelAllocRpc, its IS_GSP_CLIENT branch: "make the Physical
-  RMAPI use our ChID"): NVOS04_FLAGS_CHANNEL_USERD_INDEX_FIXED FALSE, _USERD_INDEX_PAGE_FIXED
-  TRUE, _USERD_INDEX_VALUE ChID % 8, _USERD_INDEX_PAGE_VALUE ChID / 8 (alloc_channel.h 10:8,
-  11:11, 20:12, 21:21). The ChID comes from the channel's runlist's space
-  (kernel_channel_gm107.c kchannelAllocHwID_GM107: CHANNEL_HW_ID_ALLOC_MODE_GROW_UP, the
-  CHID_MGR of kchannelGetRunlistId), lowest free first above the
-  KFIFO_NUM_GSP_RESERVED_CHANNELS (1) a GSP client leaves to GSP-RM (kernel_fifo.c
-  kfifoChidMgrAllocChid_IMPL: rangeLo += KFIFO_NUM_GSP_RESERVED_CHANNELS); a channel of a
-  group is on its group's engine's runlist (rig's compute and copy channels share their GR
-  group's), a channel without a known group on its own engine's, the runlist GSP-RM's device
-  info table names for the engine (``runlist_of``, :mod:`rig_nv_pci.path.runlists`): engines that
-  share a runlist (a GRCE and its GR) share its ChIDs.
-
-Memory and the ChID go back once GSP-RM freed the channel (its group's method buffer once the
-group is freed; everything once the device is). A channel the path refuses, or GSP-RM refuses
-with a status (:class:`rig_nv_pci.gsp.rpc.Refused`) while the GPU did not fault meanwhile,
-gives back at once its instance block, its ChID and its group's method buffer where it was
-made for this channel (:meth:`ChannelMemory.refused`); any other failure of the alloc keeps
-them as a channel GSP-RM may hold (:class:`rig_nv_pci.path.rm.PciRM` decides which).
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-channels.md."""
 
 from __future__ import annotations
 

@@ -1,20 +1,8 @@
 """What the GSP reported about the PCI path's device (:meth:`rig_nv_pci.path.pci.PciPath.fault`,
 rig_nv's optional :class:`rig_nv.rm.ReportsFaults`).
 
-GSP-RM stops a faulted channel's group itself, writes the error notifiers the path handed it
-and posts RC_TRIGGERED; the device asks the path where it tests its notifiers, which drains the
-GSP's status queue into the path's ``events`` and answers the Fault of an RC_TRIGGERED of one
-of the device's channels (by ChID), or Lost while the GSP is in lockdown
-(:mod:`rig_nv_pci.gsp.events` says what each event becomes). GSP_RUN_CPU_SEQUENCER requests
-the GSP sends while the device runs are run against BAR 0 as the queue is drained (in the
-path's ``poll``: :class:`rig_nv_pci.gsp.sequencer.SequencerEvents`), and one that fails or is
-cut short is the device's Lost, naming the opcode and its offset. The first answer is kept: an
-exception between the GSP's report and the device's record of it loses neither.
-
-Module functions taking what they read (the path's event log, its poll, its channels);
-:class:`rig_nv_pci.path.pci.PciPath` keeps the method rig_nv's ReportsFaults protocol names,
-which calls them.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-faults.md."""
 
 from __future__ import annotations
 

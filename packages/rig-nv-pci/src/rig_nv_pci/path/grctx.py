@@ -4,36 +4,10 @@ NVIDIA's CPU-RM (open-gpu-kernel-modules 570.144 / 570.211.01) allocates a GSP c
 graphics context buffers itself, maps them into the channel's address space and hands them to
 GSP-RM with NV2080_CTRL_CMD_GPU_PROMOTE_CTX (ctrl2080gpu.h 0x2080012b) before the first
 object of a graphics or compute class is made on a channel (kernel_graphics_object.c
-_kgrAlloc: kgrctxAllocCtxBuffers, kgrctxMapCtxBuffers, then kgrobjPromoteContext):
+_kgrAlloc: kgrctxAllocCtxBuffers, kgrctxMapCtxBuffers, then kgrobjPromoteContext).
 
-- which: kgrobjGetPromoteIds_FWCLIENT's list for a compute object in a channel group
-  (promoteNon3d): MAIN, PM, PATCH, FECS_EVENT, PRIV_ACCESS_MAP, UNRESTRICTED_PRIV_ACCESS_MAP;
-  PM only when allocated (it is not here). MAIN is the channel group's
-  (ppEngCtxDesc), PATCH its graphics context's, the last three the GPU's global buffers
-  (allocated once, kgraphicsAllocGrGlobalCtxBuffers_GM200);
-- where: every buffer defaults to video memory, NV_MEMORY_UNCACHED (kernel_graphics.c
-  kgraphicsConstruct_IMPL: "default to uncached FB preferred"), so each entry's physAttr is
-  NV2080_CTRL_GPU_INITIALIZE_CTX_APERTURE_VIDMEM (1:0 = 0) | GPU_CACHEABLE_NO (2:2 = 1)
-  (kgrctxPrepareInitializeCtxBuffer_IMPL); its size and alignment are the engine's context
-  properties (NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, ctrl0080fifo.h 0x801707:
-  GRAPHICS 0x0, GRAPHICS_PATCH 0x10, GRAPHICS_FECS_EVENT 0x17, GRAPHICS_PRIV_ACCESS_MAP 0x18
-  for both access maps), which the path asks where CPU-RM reads its static copy of the same
-  table (NV2080_CTRL_CMD_INTERNAL_STATIC_KGR_GET_CONTEXT_BUFFERS_INFO);
-- how: one entry per buffer, {gpuPhysAddr, gpuVirtAddr, size, physAttr, bufferId,
-  bInitialize, bNonmapped}: bInitialize for a buffer not yet initialized, the virtual address
-  for one not yet promoted in this address space (kgrctxPreparePromoteCtxBuffer_IMPL);
-  engineType NV2080_ENGINE_TYPE_GR0 (1), hChanClient the client, hObject the channel, sent
-  on the subdevice.
-
-A group's buffers go back once GSP-RM freed the group; the global ones once the device is.
-Buffers made for a promote the path cannot finish (no room), or that GSP-RM refuses with a
-status (:class:`rig_nv_pci.gsp.rpc.Refused`) while the GPU did not fault meanwhile, go back at
-once; once GSP-RM took them (the promote answered) they are the group's and the device's, even
-where the compute object itself is then refused, since GSP-RM's context of the group names
-them (and the global ones, once initialized, must be promoted at the same place again).
-Not confirmed on hardware: the sizes GSP-RM reports, whether it initializes the buffers as
-the simulated GSP-RM takes them.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-grctx.md."""
 
 from __future__ import annotations
 

@@ -7,54 +7,8 @@ The format (NV_MMU_VER2_*, open-gpu-doc manuals/turing/tu104/dev_mmu.ref.txt, wh
 Ada keep; nouveau's gp100 vmm writes the same): five levels over a 49-bit address, each level
 instance one 4 KiB page of video memory here,
 
-- PD3 (address bits 48:47, 4 entries), PD2 (46:38, 512), PD1 (37:29, 512): 8-byte PDEs,
-  NV_MMU_VER2_PDE_APERTURE 2:1 (INVALID 0, VIDEO_MEMORY 1, SYSTEM_COHERENT_MEMORY 2), VOL 3:3,
-  ADDRESS 53:8 (the next level's address >> NV_MMU_VER2_PDE_ADDRESS_SHIFT 12);
-- PD0 (28:21, 256): 16-byte dual PDEs (NV_MMU_VER2_DUAL_PDE_*): the big-page table in bits
-  63:0 (APERTURE_BIG 2:1, ADDRESS_BIG 53:4 >> 8), the small-page table in 127:64
-  (APERTURE_SMALL 66:65, ADDRESS_SMALL 117:72 >> 12); or a 2 MiB page's PTE in bits 63:0 (IS_PTE
-  0:0 set, the PTE's VALID);
-- PT (20:12, 512): 8-byte PTEs, NV_MMU_VER2_PTE_VALID 0:0, APERTURE 2:1 (VIDEO_MEMORY 0,
-  SYSTEM_COHERENT_MEMORY 2, SYSTEM_NON_COHERENT_MEMORY 3), VOL 3:3, ADDRESS 53:8 (>> 12),
-  KIND 63:56.
-
-Version 3 (NV_MMU_VER3_*, hopper/gh100/dev_mmu.h; levels as kern_gmmu_fmt_gh10x.c
-kgmmuFmtInitLevels_GH10X lays them out): six levels over 57 bits, PD4 (bit 56, 2 entries),
-PD3 (55:47), PD2, PD1, PD0 and PT as above; PDEs APERTURE 2:1, PCF 5:3 (2: valid, cached,
-ATS not allowed), ADDRESS 51:12 in place; the dual PDE's small half APERTURE_SMALL 66:65,
-ADDRESS_SMALL 115:76 (so bits 127:64 are a PDE); PTEs VALID 0:0, APERTURE 2:1, PCF 7:3 (0:
-REGULAR_RW_ATOMIC_CACHED_ACE, 1: REGULAR_RW_ATOMIC_UNCACHED_ACE), KIND 11:8, ADDRESS 51:12 in
-place.
-
-A peer's memory seen through its BAR 1 (:meth:`rig_nv_pci.path.pci.PciPath.map_peer`) is mapped as
-NVIDIA's RM maps BAR1 P2P: system memory at the peer's BAR 1 bus addresses, non-coherent (no
-snoop) and uncached (volatile in version 2, an UNCACHED PCF in version 3), kind
-GENERIC_MEMORY (``pte(..., coherent=False, volatile=True)``).
-
-The memory is written through BAR 0's PRAMIN window (:class:`Pramin`): NV_PBUS_BAR0_WINDOW
-(0x1700, dev_bus.ref.txt: BASE 23:0 in 64 KiB units, TARGET 25:24 VID_MEM 0), from Hopper on
-NV_XAL_EP_BAR0_WINDOW (0x10fd40, pri_nv_xal_ep.h: BASE 22:0 in 64 KiB units, no target:
-always video memory, kern_bus_gh100.c), places NV_PRAMIN (0x700000..0x7fffff, dev_ram.h)
-over video memory, as RM's kbusMemAccessBar0Window does.
-Every change is followed by a TLB invalidate of the address space (:func:`invalidate`), as
-kgmmuInvalidateTlb_GM107 and kgmmuCommitTlbInvalidate_TU102 do it through the PF's
-virtual-function registers; a table an unmap empties is given back after it.
-
-Big (64 KiB) pages (``map(..., big=True)``): the dual PDE's big half names a big-page table
-of 32 8-byte PTEs (address bits 20:16), in the PTE format above, each a 64 KiB page.
-Version 2 (pascal/gp100/dev_mmu.h, which Ampere's and Ada's manuals keep):
-NV_MMU_VER2_DUAL_PDE_APERTURE_BIG 2:1, VOL_BIG 3:3, ADDRESS_BIG_SYS 53:4 with
-ADDRESS_BIG_SHIFT 8 (the table's address >> 8); version 3 (hopper/gh100/dev_mmu.h):
-NV_MMU_VER3_DUAL_PDE_APERTURE_BIG 2:1, PCF_BIG 5:3 (2: valid, cached, ATS not allowed),
-ADDRESS_BIG 51:8 with ADDRESS_BIG_SHIFT 8 (so the address in place). The MMU takes a valid big
-PTE; one not valid and otherwise zero (version 2: neither VOL, sparse, nor PRIVILEGE 5:5, which
-"tells the MMU to ignore corresponding SPTEs", nouveau vmmgp100.c gp100_vmm_lpt_invalid;
-version 3: NV_MMU_VER3_PTE_PCF_INVALID 0, not SPARSE 1 or NO_VALID_4KB_PAGE 3) sends it to the
-small-page table, as nouveau's nvkm_vmm_ref_sptes clears an LPTE "to tell the MMU to check the
-SPTEs". So a 64 KiB range is mapped either by its big PTE or by its 4 KiB PTEs, never both: a
-map over the other kind raises, and an unmap writes zero. Each big-page table takes a whole
-4 KiB page of video memory (256 bytes of it used).
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-mmu.md."""
 
 from __future__ import annotations
 

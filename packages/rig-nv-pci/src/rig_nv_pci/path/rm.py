@@ -2,45 +2,8 @@
 GSP_RM_CONTROL / FREE over :class:`rig_nv_pci.gsp.rpc.RpcRM`, as CPU-RM sends them for a GSP
 client in open-gpu-kernel-modules 570.144.
 
-Controls whose parameters carry a pointer to a list (NV0080_CTRL_CMD_GPU_GET_CLASSLIST,
-NV2080_CTRL_CMD_GR_GET_INFO, NV2080_CTRL_CMD_FB_GET_INFO) cannot reach the GSP as they are:
-each goes as its _V2 twin, whose list lies in the parameters (ctrl0080gpu.h, ctrl0080gr.h /
-ctrl2080gr.h, ctrl2080fb.h), and the answer is written back through the caller's pointer.
-Allocs and frees also carry what a GSP client's CPU-RM hands GSP-RM with them: a channel's
-memory (:mod:`rig_nv_pci.path.channels`, kernel_channel.c _kchannelSendChannelAllocRpc) and, before
-a channel's first compute object, the compute engine's context buffers
-(:mod:`rig_nv_pci.path.grctx`, _kgrAlloc). A channel's NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN
-never reaches the GSP: CPU-RM answers it, with the channel's runlist and ChID
-(:mod:`rig_nv_pci.path.runlists`).
-
-The Rig_nv_pci spec: "An allocation the path or the GSP refuses gives back at once the memory
-the path gave for it, unless the GPU faulted meanwhile." At this layer that reads:
-
-- the path refuses (no room, an object not the path's): what it took goes back at once;
-- GSP-RM refuses: its reply, read whole, carries a status (:class:`rig_nv_pci.gsp.rpc.Refused`)
-  and no report of trouble came while the RPC ran (no RC_TRIGGERED or MMU_FAULT_QUEUED of any
-  channel, no lockdown engaging, no RUN_CPU_SEQUENCER that failed, the GSP not in lockdown
-  and the GPU not lost: :meth:`rig_nv_pci.gsp.events.EventLog.faulted_since`): it made
-  nothing of the request, and the memory goes back at once;
-- anything else is "the GPU faulted meanwhile": no answer in time
-  (:class:`rig_nv_pci.gsp.rpc.RpcTimeout`), a reply too short to hold a status, a report of
-  trouble during the RPC (even followed by a refusal), a lost GPU or lockdown, an exception
-  while the reply was awaited (a KeyboardInterrupt, an event's error). GSP-RM may then hold
-  the memory and write it, so it is kept as if the object were made: it goes back only once
-  GSP-RM answers the free of an object above it (the channel's group; the device, at the
-  device's stop), or never in this process where no such answer comes (the GPU's reset
-  then clears it; after a timeout none comes, as no later RPC is sent:
-  :class:`rig_nv_pci.gsp.rpc.Rpc`), and is never handed out again meanwhile.
-
-What the path gives for an object: for a channel its instance block, its ChID and (for its
-group's first channel) the group's method buffer; for a compute object the context buffers
-made for it, until the promote that hands them to GSP-RM is answered (then they are the
-group's and the device's: :mod:`rig_nv_pci.path.grctx`); for a memory object the path registers
-with ALLOC_MEMORY under the device (:class:`rig_nv_pci.path.pci.PciPath`: Pinned memory's and
-map_host's DMA memory, Device and Mapped memory's video memory, with the allocation's GPU
-addresses), kept in :attr:`PciRM.kept` where the registration failed without a plain refusal,
-until GSP-RM answers the free of the device or the client.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-rm.md."""
 
 from __future__ import annotations
 

@@ -1,23 +1,8 @@
 """Which runlist each engine's channels go on, and the work-submit token a channel's doorbell
 carries, as a GSP client's CPU-RM knows and builds them (open-gpu-kernel-modules 570.144).
 
-- The runlists: CPU-RM reads GSP-RM's device info table with
-  NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE (ctrl2080fifo.h 0x20801112) on GSP-RM's internal
-  client and subdevice, 32 entries a pass from baseIndex 0 while bMore, at most 256
-  (kernel_fifo.c kfifoGetHostDeviceInfoTable_KERNEL). An entry's engineData is indexed by
-  ENGINE_INFO_TYPE (engine_info.h): RM_ENGINE_TYPE 2, RUNLIST 3.
-- RM_ENGINE_TYPE (gpu_engine_type.h) is RM's own numbering: GR0..GR7 1..8 and COPY0..COPY19
-  0x9..0x1c, where a client's NV2080_ENGINE_TYPE (cl2080_notification.h) has GR0..GR7 1..8,
-  COPY0..COPY9 0x9..0x12 and COPY10..COPY19 0x34..0x3d (gpuGetRmEngineType).
-- The token: CPU-RM answers NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN itself (its
-  g_kernel_channel_nvoc.c flags have no ROUTE_TO_PHYSICAL; kchannelCtrlCmdGpfifoGetWork
-  SubmitToken_IMPL): the channel's runlist in RUNLIST_ID 22:16 and its ChID in VECTOR 11:0
-  (kfifoGenerateWorkSubmitTokenHal_GA100 for GA10x, AD10x, GH100; ga100/dev_ctrl.h
-  NV_CTRL_VF_DOORBELL), and on GB202..GB207 RUNLIST_DOORBELL 30:30 _ENABLE 1 too
-  (kfifoGenerateWorkSubmitTokenHal_GB202, gb202/dev_vm.h NV_VIRTUAL_FUNCTION_DOORBELL).
-  GSP-RM's own answer holds the ChID only (tinygrad ORs the rest in, "gsp only fills in the
-  channel id").
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-runlists.md."""
 
 from __future__ import annotations
 

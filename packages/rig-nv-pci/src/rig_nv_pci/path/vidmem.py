@@ -1,50 +1,8 @@
 """The GPU's video memory as a GSP client's CPU-RM keeps it: a heap of its own, carved from the
 FB regions GSP-RM reports, each block described to GSP-RM so that its objects can name it.
 
-NVIDIA's CPU-RM (open-gpu-kernel-modules 570.144) does not ask GSP-RM for video memory:
-video_mem.c leaves bRpcAlloc false under IS_GSP_CLIENT and allocates from its own heap
-(mem_mgr/heap.c), whose FB regions memmgrInitBaseFbRegions_FWCLIENT
-(mem_mgr_gsp_client.c) copies from GspStaticConfigInfo.fbRegionInfoParams: a region with a
-nonzero ``reserved`` is a reserved region (bRsvdRegion) and none of the heap; a protected one
-serves only protected allocations, which this path makes none of. Memory of that heap is then
-registered with GSP-RM (mem.c memRegisterWithGsp_IMPL): ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM
-(cl84a0.h 0x82) with the NVOS02 flags RmDeprecatedConvertOs32ToOs02Flags makes of its
-attributes and its PTE array, one entry for contiguous memory (rpcAllocMemory_v13_01's
-IS_GSP_CLIENT branch sends memdescGetPteArraySize entries).
-
-The allocator here is first fit, aligned to 4 KiB or 2 MiB as the mapping's page size asks;
-every block is contiguous (the path's regions are described by their first page).
-
-What is kept back beyond the reserved and protected regions (open-gpu-kernel-modules 595.45.04):
-
-- GSP-RM's BAR 1 and BAR 2 roots: kern_bus.c kbusPatchBar1Pdb_GSPCLIENT and
-  kbusPatchBar2Pdb_GSPCLIENT describe the root at GspStaticConfigInfo.bar1PdeBase /
-  bar2PdeBase as GSP-RM's and put it in place of CPU-RM's own, so those pages are never
-  heap memory; the path keeps their whole 4 KiB pages out of the heap (:func:`roots`) should
-  GSP-RM ever report one inside a usable region (the simulated GSP-RM, like every report seen
-  so far, puts them in a reserved one).
-- The GPU's retired pages (:mod:`rig_nv_pci.gsp.retired`: what GSP-RM answers to
-  NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, as memmgrGetBlackListPages_GA100 asks it):
-  the whole 64 KiB frame of each (:func:`retired`), as PMA, which serves clients' video
-  memory, leaves them out (phys_mem_allocator_util.c pmaRegisterBlacklistInfo marks
-  NV_ALIGN_DOWN64(address, PMA_GRANULARITY) for PMA_GRANULARITY 0x10000 bytes, map_defines.h;
-  mem_mgr.c memmgrPmaRegisterRegions_IMPL hands it the heap's blackListAddresses region by
-  region). CPU-RM's internal heap leaves out only the 4 KiB page (heap.c
-  heapBlackListPages_IMPL: an RM_PAGE_SIZE block at RM_PAGE_ALIGN_DOWN(address)); this heap
-  serves both and keeps the larger.
-- BAR 1's last 4 KiB page: kern_bus_gm107.c kbusInitBar1_GM107 shrinks the BAR 1 VA heap by
-  FERMI_SMALL_PAGESIZE ("host overfetch bug WAR (Bug 529932/525381)") before anything is
-  mapped, so no BAR 1 mapping ever ends on the BAR's last page (:func:`bar1_range`).
-
-CPU-RM's own reserved region (mem_mgr_gm107.c memmgrInitReservedMemory_GM107: an
-bInternalHeap region carved from the top of the last usable region, sized by
-memmgrPreInitReservedMemory_GM107 as 64 KiB of display instance memory on a GSP client with
-a display, the BAR 1 and BAR 2 instance blocks and the BAR 2 page tables) is not kept back:
-it holds CPU-RM's own structures, which this path does not make (it writes its tables through
-PRAMIN, not BAR 2, and GSP-RM binds BAR 1 under its own root). PMA serves clients only
-regions neither bInternalHeap nor bRsvdRegion (mem_mgr.c memmgrPmaRegisterRegions_IMPL),
-which is :func:`usable` here less that region.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-vidmem.md."""
 
 from __future__ import annotations
 
