@@ -22,7 +22,8 @@ from rig_nv_pci.firmware import chips, fwimage, layout
 from rig_nv_pci.gsp import retired, rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import addresses, mmu, runlists, vidmem
-from rig_nv_pci.path.pci import Dma, PciPath
+from rig_nv_pci.path.allocations import Dma
+from rig_nv_pci.path.pci import PciPath
 from rig_pci import Function, FunctionInfo, Window
 from rig_pci import memory as pci_memory
 

@@ -100,7 +100,6 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from rig_edge import Bus, Lost, Memory, Refusal, RigError
@@ -112,8 +111,10 @@ from rig_nv.rm import Allocation, RMError, page_rounded
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
-from rig_nv_pci.path import channels, export, faults, mmu, peers, runlists, vidmem
+from rig_nv_pci.path import channels, faults, mmu, peers, runlists, vidmem
+from rig_nv_pci.path.allocations import Dma, Undo
 from rig_nv_pci.path.channels import ChannelMemory, Placed
+from rig_nv_pci.path.export import Exports
 from rig_nv_pci.path.grctx import GrContexts
 from rig_nv_pci.path.rm import PciRM
 from rig_nv_pci.path.vidmem import Addresses, Heap
@@ -164,19 +165,6 @@ def address_of(v: memoryview) -> int:
     return int(libc_ffi.cast("uintptr_t", libc_ffi.from_buffer(v)))
 
 
-class Dma(Protocol):
-    """System memory the GPU reaches (rig_pci.DmaMemory)."""
-
-    @property
-    def length(self) -> int: ...
-
-    def view(self) -> memoryview: ...
-
-    def bus_address(self, offset: int) -> int: ...
-
-    def free(self) -> None: ...
-
-
 class Range(Protocol):
     """GPU addresses to take and give back (:class:`rig_nv_pci.path.vidmem.Addresses`,
     :class:`rig_nv_pci.path.addresses.Reservation`)."""
@@ -184,24 +172,6 @@ class Range(Protocol):
     def take(self, size: int, align: int) -> int | None: ...
 
     def give(self, at: int, size: int) -> None: ...
-
-
-@dataclass
-class Undo:
-    """What an allocation holds: its DMA memory (system memory), its GPU range, the steps of
-    freeing done so far (a failed free is retried from the first step not done)."""
-
-    dma: Dma | None
-    va: int | None
-    size: int
-    done: set[str] = field(default_factory=set)
-    view: memoryview | None = None  # Mapped memory: its BAR 1 view
-    fb: int | None = None  # video memory: its offset in the path's heap
-    bar1: int | None = None  # Mapped memory: its offset in BAR 1 (the path's BAR 1 tables)
-    huge: bool = False  # mapped with 2 MiB pages
-    # a peer mapping of another GPU's Device memory: that GPU's path and the BAR 1 offset it
-    # mapped the memory at for this mapping (given back with it)
-    lent: tuple[PciPath, int] | None = None
 
 
 class PciPath:
@@ -265,10 +235,9 @@ class PciPath:
         # the GPU's clock (rig_nv.rm.ReadsClock)
         self._timer = timer
         self.clock: Clock | None = Clock.REGISTERS if timer is not None else None
-        self._bar_bus, self._dma_bus, self._on_kept = bar_bus, dma_bus, on_kept
-        # memory whose bus ranges another device was given (export): the process's for good
-        self.kept: list[Allocation] = []
-        self._export_lock = threading.Lock()
+        self._on_kept = on_kept
+        # bus ranges for another device (export), and the memory they were given for
+        self._exports = Exports(name, self, bar_bus, dma_bus)
         self.function, self.fb_size = function, fb_size
         self._rm = PciRM(rm, events)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -353,6 +322,12 @@ class PciPath:
         except BaseException:
             self._rm.free(self.h_device)
             raise
+
+    @property
+    def kept(self) -> list[Allocation]:
+        """The memory whose bus ranges :meth:`export` gave another device: the process's for
+        good."""
+        return self._exports.kept
 
     @property
     def rm(self) -> PciRM:
@@ -735,15 +710,19 @@ class PciPath:
         """The bus ranges at which another device reaches ``length`` bytes at ``offset`` of
         ``a``, or why it cannot; once ranges are given ``a`` is held (:meth:`free_memory`
         keeps it, and a stop keeps the GPU: :meth:`closed`). See
-        :func:`rig_nv_pci.export.export`."""
-        return export.export(self, a, offset, length)
+        :meth:`rig_nv_pci.path.export.Exports.export`."""
+        return self._exports.export(a, offset, length)
 
     # -- peers ----------------------------------------------------------------------------
 
     def map_peer(self, a: Allocation, owner: Any) -> Allocation:
         """Map ``a``, memory of the GPU of ``owner`` (another GPU opened over PCI), into this
         GPU's address space at ``a.gpu``, as NVIDIA's RM maps BAR1 P2P, or raise
-        :class:`rig_edge.RigError` naming why not (:func:`rig_nv_pci.path.peers.map_peer`)."""
+        :class:`rig_edge.RigError` naming why not: ``owner`` is no GPU opened over PCI, or
+        :func:`rig_nv_pci.path.peers.map_peer` refuses."""
+        if not isinstance(owner, PciPath):
+            raise RigError(f"{self.name}: a peer of a GPU opened over PCI must be opened over "
+                           f"PCI too, not through {type(owner).__name__}")
         return peers.map_peer(self, a, owner)
 
     def unmap_peer(self, p: Allocation) -> None:
@@ -793,9 +772,7 @@ class PciPath:
         root stay as they were (the spec: the region's memory and the GPU stay the process's
         until it exits); ``on_kept`` runs instead, for the opener to keep the GPU. A GSP that
         stopped answering fails neither (:meth:`rig_nv_pci.path.rm.PciRM.free_at_stop`)."""
-        with self._lock:
-            kept = bool(self.kept)
-        if kept:
+        if self._exports.any_kept():
             if self._on_kept is not None:
                 self._on_kept()
             return

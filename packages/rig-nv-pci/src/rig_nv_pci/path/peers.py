@@ -8,26 +8,65 @@ virt_mem_allocator_gm107.c dmaAllocMapping_GM107, dmaUpdateVASpace_GF100), only 
 owner's video memory through its BAR 1, by bus address, as non-coherent volatile system
 memory; Pinned memory at the machine's bus addresses the owner maps.
 
-Module functions taking the mapper's path (``path``); :class:`rig_nv_pci.path.pci.PciPath` keeps
-the methods rig_nv's Path protocol names, which call them.
+Module functions taking the mapper's path (``path``) and the owner's as :class:`Peer`s:
+:class:`rig_nv_pci.path.pci.PciPath` is one, keeps the methods rig_nv's Path protocol names,
+which call them, and refuses an owner not opened over PCI itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from rig_edge import Memory, RigError
 from rig_nv.rm import Allocation
-from rig_nv_pci.path import vidmem
+from rig_nv_pci.path import mmu, vidmem
+from rig_nv_pci.path.allocations import Bar1, Undo
+from rig_pci import Function
 from rig_pci import memory as pci_memory
 
-if TYPE_CHECKING:
-    from rig_nv_pci.path.pci import PciPath, Undo
+
+class Peer(Bar1, Protocol):
+    """A GPU's path as a peer mapping takes it, the mapper's or the owner's
+    (:class:`rig_nv_pci.path.pci.PciPath` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def function(self) -> Function | None:
+        """The GPU's PCI function (``None``: the path maps no peer's memory)."""
+        ...
+
+    @property
+    def fb_size(self) -> int:
+        """The bytes of the GPU's memory."""
+        ...
+
+    @property
+    def addresses(self) -> object:
+        """The range the path takes its GPU addresses from (one for every GPU a process
+        opens over PCI)."""
+        ...
+
+    @property
+    def tables(self) -> mmu.PageTables | None:
+        """The path's page tables (``None``: the GSP maps)."""
+        ...
+
+    def map_va(self, handle: int, size: int, va: int, huge: bool,
+               address: Callable[[int], int], video: bool, *, kind: int | None = None,
+               coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
+        """Map ``size`` bytes at ``va``, the page at offset ``o`` at ``address(o)``."""
+        ...
+
+    def unmap_va(self, handle: int, va: int, size: int, huge: bool) -> None:
+        """Undo :meth:`map_va`."""
+        ...
 
 
-def apart(path: PciPath, owner: PciPath) -> str | None:
+def apart(path: Peer, owner: Peer) -> str | None:
     """Why ``path``'s GPU and ``owner``'s cannot map each other's memory (the spec: both taken
     physically, on one machine, each BAR 1 reaching all of its GPU's memory, and the bus
     carrying requests between them: :func:`rig_pci.memory.why_apart`), or ``None``."""
@@ -40,7 +79,7 @@ def apart(path: PciPath, owner: PciPath) -> str | None:
                                 memory=(path.fb_size, owner.fb_size))
 
 
-def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
+def map_peer(path: Peer, a: Allocation, owner: Peer) -> Allocation:
     """Map ``a``, memory of the GPU of ``owner`` (another GPU opened over PCI), into ``path``'s
     GPU's address space at ``a.gpu``, the address it has on its own GPU: every GPU the
     process opens over PCI takes its addresses from one range, so no region of this GPU
@@ -75,16 +114,9 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
     open-gpu-kernel-modules, issue 28, quoting its README), not what NVIDIA documents.
 
     Refused with :class:`rig_edge.RigError` naming the reason where the GPUs cannot map
-    each other's memory (:func:`apart`, the spec's rule, for every kind), ``owner`` is no
-    GPU opened over PCI, their addresses are not one range, this path does not write its
-    page tables, or BAR 1 or video memory (for a page table) has no room; what it made is
-    given back first."""
-    # rig_nv_pci.path.pci imports this module, so its classes are taken once it is loaded
-    from rig_nv_pci.path.pci import PciPath, Undo
-
-    if not isinstance(owner, PciPath):
-        raise RigError(f"{path.name}: a peer of a GPU opened over PCI must be opened over "
-                       f"PCI too, not through {type(owner).__name__}")
+    each other's memory (:func:`apart`, the spec's rule, for every kind), their addresses
+    are not one range, this path does not write its page tables, or BAR 1 or video memory
+    (for a page table) has no room; what it made is given back first."""
     why = apart(path, owner)
     if why is not None:
         raise RigError(f"{path.name}: {owner.name}'s memory cannot be mapped here: {why}")
@@ -113,11 +145,9 @@ def map_peer(path: PciPath, a: Allocation, owner: Any) -> Allocation:
     return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
 
 
-def peer_bar1_bus(path: PciPath, a: Allocation, owner: PciPath, mine: Undo) -> int:
+def peer_bar1_bus(path: Peer, a: Allocation, owner: Peer, mine: Undo) -> int:
     """The bus address at which ``owner``'s video memory ``a`` lies in its BAR 1, mapped
     there for this mapping if it is not (Device memory; noted in ``mine.lent``)."""
-    from rig_nv_pci.path.pci import Undo  # see map_peer
-
     undo: Undo = a.undo
     if undo.fb is None:
         raise RigError(f"{path.name}: {owner.name}'s region at 0x{a.gpu:x} has no video "
@@ -146,7 +176,7 @@ def peer_bar1_bus(path: PciPath, a: Allocation, owner: PciPath, mine: Undo) -> i
     return start
 
 
-def unmap_peer(path: PciPath, undo: Undo) -> None:
+def unmap_peer(path: Peer, undo: Undo) -> None:
     """End the mapping whose ``undo`` :func:`map_peer` made: ``path``'s PTEs cleared (and its
     TLB invalidated), then the owner's BAR 1 range lent for it given back, as
     dmaFreeBar1P2PMapping_GH100 unmaps it after the mapping; a step that fails is retried by
