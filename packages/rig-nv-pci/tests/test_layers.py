@@ -68,3 +68,20 @@ def test_the_import_graph_has_no_circle() -> None:
 def test_the_circle_check_finds_a_circle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(edges) == [["a", "b", "c"]]
+
+
+def test_every_module_docstring_is_a_dozen_lines_or_fewer() -> None:
+    """Issue 24: a module docstring says what the module holds and its rules in a dozen lines
+    or fewer; the rest of its notes lie in docs/rig-nv-pci-modules/, which it names."""
+    long = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(), str(path)), clean=False)
+        if doc is not None and len(doc.strip("\n").splitlines()) > 12:
+            long[module_name(path)] = len(doc.strip("\n").splitlines())
+    assert long == {}
+    docs = SRC.parents[2] / "docs" / "rig-nv-pci-modules"
+    for path in sorted(PACKAGE.rglob("*.py")):
+        doc = ast.get_docstring(ast.parse(path.read_text(), str(path))) or ""
+        for word in doc.split():
+            if word.startswith("docs/rig-nv-pci-modules/"):
+                assert (docs.parent.parent / word.rstrip(".")).is_file(), (path, word)

@@ -3,23 +3,8 @@ rig_nv's ``Device.dma``, the spec's Rig_nv.dma): the bus ranges of a region, as 
 Rig_nv_pci spec has Rig_pci.Memory.bus state them (the path's ``bar_bus`` and ``dma_bus``:
 rig_pci.memory.bus and dma_bus of the function), or why another device cannot reach them.
 
-GPU memory goes through BAR 1, the memory BAR: Mapped memory at its BAR 1 offset; Device
-memory mapped into BAR 1 first by the path's BAR 1 tables, as Mapped memory is (under
-GSP-RM's BAR 1 root, GspStaticConfigInfo.bar1PdeBase, as kern_bus.c
-kbusPatchBar1Pdb_GSPCLIENT has CPU-RM do), that mapping undone where the BAR is not
-reachable. Pinned memory is reached at its DMA memory's bus addresses.
-
-Ranges once given, the memory stays the process's (the spec: "The region's memory and the GPU
-then stay the process's until it exits"): the allocation is marked held and kept in the
-path's ``kept``, so its free gives nothing back and the device's stop leaves the GSP running
-with every object of the device (so BAR 1 keeps showing the memory) and calls ``on_kept``
-instead of ``on_closed``, for the opener to keep the GPU
-(:meth:`rig_nv_pci.path.pci.PciPath.free_memory`, :meth:`rig_nv_pci.path.pci.PciPath.closed`).
-
-:class:`Exports` is the part of the path that gives the ranges and keeps what it gave:
-:class:`rig_nv_pci.path.pci.PciPath` owns one and hands it its BAR 1 (:class:`Bar1`) and its
-function's ``bar_bus`` and ``dma_bus``.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-export.md."""
 
 from __future__ import annotations
 

@@ -1,98 +1,10 @@
 """One GPU over PCI with its GSP booted: the rig_nv path (:class:`rig_nv.rm.Path`).
 
 The RM runs on the GSP; this process is its kernel half, what CPU-RM is for a GSP client in
-open-gpu-kernel-modules 570.144, with no UVM:
+open-gpu-kernel-modules 570.144, with no UVM.
 
-- RM objects go over GSP_RM_ALLOC / GSP_RM_CONTROL / FREE (:class:`rig_nv_pci.path.rm.PciRM` over
-  :class:`rig_nv_pci.gsp.rpc.RpcRM`), the controls that carry a pointer to a list sent as
-  their _V2 twins (:mod:`rig_nv_pci.path.rm` says which and from which headers).
-- The GPU's address space: the path's FERMI_VASPACE_A, with one NV50_MEMORY_VIRTUAL object
-  (cl50a0.h) over [VA_BASE, VA_LIMIT) that keeps GSP-RM out of the path's range. With
-  ``pramin`` (every open) the path writes the page tables itself, as CPU-RM does for a GSP
-  client (:mod:`rig_nv_pci.path.mmu`: the version-2 format on Ampere and Ada, Hopper's version 3
-  on Blackwell, in video memory from the path's heap, written through BAR 0's PRAMIN window,
-  each change followed by a TLB invalidate), and hands GSP-RM its directories down to PD1
-  over the server's range with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES
-  (gpu_vaspace.c _gvaspaceCopyServerRmReservedPdesToServerRm), so GSP-RM's tables hang from
-  the path's root. Without it every mapping is made by the GSP at an address the path
-  chooses: MAP_MEMORY_DMA with NVOS46_FLAGS_DMA_OFFSET_FIXED (virtual_mem.c
-  virtmemMapTo_IMPL sends it only for bRpcAlloc memory: the vGPU guest's model, which the
-  simulated GSP-RM refuses), and UNMAP_MEMORY_DMA to end it.
-- Device memory: video memory from the path's own heap (:mod:`rig_nv_pci.path.vidmem`, over the
-  FB regions GET_GSP_STATIC_INFO reported, as CPU-RM's heap for a GSP client), registered
-  with the GSP as CPU-RM registers it (mem.c memRegisterWithGsp_IMPL: ALLOC_MEMORY of
-  NV01_MEMORY_LIST_FBMEM, cl84a0.h 0x82, one PTE for the contiguous block), then mapped.
-- Mapped memory: the same, and mapped into BAR 1 for the host. With ``bar1`` (every open)
-  the path writes BAR 1's page tables as CPU-RM does for a GSP client: under GSP-RM's BAR 1
-  root (GspStaticConfigInfo.bar1PdeBase, which kern_bus.c kbusPatchBar1Pdb_GSPCLIENT makes
-  CPU-RM's walker use), at a BAR 1 offset of the path's own (first fit over the BAR's size),
-  each change followed by a TLB invalidate of that root. Without it BAR 1 is taken to show
-  video memory one to one.
-- Pinned memory (and channels' error notifiers): system memory the process allocates for DMA,
-  registered with the GSP as a GSP client registers memory (mem.c memRegisterWithGsp_IMPL):
-  ALLOC_MEMORY of NV01_MEMORY_LIST_SYSTEM (cl84a0.h) with one page address per page
-  (rpcAllocMemory_v13_01's IS_GSP_CLIENT branch), freed by FREE; then mapped.
-- The caller's own pages (map_host): behind an IOMMU mapped by it (rig_pci.Function.map_host),
-  then registered and mapped as Pinned memory; a GPU taken physically refuses them (NEVER).
-- Peers (:meth:`PciPath.map_peer`, :mod:`rig_nv_pci.path.peers`): another GPU's region, mapped
-  at its own GPU address into this GPU's tables as NVIDIA's BAR1 P2P maps it, only where
-  rig_pci.memory.why_apart finds the two GPUs reach each other (the spec's rule): its video
-  memory through the owner's BAR 1, by bus address, as non-coherent volatile system memory.
-- The usermode page (the doorbell) is BAR 0 at 0xBB0000: NV_VIRTUAL_FUNCTION (0x30000,
-  turing/tu102/dev_vm.h) in the PF's view of the virtual registers, which starts at
-  NV_VIRTUAL_FUNCTION_FULL_PHYS_OFFSET (0xB80000): kern_gpu_tu102.c gpuGetRegBaseOffset_TU102
-  gives NV_REG_BASE_USERMODE as GPU_GET_VREG_OFFSET(DRF_BASE(NV_VIRTUAL_FUNCTION)), which
-  kfifoGetUsermodeMapInfo_GV100 maps for a client; its NOTIFY_CHANNEL_PENDING (clc361.h 0x90)
-  is the doorbell, its TIME_0/_1 (0x80/0x84) PTIMER.
-- The GPU's clock (rig_nv's ``Device.clock``, the spec's Rig_nv.clock.Registers): PTIMER read
-  through BAR 0 (``timer``), where NVIDIA's RM reads it from Turing on: the PF's view of
-  NV_VIRTUAL_FUNCTION_TIME_0/_1 (turing/tu102/dev_vm.h 0x30080/0x30084 at the virtual
-  registers' offset 0xB80000: timer_tu102.c tmrReadTimeLoReg_TU102/_HiReg_TU102, the HAL of
-  every Turing-on dGPU in g_objtmr_nvoc.c; UVM's nv_gpu_ops.c reads the same "On Turing+"),
-  high, low, high as tmrGetTimeEx_GM107/_GH100 do (:func:`rig_nv.clock.read_split`). The
-  older NV_PTIMER_TIME_0/_1 (0x9400/0x9410, gv100/dev_timer.h), which nouveau's
-  nv04_timer_read reads, hold the same clock; gh100/dev_timer.h no longer lists them. So the
-  device's profiles' times (the semaphores' PTIMER stamps) drift from the host's clock, and
-  each profile measures by how much (rig_nv.profile).
-- Another device's access (:meth:`PciPath.export`, :mod:`rig_nv_pci.path.export`, rig_nv's
-  ``Device.dma``): the bus ranges of a region, as the Rig_nv_pci spec has Rig_pci.Memory.bus
-  state them (``bar_bus``, ``dma_bus``: rig_pci.memory.bus and dma_bus of the function): GPU
-  memory through BAR 1 (Mapped memory at its BAR 1 offset; Device memory mapped into BAR 1 by
-  the path's BAR 1 tables first, as Mapped memory is), Pinned memory at its DMA bus
-  addresses. Ranges once given, the memory stays the process's (the spec: "The region's
-  memory and the GPU then stay the process's until it exits"): its free gives nothing back,
-  and the device's stop leaves the GSP running with every object of the device (so BAR 1
-  keeps showing the memory) and calls ``on_kept`` instead of ``on_closed``, for the opener
-  to keep the GPU.
-
-- Faults (:meth:`PciPath.fault`, :mod:`rig_nv_pci.path.faults`, rig_nv's optional
-  :class:`rig_nv.rm.ReportsFaults`): what the GSP's status queue says of the device's channels
-  (RC_TRIGGERED by ChID, lockdown, a GSP_RUN_CPU_SEQUENCER that failed), the first answer kept.
-
-GPU addresses come from ``addresses``: for an open (:mod:`rig_nv_pci.held`), the process's
-reservation that every GPU opened over PCI shares (:mod:`rig_nv_pci.path.addresses`, the spec's 64
-GiB to Rig_nv.windows), where Pinned memory is placed at its GPU address (``place_dma``) and
-Mapped memory's BAR 1 window too (``place_bar``: rig_pci.Function.window's ``at``, over the
-reservation, which the window's close puts back), so that their host and GPU addresses
-coincide. Without ``addresses`` (a path the tests make) the range is the path's own, Pinned
-memory lies where ``alloc_dma`` puts it and Mapped memory where ``bar`` maps its window.
-
-Not yet as NVIDIA's CPU-RM does it, and so unproven on hardware: the TLB invalidate after
-a change of the page tables is the register write of kgmmuCommitTlbInvalidate_TU102 (whether
-GSP-RM leaves it to a GSP client is not in the open sources); the page tables are written
-word by word through PRAMIN, not through BAR 2. A channel's alloc (the GPFIFO classes) hands
-GSP-RM its instance block, RAMFC, USERD, its group's method buffer and its error notifier as
-CPU-RM does (:mod:`rig_nv_pci.path.channels`, kernel_channel.c _kchannelSendChannelAllocRpc), and
-the channel's ChID, picked from its runlist's space as CPU-RM does, in its flags. Before a
-channel's first compute object the compute engine's context buffers are made, mapped and
-handed over with NV2080_CTRL_CMD_GPU_PROMOTE_CTX as CPU-RM does (:mod:`rig_nv_pci.path.grctx`,
-_kgrAlloc); their sizes come from NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES, not
-CPU-RM's internal static copy. The copy engine queries a device makes to choose its copy
-channel's engine (rig_nv.engines: NV2080_CTRL_CMD_GPU_GET_ENGINES_V2, CE_GET_CAPS_V2) go to
-GSP-RM as they are, where CPU-RM answers them itself for a GSP client (their
-g_subdevice_nvoc.c flags have no ROUTE_TO_PHYSICAL); where GSP-RM refuses the first
-NOT_SUPPORTED the copy channel stays in the compute channel's group.
-"""
+The module's notes in full (NVIDIA's sources, formats, histories):
+docs/rig-nv-pci-modules/path-pci.md."""
 
 from __future__ import annotations
 

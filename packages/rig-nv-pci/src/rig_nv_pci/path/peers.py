@@ -8,9 +8,8 @@ virt_mem_allocator_gm107.c dmaAllocMapping_GM107, dmaUpdateVASpace_GF100), only 
 owner's video memory through its BAR 1, by bus address, as non-coherent volatile system
 memory; Pinned memory at the machine's bus addresses the owner maps.
 
-Module functions taking the mapper's path (``path``) and the owner's as :class:`Peer`s:
-:class:`rig_nv_pci.path.pci.PciPath` is one, keeps the methods rig_nv's Path protocol names,
-which call them, and refuses an owner not opened over PCI itself.
+Functions take the mapper's path and the owner's as :class:`Peer`s; PciPath is one, and its
+Path methods call them (refusing an owner not opened over PCI itself).
 """
 
 from __future__ import annotations
