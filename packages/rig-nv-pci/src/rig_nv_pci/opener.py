@@ -512,15 +512,3 @@ def reset(i: int, machine: Machine | None = None) -> None:
         finally:
             held.release()
 
-
-__all__ = [
-    "NOT_BUILT",
-    "PATH",
-    "__version__",
-    "attach",
-    "buses",
-    "count",
-    "detach",
-    "gpu",
-    "reset",
-]

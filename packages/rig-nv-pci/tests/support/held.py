@@ -110,6 +110,14 @@ class SimFunction:
         return was
 
 
+def written(tmp: Path, files: dict[str, bytes]) -> dict[str, os.PathLike[str]]:
+    """``files`` (firmware name -> bytes) written under ``tmp``; each name's path."""
+    for name, data in files.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_bytes(data)
+    return {name: tmp / name for name in files}
+
+
 def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLike[str]]:
     """The four files of a GA102 boot, synthetic, under ``tmp``."""
     desc = {"version": 1, "monitorCodeOffset": 0, "monitorCodeSize": 0x1000,
@@ -122,12 +130,7 @@ def images(tmp: Path, r: Rig, unload: fb.SyntheticBooter) -> dict[str, os.PathLi
         "nvidia/ga102/gsp/booter_load-570.144.bin": r.sb.data,
         "nvidia/ga102/gsp/booter_unload-570.144.bin": unload.data,
     }
-    out: dict[str, os.PathLike[str]] = {}
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-        out[name] = tmp / name
-    return out
+    return written(tmp, files)
 
 
 @dataclass
@@ -312,12 +315,7 @@ def gb202_files(tmp: Path) -> dict[str, os.PathLike[str]]:
             "manifestOffset": 0x1800, "appVersion": 0x0B57_0144}),
         "nvidia/gb202/gsp/fmc-570.144.bin": FMC_FILE,
     }
-    paths: dict[str, os.PathLike[str]] = {}
-    for name, data in files.items():
-        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp / name).write_bytes(data)
-        paths[name] = tmp / name
-    return paths
+    return written(tmp, files)
 
 
 def round_trip(d: Device) -> None:
