@@ -507,8 +507,13 @@ def harness(args: argparse.Namespace) -> int:
             build_error = "cuda_bench did not build: " + (
                 attempts[-1].get("output") or attempts[-1].get("error", "?"))[-800:]
             log(build_error)
-    rounds = [one_round(r, peers, exe, build_error, cubin, args, env, out, meta)
-              for r in range(args.rounds)]
+    rounds: list[dict[str, dict[str, Any]]] = []
+    for r in range(args.rounds):
+        rounds.append(one_round(r, peers, exe, build_error, cubin, args, env, out, meta))
+        # Each round is kept as it ends: a run stopped at its limit still leaves its rounds.
+        (out / "rounds.json").write_text(json.dumps({"meta": meta, "rounds": rounds},
+                                                    indent=1, default=str))
+        log(f"round {r + 1} done, {time.perf_counter() - started:.0f} s")
     table = combine([summarise(res) for res in rounds])
     meta["seconds"] = round(time.perf_counter() - started, 1)
     meta["peers"] = {p: rounds[-1][p].get("meta", {}) for p in PEERS}
