@@ -102,7 +102,8 @@ def test_a_kernel_that_declares_a_cluster_launches_in_it_by_default(dev: Any) ->
     fn = loaded(d, "cluster_swap")
     prep = L.prepare(d, fn, (8, 3, 1), (128, 1, 1), 0)
     assert bits(prep.qmd, 25, 23) == 3 and bits(prep.qmd, 2149, 2144) == 2
-    assert bits(prep.qmd, 1055, 1024) == 8  # GRID_WIDTH: the grid in CTAs
+    assert bits(prep.qmd, 1055, 1024) == 4  # GRID_WIDTH: the grid in clusters, as libcuda's
+    assert words(prep.bank, 0x0C, 3) == (8, 3, 1)  # %nctaid: the grid in CTAs
     assert words(prep.bank, 0x140, 1) == (1,)
     assert words(prep.bank, 0x144, 3) == (2, 1, 1)
     assert words(prep.bank, 0x150, 3, "f") == (0.5, 1.0, 1.0)
