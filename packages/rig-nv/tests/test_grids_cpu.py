@@ -9,7 +9,6 @@ fixtures (docs/hopper-launch.md); occupancy figures worked by hand from cuda_occ
 from __future__ import annotations
 
 import dataclasses
-import json
 import struct
 from functools import cache
 from pathlib import Path
@@ -110,29 +109,6 @@ def test_a_kernel_that_declares_a_cluster_launches_in_it_by_default(dev: Any) ->
     assert words(prep.bank, 0x15C, 3) == (4, 3, 1)
     assert words(prep.bank, 0x188, 1) == (2,)
     d.launch(fn, (8, 3, 1), (128, 1, 1), (d.alloc(4096), d.alloc(4096))).wait()
-
-
-CAPTURED = json.loads((HERE / "data" / "cuda_h200_launches.json").read_text())
-
-
-@pytest.mark.parametrize("case", CAPTURED["cluster_banks"], ids=lambda c: c["variant"])
-def test_cluster_words_are_those_cuda_writes_on_the_h200(dev: Any, case: dict[str, Any]) -> None:
-    """Issue 18: the cluster words of bank 0 (0x13c to 0x18c) are those libcuda wrote for the
-    same launch on the H200, but the shared window's address (rig's own)."""
-    d, _ = dev
-    fn = loaded(d, "cluster_probe")
-    size = case["cluster"][0] * case["cluster"][1] * case["cluster"][2]
-    if size > 8:  # launched as non-portable: what a cubin declaring the shape allows
-        fn = dataclasses.replace(fn, kernel=dataclasses.replace(
-            fn.kernel, cluster=tuple(case["cluster"])), prepared={}, packers={})
-    prep = L.prepare(d, fn, tuple(case["grid"]), tuple(case["block"]), case["shared"],
-                     tuple(case["cluster"]))
-    for at, want in case["words"].items():
-        got = words(prep.bank, int(at, 16), 1)[0]
-        if int(at, 16) == 0x170:
-            assert (words(prep.bank, 0x174, 1)[0] << 32 | got) == d.windows[1]
-        elif int(at, 16) != 0x174:
-            assert got == want, at
 
 
 def test_an_explicit_cluster_on_a_plain_kernel_and_then_none(dev: Any) -> None:
@@ -317,22 +293,3 @@ def test_programmatic_dependent_launch_says_what_is_missing(dev: Any) -> None:
     fn = loaded(d, "cluster_rank")
     with pytest.raises(Misuse, match=r"latch ids.*not public.*ENABLE_PROGRAM_PRE_EXIT"):
         d.launch(fn, (2, 1, 1), (128, 1, 1), (d.alloc(1024),), pdl=True)
-
-
-def test_the_latches_cuda_uses_for_dependent_launches() -> None:
-    """The facts PDL_MISSING rests on, in the QMDs libcuda wrote on the H200 (V4 positions
-    from clcbc0qmd.h): a plain launch arrives at its own latch and may pre-exit; a dependent
-    launch also waits on the latch of the launch before it."""
-    plain = bytes.fromhex(CAPTURED["qmds"]["plain"]["bytes"])
-    pdl = bytes.fromhex(CAPTURED["qmds"]["pdl"]["bytes"])
-    shared = bytes.fromhex(CAPTURED["qmds"]["plain_shared"]["bytes"])
-    for q in (plain, pdl, shared):
-        assert bits(q, 28, 28) == 1 and bits(q, 1151, 1151) == 1  # ARRIVE_AT_LATCH_VALID
-    assert bits(plain, 29, 29) == 0 and bits(plain, 30, 30) == 0
-    assert bits(pdl, 29, 29) == 1 and bits(pdl, 30, 30) == 1  # WAIT_ON_LATCH, SCHEDULING_PCAS
-    ids = [bits(q, 1503, 1472) for q in (plain, shared, pdl)]
-    assert ids == [0x38, 0x39, 0x3A]  # the three captured launches, in launch order
-    assert bits(pdl, 1535, 1504) == 0x39  # WAIT_ON_LATCH_ID: an earlier launch's latch
-    lay = qmd.V4.fields
-    assert qmd.Qmd(qmd.V4, pdl).get("WAIT_ON_LATCH_ID") == 0x39
-    assert lay["ARRIVE_AT_LATCH_ID"] == (1503, 1472)
