@@ -69,10 +69,16 @@ def _launch(cluster: tuple[int, int, int] | None, arch: str = "sm_90") -> qmd.La
 
 def test_v4_cluster_launch_is_grid_gpc_cga_of_the_shape() -> None:
     """clcbc0qmd.h: QMD_TYPE MW(25:23) GRID_GPC_CGA = 3, GPC_CGA_WIDTH MW(2149:2144), HEIGHT
-    MW(2157:2152), DEPTH MW(2165:2160)."""
+    MW(2157:2152), DEPTH MW(2165:2160); the grid in clusters."""
     data = qmd.encode(4, _launch((2, 4, 1)))
     assert bits(data, 25, 23) == 3
     assert (bits(data, 2149, 2144), bits(data, 2157, 2152), bits(data, 2165, 2160)) == (2, 4, 1)
+    # GRID_WIDTH MW(1055:1024), HEIGHT MW(1071:1056), DEPTH MW(1103:1088): the (8, 4, 2) grid
+    # in clusters, and CGA_CTA_DISTRIBUTION_MODE MW(2207:2207) MULTI_CAST, as libcuda's.
+    assert (bits(data, 1055, 1024), bits(data, 1071, 1056), bits(data, 1103, 1088)) == (4, 1, 2)
+    assert bits(data, 2207, 2207) == 1
+    with pytest.raises(ValueError, match="not a whole number"):
+        qmd.encode(4, _launch((3, 1, 1)))
     plain = qmd.encode(4, _launch(None))
     assert bits(plain, 25, 23) == 2  # GRID_CTA
     assert bits(plain, 2165, 2144) == 0

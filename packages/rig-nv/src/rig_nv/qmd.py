@@ -404,7 +404,8 @@ def encode(version: int, launch: Launch) -> bytes:
             q.set(name, n)
         # libcuda's cluster QMDs on the H200 count the grid in clusters and ask for MULTI_CAST
         # (docs/results/cuda-launches-2026-12-01-v2.jsonl; docs/hopper-launch.md). A grid in
-        # CTAs launched the cluster's size times too many CTAs there, which faulted.
+        # CTAs launched the cluster's size times too many CTAs there, which faulted. V5 is
+        # taken to count alike (unmeasured: rig_nv.grids refuses clusters on sm_100).
         grid = tuple(g // n for g, n in zip(launch.grid, launch.cluster, strict=True))
         q.set("CGA_CTA_DISTRIBUTION_MODE", CGA_CTA_DISTRIBUTION_MULTI_CAST)
     elif "QMD_TYPE" in lay.fields:
