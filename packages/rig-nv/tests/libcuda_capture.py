@@ -194,7 +194,7 @@ def rig_launch(d: Any, c: Captured) -> Any:
     fn = d.load((Path(__file__).parent / "cubins" / "hopper.sm_90.cubin").read_bytes())[
         "cluster_rank"]
     cluster = c.cluster or DECLARED.get(c.variant)
-    if cluster is not None and (cluster != c.cluster or cluster[0] * cluster[1] > 8):
+    if cluster is not None and (cluster != c.cluster or cluster[0] * cluster[1] * cluster[2] > 8):
         fn = dataclasses.replace(fn, kernel=dataclasses.replace(
             fn.kernel, cluster=cluster, max_cluster_rank=None), prepared={}, packers={})
     return L.prepare(d, fn, c.grid, c.block, c.shared, c.cluster)
