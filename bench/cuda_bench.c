@@ -470,6 +470,8 @@ static void row_sweep(void) {
     CK(cuMemAlloc(&g1, top));
     CK(cuMemAlloc(&g2, top));
     fill_random(hsrc, top);
+    /* g1 holds the source's bytes before any row, so D2H and D2D check out without H2D. */
+    CK(cuMemcpyHtoD(g1, hsrc, top));
     for (j = 0; j < 6; j++) {
         size_t n_b = sweep_sizes[j];
         int n = reps(n_b >= (256u << 20) ? 10 : 200);
