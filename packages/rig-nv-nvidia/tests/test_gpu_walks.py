@@ -17,7 +17,6 @@ process (walk_child.py) so a bad outcome cannot poison this one.
 from __future__ import annotations
 
 import functools
-import itertools
 import json
 import os
 import subprocess
@@ -77,14 +76,15 @@ def later_walks() -> dict[str, Any]:
 # Where a failed stop may keep memory: the RM may not have freed a channel (the spec), when a
 # channel's UVM detach or an RM free of rig_nv.setup.Objects.free_all failed; and where UVM's
 # range of a freed allocation may remain, its addresses stay taken (path.py free_memory): a
-# reused address would be refused as in use. Pairs of adjacent frames: the frames above them
-# (the device's stop, a queue's, a part's) do not matter.
+# reused address would be refused as in use. Each a frame and one further down: the frames
+# around them (the device's stop or a queue's, a comprehension's) do not matter.
 SPEC_KEEPS = (("free_all", "detach_channel"), ("free_all", "free"), ("free_memory", "_uvm_free"))
 
 
 def _keeps(c: dict[str, Any]) -> bool:
-    pairs = set(itertools.pairwise(c["site"].split(">")))
-    return any(pair in pairs for pair in SPEC_KEEPS)
+    frames = c["site"].split(">")
+    return any(above in frames and below in frames[frames.index(above) + 1:]
+               for above, below in SPEC_KEEPS)
 
 
 def _walk_cases(what: str) -> list[dict[str, Any]]:
