@@ -498,3 +498,37 @@ def test_label_names_the_sites() -> None:
     sites = [site for _, site in CALLS["make"]]
     assert any(s.startswith("_build>build>timeline_of>channel") for s in sites), sites
     assert all(s for s in sites), sites
+
+
+def test_a_failed_loads_memory_whose_free_fails_goes_back_at_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """load: "nothing of a failed load stays". Where the free of its memory fails too, that
+    memory stays the device's (Heap.give_back), and the device's stop gives it back."""
+    from rig_nv import launch
+
+    path = WalkPath()
+    try:
+        d = make(path)
+        before = path.state()
+
+        def refuse(*args: Any) -> None:
+            raise RigError("a relocation refused")
+
+        monkeypatch.setattr(launch, "relocate", refuse)
+        free = path.rm.free
+        refused: list[int] = []
+
+        def free_once(obj: int) -> None:
+            if obj not in before["rm objects"] and not refused:
+                refused.append(obj)
+                raise RMError("injected RM refusal", NV_ERR_NO_MEMORY)
+            free(obj)
+
+        monkeypatch.setattr(path.rm, "free", free_once)
+        with pytest.raises(RigError, match="a relocation refused"):
+            d.load(CUBIN)
+        assert refused and refused[0] in path.memory, "the refused free did not stay"
+        d.stop()
+        assert path.state() == EMPTY, _diff(EMPTY, path.state())
+    finally:
+        path.release_all()

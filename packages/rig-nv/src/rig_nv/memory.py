@@ -167,11 +167,18 @@ class Heap:
 
     def give_back(self, region: Region) -> None:
         """Free ``region`` to the RM at once (no keeping for reuse): for what a failed
-        operation took."""
+        operation took. Where the free fails the region stays the device's, for
+        :meth:`release` to try again."""
         with self._lock:
             a = self._allocs.pop(region, None)
-        if a is not None:
+        if a is None:
+            return
+        try:
             self.path.free_memory(a)
+        except BaseException:
+            with self._lock:
+                self._allocs[region] = a
+            raise
 
     def trim(self) -> None:
         """Give the RM back the Device memory :meth:`free` kept for reuse."""
