@@ -198,7 +198,7 @@ class PciPath:
                     return mmu.PageTables(
                         lambda: self.heap.take(SMALL), window.write,
                         lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
-                        mmu_format, lambda page: self._give_fb(page, SMALL), root, window.read)
+                        mmu_format, lambda page: self.heap.give(page, SMALL), root, window.read)
 
                 self.tables = tables()
                 self._copy_server_pdes(self.tables)
@@ -222,14 +222,14 @@ class PciPath:
             doorbells = runlists.Doorbells(name, table, runlist_doorbell)
             self._rm.doorbells = doorbells
             self._rm.channels = ChannelMemory(
-                name, self.ffi, take_fb=self._take_fb, give_fb=self._give_fb,
+                name, self.ffi, take_fb=self.heap.take, give_fb=self.heap.give,
                 zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,
                 method_buffer_size=self._method_buffer_size, runlist_of=doorbells.runlist)
             self._rm.channels.roots.update((client, self.h_device))
             if self.tables is not None:
                 self._rm.grctx = GrContexts(
                     client, self.h_device, self.h_subdevice, control=self._rm.control,
-                    take_fb=self._take_fb, give_fb=self._give_fb, map_fb=self._map_fb,
+                    take_fb=self.heap.take, give_fb=self.heap.give, map_fb=self._map_fb,
                     unmap=self._unmap_fb)
         except BaseException:
             self._rm.free(self.h_device)
@@ -332,8 +332,7 @@ class PciPath:
         ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM, one PTE for contiguous memory): its handle;
         ``None`` when the heap is full."""
         size = undo.size
-        with self._lock:
-            at = undo.fb = self.heap.take(size, align)
+        at = undo.fb = self.heap.take(size, align)
         if at is None:
             return None
         handle = self._rm.new_handle()
@@ -352,19 +351,11 @@ class PciPath:
             if undo.dma is not None:
                 undo.dma.free()
             if undo.fb is not None:
-                self._give_fb(undo.fb, undo.size)
+                self.heap.give(undo.fb, undo.size)
             if undo.va is not None:
                 self._give_va(undo.va, undo.size)
 
         self._rm.kept.append(give_back)
-
-    def _give_fb(self, at: int, size: int) -> None:
-        with self._lock:
-            self.heap.give(at, size)
-
-    def _take_fb(self, size: int, align: int) -> int | None:
-        with self._lock:
-            return self.heap.take(size, align)
 
     def _map_fb(self, fb: int, size: int) -> int | None:
         """Video memory ``[fb, fb+size)`` (not a memory object: a context buffer) mapped at a
@@ -476,7 +467,7 @@ class PciPath:
             if handle is not None:
                 self._rm.free(handle)
             if undo.fb is not None:
-                self._give_fb(undo.fb, size)
+                self.heap.give(undo.fb, size)
             if undo.dma is not None:
                 undo.dma.free()
             self._give_va(va, size)
@@ -565,7 +556,7 @@ class PciPath:
             step("dma", dma.free)
         if undo.fb is not None:
             fb = undo.fb
-            step("fb", lambda: self._give_fb(fb, undo.size))
+            step("fb", lambda: self.heap.give(fb, undo.size))
         if undo.va is not None:
             va = undo.va
             step("va", lambda: self._give_va(va, undo.size))

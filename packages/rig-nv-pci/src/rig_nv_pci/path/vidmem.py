@@ -6,6 +6,7 @@ docs/rig-nv-pci-modules/path-vidmem.md."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
 
 from rig_nv_pci.gsp.static_info import FbRegion
@@ -115,8 +116,8 @@ def usable(regions: Sequence[FbRegion]) -> list[tuple[int, int]]:
 
 class Heap:
     """Video memory's free blocks, first fit: :meth:`take` a block of whole pages aligned to
-    ``align``, :meth:`give` it back. ``kept``: ranges ``(at, size)`` of whole pages never
-    handed out (:func:`roots`, :func:`retired`)."""
+    ``align``, :meth:`give` it back, by any thread. ``kept``: ranges ``(at, size)`` of whole
+    pages never handed out (:func:`roots`, :func:`retired`)."""
 
     def __init__(self, regions: Sequence[FbRegion],
                  kept: Iterable[tuple[int, int]] = ()) -> None:
@@ -124,18 +125,22 @@ class Heap:
         self.ranges = without(usable(regions), self.kept)
         self.size = sum(n for _, n in self.ranges)
         self._free = Addresses.of(self.ranges)
+        self._lock = threading.Lock()
 
     @property
     def free(self) -> list[tuple[int, int]]:
-        return list(self._free.free)
+        with self._lock:
+            return list(self._free.free)
 
     def take(self, size: int, align: int = SMALL) -> int | None:
         """The FB offset of ``size`` bytes (whole pages) aligned to ``align``, or ``None``."""
         if size <= 0 or size % SMALL:
             raise ValueError(f"a heap block is whole 4 KiB pages, not 0x{size:x} bytes")
-        return self._free.take(size, max(align, SMALL))
+        with self._lock:
+            return self._free.take(size, max(align, SMALL))
 
     def give(self, at: int, size: int) -> None:
         if any(at < k + kn and k < at + size for k, kn in self.kept):
             raise ValueError(f"0x{at:x}+0x{size:x} is FB the heap keeps back")
-        self._free.give(at, size)
+        with self._lock:
+            self._free.give(at, size)
