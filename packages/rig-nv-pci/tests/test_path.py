@@ -86,7 +86,7 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     assert heap == 23 << 20
     cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
             if q.function == rpc.Function.GSP_RM_CONTROL]
-    assert cmds == [pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
+    assert cmds == [sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES,
                     runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE] + [
         rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
         rm.NV2080_CTRL_CMD_GR_GET_INFO_V2, rm.NV2080_CTRL_CMD_FB_GET_INFO_V2]
@@ -163,14 +163,14 @@ def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     assert p.alloc_memory(0x2000, Memory.PINNED) is None  # its page table has no room
     assert ga102.firmware.peer.objects == objects and s.sysmem == {}
     assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
-    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.space.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     for at, n in free:
         p.heap.give(at, n)
-    p.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
+    p.space.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
     with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_NOT_SUPPORTED"):
         p.alloc_memory(0x2000, Memory.DEVICE)
     assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
-    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.space.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     assert p.heap.free == free
 
 
@@ -187,7 +187,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     a = p.alloc_memory(0x3000, Memory.DEVICE)
     b = p.alloc_memory(3 << 20, Memory.MAPPED)
     assert a is not None and b is not None
-    tables = 4096 * len(p.tables.shadow)  # PD3, PD2, PD1 (the server's), PD0, PT: low
+    tables = 4096 * len(p.space.tables.shadow)  # PD3, PD2, PD1 (the server's), PD0, PT: low
     assert s.fbmem[a.handle] == (a.undo.fb, 0x3000) and reserved <= a.undo.fb < reserved + tables
     assert s.fbmem[b.handle] == (4 << 20, 4 << 20)  # 2 MiB pages: 2 MiB aligned
     described = [q for q in ga102.firmware.peer.requests
@@ -207,9 +207,10 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     assert bytes(s.vram[4 << 20:(4 << 20) + 8]) == b"bar1 vid"
     p.free_memory(a)
     p.free_memory(b)
-    held = sum(n for _, n in p.heap.free) + 4096 * len(p.tables.shadow)
+    held = sum(n for _, n in p.heap.free) + 4096 * len(p.space.tables.shadow)
     assert s.fbmem == {} and held == p.heap.size  # all but the tables came back
-    assert set(p.tables.shadow) == p.tables.pinned and len(p.tables.pinned) == 3  # PD3..PD1
+    tables = p.space.tables
+    assert set(tables.shadow) == tables.pinned and len(tables.pinned) == 3  # PD3..PD1
 
 
 def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102: Booted) -> None:
@@ -440,7 +441,7 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     ga102: Booted,
 ) -> None:
     p, s = ga102.path(), ga102.sim_rm
-    assert p.bar1_tables is not None and p.bar1_tables.root == sim.gsp_rm.BAR1_PDB
+    assert p.bar1.tables is not None and p.bar1.tables.root == sim.gsp_rm.BAR1_PDB
     a = p.alloc_memory(3 << 20, Memory.MAPPED)
     assert a is not None and a.undo.bar1 == 0 and a.undo.fb != 0
     where = gmmu.translate(s._read64, sim.gsp_rm.BAR1_PDB, 0x2345, 2)
@@ -449,12 +450,12 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     with pytest.raises(AssertionError, match="BAR 1"):  # unmapped: no view of it
         s.bar(1, 0, 0x1000)
     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
-    assert p._bar1_addresses.free == [(0, s.bar1_size - SMALL)]
-    assert p._bar1_addresses.take(s.bar1_size - SMALL, 1) == 0  # BAR 1 full: no room
+    assert p.bar1.offsets.free == [(0, s.bar1_size - SMALL)]
+    assert p.bar1.offsets.take(s.bar1_size - SMALL, 1) == 0  # BAR 1 full: no room
     free = p.heap.free
     assert p.alloc_memory(0x1000, Memory.MAPPED) is None
     assert s.fbmem == {} and p.heap.free == free
-    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.space.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
 
 
 def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
@@ -474,9 +475,9 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     assert a is not None and a.host is not None
     view(a.host, 4)[:] = b"bar1"
     assert bytes(s.vram[a.undo.fb:a.undo.fb + 4]) == b"bar1"
-    assert p.bar1_tables is not None and gsp_pd2 in p.bar1_tables.shadow.foreign
+    assert p.bar1.tables is not None and gsp_pd2 in p.bar1.tables.shadow.foreign
     p.free_memory(a)
-    assert gsp_pd2 in p.bar1_tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
+    assert gsp_pd2 in p.bar1.tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
     assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == mmu.U64.pack(mmu.pde(gsp_pd2))
 
 
@@ -514,10 +515,10 @@ def test_device_and_mapped_memory_of_whole_64k_round_trip_through_big_pages(
         data = os.urandom(5 << 16)
         device = d.alloc(len(data), Memory.DEVICE)
         mapped = d.alloc(len(data), Memory.MAPPED)
-        assert device is not None and mapped is not None and p.tables is not None
+        assert device is not None and mapped is not None and p.space.tables is not None
         for region in (device, mapped):
             assert region.gpu % (64 << 10) == 0
-            where = gmmu.translate(s._read64, p.tables.root, region.gpu + 0x4_1234, 2)
+            where = gmmu.translate(s._read64, p.space.tables.root, region.gpu + 0x4_1234, 2)
             assert where.page == 64 << 10 and where.video
         d.upload(device, data).wait(timeout_s=5.0)
         d.copy(mapped, device, engine="copy").wait(timeout_s=5.0)

@@ -36,7 +36,7 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
     d = rig_nv.make(p)
     try:
         held = p.rm.channels
-        assert held is not None and p.tables is not None
+        assert held is not None and p.space.tables is not None
         assert set(held.channels) == set(s.channels) and len(s.channels) == 2
         # one method buffer a group: the compute channel's group's and the copy channel's
         assert set(held.method_buffers) == {d.objects.tsg, d.objects.copy_tsg}
@@ -46,7 +46,7 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
             assert ch.instance == at and at % 0x1000 == 0 and s.usable(at, 0x1000)
             assert ch.mthdbuf == held.method_buffers[ch.group].bus_address(0)
             lo, hi = struct.unpack_from("<II", s.vram, at + 128 * 4)  # NV_RAMIN_PAGE_DIR_BASE
-            assert (lo & ~0xFFF) | hi << 32 == p.tables.root
+            assert (lo & ~0xFFF) | hi << 32 == p.space.tables.root
         # the USERD GSP-RM was given is the one GP_PUT is written to: the submissions ran
         assert d.completed() == 2 and s.faults == []
         userds = sorted(ch.userd for ch in s.channels.values())

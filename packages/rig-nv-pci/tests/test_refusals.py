@@ -444,9 +444,9 @@ def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_t
     p, host = registering_path(b), b.rig.gpu.host
     vas: list[int] = []
     fbs: list[int] = []
-    taken(p.addresses, vas)
+    taken(p.space.addresses, vas)
     taken(p.heap, fbs)
-    heap, addresses = list(p.heap.free), list(p.addresses.free)
+    heap, addresses = list(p.heap.free), list(p.space.addresses.free)
     buffers = len(host.buffers)
     strike, raised, kept = REGISTRATION[how]
     strike(b, p)
@@ -460,12 +460,12 @@ def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_t
     assert len(fbs) == (taker == "device")
     if not kept:
         assert all(d.freed for d in dma) and p.heap.free == heap
-        assert p.addresses.free == addresses and p.rm.kept == []
+        assert p.space.addresses.free == addresses and p.rm.kept == []
         p.closed()
         return
     assert not any(d.freed for d in dma) and len(p.rm.kept) == 1
     vas, fbs = list(vas), list(fbs)  # the kept ones, not what the next allocation takes
-    assert all(not in_range(p.addresses.free, va, 0x2000) for va in vas)
+    assert all(not in_range(p.space.addresses.free, va, 0x2000) for va in vas)
     assert all(not in_heap(p, fb, 0x10000) for fb in fbs)
     again = TAKERS[taker](p, mmap.mmap(-1, 0x2000))  # made: none of the kept memory in it
     assert again is not None and not isinstance(again, pp.Refusal)
@@ -474,7 +474,7 @@ def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_t
     p.free_memory(again)
     p.closed()  # GSP-RM answers the device's free: the kept memory goes back
     assert p.rm.kept == [] and all(d.freed for d in dma)
-    assert all(in_range(p.addresses.free, va, 0x2000) for va in vas)
+    assert all(in_range(p.space.addresses.free, va, 0x2000) for va in vas)
     assert all(in_heap(p, fb, 0x10000) for fb in fbs)
 
 

@@ -72,11 +72,11 @@ class Exports:
         with self._map_lock:
             at = undo.bar1  # Mapped memory's, or Device memory's from an earlier export
             mapped_here = False
-            if at is None and bar1.bar1_tables is None:
+            if at is None and bar1.tables is None:
                 at = undo.fb  # BAR 1 shows video memory one to one
             if at is None:  # Device memory: into BAR 1 as Mapped memory goes
                 try:
-                    at = bar1.map_bar1(undo.fb, undo.size, undo.huge, undo)
+                    at = bar1.map(undo.fb, undo.size, undo.huge, undo)
                 except mmu.NoRoom:  # no video memory for a BAR 1 page table
                     self._drop_bar1(undo)
                 if at is None:
@@ -86,7 +86,7 @@ class Exports:
             try:
                 found = self._bar_bus(1, at + offset, length)
             except Misuse:
-                if bar1.bar1_tables is not None:
+                if bar1.tables is not None:
                     raise
                 # without BAR 1 tables the memory's FB offset may lie past the BAR's end
                 found = Bus(reason=f"{self.name}: BAR 1 does not show FB offset "
@@ -99,5 +99,5 @@ class Exports:
         """End the BAR 1 mapping (whole or partly written) an export made of Device
         memory."""
         if undo.bar1 is not None:
-            self._bar1.unmap_bar1(undo.bar1, undo.size, undo.huge)
+            self._bar1.unmap(undo.bar1, undo.size, undo.huge)
             undo.bar1 = None

@@ -8,18 +8,16 @@ docs/rig-nv-pci-modules/path-pci.md."""
 
 from __future__ import annotations
 
-import struct
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from rig_edge import Bus, Lost, Memory, Refusal, RigError
 from rig_nv import classes as cls
 from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
-from rig_nv.rm import Allocation, RMError, page_rounded
+from rig_nv.rm import Allocation, page_rounded
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.gsp.static_info import FbRegion
@@ -29,6 +27,7 @@ from rig_nv_pci.path.channels import ChannelMemory, Placed
 from rig_nv_pci.path.export import Exports
 from rig_nv_pci.path.grctx import GrContexts
 from rig_nv_pci.path.rm import PciRM
+from rig_nv_pci.path.space import AddressSpace, Bar1, Range, Window
 from rig_nv_pci.path.vidmem import Addresses, Heap
 from rig_pci import Function
 
@@ -40,9 +39,6 @@ VIRTUAL_FLAGS = 0x80000 | 0x10 | 0x4000
 # NVOS02_FLAGS (nvos.h): PHYSICALITY 7:4 NONCONTIGUOUS 1, LOCATION 11:8 PCI 0,
 # COHERENCY 15:12 CACHED 1.
 SYSTEM_FLAGS = (1 << 4) | (1 << 12)
-# NVOS46_FLAGS (nvos.h): PAGE_SIZE 11:8 (4KB 1, HUGE 4), DMA_OFFSET_FIXED 15:15.
-MAP_FIXED = 1 << 15
-MAP_4KB, MAP_HUGE = 1 << 8, 4 << 8
 # The GPU addresses this path hands out (the Rig_nv_pci spec: from 64 GiB to the windows
 # rig_nv.setup keeps at the top 8 GiB below 2^40).
 VA_BASE = 64 << 30
@@ -57,33 +53,9 @@ PTIMER_TIME_0 = USERMODE_BAR0 + 0x80
 PTIMER_TIME_1 = USERMODE_BAR0 + 0x84
 HUGE, BIG, SMALL = 2 << 20, 64 << 10, 4 << 10
 
-# The server RM's part of every address space (g_gpu_vaspace_nvoc.h
-# SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
-# hands over with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (ctrl90f1.h), pageSize
-# 2^GMMU_PD1_VADDR_BIT_LO (29) as gpu_vaspace.c _gvaspacePopulatePDEentries fills it.
-NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES = 0x90F10106
-SERVER_VA, SERVER_VA_SIZE, SERVER_PAGE_SIZE = 1 << 32, 512 << 20, 1 << 29
-GMMU_APERTURE_VIDEO = 1  # gmmu_fmt.h GMMU_APERTURE
-# NV90F1_CTRL_VASPACE_COPY_SERVER_RESERVED_PDES_PARAMS: hSubDevice, subDeviceId, pageSize,
-# virtAddrLo, virtAddrHi, numLevelsToCopy, then levels[GMMU_FMT_MAX_LEVELS 6] of
-# {physAddress, size, aperture, pageShift} (24 bytes each): 184 bytes.
-COPY_PDES = struct.Struct("<IIQQQI4x")
-COPY_PDES_LEVEL = struct.Struct("<QQIB3x")
-GMMU_FMT_MAX_LEVELS = 6
-
-
 def address_of(v: memoryview) -> int:
     """The process address of the memory behind ``v``."""
     return int(libc_ffi.cast("uintptr_t", libc_ffi.from_buffer(v)))
-
-
-class Range(Protocol):
-    """GPU addresses to take and give back (:class:`rig_nv_pci.path.vidmem.Addresses`,
-    :class:`rig_nv_pci.path.addresses.Reservation`)."""
-
-    def take(self, size: int, align: int) -> int | None: ...
-
-    def give(self, at: int, size: int) -> None: ...
 
 
 class PciPath:
@@ -148,8 +120,6 @@ class PciPath:
         self._timer = timer
         self.clock: Clock | None = Clock.REGISTERS if timer is not None else None
         self._on_kept = on_kept
-        # bus ranges for another device (export), and the memory they were given for
-        self._exports = Exports(name, self, bar_bus, dma_bus)
         self.function, self.fb_size = function, fb_size
         self._rm = PciRM(rm, events)
         self._bar, self._alloc_dma = bar, alloc_dma
@@ -159,9 +129,6 @@ class PciPath:
         # (fault), and text for messages.
         self.events = events
         self._poll, self._on_closed = poll, on_closed
-        self._lock = threading.Lock()
-        # The GPU addresses the path hands out (one range for every GPU of a process).
-        self.addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
         self._place_dma, self._dma_granule = place_dma, dma_granule
         self._place_bar = place_bar
         # video memory: the path's own heap over the FB regions GSP-RM reported, less GSP-RM's
@@ -185,34 +152,21 @@ class PciPath:
                 self.ffi, "NV_MEMORY_ALLOCATION_PARAMS", owner=client, flags=VIRTUAL_FLAGS,
                 hVASpace=self.h_vaspace, size=VA_LIMIT - VA_BASE, offset=VA_BASE,
                 limit=VA_LIMIT - VA_BASE - 1).buf)
-            self.tables: mmu.PageTables | None = None
-            self.bar1_tables: mmu.PageTables | None = None
-            self._bar1_addresses = Addresses(0, 0)
-            self._tables_lock = threading.Lock()
-            self._zero_fb: Callable[[int, int], None] | None = None
-            if pramin is not None:
-                bar0 = pramin
-                window = mmu.Pramin(bar0, mmu_format.window)
-
-                def tables(root: int | None = None) -> mmu.PageTables:
-                    return mmu.PageTables(
-                        lambda: self.heap.take(SMALL), window.write,
-                        lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
-                        mmu_format, lambda page: self.heap.give(page, SMALL), root, window.read)
-
-                self.tables = tables()
-                self._copy_server_pdes(self.tables)
-
-                def zero_fb(at: int, size: int) -> None:
-                    with self._tables_lock:  # the window the tables are written through
-                        window.write(at, bytes(size))
-
-                self._zero_fb = zero_fb
+            # the GPU addresses and their page tables, written through PRAMIN (else the GSP
+            # maps), and BAR 1's tables under GSP-RM's root, sharing the window
+            window = None if pramin is None else Window(pramin, mmu_format, self.heap)
+            self.space = AddressSpace(name, self._rm, self.h_device, self.h_virtual,
+                                      addresses or Addresses(VA_BASE, VA_LIMIT), window)
+            self.bar1 = Bar1()
+            if window is not None:
+                self.space.copy_server_pdes(self.h_subdevice, self.h_vaspace)
                 if bar1 is not None:
                     root, size = bar1
-                    self.bar1_tables = tables(root)
                     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
-                    self._bar1_addresses = Addresses(*vidmem.bar1_range(size))
+                    self.bar1 = Bar1(window.tables(root), Addresses(*vidmem.bar1_range(size)),
+                                     window)
+            # bus ranges for another device (export), and the memory they were given for
+            self._exports = Exports(name, self.bar1, bar_bus, dma_bus)
             # the channels' runlists and doorbell tokens (rig_nv_pci.path.runlists): GSP-RM's
             # device info table as asked of its internal subdevice (the open's), else of
             # this path's own
@@ -223,14 +177,15 @@ class PciPath:
             self._rm.doorbells = doorbells
             self._rm.channels = ChannelMemory(
                 name, self.ffi, take_fb=self.heap.take, give_fb=self.heap.give,
-                zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,
+                zero_fb=None if window is None else window.zero, alloc_dma=alloc_dma,
+                placed=self._placed.get,
                 method_buffer_size=self._method_buffer_size, runlist_of=doorbells.runlist)
             self._rm.channels.roots.update((client, self.h_device))
-            if self.tables is not None:
+            if self.space.tables is not None:
                 self._rm.grctx = GrContexts(
                     client, self.h_device, self.h_subdevice, control=self._rm.control,
-                    take_fb=self.heap.take, give_fb=self.heap.give, map_fb=self._map_fb,
-                    unmap=self._unmap_fb)
+                    take_fb=self.heap.take, give_fb=self.heap.give, map_fb=self.space.map_fb,
+                    unmap=self.space.unmap_fb)
         except BaseException:
             self._rm.free(self.h_device)
             raise
@@ -250,62 +205,6 @@ class PciPath:
         return self._rm.rpc_rm.rpc
 
     # -- mappings on the GSP --------------------------------------------------------------
-
-    def _copy_server_pdes(self, tables: mmu.PageTables) -> None:
-        """Hand the GSP the page directories over the server's range, as CPU-RM does for a
-        GSP client's address space (gpu_vaspace.c _gvaspaceCopyServerRmReservedPdesToServerRm):
-        GSP-RM mirrors them, so its tables hang from the path's PD3."""
-        levels = tables.directory(SERVER_VA)
-        shifts = [level.shift for level in tables.fmt.directories]
-        params = bytearray(COPY_PDES.pack(self.h_subdevice, 0, SERVER_PAGE_SIZE, SERVER_VA,
-                                          SERVER_VA + SERVER_VA_SIZE - 1, len(levels)))
-        for i in range(GMMU_FMT_MAX_LEVELS):
-            params += (COPY_PDES_LEVEL.pack(levels[i], mmu.PAGE, GMMU_APERTURE_VIDEO, shifts[i])
-                       if i < len(levels) else bytes(COPY_PDES_LEVEL.size))
-        self._rm.control(self.h_vaspace, NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
-                         params)
-
-    def map_va(self, handle: int, size: int, va: int, huge: bool,
-               address: Callable[[int], int], video: bool, *, kind: int | None = None,
-               coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
-        """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
-        offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory;
-        ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.path.mmu.PageTables.map`
-        takes them, the kind GENERIC for video memory and PITCH for system memory by
-        default; in 64 KiB pages where ``big`` and not ``huge``), else by the GSP."""
-        if self.tables is not None:
-            if kind is None:
-                kind = vidmem.KIND_GENERIC if video else mmu.KIND_PITCH
-            with self._tables_lock:
-                self.tables.map(va, size, address, video=video, huge=huge, big=big, kind=kind,
-                                coherent=coherent, volatile=volatile)
-            return
-        payload = rpc.encode_map_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
-                                     size, MAP_FIXED | (MAP_HUGE if huge else MAP_4KB), va)
-        reply = self._rpc.call(rpc.Function.MAP_MEMORY_DMA, payload, check=False)
-        got, status = (rpc.decode_map_dma(reply.payload) if len(reply.payload) >= rpc.MAP_DMA.size
-                       else (0, rpc.NV_ERR_GENERIC))
-        status = status or rpc.result_status(reply.result)
-        if status:
-            raise RMError(f"{self.name}: mapping memory 0x{handle:x} at GPU address 0x{va:x}",
-                          status)
-        if got != va:
-            raise RigError(f"{self.name}: the GSP mapped memory 0x{handle:x} at 0x{got:x}, "
-                           f"not at the fixed 0x{va:x} asked for")
-
-    def unmap_va(self, handle: int, va: int, size: int, huge: bool) -> None:
-        """Undo :meth:`map_va` of ``handle``'s ``size`` bytes at ``va``."""
-        if self.tables is not None:
-            with self._tables_lock:
-                self.tables.unmap(va, size, huge=huge)
-            return
-        payload = rpc.encode_unmap_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
-                                       va)
-        reply = self._rpc.call(rpc.Function.UNMAP_MEMORY_DMA, payload, check=False)
-        status = (rpc.decode_unmap_dma(reply.payload) if len(reply.payload) >= rpc.UNMAP_DMA.size
-                  else rpc.NV_ERR_GENERIC) or rpc.result_status(reply.result)
-        if status:
-            raise RMError(f"{self.name}: unmapping memory 0x{handle:x} at 0x{va:x}", status)
 
     def _register(self, handle: int, payload: bytes, what: str) -> int:
         """ALLOC_MEMORY of ``payload`` (mem.c memRegisterWithGsp_IMPL): ``handle``, or
@@ -353,28 +252,9 @@ class PciPath:
             if undo.fb is not None:
                 self.heap.give(undo.fb, undo.size)
             if undo.va is not None:
-                self._give_va(undo.va, undo.size)
+                self.space.give(undo.va, undo.size)
 
         self._rm.kept.append(give_back)
-
-    def _map_fb(self, fb: int, size: int) -> int | None:
-        """Video memory ``[fb, fb+size)`` (not a memory object: a context buffer) mapped at a
-        GPU address of the path's range by its page tables; ``None`` without room."""
-        with self._lock:
-            va = self.addresses.take(size, SMALL)
-        if va is None:
-            return None
-        try:
-            self.map_va(0, size, va, False, lambda o: fb + o, True)
-        except mmu.NoRoom:
-            self.unmap_va(0, va, size, False)
-            self._give_va(va, size)
-            return None
-        return va
-
-    def _unmap_fb(self, va: int, size: int) -> None:
-        self.unmap_va(0, va, size, False)
-        self._give_va(va, size)
 
     def _method_buffer_size(self) -> int:
         """A channel group's fault method buffer's size, as GSP-RM answers CPU-RM
@@ -404,8 +284,7 @@ class PciPath:
         if place is not None:  # the whole granules the memory comes in, at its GPU address
             size = -(-size // self._dma_granule) * self._dma_granule
             align = max(align, self._dma_granule)
-        with self._lock:
-            va = self.addresses.take(size, align)
+        va = self.space.take(size, align)
         if va is None:
             return None
         undo = Undo(None, va, size, huge=huge)
@@ -416,7 +295,7 @@ class PciPath:
             if kind is Memory.PINNED:
                 dma = self._alloc_dma(size) if place is None else place(size, va)
                 if dma is None:
-                    self._give_va(va, size)
+                    self.space.give(va, size)
                     return None
                 undo.dma = dma
                 host = address_of(dma.view())
@@ -429,12 +308,12 @@ class PciPath:
                 asked = True
                 handle = self._vidmem(undo, align)  # every heap block is contiguous
                 if handle is None:
-                    self._give_va(va, size)
+                    self.space.give(va, size)
                     return None
                 assert undo.fb is not None
                 fb_offset = undo.fb
                 if kind is Memory.MAPPED:
-                    at = self.map_bar1(fb_offset, size, huge, undo)
+                    at = self.bar1.map(fb_offset, size, huge, undo)
                     if at is None:
                         raise mmu.NoRoom("no room in BAR 1")
                     # the window at the GPU address (over the process's reservation), so
@@ -446,22 +325,22 @@ class PciPath:
                         raise RigError(f"{self.name}: BAR 1 asked for at 0x{va:x} lies at "
                                        f"0x{host:x}")
             if undo.dma is not None:
-                self.map_va(handle, size, va, huge, undo.dma.bus_address, False)
+                self.space.map(handle, size, va, huge, undo.dma.bus_address, False)
                 self._placed[handle] = Placed(channels.ADDR_SYSMEM, undo.dma.bus_address, size,
                                               channels.NV_MEMORY_CACHED)
             else:
                 fb = fb_offset
-                self.map_va(handle, size, va, huge, lambda o: fb + o, True, big=big)
+                self.space.map(handle, size, va, huge, lambda o: fb + o, True, big=big)
                 self._placed[handle] = Placed(channels.ADDR_FBMEM, lambda o: fb + o, size,
                                               channels.NV_MEMORY_UNCACHED)
         except BaseException as e:
             if asked and handle is None and not self._rm.refused(e, mark):
                 self._keep(undo)  # nothing mapped yet: the registration is what failed
                 raise
-            if self.tables is not None:
-                self.unmap_va(handle or 0, va, size, huge)  # what was written of it
+            if self.space.tables is not None:
+                self.space.unmap(handle or 0, va, size, huge)  # what was written of it
             if undo.bar1 is not None:
-                self.unmap_bar1(undo.bar1, size, huge)
+                self.bar1.unmap(undo.bar1, size, huge)
             if undo.view is not None:
                 self._unbar(undo.view)
             if handle is not None:
@@ -470,38 +349,11 @@ class PciPath:
                 self.heap.give(undo.fb, size)
             if undo.dma is not None:
                 undo.dma.free()
-            self._give_va(va, size)
+            self.space.give(va, size)
             if isinstance(e, mmu.NoRoom):
                 return None
             raise
         return Allocation(va, host, size, kind, handle, undo)
-
-    def map_bar1(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
-        """Video memory ``[fb, fb+size)`` mapped into BAR 1 by the path's BAR 1 tables: its
-        BAR 1 offset (``None`` where BAR 1 has no room); ``fb`` itself without them."""
-        if self.bar1_tables is None:
-            return fb
-        with self._lock:
-            at = self._bar1_addresses.take(size, HUGE if huge else SMALL)
-        if at is None:
-            return None
-        undo.bar1 = at
-        with self._tables_lock:
-            self.bar1_tables.map(at, size, lambda o: fb + o, video=True, huge=huge,
-                                 kind=vidmem.KIND_GENERIC)
-        return at
-
-    def unmap_bar1(self, at: int, size: int, huge: bool) -> None:
-        """Undo :meth:`map_bar1` of ``size`` bytes at BAR 1 offset ``at``."""
-        if self.bar1_tables is not None:
-            with self._tables_lock:
-                self.bar1_tables.unmap(at, size, huge=huge)
-            with self._lock:
-                self._bar1_addresses.give(at, size)
-
-    def _give_va(self, va: int, size: int) -> None:
-        with self._lock:
-            self.addresses.give(va, size)
 
     def alloc_notifier(self) -> Allocation:
         """A page of system memory the GSP writes a channel's errors into, not mapped for the
@@ -540,7 +392,7 @@ class PciPath:
 
         if undo.va is not None:
             va = undo.va
-            step("unmap", lambda: self.unmap_va(a.handle, va, undo.size, undo.huge))
+            step("unmap", lambda: self.space.unmap(a.handle, va, undo.size, undo.huge))
         if undo.view is not None:
             # before the addresses go back: a window placed at them puts the reservation back
             # as it closes, so no later allocation finds BAR 1 still mapped there
@@ -548,7 +400,7 @@ class PciPath:
             step("bar", lambda: self._unbar(view))
         if undo.bar1 is not None:
             at = undo.bar1
-            step("bar1", lambda: self.unmap_bar1(at, undo.size, undo.huge))
+            step("bar1", lambda: self.bar1.unmap(at, undo.size, undo.huge))
         step("free", lambda: self._rm.free(a.handle))
         self._placed.pop(a.handle, None)
         if undo.dma is not None:
@@ -559,7 +411,7 @@ class PciPath:
             step("fb", lambda: self.heap.give(fb, undo.size))
         if undo.va is not None:
             va = undo.va
-            step("va", lambda: self._give_va(va, undo.size))
+            step("va", lambda: self.space.give(va, undo.size))
 
     def map_object(self, handle: int, length: int) -> memoryview:
         """The usermode page (``handle`` an object of a USERMODE class): BAR 0's
@@ -584,8 +436,7 @@ class PciPath:
         dma = self._map_dma(address, length)
         if dma is None:
             return Refusal.NO_ROOM
-        with self._lock:
-            va = self.addresses.take(length, SMALL)
+        va = self.space.take(length, SMALL)
         if va is None:
             dma.free()
             return Refusal.NO_ROOM
@@ -593,17 +444,17 @@ class PciPath:
         mark = self._rm.mark()
         try:
             handle = self._describe(dma, length)
-            self.map_va(handle, length, va, False, dma.bus_address, False)
+            self.space.map(handle, length, va, False, dma.bus_address, False)
         except BaseException as e:
             if handle is None and not self._rm.refused(e, mark):
                 self._keep(Undo(dma, va, length))  # GSP-RM may hold the pages: kept mapped
                 raise
-            if self.tables is not None:
-                self.unmap_va(handle or 0, va, length, False)
+            if self.space.tables is not None:
+                self.space.unmap(handle or 0, va, length, False)
             if handle is not None:
                 self._rm.free(handle)
             dma.free()
-            self._give_va(va, length)
+            self.space.give(va, length)
             if isinstance(e, mmu.NoRoom):
                 return Refusal.NO_ROOM
             raise
