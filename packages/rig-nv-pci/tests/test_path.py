@@ -27,6 +27,8 @@ from support import (
     GSP_IMAGE,
     Booted,
     Rig,
+    SimBars,
+    SimMemory,
     ga102,
     run_boot,
     stop,
@@ -46,7 +48,8 @@ from rig_nv_pci.firmware import chips, layout
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.path import pci as pp
 from rig_nv_pci.path import rm, runlists, vidmem
-from rig_nv_pci.path.vidmem import SMALL
+from rig_nv_pci.path.rm import GspClient
+from rig_nv_pci.path.vidmem import SMALL, FbLayout
 
 __all__ = ["ga102"]  # the fixture, from support.path
 
@@ -96,8 +99,9 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
 def test_memory_is_mapped_by_the_paths_page_tables(ga102: Booted, kind: Memory) -> None:
     """The simulated GPU walks the tables the path wrote through PRAMIN: video memory with
     2 MiB pages of kind GENERIC, system memory page by page at its bus addresses."""
-    unmapped: list[memoryview] = []
-    p, s = ga102.path(unbar=unmapped.append), ga102.sim_rm
+    bars = SimBars(ga102.sim_rm)
+    unmapped = bars.closed
+    p, s = ga102.path(bars=bars), ga102.sim_rm
     a = p.alloc_memory(3 << 20 if kind is not Memory.PINNED else 0x3000, kind)
     assert a is not None and a.kind is kind
     assert pp.VA_BASE <= a.gpu < pp.VA_LIMIT
@@ -288,11 +292,11 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
                 stop(r, b, unload)
                 stops.append("stopped")
 
-            path = pp.PciPath("NV-PCI", BUS, booted.rm, bar=s.bar,
-                              alloc_dma=r.gpu.host.alloc_dma, maps_host=False,
-                              poll=booted.channel.poll, on_closed=stop_the_gsp,
-                              fb_regions=booted.static.fb_regions, pramin=r.bar0,
-                              bar1=(booted.static.bar1_pde_base, s.bar1_size))
+            path = pp.PciPath("NV-PCI", BUS, GspClient(booted.rm, booted.channel.poll),
+                              bars=SimBars(s), memory=SimMemory(r.gpu.host),
+                              on_closed=stop_the_gsp, pramin=r.bar0, fb=FbLayout(
+                                  booted.static.fb_regions,
+                                  (booted.static.bar1_pde_base, s.bar1_size)))
             d = rig_nv.make(path)
             assert d.completed() == 2 and firmware.boots == round + 1
             d.stop()
@@ -417,12 +421,9 @@ def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all
 def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_physically(
     ga102: Booted,
 ) -> None:
-    host = ga102.rig.gpu.host
     p, s = ga102.path(), ga102.sim_rm
     assert p.map_host(0x7000_0000, 0x1000) is Refusal.NEVER  # maps_host False
-    p = pp.PciPath("NV-PCI", BUS, ga102.booted.rm, bar=s.bar, alloc_dma=host.alloc_dma,
-                   maps_host=True, map_dma=host.map_host,
-                   fb_regions=ga102.booted.static.fb_regions, pramin=ga102.rig.bar0)
+    p = ga102.path(maps_host=True, fb=ga102.fb(bar1=False))
     buffer = mmap.mmap(-1, 0x3000)
     address = pp.address_of(memoryview(buffer))
     a = p.map_host(address, 0x3000)
@@ -490,7 +491,7 @@ def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory
                                                             sim.gsp_rm.BAR2_PDB)
     # GSP-RM's roots reported in the usable region: the path's heap leaves their pages out
     usable_root = sim.gsp_rm.RESERVED + 0x5000
-    p = ga102.path(fb_kept=vidmem.roots(usable_root + 0x10))
+    p = ga102.path(fb=ga102.fb(vidmem.roots(usable_root + 0x10)))
     assert all(not (at <= usable_root < at + n) for at, n in p.heap.free)
     assert all(not (at <= sim.gsp_rm.BAR1_PDB < at + n) for at, n in p.heap.ranges)
     # BAR 1 filled with Mapped memory: its last page stays unmapped, no block on a kept page

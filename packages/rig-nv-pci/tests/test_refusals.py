@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
-from support import BUS, Booted, Opened, _channel_kit
+from support import Booted, Opened, _channel_kit
 from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
 
 import rig_nv
@@ -345,11 +345,7 @@ def registering_path(b: Booted) -> pp.PciPath:
     refusal is plain), that maps the caller's pages."""
     log = ev.EventLog("NV-PCI")
     b.booted.channel.on_event = log.take
-    host = b.rig.gpu.host
-    return pp.PciPath("NV-PCI", BUS, b.booted.rm, bar=b.sim_rm.bar, alloc_dma=host.alloc_dma,
-                      maps_host=True, map_dma=host.map_host, poll=b.booted.channel.poll,
-                      events=log, fb_regions=b.booted.static.fb_regions, pramin=b.rig.bar0,
-                      bar1=b.bar1())
+    return b.path(maps_host=True, events=log)
 
 
 def registration_refused(b: Booted, p: pp.PciPath, before: Callable[[], None] | None = None,

@@ -9,7 +9,7 @@ docs/rig-nv-pci-modules/path-pci.md."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rig_edge import Bus, Lost, Memory, Refusal, RigError
@@ -19,16 +19,15 @@ from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import Allocation, page_rounded
 from rig_nv_pci.gsp import rpc
-from rig_nv_pci.gsp.events import EventLog
-from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.path import channels, faults, mmu, peers, runlists, vidmem
 from rig_nv_pci.path.allocations import Dma, Undo
 from rig_nv_pci.path.channels import ChannelMemory, Placed
 from rig_nv_pci.path.export import Exports
 from rig_nv_pci.path.grctx import GrContexts
-from rig_nv_pci.path.rm import PciRM
-from rig_nv_pci.path.space import AddressSpace, Bar1, Range, Window
-from rig_nv_pci.path.vidmem import Addresses, Heap
+from rig_nv_pci.path.host import Bars, BusRanges, Placement, SystemMemory
+from rig_nv_pci.path.rm import GspClient, PciRM
+from rig_nv_pci.path.space import AddressSpace, Bar1, Window
+from rig_nv_pci.path.vidmem import Addresses, FbLayout
 from rig_pci import Function
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
@@ -59,59 +58,37 @@ def address_of(v: memoryview) -> int:
 
 
 class PciPath:
-    """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
-    a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
-    ``events`` the log its boot's events go to, ``map_dma(address, length)`` the process's
-    own pages for the GPU (behind an IOMMU: rig_pci.Function.map_host), ``alloc_dma(n)``
-    system memory the GPU reaches (or ``None`` when there is none), ``addresses`` the GPU
-    addresses it takes (its own range by default), ``place_dma(n, at)`` system memory at
-    process address ``at`` (Pinned memory at its GPU address) in whole ``dma_granule``s,
-    ``place_bar(i, offset, length, at)`` what ``bar`` views, mapped at process address ``at``
-    over the process's reservation (Mapped memory at its GPU address; ``unbar`` puts the
-    reservation back; only with ``addresses`` the process reserved),
-    ``poll()`` hands the GSP's pending events on, ``on_closed`` runs once the device stopped,
-    ``function`` the GPU's PCI function as rig_pci took it and ``fb_size`` the bytes of its
-    memory (what :meth:`map_peer` asks :func:`rig_pci.memory.why_apart` about; ``None``: the
-    path maps no peer's memory),
-    ``fb_regions`` the FB regions GSP-RM reported (the
-    path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
-    ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
-    root and the BAR's size (``None``: BAR 1 shows video memory one to one; the root's page is
-    kept out of the heap, the BAR's last page is never mapped), ``bar_bus(bar,
-    offset, length)`` and ``dma_bus(dma, offset, length)`` the bus ranges another device
-    reaches a BAR's range and DMA memory at, or why not (rig_pci.memory.bus and dma_bus of
-    the function; ``None``: the path cannot say, and :meth:`export` answers so), ``on_kept``
-    what runs instead of ``on_closed`` at a stop once :meth:`export` handed out bus ranges
-    (the GPU stays the process's), ``timer`` BAR 0, whose PTIMER registers the device's clock
-    reads (``Clock.REGISTERS``; ``None``: the path reads no clock), ``fb_kept`` FB ranges
-    ``(at, size)`` of whole pages the heap never hands out besides ``bar1``'s root (GSP-RM's
-    BAR 2 root, :func:`rig_nv_pci.path.vidmem.roots`; the retired pages' 64 KiB frames,
-    :func:`rig_nv_pci.path.vidmem.retired`). Makes the device, subdevice, address space and its
-    virtual range at once (and with ``pramin`` the page directories, handed to the GSP);
-    raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP refuses them."""
+    """A booted GPU's RM path, made of parts: ``gsp`` the GSP as its client speaks to it,
+    ``bars`` the BARs as the process maps them, ``memory`` the system memory the GPU reaches,
+    ``fb`` what the path is told of video memory (its heap, BAR 1's root and size),
+    ``placement`` where the GPU's addresses are the process's own (``None``: the path's own
+    range, from :data:`VA_BASE` to :data:`VA_LIMIT`), ``bus_ranges`` the bus ranges another
+    device reaches its memory at (``None``: the path cannot say, and :meth:`export` answers
+    so), ``function`` the GPU's PCI function as rig_pci took it (``None``: the path maps no
+    peer's memory), ``doorbells`` its channels' runlists (``None``: as GSP-RM's device info
+    table answers the path's own subdevice, with no RUNLIST_DOORBELL _ENABLE).
 
-    def __init__(self, name: str, bus: str, rm: rpc.RpcRM, *,
-                 bar: Callable[[int, int, int], memoryview],
-                 alloc_dma: Callable[[int], Dma | None], maps_host: bool,
-                 hang_ms: int | None = None, poll: Callable[[], Any] | None = None,
-                 on_closed: Callable[[], None] | None = None,
-                 unbar: Callable[[memoryview], None] | None = None,
-                 map_dma: Callable[[int, int], Dma | None] | None = None,
-                 events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
+    ``pramin`` is BAR 0 for writing the page tables (of ``mmu_format``) through its PRAMIN
+    window (``None``: the GSP maps), ``timer`` BAR 0 whose PTIMER registers the device's
+    clock reads (``None``: the path reads no clock). ``on_closed`` runs once the device
+    stopped; ``on_kept`` instead, once :meth:`export` handed out bus ranges (the GPU stays
+    the process's).
+
+    Makes the device, subdevice, address space and its virtual range at once (and with
+    ``pramin`` the page directories, handed to the GSP); raises :class:`rig_nv.rm.RMError`
+    (having freed what it made) if the GSP refuses them."""
+
+    def __init__(self, name: str, bus: str, gsp: GspClient, *, bars: Bars,
+                 memory: SystemMemory, fb: FbLayout | None = None,
                  pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
-                 bar1: tuple[int, int] | None = None, addresses: Range | None = None,
-                 place_dma: Callable[[int, int], Dma | None] | None = None,
-                 place_bar: Callable[[int, int, int, int], memoryview] | None = None,
-                 dma_granule: int = SMALL,
-                 bar_bus: Callable[[int, int, int], Bus] | None = None,
-                 dma_bus: Callable[[Dma, int, int], Bus] | None = None,
-                 on_kept: Callable[[], None] | None = None,
-                 function: Function | None = None, fb_size: int = 0,
-                 timer: mmu.Registers | None = None,
-                 fb_kept: Sequence[tuple[int, int]] = (),
-                 runlist_table: Mapping[int, int] | None = None,
-                 runlist_doorbell: bool = False) -> None:
-        self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
+                 timer: mmu.Registers | None = None, placement: Placement | None = None,
+                 bus_ranges: BusRanges | None = None, function: Function | None = None,
+                 doorbells: runlists.Doorbells | None = None, hang_ms: int | None = None,
+                 on_closed: Callable[[], None] | None = None,
+                 on_kept: Callable[[], None] | None = None) -> None:
+        fb = fb or FbLayout()
+        self.name, self.bus, self.hang_ms = name, bus, hang_ms
+        self.maps_host = memory.maps_host
         # Its sleep polls the GSP's message queue and naps: the GPU's interrupts do not reach
         # a process that holds the function without a kernel driver, and the GSP posts no
         # event for them (rig makes no event object), so none is asked for.
@@ -120,23 +97,18 @@ class PciPath:
         self._timer = timer
         self.clock: Clock | None = Clock.REGISTERS if timer is not None else None
         self._on_kept = on_kept
-        self.function, self.fb_size = function, fb_size
-        self._rm = PciRM(rm, events)
-        self._bar, self._alloc_dma = bar, alloc_dma
-        self._unbar = unbar or (lambda view: None)
-        self._map_dma = map_dma
+        self.function, self.fb_size = function, fb.size
+        self._rm = PciRM(gsp.rm, gsp.events)
+        self._bars, self._memory, self._placement = bars, memory, placement
         # What the GSP's events said (its boot's on_event): the faults the device raises
         # (fault), and text for messages.
-        self.events = events
-        self._poll, self._on_closed = poll, on_closed
-        self._place_dma, self._dma_granule = place_dma, dma_granule
-        self._place_bar = place_bar
-        # video memory: the path's own heap over the FB regions GSP-RM reported, less GSP-RM's
-        # BAR 1 root (kbusPatchBar1Pdb_GSPCLIENT) and whatever else ``fb_kept`` names
-        self.heap = Heap(fb_regions, [*fb_kept, *vidmem.roots(bar1[0] if bar1 else 0)])
+        self.events = gsp.events
+        self._poll, self._on_closed = gsp.poll, on_closed
+        # video memory: the path's own heap over the FB regions GSP-RM reported
+        self.heap = fb.heap()
         self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
-        self.ffi = rm_ffi(rm.layouts)
-        client = rm.client
+        self.ffi = rm_ffi(gsp.rm.layouts)
+        client = gsp.rm.client
         self.h_device = self._rm.new_handle()
         self._rm.alloc(client, self.h_device, cls.NV01_DEVICE_0,
                        Params(self.ffi, "NV0080_ALLOC_PARAMETERS", hClientShare=client).buf)
@@ -156,28 +128,29 @@ class PciPath:
             # maps), and BAR 1's tables under GSP-RM's root, sharing the window
             window = None if pramin is None else Window(pramin, mmu_format, self.heap)
             self.space = AddressSpace(name, self._rm, self.h_device, self.h_virtual,
-                                      addresses or Addresses(VA_BASE, VA_LIMIT), window)
+                                      Addresses(VA_BASE, VA_LIMIT) if placement is None
+                                      else placement.addresses, window)
             self.bar1 = Bar1()
             if window is not None:
                 self.space.copy_server_pdes(self.h_subdevice, self.h_vaspace)
-                if bar1 is not None:
-                    root, size = bar1
+                if fb.bar1 is not None:
+                    root, size = fb.bar1
                     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
                     self.bar1 = Bar1(window.tables(root), Addresses(*vidmem.bar1_range(size)),
                                      window)
             # bus ranges for another device (export), and the memory they were given for
-            self._exports = Exports(name, self.bar1, bar_bus, dma_bus)
+            self._exports = Exports(name, self.bar1, bus_ranges)
             # the channels' runlists and doorbell tokens (rig_nv_pci.path.runlists): GSP-RM's
             # device info table as asked of its internal subdevice (the open's), else of
             # this path's own
-            table = runlist_table if runlist_table is not None else runlists.get(
-                lambda p: self._rm.control(
-                    self.h_subdevice, runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p))
-            doorbells = runlists.Doorbells(name, table, runlist_doorbell)
+            if doorbells is None:
+                doorbells = runlists.Doorbells(name, runlists.get(lambda p: self._rm.control(
+                    self.h_subdevice, runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p)),
+                    False)
             self._rm.doorbells = doorbells
             self._rm.channels = ChannelMemory(
                 name, self.ffi, take_fb=self.heap.take, give_fb=self.heap.give,
-                zero_fb=None if window is None else window.zero, alloc_dma=alloc_dma,
+                zero_fb=None if window is None else window.zero, alloc_dma=memory.alloc_dma,
                 placed=self._placed.get,
                 method_buffer_size=self._method_buffer_size, runlist_of=doorbells.runlist)
             self._rm.channels.roots.update((client, self.h_device))
@@ -280,10 +253,12 @@ class PciPath:
         # of video memory, as RM maps it (mmu.py)
         big = not huge and kind is not Memory.PINNED and size % BIG == 0
         align = HUGE if huge else BIG if big else SMALL
-        place = self._place_dma if kind is Memory.PINNED else None
-        if place is not None:  # the whole granules the memory comes in, at its GPU address
-            size = -(-size // self._dma_granule) * self._dma_granule
-            align = max(align, self._dma_granule)
+        placed = self._placement is not None  # memory at its GPU address
+        if placed and kind is Memory.PINNED:  # in the whole granules it comes in
+            assert self._placement is not None
+            granule = self._placement.granule
+            size = -(-size // granule) * granule
+            align = max(align, granule)
         va = self.space.take(size, align)
         if va is None:
             return None
@@ -293,13 +268,13 @@ class PciPath:
         try:
             host: int | None = None
             if kind is Memory.PINNED:
-                dma = self._alloc_dma(size) if place is None else place(size, va)
+                dma = self._memory.alloc_dma(size, at=va if placed else None)
                 if dma is None:
                     self.space.give(va, size)
                     return None
                 undo.dma = dma
                 host = address_of(dma.view())
-                if place is not None and host != va:
+                if placed and host != va:
                     raise RigError(f"{self.name}: system memory asked for at 0x{va:x} lies at "
                                    f"0x{host:x}")
                 asked = True
@@ -318,10 +293,9 @@ class PciPath:
                         raise mmu.NoRoom("no room in BAR 1")
                     # the window at the GPU address (over the process's reservation), so
                     # the host reaches the memory where the GPU does
-                    undo.view = (self._bar(1, at, size) if self._place_bar is None
-                                 else self._place_bar(1, at, size, va))
+                    undo.view = self._bars.view(1, at, size, at=va if placed else None)
                     host = address_of(undo.view)
-                    if self._place_bar is not None and host != va:
+                    if placed and host != va:
                         raise RigError(f"{self.name}: BAR 1 asked for at 0x{va:x} lies at "
                                        f"0x{host:x}")
             if undo.dma is not None:
@@ -342,7 +316,7 @@ class PciPath:
             if undo.bar1 is not None:
                 self.bar1.unmap(undo.bar1, size, huge)
             if undo.view is not None:
-                self._unbar(undo.view)
+                self._bars.close(undo.view)
             if handle is not None:
                 self._rm.free(handle)
             if undo.fb is not None:
@@ -358,7 +332,7 @@ class PciPath:
     def alloc_notifier(self) -> Allocation:
         """A page of system memory the GSP writes a channel's errors into, not mapped for the
         GPU."""
-        dma = self._alloc_dma(SMALL)
+        dma = self._memory.alloc_dma(SMALL)
         if dma is None:
             raise RigError(f"{self.name}: no system memory for a channel's error notifier")
         mark = self._rm.mark()
@@ -397,7 +371,7 @@ class PciPath:
             # before the addresses go back: a window placed at them puts the reservation back
             # as it closes, so no later allocation finds BAR 1 still mapped there
             view = undo.view
-            step("bar", lambda: self._unbar(view))
+            step("bar", lambda: self._bars.close(view))
         if undo.bar1 is not None:
             at = undo.bar1
             step("bar1", lambda: self.bar1.unmap(at, undo.size, undo.huge))
@@ -419,10 +393,10 @@ class PciPath:
         if length > USERMODE_SIZE:
             raise RigError(f"{self.name}: the usermode page is 0x{USERMODE_SIZE:x} bytes, not "
                            f"0x{length:x}")
-        return self._bar(0, USERMODE_BAR0, length)
+        return self._bars.view(0, USERMODE_BAR0, length)
 
     def unmap_object(self, view: memoryview) -> None:
-        self._unbar(view)
+        self._bars.close(view)
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         """The caller's pages ``[address, address+length)`` (whole pages) for the GPU, at a GPU
@@ -431,9 +405,9 @@ class PciPath:
         back to the system at the process's death with the GPU still writing them);
         ``NO_ROOM`` once RLIMIT_MEMLOCK or the GPU's addresses run out."""
         self._rpc.answering(rpc.Function.ALLOC_MEMORY)
-        if not self.maps_host or self._map_dma is None:
+        if not self.maps_host:
             return Refusal.NEVER
-        dma = self._map_dma(address, length)
+        dma = self._memory.map_host(address, length)
         if dma is None:
             return Refusal.NO_ROOM
         va = self.space.take(length, SMALL)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from rig_nv_pci.gsp.static_info import FbRegion
 
@@ -112,6 +113,25 @@ def usable(regions: Sequence[FbRegion]) -> list[tuple[int, int]]:
         if end > at:
             out.append((at, end - at))
     return out
+
+
+@dataclass(frozen=True)
+class FbLayout:
+    """The GPU's video memory as its path is told of it: the FB ``regions`` GSP-RM reported,
+    GSP-RM's BAR 1 root and BAR 1's size (``bar1``; ``None``: BAR 1 shows video memory one to
+    one), FB ranges ``(at, size)`` of whole pages the heap never hands out besides that root
+    (``kept``: :func:`roots`, :func:`retired`), and the bytes of video memory (``size``:
+    what a peer mapping asks rig_pci.memory.why_apart about; 0: the path maps no peer's)."""
+
+    regions: Sequence[FbRegion] = ()
+    bar1: tuple[int, int] | None = None
+    kept: Sequence[tuple[int, int]] = ()
+    size: int = 0
+
+    def heap(self) -> Heap:
+        """The path's heap over the usable regions, less :attr:`kept` and GSP-RM's BAR 1 root
+        (kbusPatchBar1Pdb_GSPCLIENT)."""
+        return Heap(self.regions, [*self.kept, *roots(self.bar1[0] if self.bar1 else 0)])
 
 
 class Heap:
