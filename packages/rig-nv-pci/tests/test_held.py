@@ -230,7 +230,7 @@ def test_mapped_memory_lies_at_its_gpu_address_through_bar_1(ga102: Opened) -> N
             for off in (0, 0x1000, r.length - 0x1000):
                 page = data[off:off + 0x1000]
                 assert s.read(r.gpu + off, 0x1000) == page  # the GPU's MMU, same address
-                bar1 = s.bar1_request(g.bar1_address + a.undo.bar1 + off, 0x1000)
+                bar1 = s.bar1.request(g.bar1_address + a.undo.bar1 + off, 0x1000)
                 assert bar1 is not None and bytes(bar1) == page  # through BAR 1's tables
             d.copy(device, r, engine="copy").wait(timeout_s=5.0)
             assert bytes(d.download(device, r.length)) == data
@@ -398,7 +398,7 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         src, dst = d.alloc(len(data)), d.alloc(len(data))
         assert src is not None and dst is not None and isinstance(d.path, held.PciPath)
         assert d.path.space.tables is not None
-        assert gmmu.translate(s._read64, d.path.space.tables.root, dst.gpu + 0x2_0010, 3).page == (
+        assert gmmu.translate(s.read64, d.path.space.tables.root, dst.gpu + 0x2_0010, 3).page == (
             64 << 10)
         d.upload(src, data).wait(timeout_s=5.0)
         d.copy(dst, src, engine="copy").wait(timeout_s=5.0)

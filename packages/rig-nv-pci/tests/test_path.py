@@ -445,7 +445,7 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     assert p.bar1.tables is not None and p.bar1.tables.root == sim.gsp_rm.BAR1_PDB
     a = p.alloc_memory(3 << 20, Memory.MAPPED)
     assert a is not None and a.undo.bar1 == 0 and a.undo.fb != 0
-    where = gmmu.translate(s._read64, sim.gsp_rm.BAR1_PDB, 0x2345, 2)
+    where = gmmu.translate(s.read64, sim.gsp_rm.BAR1_PDB, 0x2345, 2)
     assert where == (True, a.undo.fb + 0x2345, 2 << 20, vidmem.KIND_GENERIC)
     p.free_memory(a)
     with pytest.raises(AssertionError, match="BAR 1"):  # unmapped: no view of it
@@ -498,7 +498,7 @@ def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory
     made = [p.alloc_memory(s.bar1_size - (2 << 20), Memory.MAPPED),
             p.alloc_memory((2 << 20) - SMALL, Memory.MAPPED)]
     assert p.alloc_memory(SMALL, Memory.MAPPED) is None  # BAR 1 full
-    assert not s.bar1_overfetch_mapped()
+    assert not s.bar1.overfetch_mapped()
     for a, size in zip(made, (s.bar1_size - (2 << 20), (2 << 20) - SMALL), strict=True):
         assert a is not None and a.undo.fb is not None and a.undo.bar1 is not None
         assert a.undo.bar1 + size <= s.bar1_size - SMALL
@@ -519,7 +519,7 @@ def test_device_and_mapped_memory_of_whole_64k_round_trip_through_big_pages(
         assert device is not None and mapped is not None and p.space.tables is not None
         for region in (device, mapped):
             assert region.gpu % (64 << 10) == 0
-            where = gmmu.translate(s._read64, p.space.tables.root, region.gpu + 0x4_1234, 2)
+            where = gmmu.translate(s.read64, p.space.tables.root, region.gpu + 0x4_1234, 2)
             assert where.page == 64 << 10 and where.video
         d.upload(device, data).wait(timeout_s=5.0)
         d.copy(mapped, device, engine="copy").wait(timeout_s=5.0)

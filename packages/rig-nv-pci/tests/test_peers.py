@@ -123,7 +123,7 @@ class Gpu:
 
     def pte(self, va: int) -> int:
         """The PTE this GPU's MMU finds for ``va`` (sim/gmmu.py)."""
-        return gmmu.pte(self.sim_rm._read64, self.root(), va, self.sim_rm.version)[0]
+        return gmmu.pte(self.sim_rm.read64, self.root(), va, self.sim_rm.version)[0]
 
 
 def ga102(tmp: Path, host: sim.HostMemory, bus: str) -> tuple[SimRm, SimFunction, chips.Chip,
@@ -218,7 +218,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
             r = owner.d.alloc(n, kind)
             assert r is not None
             owner.d.upload(r, there).wait(timeout_s=5.0)
-            requests = owner.sim_rm.bar1_requests
+            requests = owner.sim_rm.bar1.requests
             p = mapper.d.map_peer(owner.d, r)
             assert p == r and p.gpu == r.gpu  # the owner's address, in the mapper's space
             local = mapper.d.alloc(n, Memory.DEVICE)
@@ -236,7 +236,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
             if kind is Memory.PINNED:  # the owner's own pages, as the owner maps them
                 assert aperture == SYSTEM_COHERENT and not uncached
                 assert entry == owner.pte(p.gpu + n - 1)
-                assert owner.sim_rm.bar1_requests == requests
+                assert owner.sim_rm.bar1.requests == requests
             else:  # the owner's BAR 1, through its tables
                 assert aperture == SYSTEM_NON_COHERENT and uncached
                 assert pte_kind == 0x06  # NV_MMU_PTE_KIND_GENERIC_MEMORY
@@ -245,7 +245,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
                 assert (undo.lent is None) == (kind is Memory.MAPPED)
                 page = (p.gpu + n - 1) & ~0xFFF if n < (2 << 20) else p.gpu + (2 << 20)
                 assert address == BAR1[owner.function.bus] + at + page - p.gpu
-                assert owner.sim_rm.bar1_requests > requests
+                assert owner.sim_rm.bar1.requests > requests
             assert a.undo.huge == (n >= 2 << 20 and kind is not Memory.PINNED)
             mapper.d.free(p)
             assert unmapped(mapper, p.gpu) and unmapped(mapper, p.gpu + n - 1)
@@ -340,7 +340,7 @@ def test_unmap_ends_the_mapping_and_a_copy_of_it_is_refused(tmp_path: Path) -> N
         g1.d.free(p)
         assert unmapped(g1, p.gpu)
         with pytest.raises(LookupError, match="maps nothing"):
-            g0.sim_rm.bar1_request(BAR1[BUS0] + lent, 8)
+            g0.sim_rm.bar1.request(BAR1[BUS0] + lent, 8)
         assert g0.path.bar1.offsets.free == bar1
         with pytest.raises(Misuse, match="not a live region"):
             g1.d.copy(local, p, engine="copy")
