@@ -131,3 +131,17 @@ def test_the_private_reach_check_finds_a_reach() -> None:
                      "        return A()._x\n"
                      "def g(a):\n    return a._x, a.__class__, E._value2member_map_\n")
     assert private_reaches(tree) == ["3: b._y", "6: a._x"]
+
+
+def test_pci_path_is_built_from_typed_parts_not_callables() -> None:
+    """Issue 24: PciPath takes a few typed parts (its GSP client, BARs, system memory, FB
+    layout, placement, bus ranges, doorbells) instead of 25 callables; the only callables
+    left are the two hooks its opener runs at a stop."""
+    import inspect
+
+    from rig_nv_pci.path.pci import PciPath
+
+    params = inspect.signature(PciPath.__init__).parameters
+    callables = sorted(n for n, p in params.items() if "Callable" in str(p.annotation))
+    assert callables == ["on_closed", "on_kept"]
+    assert {"gsp", "bars", "memory", "fb", "placement", "bus_ranges"} <= set(params)

@@ -52,6 +52,7 @@ PTIMER_TIME_0 = USERMODE_BAR0 + 0x80
 PTIMER_TIME_1 = USERMODE_BAR0 + 0x84
 HUGE, BIG, SMALL = 2 << 20, 64 << 10, 4 << 10
 
+
 def address_of(v: memoryview) -> int:
     """The process address of the memory behind ``v``."""
     return int(libc_ffi.cast("uintptr_t", libc_ffi.from_buffer(v)))
