@@ -45,7 +45,7 @@ from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.boot import gspmem
 from rig_nv_pci.boot.booted import GspBooted
 from rig_nv_pci.firmware import chips, layout
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import pci as pp
 from rig_nv_pci.path import rm, runlists, vidmem
 from rig_nv_pci.path.rm import GspClient
@@ -55,13 +55,14 @@ __all__ = ["ga102"]  # the fixture, from support.path
 
 
 def test_struct_sizes_match_nvidia_headers() -> None:
-    assert (rpc.ALLOC_MEMORY.size, rpc.MAP_DMA.size, rpc.UNMAP_DMA.size) == (56, 56, 40)
+    sizes = (payloads.ALLOC_MEMORY.size, payloads.MAP_DMA.size, payloads.UNMAP_DMA.size)
+    assert sizes == (56, 56, 40)
     f = rpc.Function
     assert (f.ALLOC_MEMORY, f.MAP_MEMORY_DMA, f.UNMAP_MEMORY_DMA) == (4, 14, 15)
     assert rm.CLASSLIST_V2.size == 404 and rm.CLASSLIST.size == 16
     assert rm.GR_INFO_V2.size == 488 and rm.GR_INFO.size == 32
     assert rm.FB_INFO_V2.size == 460 and rm.FB_INFO.size == 16
-    payload = rpc.encode_alloc_memory(1, 2, 3, 0x81, 0x1010, 0x2000, [0x1000, 0x5000])
+    payload = payloads.encode_alloc_memory(1, 2, 3, 0x81, 0x1010, 0x2000, [0x1000, 0x5000])
     assert len(payload) == 56 + 16 and payload[48:52] == (2 << 16).to_bytes(4, "little")
     assert payload[56:] == (1).to_bytes(8, "little") + (5).to_bytes(8, "little")
 
@@ -87,7 +88,7 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     (heap,) = controls.info_list(p, controls.NV2080_CTRL_CMD_FB_GET_INFO,
                                  [controls.FB_HEAP_SIZE], p.h_subdevice)
     assert heap == 23 << 20
-    cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
+    cmds = [payloads.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
             if q.function == rpc.Function.GSP_RM_CONTROL]
     assert cmds == [sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES,
                     runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE] + [
@@ -202,7 +203,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
         assert (cls, flags, count) == (vidmem.NV01_MEMORY_LIST_FBMEM, 0x200, 1)
         assert int.from_bytes(q.payload[24:28], "little") == vidmem.KIND_GENERIC
     assert len(described) == 2
-    allocs = [rpc.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
+    allocs = [payloads.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
               if q.function == rpc.Function.GSP_RM_ALLOC]
     assert sim.gsp_rm.LOCAL_USER not in [x.h_class for x in allocs]
     # a Mapped region's BAR 1 view is its video memory
@@ -223,7 +224,7 @@ def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102:
         p.rm.alloc(p.h_device, p.rm.new_handle(), sim.gsp_rm.LOCAL_USER,
                    bytearray(p.ffi.sizeof("NV_MEMORY_ALLOCATION_PARAMS")))
     for at in (0, s.fb_size - sim.gsp_rm.PROTECTED):  # the reserved and protected regions
-        payload = rpc.encode_alloc_memory(p.rm.client, p.h_device, p.rm.new_handle(),
+        payload = payloads.encode_alloc_memory(p.rm.client, p.h_device, p.rm.new_handle(),
                                           vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
                                           0x1000, [at])
         reply = ga102.booted.channel.call(rpc.Function.ALLOC_MEMORY, payload, check=False)

@@ -31,7 +31,7 @@ from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv_pci import held
 from rig_nv_pci.gsp import events as ev
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import grctx
 from rig_nv_pci.path import pci as pp
 from rig_nv_pci.path.channels import INSTANCE_SIZE, ChannelMemory
@@ -324,7 +324,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         other = p.rm.new_handle()
         p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
         late = [u for u in p.rm.rpc_rm.rpc.unexpected if u.function == rpc.Function.GSP_RM_ALLOC]
-        assert [rpc.decode_alloc(u.payload).h_object for u in late] == (
+        assert [payloads.decode_alloc(u.payload).h_object for u in late] == (
             [channel] if meanwhile == "answered-late" else [])
         assert held_.channels[other].instance != kept.instance
         assert held_.channels[other].chid != kept.chid and len(made) == 1

@@ -18,7 +18,7 @@ from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
 from rig_nv.rm import Allocation, page_rounded
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import channels, faults, mmu, peers, runlists, vidmem
 from rig_nv_pci.path.allocations import Dma, Undo
 from rig_nv_pci.path.channels import ChannelMemory, Placed
@@ -195,7 +195,7 @@ class PciPath:
         """Register system memory with the GSP: NV01_MEMORY_LIST_SYSTEM by ALLOC_MEMORY."""
         handle = self._rm.new_handle()
         pages = [dma.bus_address(i) for i in range(0, size, SMALL)]
-        payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
+        payload = payloads.encode_alloc_memory(self._rm.client, self.h_device, handle,
                                           NV01_MEMORY_LIST_SYSTEM, SYSTEM_FLAGS, size, pages)
         return self._register(handle, payload, f"{size} bytes of system memory")
 
@@ -209,7 +209,7 @@ class PciPath:
         if at is None:
             return None
         handle = self._rm.new_handle()
-        payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
+        payload = payloads.encode_alloc_memory(self._rm.client, self.h_device, handle,
                                           vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
                                           size, [at], format=vidmem.KIND_GENERIC)
         return self._register(handle, payload,

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from rig_edge import RigError
 from rig_nv.rm import RMError
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import mmu, vidmem
 from rig_nv_pci.path.allocations import Undo
 from rig_nv_pci.path.rm import PciRM
@@ -165,10 +165,11 @@ class AddressSpace:
                 self.tables.map(va, size, address, video=video, huge=huge, big=big, kind=kind,
                                 coherent=coherent, volatile=volatile)
             return
-        payload = rpc.encode_map_dma(self._rm.client, self._device, self._virtual, handle, 0,
+        payload = payloads.encode_map_dma(self._rm.client, self._device, self._virtual, handle, 0,
                                      size, MAP_FIXED | (MAP_HUGE if huge else MAP_4KB), va)
         reply = self._rm.rpc_rm.rpc.call(rpc.Function.MAP_MEMORY_DMA, payload, check=False)
-        got, status = (rpc.decode_map_dma(reply.payload) if len(reply.payload) >= rpc.MAP_DMA.size
+        got, status = (payloads.decode_map_dma(reply.payload)
+                       if len(reply.payload) >= payloads.MAP_DMA.size
                        else (0, rpc.NV_ERR_GENERIC))
         status = status or rpc.result_status(reply.result)
         if status:
@@ -185,10 +186,11 @@ class AddressSpace:
             with self._window.lock:
                 self.tables.unmap(va, size, huge=huge)
             return
-        payload = rpc.encode_unmap_dma(self._rm.client, self._device, self._virtual, handle, 0,
+        payload = payloads.encode_unmap_dma(self._rm.client, self._device, self._virtual, handle, 0,
                                        va)
         reply = self._rm.rpc_rm.rpc.call(rpc.Function.UNMAP_MEMORY_DMA, payload, check=False)
-        status = (rpc.decode_unmap_dma(reply.payload) if len(reply.payload) >= rpc.UNMAP_DMA.size
+        status = (payloads.decode_unmap_dma(reply.payload)
+                  if len(reply.payload) >= payloads.UNMAP_DMA.size
                   else rpc.NV_ERR_GENERIC) or rpc.result_status(reply.result)
         if status:
             raise RMError(f"{self.name}: unmapping memory 0x{handle:x} at 0x{va:x}", status)
