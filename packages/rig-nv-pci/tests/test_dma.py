@@ -170,14 +170,14 @@ def test_behind_an_iommu_the_reason_comes_back_and_nothing_is_kept(ga102: Opened
     try:
         regions, _ = filled(d)
         path = path_of(d)
-        bar1_free = list(path._bar1_addresses.free)
+        bar1_free = list(path.bar1.offsets.free)
         for kind, r in regions.items():
             bus = d.dma(r)
             assert isinstance(bus, Bus) and bus.ranges == ()
             assert bus.reason is not None and "taken through VFIO" in bus.reason, kind
             assert "IOMMU" in bus.reason
         assert d.memory.regions()[regions[Memory.DEVICE]].undo.bar1 is None
-        assert path._bar1_addresses.free == bar1_free and path.kept == []
+        assert path.bar1.offsets.free == bar1_free and path.kept == []
         for r in regions.values():
             d.free(r)
     finally:
@@ -194,11 +194,11 @@ def test_device_memory_bar1_has_no_room_for_is_a_reason(ga102: Opened) -> None:
         r = d.alloc(4 << 20, Memory.DEVICE)
         assert r is not None
         path = path_of(d)
-        rest = path._bar1_addresses.free  # the rest of BAR 1, taken as other Mapped memory
-        path._bar1_addresses.free = []
+        rest = path.bar1.offsets.free  # the rest of BAR 1, taken as other Mapped memory
+        path.bar1.offsets.free = []
         assert d.dma(r) == Bus(reason="GPU 0: BAR 1 has no room for 0x400000 bytes of "
                                "Device memory")
-        path._bar1_addresses.free = rest
+        path.bar1.offsets.free = rest
         assert d.memory.regions()[r].undo.bar1 is None and path.kept == []
         d.free(r)
     finally:

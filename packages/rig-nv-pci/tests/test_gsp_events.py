@@ -1,6 +1,6 @@
 """The GSP's error events, sent by the GSP peer through the real queues and Rpc, decoded.
 
-The peer builds each payload from its own member tables (gsp_peer.C_STRUCTS, copied from
+The peer builds each payload from its own member tables (c_structs.C_STRUCTS, copied from
 open-gpu-kernel-modules 570.144 src/nvidia/generated/g_rpc-structures.h), so a layout both
 sides got wrong the same way would have to be wrong twice. Sizes asserted against the header:
 rpc_rc_triggered_v17_02 48 before rcJournalBuffer[], rpc_os_error_log_v17_00 272 (0x110),
@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sim import peer_module
+from sim import c_structs, peer_module
 
 from rig_edge import Fault, Lost
 from rig_nv_pci.gsp import events as ev
@@ -41,12 +41,12 @@ def test_event_structs_match_nvidia_headers() -> None:
     for name, layout in (("rpc_rc_triggered_v17_02", ev.RC_TRIGGERED),
                          ("rpc_ucode_libos_print_v1E_08", ev.LIBOS_PRINT),
                          ("rpc_post_event_v17_00", ev.POST_EVENT)):
-        leaves = pm.c_layout(name)[2]
-        flexible = pm.C_STRUCTS[name][-1][1]
+        leaves = c_structs.c_layout(name)[2]
+        flexible = c_structs.C_STRUCTS[name][-1][1]
         assert leaves[flexible][0] == layout.size, name
-    assert pm.c_layout("rpc_post_event_v17_00")[0] == 32
-    assert pm.c_layout("rpc_os_error_log_v17_00")[0] == ev.OS_ERROR_LOG.size
-    assert pm.c_layout("rpc_gsp_lockdown_notice_v17_00")[0] == ev.LOCKDOWN_NOTICE.size
+    assert c_structs.c_layout("rpc_post_event_v17_00")[0] == 32
+    assert c_structs.c_layout("rpc_os_error_log_v17_00")[0] == ev.OS_ERROR_LOG.size
+    assert c_structs.c_layout("rpc_gsp_lockdown_notice_v17_00")[0] == ev.LOCKDOWN_NOTICE.size
     assert (pm.EV_POST_EVENT, pm.EV_RC_TRIGGERED, pm.EV_MMU_FAULT_QUEUED) == (
         r.Event.POST_EVENT, r.Event.RC_TRIGGERED, r.Event.MMU_FAULT_QUEUED)
     assert (pm.EV_OS_ERROR_LOG, pm.EV_UCODE_LIBOS_PRINT, pm.EV_GSP_LOCKDOWN_NOTICE) == (

@@ -20,6 +20,7 @@ from support import connect
 from rig_edge import Lost, Misuse
 from rig_nv.rm import RMError
 from rig_nv_pci.gsp import events as ev
+from rig_nv_pci.gsp import payloads
 from rig_nv_pci.gsp import queue as q
 from rig_nv_pci.gsp import rpc as r
 
@@ -31,8 +32,9 @@ def test_struct_sizes_and_numbers_match_nvidia_headers() -> None:
     assert r.HEADER.size == 32 and r.MAX_PAYLOAD == 65536 - 48 - 32
     assert r.SIGNATURE.to_bytes(4, "little") == b"VRPC" and r.HEADER_VERSION == 0x03000000
     assert r.RESULT_PENDING == 0xFFFFFFFF
-    assert (r.ALLOC.size, r.CONTROL.size, r.FREE.size, r.UNLOADING.size) == (32, 24, 16, 8)
-    assert r.ROOT_PARAMS.size == 120  # 4 + 4 + 100, aligned to 8, + NvP64 pOsPidInfo
+    assert (payloads.ALLOC.size, payloads.CONTROL.size, payloads.FREE.size,
+            payloads.UNLOADING.size) == (32, 24, 16, 8)
+    assert payloads.ROOT_PARAMS.size == 120  # 4 + 4 + 100, aligned to 8, + NvP64 pOsPidInfo
     f, e = r.Function, r.Event
     assert (f.FREE, f.UNLOADING_GUEST_DRIVER, f.GET_GSP_STATIC_INFO) == (10, 47, 65)
     assert (f.CONTINUATION_RECORD, f.GSP_SET_SYSTEM_INFO, f.SET_REGISTRY) == (71, 72, 73)
@@ -56,25 +58,25 @@ def test_alloc_control_free_round_trip() -> None:
     assert (rm.client, rm.release, rm.layouts) == (0xC1D00001, "570.144", "570")
     first = peer.requests[0]
     assert first.function == 103
-    assert r.decode_alloc(first.payload).h_class == 0 and peer.objects == {0xC1D00001: 0}
+    assert payloads.decode_alloc(first.payload).h_class == 0 and peer.objects == {0xC1D00001: 0}
     dev = rm.new_handle()
     assert rm.new_handle() == dev + 1
     params = bytearray(range(16))
     assert rm.alloc(rm.client, dev, 0x80, params) == dev
     assert params == bytearray(range(4)) + b"\x99" * 12  # written back in place
-    sent = r.decode_alloc(peer.requests[-1].payload)
+    sent = payloads.decode_alloc(peer.requests[-1].payload)
     assert (sent.h_client, sent.h_parent, sent.h_object, sent.h_class) == (rm.client, rm.client,
                                                                           dev, 0x80)
     ctl = bytearray(b"abcdef")
     rm.control(dev, 0x20800110, ctl)
     assert ctl == bytearray(b"fedcba")
     rm.control(dev, 0x20800111, None)
-    assert r.decode_control(peer.requests[-1].payload).params == b""
+    assert payloads.decode_control(peer.requests[-1].payload).params == b""
     sub = rm.new_handle() + 10
     rm.alloc(dev, sub, 0x2080)
     rm.free(dev)  # and everything under it
     assert peer.objects == {rm.client: 0}
-    freed = r.FREE.unpack(peer.requests[-1].payload)
+    freed = payloads.FREE.unpack(peer.requests[-1].payload)
     assert freed == (rm.client, 0, dev, 0)
     rm.close()
     assert peer.objects == {}
@@ -219,11 +221,11 @@ def test_an_interruption_of_the_callback_is_not_dropped_when_no_reply_comes() ->
     peer.event(0x1006, peer_module().Peer.os_error_log(1, 0, "log"))
     peer.event(0x1005)
     with pytest.raises(KeyboardInterrupt) as e:
-        rpc.call(r.Function.GSP_RM_ALLOC, r.encode_alloc(1, 0, 1, 0))
+        rpc.call(r.Function.GSP_RM_ALLOC, payloads.encode_alloc(1, 0, 1, 0))
     assert isinstance(e.value.__cause__, r.RpcTimeout)
     peer.event(0x1006, peer_module().Peer.os_error_log(2, 0, "log"))
     with pytest.raises(r.RpcTimeout):
-        rpc.call(r.Function.GSP_RM_ALLOC, r.encode_alloc(1, 0, 1, 0))
+        rpc.call(r.Function.GSP_RM_ALLOC, payloads.encode_alloc(1, 0, 1, 0))
     assert seen == [0x1006, 0x1005, 0x1005, 0x1006]  # the one struck, handed on again
 
 
@@ -281,7 +283,7 @@ def test_init_done_is_awaited_past_other_events() -> None:
 def test_unloading() -> None:
     rpc, peer = connect()
     sequence = rpc._sequence
-    reply = rpc.call(r.Function.UNLOADING_GUEST_DRIVER, r.encode_unloading())
+    reply = rpc.call(r.Function.UNLOADING_GUEST_DRIVER, payloads.encode_unloading())
     assert peer.unloaded and reply.payload == bytes(8)
     assert reply.sequence == sequence  # the peer echoes the request's header (see rpc.py)
 
@@ -291,7 +293,7 @@ def test_no_reply_times_out() -> None:
     rpc, peer = connect(layout, timeout_s=0.05, auto=False)
     rpc._sleep = lambda _left: None
     with pytest.raises(r.RpcTimeout, match="GPU 0: the GSP sent no GSP_RM_ALLOC"):
-        rpc.call(r.Function.GSP_RM_ALLOC, r.encode_alloc(1, 0, 1, 0))
+        rpc.call(r.Function.GSP_RM_ALLOC, payloads.encode_alloc(1, 0, 1, 0))
     assert peer.requests == []
 
 
@@ -346,7 +348,7 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     (dropped,) = rpc.unexpected
     assert rpc.unexpected_count == 1 and events == []  # not an event: not handed on
     assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_ALLOC, stale)
-    answer = r.decode_alloc(dropped.payload)
+    answer = payloads.decode_alloc(dropped.payload)
     assert (answer.h_object, answer.status) == (refused, NV_ERR_NO_MEMORY)
     rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
     assert len(rpc.unexpected) == 1
@@ -388,7 +390,7 @@ def test_a_reply_with_a_sequence_not_yet_sent_is_dropped_and_the_wait_goes_on() 
     rm.alloc(rm.client, dev, 0x80)
     p = peer_module().Peer
     future = rpc._sequence + 1000
-    forged = r.encode_control(rm.client, dev, 0x123, b"\xee" * 4)
+    forged = payloads.encode_control(rm.client, dev, 0x123, b"\xee" * 4)
     peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future))
     params = bytearray(b"\x01\x02\x03\x04")
     rm.control(dev, 0x123, params)
@@ -479,7 +481,8 @@ def test_after_one_timed_out_request_no_later_request_is_sent() -> None:
     start = time.monotonic()
     for attempt in (lambda: rm.alloc(dev, rm.new_handle(), 0x2080),
                     lambda: rm.control(dev, 0x123, bytearray(4)), lambda: rm.free(dev),
-                    lambda: rpc.call(r.Function.UNLOADING_GUEST_DRIVER, r.encode_unloading()),
+                    lambda: rpc.call(r.Function.UNLOADING_GUEST_DRIVER,
+                                     payloads.encode_unloading()),
                     lambda: rpc.post(r.Function.SET_REGISTRY, b"")):
         with pytest.raises(r.NotAnswering) as e:
             attempt()

@@ -93,8 +93,8 @@ def test_a_copy_from_an_address_nothing_maps_is_a_fault_naming_it(ga102: Opened)
     try:
         src, dst = d.alloc(0x11000), d.alloc(0x11000)
         assert src is not None and dst is not None
-        assert isinstance(d.path, held.PciPath) and d.path.tables is not None
-        d.path.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
+        assert isinstance(d.path, held.PciPath) and d.path.space.tables is not None
+        d.path.space.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
         with pytest.raises(Fault) as e:
             d.copy(dst, src, engine="copy").wait(timeout_s=5.0)
         f = e.value
@@ -230,7 +230,7 @@ def test_mapped_memory_lies_at_its_gpu_address_through_bar_1(ga102: Opened) -> N
             for off in (0, 0x1000, r.length - 0x1000):
                 page = data[off:off + 0x1000]
                 assert s.read(r.gpu + off, 0x1000) == page  # the GPU's MMU, same address
-                bar1 = s.bar1_request(g.bar1_address + a.undo.bar1 + off, 0x1000)
+                bar1 = s.bar1.request(g.bar1_address + a.undo.bar1 + off, 0x1000)
                 assert bar1 is not None and bytes(bar1) == page  # through BAR 1's tables
             d.copy(device, r, engine="copy").wait(timeout_s=5.0)
             assert bytes(d.download(device, r.length)) == data
@@ -263,7 +263,7 @@ def test_a_mapped_window_the_process_cannot_place_leaves_the_range_as_it_was(
     d = ga102.open()
     try:
         took = addresses.PROCESS.free
-        heap, bar1 = list(d.path.heap.free), list(d.path._bar1_addresses.free)
+        heap, bar1 = list(d.path.heap.free), list(d.path.bar1.offsets.free)
 
         def refused(*args: object, at: int | None = None, **kwargs: object) -> Window:
             if at is None:
@@ -274,7 +274,7 @@ def test_a_mapped_window_the_process_cannot_place_leaves_the_range_as_it_was(
         with pytest.raises(RigError, match="BAR 1: cannot be mapped at 0x"):
             d.alloc(0x3000, Memory.MAPPED)
         assert addresses.PROCESS.free == took and all_reserved(took)
-        assert list(d.path.heap.free) == heap and list(d.path._bar1_addresses.free) == bar1
+        assert list(d.path.heap.free) == heap and list(d.path.bar1.offsets.free) == bar1
     finally:
         d.stop()
     assert addresses.PROCESS.free == before and all_reserved(before)
@@ -397,8 +397,8 @@ def test_a_gb202_opens_through_its_fsp_and_its_stop_unloads_the_gsp(tmp_path: Pa
         data = os.urandom(3 << 16)
         src, dst = d.alloc(len(data)), d.alloc(len(data))
         assert src is not None and dst is not None and isinstance(d.path, held.PciPath)
-        assert d.path.tables is not None
-        assert gmmu.translate(s._read64, d.path.tables.root, dst.gpu + 0x2_0010, 3).page == (
+        assert d.path.space.tables is not None
+        assert gmmu.translate(s.read64, d.path.space.tables.root, dst.gpu + 0x2_0010, 3).page == (
             64 << 10)
         d.upload(src, data).wait(timeout_s=5.0)
         d.copy(dst, src, engine="copy").wait(timeout_s=5.0)

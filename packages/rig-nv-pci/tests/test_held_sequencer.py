@@ -418,8 +418,8 @@ def test_an_mmu_fault_of_work_nobody_waits_for_is_raised_by_a_sleep(ga102: Opene
     try:
         src, dst = d.alloc(0x11000), d.alloc(0x11000)
         assert src is not None and dst is not None
-        assert isinstance(d.path, held.PciPath) and d.path.tables is not None
-        d.path.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
+        assert isinstance(d.path, held.PciPath) and d.path.space.tables is not None
+        d.path.space.tables.unmap(src.gpu + 0x3000, 0x1000, huge=False)
         d.copy(dst, src, engine="copy")
         deadline = time.monotonic() + 5.0
         with pytest.raises(Fault) as e:

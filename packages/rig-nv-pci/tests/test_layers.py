@@ -85,3 +85,63 @@ def test_every_module_docstring_is_a_dozen_lines_or_fewer() -> None:
         for word in doc.split():
             if word.startswith("docs/rig-nv-pci-modules/"):
                 assert (docs.parent.parent / word.rstrip(".")).is_file(), (path, word)
+
+
+def private_reaches(tree: ast.Module) -> list[str]:
+    """Each ``x._name`` in ``tree`` where ``x`` is not ``self`` or ``cls`` and the access is not
+    inside the class that defines ``_name`` (a class may use its own privates on another
+    instance). Dunders and enum's sunder names (``_value2member_map_``) are no one's privates."""
+    found: list[str] = []
+
+    def private(attr: str) -> bool:
+        return attr.startswith("_") and not attr.endswith("_")
+
+    def own(cls: ast.ClassDef) -> set[str]:
+        names = {n.name for n in cls.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+        for n in ast.walk(cls):
+            if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                names.add(n.attr)
+        return {name for name in names if private(name)}
+
+    def walk(node: ast.AST, allowed: set[str]) -> None:
+        if isinstance(node, ast.ClassDef):
+            allowed = allowed | own(node)
+        if (isinstance(node, ast.Attribute) and private(node.attr)
+                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+                and node.attr not in allowed):
+            found.append(f"{node.lineno}: {ast.unparse(node)}")
+        for child in ast.iter_child_nodes(node):
+            walk(child, allowed)
+
+    walk(tree, set())
+    return found
+
+
+def test_no_module_reaches_into_another_parts_private_attributes() -> None:
+    """Issue 24 and the style rule: parts own their state, so no module of rig_nv_pci reads or
+    writes another object's private attributes (PciPath's parts included: its address space,
+    BAR 1, exports take what they need through their own interfaces)."""
+    reaches = {module_name(path): found for path in sorted(PACKAGE.rglob("*.py"))
+               if (found := private_reaches(ast.parse(path.read_text(), str(path))))}
+    assert reaches == {}
+
+
+def test_the_private_reach_check_finds_a_reach() -> None:
+    tree = ast.parse("class A:\n    def f(self, b):\n        self._x = b._y\n"
+                     "        return A()._x\n"
+                     "def g(a):\n    return a._x, a.__class__, E._value2member_map_\n")
+    assert private_reaches(tree) == ["3: b._y", "6: a._x"]
+
+
+def test_pci_path_is_built_from_typed_parts_not_callables() -> None:
+    """Issue 24: PciPath takes a few typed parts (its GSP client, BARs, system memory, FB
+    layout, placement, bus ranges, doorbells) instead of 25 callables; the only callables
+    left are the two hooks its opener runs at a stop."""
+    import inspect
+
+    from rig_nv_pci.path.pci import PciPath
+
+    params = inspect.signature(PciPath.__init__).parameters
+    callables = sorted(n for n, p in params.items() if "Callable" in str(p.annotation))
+    assert callables == ["on_closed", "on_kept"]
+    assert {"gsp", "bars", "memory", "fb", "placement", "bus_ranges"} <= set(params)

@@ -13,8 +13,9 @@ from support import (
     ga102,  # noqa: F401  (the fixture)
 )
 
-from rig_nv_pci.gsp import rpc
-from rig_nv_pci.path import mmu
+from rig_nv.rm import RMError
+from rig_nv_pci.gsp import payloads, rpc
+from rig_nv_pci.path import mmu, space
 from rig_nv_pci.path import pci as pp
 
 MiB = 1 << 20
@@ -33,7 +34,7 @@ def test_entries_as_the_manual_lays_them_out() -> None:
                                                                                   21, 12]
     assert all(lv.entries * lv.entry_size in (32, 4096)
                for lv in (mmu.PD3, mmu.PD2, mmu.PD1, mmu.PD0, mmu.PT))
-    assert pp.COPY_PDES.size + pp.GMMU_FMT_MAX_LEVELS * pp.COPY_PDES_LEVEL.size == 184
+    assert space.COPY_PDES.size + space.GMMU_FMT_MAX_LEVELS * space.COPY_PDES_LEVEL.size == 184
 
 
 def test_pramin_moves_the_window_in_64k_steps_over_video_memory() -> None:
@@ -109,20 +110,20 @@ def test_no_page_for_a_table_is_no_room() -> None:
 
 def test_the_simulated_gsp_checks_the_handed_over_directories(ga102: Booted) -> None:  # noqa: F811
     p, s = ga102.path(), ga102.sim_rm
-    assert p.tables is not None and list(s.roots.values()) == [p.tables.root]
+    assert p.space.tables is not None and list(s.roots.values()) == [p.space.tables.root]
     (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.GSP_RM_CONTROL
-            and rpc.decode_control(q.payload).cmd
-            == pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES]
-    params = bytearray(rpc.decode_control(q.payload).params)
-    _, _, page_size, lo, hi, count = pp.COPY_PDES.unpack_from(params)
+            and payloads.decode_control(q.payload).cmd
+            == sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES]
+    params = bytearray(payloads.decode_control(q.payload).params)
+    _, _, page_size, lo, hi, count = sim.gsp_rm.COPY_PDES.unpack_from(params)
     assert (page_size, lo, hi, count) == (1 << 29, 4 << 30, (4 << 30) + (512 << 20) - 1, 3)
-    levels = [pp.COPY_PDES_LEVEL.unpack_from(params, 40 + 24 * i) for i in range(3)]
+    levels = [sim.gsp_rm.COPY_PDES_LEVEL.unpack_from(params, 40 + 24 * i) for i in range(3)]
     assert [(lv[2], lv[3]) for lv in levels] == [(1, 47), (1, 38), (1, 29)]
-    assert levels[0][0] == p.tables.root
+    assert levels[0][0] == p.space.tables.root
     # a PD1 the PD2 does not name is refused
-    pp.COPY_PDES_LEVEL.pack_into(params, 40 + 48, levels[2][0] + 0x1000, 4096, 1, 29)
-    with pytest.raises(pp.RMError, match="NV_ERR_INVALID_ARGUMENT"):
-        p.rm.control(p.h_vaspace, pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES, params)
+    sim.gsp_rm.COPY_PDES_LEVEL.pack_into(params, 40 + 48, levels[2][0] + 0x1000, 4096, 1, 29)
+    with pytest.raises(RMError, match="NV_ERR_INVALID_ARGUMENT"):
+        p.rm.control(p.h_vaspace, sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES, params)
 
 
 class Recorded:
@@ -157,7 +158,7 @@ def test_the_simulated_tlb_keeps_a_freed_mapping_until_the_path_invalidates(
     ga102: Booted,  # noqa: F811
 ) -> None:
     p, s = ga102.path(), ga102.sim_rm
-    assert p.tables is not None
+    assert p.space.tables is not None
     a = p.alloc_memory(0x1000, pp.Memory.PINNED)
     assert a is not None and not s.translate(a.gpu).video
     before = s.invalidates
@@ -168,7 +169,7 @@ def test_the_simulated_tlb_keeps_a_freed_mapping_until_the_path_invalidates(
     b = p.alloc_memory(0x1000, pp.Memory.PINNED)
     assert b is not None and b.gpu == a.gpu and s.translate(b.gpu).address == b.undo.dma.bus
     # without the invalidate the simulated GPU would go on using the freed pages
-    p.tables._invalidate = None
+    p.space.tables._invalidate = None
     p.free_memory(b)
     assert s.translate(b.gpu).address == b.undo.dma.bus
 

@@ -27,6 +27,8 @@ from support import (
     GSP_IMAGE,
     Booted,
     Rig,
+    SimBars,
+    SimMemory,
     ga102,
     run_boot,
     stop,
@@ -43,22 +45,24 @@ from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.boot import gspmem
 from rig_nv_pci.boot.booted import GspBooted
 from rig_nv_pci.firmware import chips, layout
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import pci as pp
 from rig_nv_pci.path import rm, runlists, vidmem
-from rig_nv_pci.path.vidmem import SMALL
+from rig_nv_pci.path.rm import GspClient
+from rig_nv_pci.path.vidmem import SMALL, FbLayout
 
 __all__ = ["ga102"]  # the fixture, from support.path
 
 
 def test_struct_sizes_match_nvidia_headers() -> None:
-    assert (rpc.ALLOC_MEMORY.size, rpc.MAP_DMA.size, rpc.UNMAP_DMA.size) == (56, 56, 40)
+    sizes = (payloads.ALLOC_MEMORY.size, payloads.MAP_DMA.size, payloads.UNMAP_DMA.size)
+    assert sizes == (56, 56, 40)
     f = rpc.Function
     assert (f.ALLOC_MEMORY, f.MAP_MEMORY_DMA, f.UNMAP_MEMORY_DMA) == (4, 14, 15)
     assert rm.CLASSLIST_V2.size == 404 and rm.CLASSLIST.size == 16
     assert rm.GR_INFO_V2.size == 488 and rm.GR_INFO.size == 32
     assert rm.FB_INFO_V2.size == 460 and rm.FB_INFO.size == 16
-    payload = rpc.encode_alloc_memory(1, 2, 3, 0x81, 0x1010, 0x2000, [0x1000, 0x5000])
+    payload = payloads.encode_alloc_memory(1, 2, 3, 0x81, 0x1010, 0x2000, [0x1000, 0x5000])
     assert len(payload) == 56 + 16 and payload[48:52] == (2 << 16).to_bytes(4, "little")
     assert payload[56:] == (1).to_bytes(8, "little") + (5).to_bytes(8, "little")
 
@@ -84,9 +88,9 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     (heap,) = controls.info_list(p, controls.NV2080_CTRL_CMD_FB_GET_INFO,
                                  [controls.FB_HEAP_SIZE], p.h_subdevice)
     assert heap == 23 << 20
-    cmds = [rpc.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
+    cmds = [payloads.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
             if q.function == rpc.Function.GSP_RM_CONTROL]
-    assert cmds == [pp.NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
+    assert cmds == [sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES,
                     runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE] + [
         rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
         rm.NV2080_CTRL_CMD_GR_GET_INFO_V2, rm.NV2080_CTRL_CMD_FB_GET_INFO_V2]
@@ -96,8 +100,9 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
 def test_memory_is_mapped_by_the_paths_page_tables(ga102: Booted, kind: Memory) -> None:
     """The simulated GPU walks the tables the path wrote through PRAMIN: video memory with
     2 MiB pages of kind GENERIC, system memory page by page at its bus addresses."""
-    unmapped: list[memoryview] = []
-    p, s = ga102.path(unbar=unmapped.append), ga102.sim_rm
+    bars = SimBars(ga102.sim_rm)
+    unmapped = bars.closed
+    p, s = ga102.path(bars=bars), ga102.sim_rm
     a = p.alloc_memory(3 << 20 if kind is not Memory.PINNED else 0x3000, kind)
     assert a is not None and a.kind is kind
     assert pp.VA_BASE <= a.gpu < pp.VA_LIMIT
@@ -163,14 +168,14 @@ def test_no_video_memory_is_none_and_a_refused_mapping_gives_everything_back(
     assert p.alloc_memory(0x2000, Memory.PINNED) is None  # its page table has no room
     assert ga102.firmware.peer.objects == objects and s.sysmem == {}
     assert all(b.freed for b in ga102.rig.gpu.host.buffers[-1:])
-    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.space.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     for at, n in free:
         p.heap.give(at, n)
-    p.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
+    p.space.tables = None  # the GSP maps (the vGPU guest's model): the simulated GSP-RM refuses it
     with pytest.raises(RMError, match=r"mapping memory .* NV_ERR_NOT_SUPPORTED"):
         p.alloc_memory(0x2000, Memory.DEVICE)
     assert ga102.firmware.peer.objects == objects and s.sysmem == {} and s.fbmem == {}
-    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.space.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
     assert p.heap.free == free
 
 
@@ -187,7 +192,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     a = p.alloc_memory(0x3000, Memory.DEVICE)
     b = p.alloc_memory(3 << 20, Memory.MAPPED)
     assert a is not None and b is not None
-    tables = 4096 * len(p.tables.shadow)  # PD3, PD2, PD1 (the server's), PD0, PT: low
+    tables = 4096 * len(p.space.tables.shadow)  # PD3, PD2, PD1 (the server's), PD0, PT: low
     assert s.fbmem[a.handle] == (a.undo.fb, 0x3000) and reserved <= a.undo.fb < reserved + tables
     assert s.fbmem[b.handle] == (4 << 20, 4 << 20)  # 2 MiB pages: 2 MiB aligned
     described = [q for q in ga102.firmware.peer.requests
@@ -198,7 +203,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
         assert (cls, flags, count) == (vidmem.NV01_MEMORY_LIST_FBMEM, 0x200, 1)
         assert int.from_bytes(q.payload[24:28], "little") == vidmem.KIND_GENERIC
     assert len(described) == 2
-    allocs = [rpc.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
+    allocs = [payloads.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
               if q.function == rpc.Function.GSP_RM_ALLOC]
     assert sim.gsp_rm.LOCAL_USER not in [x.h_class for x in allocs]
     # a Mapped region's BAR 1 view is its video memory
@@ -207,9 +212,10 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     assert bytes(s.vram[4 << 20:(4 << 20) + 8]) == b"bar1 vid"
     p.free_memory(a)
     p.free_memory(b)
-    held = sum(n for _, n in p.heap.free) + 4096 * len(p.tables.shadow)
+    held = sum(n for _, n in p.heap.free) + 4096 * len(p.space.tables.shadow)
     assert s.fbmem == {} and held == p.heap.size  # all but the tables came back
-    assert set(p.tables.shadow) == p.tables.pinned and len(p.tables.pinned) == 3  # PD3..PD1
+    tables = p.space.tables
+    assert set(tables.shadow) == tables.pinned and len(tables.pinned) == 3  # PD3..PD1
 
 
 def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102: Booted) -> None:
@@ -218,7 +224,7 @@ def test_the_simulated_gsp_refuses_local_user_memory_and_foreign_fb_pages(ga102:
         p.rm.alloc(p.h_device, p.rm.new_handle(), sim.gsp_rm.LOCAL_USER,
                    bytearray(p.ffi.sizeof("NV_MEMORY_ALLOCATION_PARAMS")))
     for at in (0, s.fb_size - sim.gsp_rm.PROTECTED):  # the reserved and protected regions
-        payload = rpc.encode_alloc_memory(p.rm.client, p.h_device, p.rm.new_handle(),
+        payload = payloads.encode_alloc_memory(p.rm.client, p.h_device, p.rm.new_handle(),
                                           vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
                                           0x1000, [at])
         reply = ga102.booted.channel.call(rpc.Function.ALLOC_MEMORY, payload, check=False)
@@ -287,11 +293,11 @@ def test_a_devices_stop_stops_the_gsp_and_the_gpu_boots_and_makes_a_device_again
                 stop(r, b, unload)
                 stops.append("stopped")
 
-            path = pp.PciPath("NV-PCI", BUS, booted.rm, bar=s.bar,
-                              alloc_dma=r.gpu.host.alloc_dma, maps_host=False,
-                              poll=booted.channel.poll, on_closed=stop_the_gsp,
-                              fb_regions=booted.static.fb_regions, pramin=r.bar0,
-                              bar1=(booted.static.bar1_pde_base, s.bar1_size))
+            path = pp.PciPath("NV-PCI", BUS, GspClient(booted.rm, booted.channel.poll),
+                              bars=SimBars(s), memory=SimMemory(r.gpu.host),
+                              on_closed=stop_the_gsp, pramin=r.bar0, fb=FbLayout(
+                                  booted.static.fb_regions,
+                                  (booted.static.bar1_pde_base, s.bar1_size)))
             d = rig_nv.make(path)
             assert d.completed() == 2 and firmware.boots == round + 1
             d.stop()
@@ -416,12 +422,9 @@ def test_a_channel_the_gsp_stopped_loses_the_device_and_the_stop_still_gives_all
 def test_map_host_maps_the_callers_pages_behind_an_iommu_and_never_when_taken_physically(
     ga102: Booted,
 ) -> None:
-    host = ga102.rig.gpu.host
     p, s = ga102.path(), ga102.sim_rm
     assert p.map_host(0x7000_0000, 0x1000) is Refusal.NEVER  # maps_host False
-    p = pp.PciPath("NV-PCI", BUS, ga102.booted.rm, bar=s.bar, alloc_dma=host.alloc_dma,
-                   maps_host=True, map_dma=host.map_host,
-                   fb_regions=ga102.booted.static.fb_regions, pramin=ga102.rig.bar0)
+    p = ga102.path(maps_host=True, fb=ga102.fb(bar1=False))
     buffer = mmap.mmap(-1, 0x3000)
     address = pp.address_of(memoryview(buffer))
     a = p.map_host(address, 0x3000)
@@ -440,21 +443,21 @@ def test_mapped_memory_is_mapped_into_bar1_by_the_paths_tables_under_gsp_rms_roo
     ga102: Booted,
 ) -> None:
     p, s = ga102.path(), ga102.sim_rm
-    assert p.bar1_tables is not None and p.bar1_tables.root == sim.gsp_rm.BAR1_PDB
+    assert p.bar1.tables is not None and p.bar1.tables.root == sim.gsp_rm.BAR1_PDB
     a = p.alloc_memory(3 << 20, Memory.MAPPED)
     assert a is not None and a.undo.bar1 == 0 and a.undo.fb != 0
-    where = gmmu.translate(s._read64, sim.gsp_rm.BAR1_PDB, 0x2345, 2)
+    where = gmmu.translate(s.read64, sim.gsp_rm.BAR1_PDB, 0x2345, 2)
     assert where == (True, a.undo.fb + 0x2345, 2 << 20, vidmem.KIND_GENERIC)
     p.free_memory(a)
     with pytest.raises(AssertionError, match="BAR 1"):  # unmapped: no view of it
         s.bar(1, 0, 0x1000)
     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
-    assert p._bar1_addresses.free == [(0, s.bar1_size - SMALL)]
-    assert p._bar1_addresses.take(s.bar1_size - SMALL, 1) == 0  # BAR 1 full: no room
+    assert p.bar1.offsets.free == [(0, s.bar1_size - SMALL)]
+    assert p.bar1.offsets.take(s.bar1_size - SMALL, 1) == 0  # BAR 1 full: no room
     free = p.heap.free
     assert p.alloc_memory(0x1000, Memory.MAPPED) is None
     assert s.fbmem == {} and p.heap.free == free
-    assert p.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
+    assert p.space.addresses.free == [(pp.VA_BASE, pp.VA_LIMIT - pp.VA_BASE)]
 
 
 def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
@@ -474,9 +477,9 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     assert a is not None and a.host is not None
     view(a.host, 4)[:] = b"bar1"
     assert bytes(s.vram[a.undo.fb:a.undo.fb + 4]) == b"bar1"
-    assert p.bar1_tables is not None and gsp_pd2 in p.bar1_tables.shadow.foreign
+    assert p.bar1.tables is not None and gsp_pd2 in p.bar1.tables.shadow.foreign
     p.free_memory(a)
-    assert gsp_pd2 in p.bar1_tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
+    assert gsp_pd2 in p.bar1.tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
     assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == mmu.U64.pack(mmu.pde(gsp_pd2))
 
 
@@ -489,14 +492,14 @@ def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory
                                                             sim.gsp_rm.BAR2_PDB)
     # GSP-RM's roots reported in the usable region: the path's heap leaves their pages out
     usable_root = sim.gsp_rm.RESERVED + 0x5000
-    p = ga102.path(fb_kept=vidmem.roots(usable_root + 0x10))
+    p = ga102.path(fb=ga102.fb(vidmem.roots(usable_root + 0x10)))
     assert all(not (at <= usable_root < at + n) for at, n in p.heap.free)
     assert all(not (at <= sim.gsp_rm.BAR1_PDB < at + n) for at, n in p.heap.ranges)
     # BAR 1 filled with Mapped memory: its last page stays unmapped, no block on a kept page
     made = [p.alloc_memory(s.bar1_size - (2 << 20), Memory.MAPPED),
             p.alloc_memory((2 << 20) - SMALL, Memory.MAPPED)]
     assert p.alloc_memory(SMALL, Memory.MAPPED) is None  # BAR 1 full
-    assert not s.bar1_overfetch_mapped()
+    assert not s.bar1.overfetch_mapped()
     for a, size in zip(made, (s.bar1_size - (2 << 20), (2 << 20) - SMALL), strict=True):
         assert a is not None and a.undo.fb is not None and a.undo.bar1 is not None
         assert a.undo.bar1 + size <= s.bar1_size - SMALL
@@ -514,10 +517,10 @@ def test_device_and_mapped_memory_of_whole_64k_round_trip_through_big_pages(
         data = os.urandom(5 << 16)
         device = d.alloc(len(data), Memory.DEVICE)
         mapped = d.alloc(len(data), Memory.MAPPED)
-        assert device is not None and mapped is not None and p.tables is not None
+        assert device is not None and mapped is not None and p.space.tables is not None
         for region in (device, mapped):
             assert region.gpu % (64 << 10) == 0
-            where = gmmu.translate(s._read64, p.tables.root, region.gpu + 0x4_1234, 2)
+            where = gmmu.translate(s.read64, p.space.tables.root, region.gpu + 0x4_1234, 2)
             assert where.page == 64 << 10 and where.video
         d.upload(device, data).wait(timeout_s=5.0)
         d.copy(mapped, device, engine="copy").wait(timeout_s=5.0)

@@ -18,7 +18,7 @@ import rig_nv
 from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv.setup import CHANNEL_AREA
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import pci as pp
 
 __all__ = ["ga102"]  # the fixture, from support.path
@@ -36,7 +36,7 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
     d = rig_nv.make(p)
     try:
         held = p.rm.channels
-        assert held is not None and p.tables is not None
+        assert held is not None and p.space.tables is not None
         assert set(held.channels) == set(s.channels) and len(s.channels) == 2
         # one method buffer a group: the compute channel's group's and the copy channel's
         assert set(held.method_buffers) == {d.objects.tsg, d.objects.copy_tsg}
@@ -46,7 +46,7 @@ def test_a_channel_alloc_hands_gsp_rm_the_channels_memory_and_it_comes_back(
             assert ch.instance == at and at % 0x1000 == 0 and s.usable(at, 0x1000)
             assert ch.mthdbuf == held.method_buffers[ch.group].bus_address(0)
             lo, hi = struct.unpack_from("<II", s.vram, at + 128 * 4)  # NV_RAMIN_PAGE_DIR_BASE
-            assert (lo & ~0xFFF) | hi << 32 == p.tables.root
+            assert (lo & ~0xFFF) | hi << 32 == p.space.tables.root
         # the USERD GSP-RM was given is the one GP_PUT is written to: the submissions ran
         assert d.completed() == 2 and s.faults == []
         userds = sorted(ch.userd for ch in s.channels.values())
@@ -150,9 +150,10 @@ def test_the_compute_objects_context_buffers_are_promoted_to_gsp_rm_first(
             where = s.translate(b.va)
             assert where.video and where.address == b.fb and s.usable(b.fb, b.size)
             assert b.size >= CTX_PROPERTIES[grctx.ENGINE_ID[buffer_id]][1]
-        promotes = [rpc.decode_control(q.payload) for q in ga102.firmware.peer.requests
+        promote = grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX
+        promotes = [payloads.decode_control(q.payload) for q in ga102.firmware.peer.requests
                     if q.function == rpc.Function.GSP_RM_CONTROL
-                    and rpc.decode_control(q.payload).cmd == grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX]
+                    and payloads.decode_control(q.payload).cmd == promote]
         assert len(promotes) == 1  # the compute channel's; the copy channel has no compute object
         assert d.completed() == 2 and s.faults == []
     finally:

@@ -123,7 +123,7 @@ class Gpu:
 
     def pte(self, va: int) -> int:
         """The PTE this GPU's MMU finds for ``va`` (sim/gmmu.py)."""
-        return gmmu.pte(self.sim_rm._read64, self.root(), va, self.sim_rm.version)[0]
+        return gmmu.pte(self.sim_rm.read64, self.root(), va, self.sim_rm.version)[0]
 
 
 def ga102(tmp: Path, host: sim.HostMemory, bus: str) -> tuple[SimRm, SimFunction, chips.Chip,
@@ -218,7 +218,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
             r = owner.d.alloc(n, kind)
             assert r is not None
             owner.d.upload(r, there).wait(timeout_s=5.0)
-            requests = owner.sim_rm.bar1_requests
+            requests = owner.sim_rm.bar1.requests
             p = mapper.d.map_peer(owner.d, r)
             assert p == r and p.gpu == r.gpu  # the owner's address, in the mapper's space
             local = mapper.d.alloc(n, Memory.DEVICE)
@@ -236,7 +236,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
             if kind is Memory.PINNED:  # the owner's own pages, as the owner maps them
                 assert aperture == SYSTEM_COHERENT and not uncached
                 assert entry == owner.pte(p.gpu + n - 1)
-                assert owner.sim_rm.bar1_requests == requests
+                assert owner.sim_rm.bar1.requests == requests
             else:  # the owner's BAR 1, through its tables
                 assert aperture == SYSTEM_NON_COHERENT and uncached
                 assert pte_kind == 0x06  # NV_MMU_PTE_KIND_GENERIC_MEMORY
@@ -245,7 +245,7 @@ def test_copies_both_ways_round_trip_random_bytes(tmp_path: Path, kind: Memory, 
                 assert (undo.lent is None) == (kind is Memory.MAPPED)
                 page = (p.gpu + n - 1) & ~0xFFF if n < (2 << 20) else p.gpu + (2 << 20)
                 assert address == BAR1[owner.function.bus] + at + page - p.gpu
-                assert owner.sim_rm.bar1_requests > requests
+                assert owner.sim_rm.bar1.requests > requests
             assert a.undo.huge == (n >= 2 << 20 and kind is not Memory.PINNED)
             mapper.d.free(p)
             assert unmapped(mapper, p.gpu) and unmapped(mapper, p.gpu + n - 1)
@@ -271,14 +271,14 @@ def test_refused_naming_why_the_gpus_do_not_reach_each_other(
             for kind in Memory:
                 r = owner.d.alloc(0x3000, kind)
                 assert r is not None
-                bar1 = list(owner.path._bar1_addresses.free)
+                bar1 = list(owner.path.bar1.offsets.free)
                 with pytest.raises(RigError) as e:
                     mapper.d.map_peer(owner.d, r)
                 reason = why.format(mapper=mapper.function.bus, owner=owner.function.bus)
                 assert str(e.value) == (f"{mapper.path.name}: {owner.path.name}'s memory cannot "
                                         f"be mapped here: {reason}")
                 assert not isinstance(e.value, Misuse)
-                assert unmapped(mapper, r.gpu) and owner.path._bar1_addresses.free == bar1
+                assert unmapped(mapper, r.gpu) and owner.path.bar1.offsets.free == bar1
                 assert not owner.d.memory.peers_out() and not mapper.d.memory.peers_in()
                 owner.d.free(r)
 
@@ -301,7 +301,7 @@ def test_device_memory_is_refused_where_the_owners_bar1_has_no_room(tmp_path: Pa
     with two(tmp_path) as (g0, g1):
         r = g0.d.alloc(0x2000, Memory.DEVICE)
         assert r is not None
-        addresses = g0.path._bar1_addresses
+        addresses = g0.path.bar1.offsets
         left = list(addresses.free)
         for at, size in left:  # all of BAR 1 that is left, taken behind the path
             assert addresses.take(size, 0x1000) == at
@@ -328,20 +328,20 @@ def test_unmap_ends_the_mapping_and_a_copy_of_it_is_refused(tmp_path: Path) -> N
         r = g0.d.alloc(len(data), Memory.DEVICE)
         assert r is not None
         g0.d.upload(r, data).wait(timeout_s=5.0)
-        bar1 = list(g0.path._bar1_addresses.free)
+        bar1 = list(g0.path.bar1.offsets.free)
         p = g1.d.map_peer(g0.d, r)
         lent = g1.d.memory.regions()[p].undo.lent[1]
         local = g1.d.alloc(len(data), Memory.DEVICE)
         assert local is not None
         g1.d.copy(local, p, engine="copy").wait(timeout_s=5.0)  # fills the TLBs
-        assert g0.path._bar1_addresses.free != bar1
+        assert g0.path.bar1.offsets.free != bar1
         with pytest.raises(Misuse, match="mapped into"):
             g0.d.free(r)
         g1.d.free(p)
         assert unmapped(g1, p.gpu)
         with pytest.raises(LookupError, match="maps nothing"):
-            g0.sim_rm.bar1_request(BAR1[BUS0] + lent, 8)
-        assert g0.path._bar1_addresses.free == bar1
+            g0.sim_rm.bar1.request(BAR1[BUS0] + lent, 8)
+        assert g0.path.bar1.offsets.free == bar1
         with pytest.raises(Misuse, match="not a live region"):
             g1.d.copy(local, p, engine="copy")
         assert bytes(g0.d.download(r)) == data  # the owner's memory is as it was
@@ -359,7 +359,7 @@ def test_a_stop_of_either_first_ends_the_mapping(tmp_path: Path, first: str) -> 
         r = g0.d.alloc(len(data), Memory.DEVICE)
         assert r is not None
         g0.d.upload(r, data).wait(timeout_s=5.0)
-        bar1 = list(g0.path._bar1_addresses.free)
+        bar1 = list(g0.path.bar1.offsets.free)
         p = g1.d.map_peer(g0.d, r)
         local = g1.d.alloc(len(data), Memory.DEVICE)
         assert local is not None
@@ -384,7 +384,7 @@ def test_a_stop_of_either_first_ends_the_mapping(tmp_path: Path, first: str) -> 
         else:
             g1.d.stop()
             assert g1.stops == [None]
-            assert not g0.d.memory.peers_out() and g0.path._bar1_addresses.free == bar1
+            assert not g0.d.memory.peers_out() and g0.path.bar1.offsets.free == bar1
             g0.d.free(r)
             again = g0.d.alloc(len(data), Memory.DEVICE)
             assert again is not None

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from sim import gmmu
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
-from support import BUS, Booted, Opened, _channel_kit
+from support import Booted, Opened, _channel_kit
 from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
 
 import rig_nv
@@ -31,7 +31,7 @@ from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv_pci import held
 from rig_nv_pci.gsp import events as ev
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import grctx
 from rig_nv_pci.path import pci as pp
 from rig_nv_pci.path.channels import INSTANCE_SIZE, ChannelMemory
@@ -324,7 +324,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         other = p.rm.new_handle()
         p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
         late = [u for u in p.rm.rpc_rm.rpc.unexpected if u.function == rpc.Function.GSP_RM_ALLOC]
-        assert [rpc.decode_alloc(u.payload).h_object for u in late] == (
+        assert [payloads.decode_alloc(u.payload).h_object for u in late] == (
             [channel] if meanwhile == "answered-late" else [])
         assert held_.channels[other].instance != kept.instance
         assert held_.channels[other].chid != kept.chid and len(made) == 1
@@ -345,11 +345,7 @@ def registering_path(b: Booted) -> pp.PciPath:
     refusal is plain), that maps the caller's pages."""
     log = ev.EventLog("NV-PCI")
     b.booted.channel.on_event = log.take
-    host = b.rig.gpu.host
-    return pp.PciPath("NV-PCI", BUS, b.booted.rm, bar=b.sim_rm.bar, alloc_dma=host.alloc_dma,
-                      maps_host=True, map_dma=host.map_host, poll=b.booted.channel.poll,
-                      events=log, fb_regions=b.booted.static.fb_regions, pramin=b.rig.bar0,
-                      bar1=b.bar1())
+    return b.path(maps_host=True, events=log)
 
 
 def registration_refused(b: Booted, p: pp.PciPath, before: Callable[[], None] | None = None,
@@ -444,9 +440,9 @@ def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_t
     p, host = registering_path(b), b.rig.gpu.host
     vas: list[int] = []
     fbs: list[int] = []
-    taken(p.addresses, vas)
+    taken(p.space.addresses, vas)
     taken(p.heap, fbs)
-    heap, addresses = list(p.heap.free), list(p.addresses.free)
+    heap, addresses = list(p.heap.free), list(p.space.addresses.free)
     buffers = len(host.buffers)
     strike, raised, kept = REGISTRATION[how]
     strike(b, p)
@@ -460,12 +456,12 @@ def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_t
     assert len(fbs) == (taker == "device")
     if not kept:
         assert all(d.freed for d in dma) and p.heap.free == heap
-        assert p.addresses.free == addresses and p.rm.kept == []
+        assert p.space.addresses.free == addresses and p.rm.kept == []
         p.closed()
         return
     assert not any(d.freed for d in dma) and len(p.rm.kept) == 1
     vas, fbs = list(vas), list(fbs)  # the kept ones, not what the next allocation takes
-    assert all(not in_range(p.addresses.free, va, 0x2000) for va in vas)
+    assert all(not in_range(p.space.addresses.free, va, 0x2000) for va in vas)
     assert all(not in_heap(p, fb, 0x10000) for fb in fbs)
     again = TAKERS[taker](p, mmap.mmap(-1, 0x2000))  # made: none of the kept memory in it
     assert again is not None and not isinstance(again, pp.Refusal)
@@ -474,7 +470,7 @@ def test_memory_whose_registration_fails_without_a_plain_refusal_is_kept_until_t
     p.free_memory(again)
     p.closed()  # GSP-RM answers the device's free: the kept memory goes back
     assert p.rm.kept == [] and all(d.freed for d in dma)
-    assert all(in_range(p.addresses.free, va, 0x2000) for va in vas)
+    assert all(in_range(p.space.addresses.free, va, 0x2000) for va in vas)
     assert all(in_heap(p, fb, 0x10000) for fb in fbs)
 
 

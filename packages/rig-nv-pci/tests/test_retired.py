@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import sim
-from sim import GspFirmware, peer_module
+from sim import GspFirmware, c_structs, peer_module
 from sim import retired as sim_retired
 from sim.gsp_rm import BAR1_PDB, BAR2_PDB, GA102_GR, RESERVED, SimRm
 from support import (
@@ -36,7 +36,7 @@ from rig_edge import Memory
 from rig_nv import Device
 from rig_nv_pci import held
 from rig_nv_pci.firmware import chips
-from rig_nv_pci.gsp import retired, rpc, static_info
+from rig_nv_pci.gsp import payloads, retired, rpc, static_info
 from rig_nv_pci.gsp.retired import RetiredPage, RetiredPagesError
 from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.path import vidmem
@@ -59,9 +59,9 @@ def random_pages(seed: int, n: int, low: int = RESERVED, high: int = RESERVED + 
 
 def test_layouts_match_the_headers() -> None:
     """NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS and bPageRetirementSupported against
-    the layout tests/sim/gsp_peer.py computes from ctrl2080fb.h's and gsp_static_config.h's member
+    the layout tests/sim/c_structs.py computes from ctrl2080fb.h's and gsp_static_config.h's member
     lists, and against the simulated GSP-RM's hand-worked offsets."""
-    size, align, leaves = peer_module().c_layout(
+    size, align, leaves = c_structs.c_layout(
         "NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS")
     assert (size, align) == (retired.SIZE, 8) == (1040, 8) == (sim_retired.PARAMS_SIZE, 8)
     assert retired.ENTRY.size == leaves["offlined[1].pageNumber"][0] == 16
@@ -75,7 +75,7 @@ def test_layouts_match_the_headers() -> None:
     assert retired.TAIL.size == size - retired.VALID_ENTRIES
     assert vidmem.PMA_GRANULARITY == 0x10000  # map_defines.h
     assert retired.NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES == CMD == 0x20801348
-    _, _, config = peer_module().c_layout("GspStaticConfigInfo")
+    _, _, config = c_structs.c_layout("GspStaticConfigInfo")
     assert config["bPageRetirementSupported"][0] == static_info.PAGE_RETIREMENT == 1564
 
 
@@ -195,7 +195,7 @@ def never_on_a_retired_page(open_device: Callable[[], Device], s: SimRm,
         passes = -(-len(s.retired) // 64)
         assert s.retired_asked == [(internal, 64 * i) for i in range(passes)], seed
         assert firmware.peer is not None
-        asked = [rpc.decode_control(q.payload) for q in firmware.peer.requests
+        asked = [payloads.decode_control(q.payload) for q in firmware.peer.requests
                  if q.function == rpc.Function.GSP_RM_CONTROL]
         assert [(c.h_client, c.h_object) for c in asked if c.cmd == CMD] == [
             (defaults["hInternalClient"], internal)] * passes, seed

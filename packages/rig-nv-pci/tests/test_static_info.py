@@ -1,5 +1,5 @@
 """rig_nv_pci.gsp.static_info: GspStaticConfigInfo's offsets against a layout computed from the
-header's member list (tests/sim/gsp_peer.py's c_layout, written apart from rig), decoding, and
+header's member list (tests/sim/c_structs.py's c_layout, written apart from rig), decoding, and
 GET_GSP_STATIC_INFO against the GSP peer."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from sim import peer_module
+from sim import c_structs, peer_module
 from support import connect
 
 from rig_nv.rm import RMError
@@ -16,7 +16,7 @@ from rig_nv_pci.gsp.static_info import FbRegion, StaticInfo, StaticInfoError
 
 
 def layout() -> tuple[int, dict[str, tuple[int, int, int]]]:
-    size, align, leaves = peer_module().c_layout("GspStaticConfigInfo")
+    size, align, leaves = c_structs.c_layout("GspStaticConfigInfo")
     assert align == 8
     return size, leaves
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from rig_edge import RigError
+from rig_edge import Bus, RigError
 from rig_nv import Device, make
 from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.boot import blackwell as boot_fsp
@@ -23,7 +23,9 @@ from rig_nv_pci.gsp import retired, rpc, sysinfo
 from rig_nv_pci.gsp.events import EventError, EventLog
 from rig_nv_pci.path import addresses, mmu, runlists, vidmem
 from rig_nv_pci.path.allocations import Dma
+from rig_nv_pci.path.host import Placement
 from rig_nv_pci.path.pci import PciPath
+from rig_nv_pci.path.rm import GspClient
 from rig_pci import Function, FunctionInfo, Window
 from rig_pci import memory as pci_memory
 
@@ -50,6 +52,48 @@ class Taken(pci_memory.Taken, Protocol):
     def map_host(self, address: int, length: int) -> Dma | None: ...
 
     def bus_master(self, on: bool) -> bool: ...
+
+
+class FunctionBars:
+    """A taken function's BARs as its path maps them (:class:`rig_nv_pci.path.host.Bars`):
+    each view a window of its own, closed with it."""
+
+    def __init__(self, f: Taken, name: str) -> None:
+        self._f, self._name = f, name
+        self._windows: dict[int, Window] = {}  # id of a view handed out -> its window
+
+    def view(self, index: int, offset: int, length: int, at: int | None = None) -> memoryview:
+        # BAR 1 (prefetchable) write-combined, as NVIDIA's driver maps it for the host; at
+        # `at` of the process's reservation where asked (Mapped memory at its GPU address),
+        # which the window's close puts back
+        w = self._f.window(index, offset, length, write_combined=index == 1, at=at)
+        buffer = getattr(w, "buffer", None)
+        if buffer is None:
+            w.close()
+            raise RigError(f"{self._name}: BAR {index} cannot be mapped into the process (a "
+                           "function taken through VFIO without mmap of its BARs)")
+        view: memoryview = buffer()
+        self._windows[id(view)] = w
+        return view
+
+    def close(self, view: memoryview) -> None:
+        w = self._windows.pop(id(view), None)
+        if w is not None:
+            w.close()
+
+
+class FunctionBus:
+    """The bus ranges another device reaches a taken function's memory at, as rig_pci.memory
+    states them (:class:`rig_nv_pci.path.host.BusRanges`)."""
+
+    def __init__(self, f: Taken) -> None:
+        self._f = f
+
+    def bar(self, index: int, offset: int, length: int) -> Bus:
+        return pci_memory.bus(self._f, index, offset, length)
+
+    def dma(self, dma: Dma, offset: int, length: int) -> Bus:
+        return pci_memory.dma_bus(self._f, dma, offset, length)
 
 
 @dataclass(frozen=True)
@@ -197,26 +241,7 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
             failure = e if e.lost else None
         on_stopped(failure or booted.sequencers.lost)
 
-    windows: dict[int, Window] = {}  # id of a view handed out -> its window
-
-    def bar(index: int, offset: int, length: int, at: int | None = None) -> memoryview:
-        # BAR 1 (prefetchable) write-combined, as NVIDIA's driver maps it for the host; at
-        # `at` of the process's reservation where asked (Mapped memory at its GPU address),
-        # which the window's close puts back
-        w = f.window(index, offset, length, write_combined=index == 1, at=at)
-        buffer = getattr(w, "buffer", None)
-        if buffer is None:
-            w.close()
-            raise RigError(f"{name}: BAR {index} cannot be mapped into the process (a "
-                           "function taken through VFIO without mmap of its BARs)")
-        view: memoryview = buffer()
-        windows[id(view)] = w
-        return view
-
-    def unbar(view: memoryview) -> None:
-        w = windows.pop(id(view), None)
-        if w is not None:
-            w.close()
+    bars = FunctionBars(f, name)
 
     bar1_size = next((b.size for b in f.info.bars if b.index == 1), 0)
     try:
@@ -230,40 +255,38 @@ def open_device(f: Taken, *, name: str, chip: chips.Chip, images: Images,
         table = runlists.get(lambda p: internal.control(
             booted.static.internal_subdevice,
             runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p))
-        path = PciPath(device_name or name, f.info.address, booted.rm, bar=bar,
-                       alloc_dma=f.alloc_dma, maps_host=f.maps_host, hang_ms=hang_ms,
-                       poll=booted.channel.poll, on_closed=stop, unbar=unbar,
-                       map_dma=f.map_host, events=log,
-                       fb_regions=booted.static.fb_regions,
-                       # the page tables written through PRAMIN: Blackwell's in Hopper's
-                       # version-3 format (kgmmuFmtFamiliesInit_GH100)
-                       pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
-                       # BAR 1's tables under GSP-RM's root, from BAR 1 offset 0, as CPU-RM
-                       # rebuilds them for a GSP client (kbusPatchBar1Pdb_GSPCLIENT); tinygrad
-                       # puts BAR 1 in physical mode instead, which CPU-RM never does
-                       bar1=(booted.static.bar1_pde_base, bar1_size),
-                       # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT),
-                       # nor the retired pages' 64 KiB frames (pmaRegisterBlacklistInfo)
-                       fb_kept=[*vidmem.roots(booted.static.bar2_pde_base),
-                                *vidmem.retired(p.address for p in pages)],
-                       # GPU addresses from the process's range, Pinned memory at its own
-                       # (in 2 MiB huge pages when taken physically, rig_pci.Function.alloc_dma)
-                       addresses=reserved, place_dma=lambda n, at: f.alloc_dma(n, at=at),
-                       # and Mapped memory's BAR 1 window at its GPU address, there too
-                       place_bar=bar,
-                       dma_granule=mmu.PAGE if f.maps_host else mmu.HUGE_PAGE,
-                       # what another device reaches (Device.dma), as rig_pci.memory states
-                       bar_bus=lambda index, at, n: pci_memory.bus(f, index, at, n),
-                       dma_bus=lambda dma, at, n: pci_memory.dma_bus(f, dma, at, n),
-                       on_kept=on_kept,
-                       # what map_peer asks rig_pci.memory.why_apart: the function, and the
-                       # GPU's memory, all of which its BAR 1 must reach (the spec)
-                       function=function if function is not None else
-                       f if isinstance(f, Function) else None,
-                       fb_size=fb_mib << 20,
-                       # the device's clock: PTIMER's registers (Rig_nv.clock.Registers)
-                       timer=bar0, runlist_table=table,
-                       runlist_doorbell=family.runlist_doorbell)
+        path = PciPath(
+            device_name or name, f.info.address,
+            GspClient(booted.rm, poll=booted.channel.poll, events=log),
+            bars=bars, memory=f, hang_ms=hang_ms, on_closed=stop, on_kept=on_kept,
+            fb=vidmem.FbLayout(
+                booted.static.fb_regions,
+                # BAR 1's tables under GSP-RM's root, from BAR 1 offset 0, as CPU-RM rebuilds
+                # them for a GSP client (kbusPatchBar1Pdb_GSPCLIENT); tinygrad puts BAR 1 in
+                # physical mode instead, which CPU-RM never does
+                bar1=(booted.static.bar1_pde_base, bar1_size),
+                # GSP-RM's BAR 2 root, never heap memory (kbusPatchBar2Pdb_GSPCLIENT), nor the
+                # retired pages' 64 KiB frames (pmaRegisterBlacklistInfo)
+                kept=[*vidmem.roots(booted.static.bar2_pde_base),
+                      *vidmem.retired(p.address for p in pages)],
+                # what map_peer asks rig_pci.memory.why_apart: the GPU's memory, all of which
+                # its BAR 1 must reach (the spec)
+                size=fb_mib << 20),
+            # the page tables written through PRAMIN: Blackwell's in Hopper's version-3
+            # format (kgmmuFmtFamiliesInit_GH100)
+            pramin=bar0, mmu_format=mmu.VER3 if fsp_boot else mmu.VER2,
+            # GPU addresses from the process's range, Pinned memory and Mapped memory's BAR 1
+            # windows at their own (Pinned memory in 2 MiB huge pages when taken physically,
+            # rig_pci.Function.alloc_dma)
+            placement=Placement(reserved, mmu.PAGE if f.maps_host else mmu.HUGE_PAGE),
+            # what another device reaches (Device.dma), as rig_pci.memory states
+            bus_ranges=FunctionBus(f),
+            # and the function map_peer asks rig_pci.memory.why_apart about
+            function=function if function is not None else
+            f if isinstance(f, Function) else None,
+            # the device's clock: PTIMER's registers (Rig_nv.clock.Registers)
+            timer=bar0,
+            doorbells=runlists.Doorbells(device_name or name, table, family.runlist_doorbell))
     except BaseException:
         stop()
         raise

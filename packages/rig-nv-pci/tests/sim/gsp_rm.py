@@ -1,106 +1,13 @@
 """The simulated GSP-RM's resources and the GPU's memory system behind them: what a process
-that booted the GSP reaches through the RM once it makes a device.
-
+that booted the GSP reaches through the RM once it makes a device. Video memory is the
+client's to keep (FB regions in the static info, ALLOC_MEMORY registrations); the client
+writes the page tables (sim/gmmu.py), handed over by COPY_SERVER_RESERVED_PDES, cached in a
+TLB until the invalidate register says; channels are made only of the memory a GSP client's
+CPU-RM hands over and run on sim/pbdma.py; compute objects need their context buffers
+promoted; BAR 1 is sim/bar1.py; a reset ends GSP-RM and all it held.
+The notes in full (each format and NVIDIA source): docs/rig-nv-pci-modules/sim-gsp_rm.md.
 Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), importing nothing of
-rig_nv_pci or rig_nv:
-
-- video memory is the client's to keep, as for NVIDIA's GSP client (its CPU-RM's heap): the
-  static info (GET_GSP_STATIC_INFO) reports FB regions (:data:`RESERVED` at the FB's start,
-  reserved; the rest usable up to :data:`PROTECTED` at its end, protected), and a GSP_RM_ALLOC
-  of NV01_MEMORY_LOCAL_USER (0x40) answers NV_ERR_NOT_SUPPORTED: the simulated GSP-RM keeps no
-  heap for the client (the vGPU guest's model, which it no longer serves);
-  NV50_MEMORY_VIRTUAL (0x50a0, NV_MEMORY_ALLOCATION_PARAMS of nvos.h: size u64 at 64, offset
-  at 80) reserves a GPU range of the params' size at their offset;
-- ALLOC_MEMORY (4, rpc_alloc_memory_v13_01, g_rpc-structures.h: hClient, hDevice, hMemory,
-  hClass, flags, pteAdjust, format, length u64 at 32, pageCount at 40, pte_desc at 48 whose
-  pte_pde[] of page addresses >> 12 starts at 56) of NV01_MEMORY_LIST_SYSTEM (cl84a0.h 0x81)
-  registers system memory, as mem.c memRegisterWithGsp_IMPL does for a GSP client; of
-  NV01_MEMORY_LIST_FBMEM (0x82) it registers the client's video memory: NVOS02 flags LOCATION
-  11:8 VIDMEM (2) and PHYSICALITY 7:4 CONTIGUOUS (0), one page address (the first page, as
-  rpcAllocMemory_v13_01 sends a contiguous memdesc's one PTE), lying in a usable region and
-  overlapping no other registered video memory;
-- the client writes the GPU's page tables, as NVIDIA's CPU-RM does for a GSP client (Ampere
-  and Ada in the version-2 format, Blackwell in Hopper's version 3: sim/gmmu.py):
-  NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (0x90f10106, ctrl90f1.h:
-  hSubDevice, subDeviceId, pageSize u64 at 8, virtAddrLo 16, virtAddrHi 24, numLevelsToCopy
-  32, levels[6] of {physAddress u64, size u64, aperture u32, pageShift u8} from 40) on the
-  FERMI_VASPACE_A hands over the directories down to PD1 (PD3, PD2, PD1; in version 3 PD4
-  first) over the server's range (4 GiB,
-  512 MiB: SPLIT_VAS_SERVER_RM_MANAGED_VA_START/SIZE, g_gpu_vaspace_nvoc.h; pageSize 2^29 as
-  _gvaspacePopulatePDEentries sends; GMMU_APERTURE_VIDEO 1; each level's PDE naming the
-  next), and from then on the PBDMA and copy engine translate GPU addresses by walking the
-  tables from that root in video memory (sim/gmmu.py); MAP_MEMORY_DMA answers
-  NV_ERR_NOT_SUPPORTED. Translations are kept in a TLB (per root and 4 KiB page) until
-  the client invalidates them: NV_VIRTUAL_FUNCTION_PRIV_MMU_INVALIDATE (BAR 0 0xB80000 +
-  0x30B0, turing/tu102/dev_vm.h: ALL_VA 0:0, ALL_PDB 1:1, TRIGGER 31:31, read back clear once
-  done) for the root named by _INVALIDATE_PDB (0x30A0, ADDR 31:4 of the address >> 12) and
-  _INVALIDATE_UPPER_PDB (0x30A4, ADDR 19:0 above it), or for all with ALL_PDB; an invalidate
-  without ALL_VA is not simulated (an AssertionError);
-- for a GPU whose MMU is not simulated (``walks`` False: a test's) MAP_MEMORY_DMA (14) /
-  UNMAP_MEMORY_DMA (15) with NVOS46_PARAMETERS_v03_00 (hClient, hDevice,
-  hDma, hMemory, offset u64 at 16, length at 24, flags at 32, dmaOffset at 40, status at 48)
-  and NVOS47_PARAMETERS_v03_00 (flags at 16, dmaOffset at 24, status at 32) map a memory
-  object into the GPU's addresses; flags bit 15 (NVOS46_FLAGS_DMA_OFFSET_FIXED) keeps
-  dmaOffset, which must lie in the hDma virtual object's range;
-- controls: NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2 (0x800292, numClasses then 100 class
-  numbers), NV2080_CTRL_CMD_GR_GET_INFO_V2 (0x20801228) and NV2080_CTRL_CMD_FB_GET_INFO_V2
-  (0x20801303) (a count, then {index, data} pairs answered from the tables given),
-  NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN (0xc36f0108, the channel's ChID), the
-  engine and copy engine queries from ``copy_engines`` (sim/engines.py), and the retired
-  pages ``retired`` lists (NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, sim/retired.py;
-  the static info's bPageRetirementSupported is set when a list is given), on any object,
-  GSP-RM's internal subdevice included (tests/sim/gsp_peer.py lets a control name it);
-- a channel (the GPFIFO classes) is made from NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h:
-  gpFifoOffset u64 at 8, gpFifoEntries at 16, hUserdMemory[8] at 32, userdOffset[8] u64 at
-  64, the NV_MEMORY_DESC_PARAMS of :data:`CH_INSTANCE` ...) only with the memory a GSP
-  client's CPU-RM hands over (kernel_channel.c _kchannelSendChannelAllocRpc), else
-  NV_ERR_INVALID_ARGUMENT: hObjectBuffer 0; instanceMem 4 KiB of FBMEM (ADDR_FBMEM 2), 4 KiB
-  aligned, zeroed, in a usable FB region and overlapping no registered memory nor another
-  channel's instance block; ramfcMem its first 512 bytes; userdMem 512 bytes of FBMEM where
-  hUserdMemory[0] + userdOffset[0] lies; mthdbufMem system memory (ADDR_SYSMEM 1) of the size
-  NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (0x20802a08) answers
-  (:data:`METHOD_BUFFER_SIZE`); errorNotifierMem the first page of hObjectError's system
-  memory; the ChID its flags name, free on its runlist (sim/chid.py). It writes the root
-  into the instance block (gm107 dev_ram.h NV_RAMIN_PAGE_DIR_BASE_LO 128*32+31:12, _HI
-  129*32+7:0) and the PBDMA translates the channel's addresses through the root it reads back
-  from there; the error notifier it writes is the errorNotifierMem given;
-  its channels run on the simulated PBDMA and copy engine (sim/pbdma.py: :meth:`SimRm.step`,
-  or a thread :meth:`SimRm.start` runs);
-- a compute object on a channel answers NV_ERR_INVALID_STATE until the channel's group has its
-  context buffers promoted (NV2080_CTRL_CMD_GPU_PROMOTE_CTX, :meth:`SimRm._promote`, sizes
-  from :data:`CTX_PROPERTIES`); the GPU's global buffers, once initialized, must be promoted
-  at the same place again until the device (NV01_DEVICE_0) is freed, with which a GSP client
-  gives them back (the simulator's choice: when the real GSP-RM forgets them is not in the
-  open sources);
-- a channel that faults stops, its group's error notifiers written and RC_TRIGGERED (then,
-  for an MMU fault, MMU_FAULT_QUEUED) sent, as sim/pbdma.py says;
-- the usermode page (BAR 0 from 0xBB0000: NV_VIRTUAL_FUNCTION 0x30000 in the PF's view of
-  the virtual registers at 0xB80000, turing/tu102/dev_vm.h) is memory the process
-  writes its doorbell into; BAR 1 shows video memory as the page tables under GSP-RM's BAR 1
-  root (the static info's bar1PdeBase, :data:`BAR1_PDB`, in the reserved region) map it, as
-  a GSP client's CPU-RM writes them (kbusPatchBar1Pdb_GSPCLIENT): a BAR 1 view must be mapped
-  there, contiguously, to registered video memory (with ``walks`` False, one to one); a BAR
-  1 range can also be mapped at an address the process chose (:meth:`SimRm.place_bar1`, as
-  rig_pci maps a BAR's file with MAP_FIXED), sharing the video memory's pages. Video memory
-  is a memfd of the FB's size, mapped shared (pages the tests never touch cost nothing);
-- peer to peer: the GPU's BAR 1 answers other devices' requests on the machine's bus (the
-  GPU's HostMemory, which GPUs of one simulated machine share: sim/gpu.py) at its bus address
-  (``gpu.bar1_address``, ``bar1_size`` bytes), each 4 KiB page through those BAR 1 tables as
-  the host's views are, kept in a BAR 1 TLB until the client invalidates BAR 1's root; a page
-  they do not map to video memory is a LookupError for the requester (its channel faults as
-  for an address nothing maps). A copy engine or PBDMA access whose PTE names system memory
-  (aperture 2 or 3) goes to that bus: host memory, else another GPU's BAR 1, so a GPU that
-  maps a peer's BAR 1 bus addresses reads and writes the peer's video memory.
-- each boot of GSP-RM builds BAR 1's and BAR 2's address spaces anew (kern_bus_gm107.c
-  kbusInitBar1_GM107 creates BAR 1's, VASPACE_FLAGS_BAR_BAR1, which gpu_vaspace.c
-  gvaspaceConstruct_IMPL sparsifies whole: nothing mapped): the boot empties the pages at
-  :data:`BAR1_PDB` and :data:`BAR2_PDB` (video memory, which outlives a reset) and the
-  BAR 1 TLB; a function reset (sim/gpu.py SimGpu.reset) ends GSP-RM: its objects, channels,
-  contexts and registrations, the PBDMA's work and the MMU's state are gone;
-- after its boot GSP-RM may ask the CPU to run a sequence of register operations
-  (GSP_RUN_CPU_SEQUENCER 0x1002, as at boot: :meth:`SimRm.run_cpu_sequencer` sends one when a
-  test says), which the CPU runs against BAR 0, whose every write the simulated GPU records.
-"""
+rig_nv_pci or rig_nv."""
 
 from __future__ import annotations
 
@@ -111,14 +18,23 @@ import threading
 import weakref
 from typing import TYPE_CHECKING
 
-from rig_pci import libc
-
-from . import chid, engines, gmmu, pbdma
+from . import channel_memory, chid, engines, gmmu, pbdma
 from . import retired as retired_pages
 from . import runlists as runlist_table
+from .bar1 import BAR1_PDB, RESERVED, SimBar1
+from .channel_memory import (
+    CTRL_CE_METHOD_BUFFER_SIZE,
+    CTRL_ENGINE_CONTEXT_PROPERTIES,
+    CTRL_PROMOTE_CTX,
+    CTX_PROPERTIES,
+    GLOBAL_CTX,
+    GROUP_CTX,
+    METHOD_BUFFER_SIZE,
+    RAMIN_PAGE_DIR_BASE,
+)
 from .gpu import SimGpu, hopper_on
 from .gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
-from .pbdma import COMPUTE_CLASSES, USERD_SIZE, Channel
+from .pbdma import COMPUTE_CLASSES, Channel
 
 if TYPE_CHECKING:
     from .gsp_fw import GspFirmware
@@ -127,54 +43,12 @@ FN_ALLOC_MEMORY, FN_MAP_MEMORY_DMA, FN_UNMAP_MEMORY_DMA = 4, 14, 15
 LOCAL_USER, MEMORY_LIST_SYSTEM, MEMORY_LIST_FBMEM, MEMORY_VIRTUAL = 0x40, 0x81, 0x82, 0x50A0
 NV01_DEVICE_0 = 0x80  # cl0080.h
 LOCATION_VIDMEM, PHYSICALITY_NONCONTIGUOUS = 2 << 8, 1 << 4  # NVOS02_FLAGS (nvos.h)
-RESERVED = 2 << 20  # the FB's first bytes, a reserved region (GSP-RM's own)
-BAR1_PDB = RESERVED - 0x1000  # GSP-RM's BAR 1 root, in it
 BAR2_PDB = RESERVED - 0x2000  # GSP-RM's BAR 2 root (GspStaticConfigInfo.bar2PdeBase), in it
-# kern_bus_gm107.c kbusInitBar1_GM107: "Reduce BAR1 VA space by FERMI_SMALL_PAGESIZE for host
-# overfetch bug WAR (Bug 529932/525381)"; FERMI_SMALL_PAGESIZE (fermi_dma.h) is RM_PAGE_SIZE,
-# 4 KiB: no BAR 1 mapping lies in the BAR's last 4 KiB
-BAR1_OVERFETCH_PAD = 0x1000
 PROTECTED = 512 << 20  # the FB's last bytes, a protected region (WPR2)
 GPFIFO_CLASSES = (0xC56F, 0xC86F, 0xC96F, 0xCA6F)
 USERMODE_BAR0 = 0xB80000 + 0x30000  # dev_vm.h NV_VIRTUAL_FUNCTION in the PF's VREG view
 CTRL_CLASSLIST_V2, CTRL_GR_INFO_V2, CTRL_FB_INFO_V2 = 0x800292, 0x20801228, 0x20801303
 CTRL_WORK_SUBMIT_TOKEN = 0xC36F0108
-# NV2080_CTRL_CMD_CE_GET_FAULT_METHOD_BUFFER_SIZE (ctrl2080ce.h): {NvU32 size}; the size the
-# simulated GSP-RM answers is its own (the real one is GSP-RM's, not in the open sources)
-CTRL_CE_METHOD_BUFFER_SIZE, METHOD_BUFFER_SIZE = 0x20802A08, 0x3000
-# NV_CHANNEL_ALLOC_PARAMS (alloc_channel.h), worked by hand: hObjectError 0, hObjectBuffer 4,
-# gpFifoOffset 8, gpFifoEntries 16, flags 20, hContextShare 24, hVASpace 28,
-# hUserdMemory[8] 32, userdOffset[8] 64, engineType 128, cid 132, subDeviceId 136,
-# hObjectEccError 140, then NV_MEMORY_DESC_PARAMS {base u64, size u64, addressSpace u32,
-# cacheAttrib u32} instanceMem 144, userdMem 168, ramfcMem 192, mthdbufMem 216,
-# hPhysChannelGroup 240, internalFlags 244, errorNotifierMem 248, eccErrorNotifierMem 272,
-# ProcessID 296, SubProcessID 300, encryptIv[3] 304, decryptIv[3] 316, hmacNonce[8] 328,
-# tpcConfigID 360: 368 bytes with the 8-byte alignment
-MEM_DESC = struct.Struct("<QQII")
-CH_INSTANCE, CH_USERD, CH_RAMFC, CH_MTHDBUF, CH_ERROR_NOTIFIER = 144, 168, 192, 216, 248
-CHANNEL_PARAMS_SIZE = 368
-ADDR_SYSMEM, ADDR_FBMEM = 1, 2  # NV_ADDRESS_SPACE (mem_desc.h)
-# dev_ram.h: NV_RAMIN_ALLOC_SIZE 4096 (aligned to 1 << NV_RAMIN_BASE_SHIFT 12), NV_RAMIN_RAMFC
-# its first 128 words, NV_RAMIN_PAGE_DIR_BASE_LO (128*32+31:12); USERD's size is the PBDMA's
-INSTANCE_SIZE, RAMFC_SIZE, RAMIN_PAGE_DIR_BASE = 0x1000, 0x200, 128 * 4
-# NV0080_CTRL_CMD_FIFO_GET_ENGINE_CONTEXT_PROPERTIES (ctrl0080fifo.h: {engineId, alignment,
-# size}): the simulated sizes of ENGINE_ID_GRAPHICS 0x0, _PATCH 0x10, _FECS_EVENT 0x17,
-# _PRIV_ACCESS_MAP 0x18 (the real ones are GSP-RM's)
-CTRL_ENGINE_CONTEXT_PROPERTIES = 0x801707
-CTX_PROPERTIES = {0x0: (0x1000, 0x48000), 0x10: (0x1000, 0x10000), 0x17: (0x1000, 0x4000),
-                  0x18: (0x1000, 0x2000)}
-# NV2080_CTRL_CMD_GPU_PROMOTE_CTX (ctrl2080gpu.h): engineType, hClient, ChID, hChanClient,
-# hObject, hVirtMemory, virtAddress u64 at 24, size u64 at 32, entryCount at 40, then from 48
-# 16 entries {gpuPhysAddr u64, gpuVirtAddr u64, size u64, physAttr u32, bufferId u16,
-# bInitialize u8, bNonmapped u8}; buffer ids MAIN 0, PATCH 2, FECS_EVENT 9,
-# PRIV_ACCESS_MAP 10, UNRESTRICTED_PRIV_ACCESS_MAP 11 (what a compute object needs,
-# kgrobjGetPromoteIds_FWCLIENT), each with its engine id above
-CTRL_PROMOTE_CTX = 0x2080012B
-PROMOTE_HEAD, PROMOTE_ENTRY = struct.Struct("<6IQQI4x"), struct.Struct("<QQQIHBB")
-CTX_ENGINE = {0: 0x0, 2: 0x10, 9: 0x17, 10: 0x18, 11: 0x18}
-GROUP_CTX, GLOBAL_CTX = (0, 2), (9, 10, 11)
-CTX_PHYS_ATTR = 4  # NV2080_CTRL_GPU_INITIALIZE_CTX_APERTURE_VIDMEM 0, GPU_CACHEABLE_NO 2:2
-NV_ERR_INVALID_STATE = 0x40
 CTRL_COPY_SERVER_RESERVED_PDES = 0x90F10106
 VF, VF_MMU_INVALIDATE_PDB, VF_MMU_INVALIDATE_UPPER_PDB, VF_MMU_INVALIDATE = (
     0xB80000, 0x30A0, 0x30A4, 0x30B0)
@@ -242,13 +116,9 @@ class SimRm:
         self.tlb: dict[tuple[int, int], gmmu.Translation] = {}  # (PD3, va >> 12) -> page's
         self.invalidates = 0
         gpu.on_write[VF + VF_MMU_INVALIDATE] = self._invalidate
-        # BAR 1 as other devices reach it (peer to peer): its TLB (BAR 1 page -> the page's
-        # translation) under a lock of its own, since another GPU's PBDMA asks while holding
-        # its own lock (two GPUs each reaching the other must not wait on each other)
-        self.bar1_tlb: dict[int, gmmu.Translation] = {}
-        self.bar1_requests = 0
-        self._bar1_lock = threading.Lock()
-        gpu.host.devices.append(self.bar1_request)
+        # BAR 1 as the host and other devices (peer to peer) reach it
+        self.bar1 = SimBar1(gpu, self._vram_fd, self.vram, bar1_size, version=self.version,
+                            walks=self.walks, registered=self._registered)
         self.sysmem: dict[int, list[int]] = {}  # handle -> page bus addresses
         self.virtual: dict[int, tuple[int, int]] = {}  # handle -> (base, size)
         self.mappings: dict[int, tuple[int, int]] = {}  # GPU address -> (memory handle, size)
@@ -264,7 +134,7 @@ class SimRm:
         self.refuse: set[int] = set()
         self.faults: list[str] = []
         self.notifiers = True  # a faulted group's error notifiers are written (not with CC)
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.firmware: GspFirmware | None = None
@@ -285,16 +155,6 @@ class SimRm:
                         r + "supportISO": int(i == 1), r + "bProtected": protected})
         return out
 
-    def bar1_overfetch_mapped(self, root: int = BAR1_PDB) -> bool:
-        """Whether BAR 1's last 4 KiB, which CPU-RM never maps (kbusInitBar1_GM107's host
-        overfetch WAR), is mapped through the BAR 1 tables under ``root``."""
-        try:
-            gmmu.translate(self._read64, root, self.bar1_size - BAR1_OVERFETCH_PAD,
-                           self.version)
-        except gmmu.MmuFault:
-            return False
-        return True
-
     def usable(self, at: int, n: int) -> bool:
         return at >= RESERVED and at + n <= self.fb_size - PROTECTED
 
@@ -310,7 +170,7 @@ class SimRm:
         ring = firmware.gpu.on_doorbell
 
         def doorbell() -> None:
-            with self._lock:
+            with self.lock:
                 if ring is not None:
                     ring()
 
@@ -319,19 +179,20 @@ class SimRm:
 
     def _boot(self) -> None:
         """GSP-RM's boot: BAR 1's and BAR 2's roots empty (see the module)."""
-        with self._lock, self._bar1_lock:
+        with self.lock:
             for root in (BAR1_PDB, BAR2_PDB):
                 self.vram[root:root + PAGE] = bytes(PAGE)
-            self.bar1_tlb.clear()
+            self.bar1.forget()
 
     def _reset(self) -> None:
         """A function reset: GSP-RM and all it held gone (see the module); what the tests
         count (``log``, ``faults``, ``invalidates``, ``retired_asked``) stays."""
-        with self._lock, self._bar1_lock:
+        with self.lock:
             for records in (self.roots, self.tlb, self.fbmem, self.sysmem, self.virtual,
                             self.mappings, self.channels, self.groups, self.contexts,
-                            self.promoted, self.global_ctx, self.devices, self.bar1_tlb):
+                            self.promoted, self.global_ctx, self.devices):
                 records.clear()
+            self.bar1.forget()
             self.running = None
 
     def peer_kw(self) -> dict[str, object]:
@@ -350,71 +211,11 @@ class SimRm:
             return memoryview(self.usermode)[:length]
         if index != 1:
             raise AssertionError(f"BAR {index} view 0x{offset:x}+0x{length:x} out of range")
-        fb = self._bar1_fb(offset, length)
-        return memoryview(self.vram)[fb:fb + length]
+        return self.bar1.view(offset, length)
 
-    def place_bar1(self, offset: int, length: int, at: int) -> None:
-        """Map BAR 1's ``length`` bytes at ``offset`` at the process address ``at`` (page
-        aligned, over a range the caller reserved: MAP_FIXED), as rig_pci maps a BAR's file
-        there: the video memory BAR 1's tables map at ``offset``, checked as :meth:`bar`
-        checks it, sharing its pages (translated once, here, as :meth:`bar` translates)."""
-        fb = self._bar1_fb(offset, length)
-        got = libc.mmap(at, length, libc.PROT_READ | libc.PROT_WRITE,
-                        libc.MAP_SHARED | libc.MAP_FIXED, self._vram_fd, fb)
-        assert got == at
-
-    def _bar1_fb(self, offset: int, length: int) -> int:
-        """The FB offset of BAR 1's ``[offset, offset+length)``: mapped by BAR 1's tables,
-        contiguously, to registered video memory (one to one without ``walks``)."""
-        if offset + length > self.bar1_size:
-            raise AssertionError(f"BAR 1 view 0x{offset:x}+0x{length:x} out of range")
-        fb = offset
-        if self.walks:
-            try:
-                first = gmmu.translate(self._read64, BAR1_PDB, offset, self.version)
-                for page in range(offset, offset + length, PAGE):
-                    where = gmmu.translate(self._read64, BAR1_PDB, page, self.version)
-                    if not where.video or where.address != first.address + page - offset:
-                        raise AssertionError(f"BAR 1 at 0x{page:x}: not contiguous video "
-                                             "memory")
-            except gmmu.MmuFault as e:
-                raise AssertionError(f"BAR 1 at 0x{offset:x} is not mapped: {e}") from e
-            fb = first.address
-        for at, n in self.fbmem.values():
-            if at <= fb and fb + length <= at + n:
-                return fb
-        raise AssertionError(f"BAR 1 at 0x{offset:x}: no registered video memory there")
-
-    def bar1_request(self, address: int, n: int) -> memoryview | None:
-        """Another device's request for ``n`` bytes at bus ``address`` (one page at most):
-        ``None`` outside this GPU's BAR 1, else the video memory the BAR 1 tables map there
-        (through the BAR 1 TLB); LookupError where they map none."""
-        offset = address - self.gpu.bar1_address
-        if not 0 <= offset < self.bar1_size:
-            return None
-        if offset % PAGE + n > PAGE or offset + n > self.bar1_size:
-            raise LookupError(f"bus 0x{address:x} (+{n}) crosses a page of BAR 1")
-        fb = offset
-        if self.walks:
-            with self._bar1_lock:
-                page = self.bar1_tlb.get(offset >> 12)
-                if page is None:
-                    try:
-                        page = gmmu.translate(self._read64, BAR1_PDB, offset & ~(PAGE - 1),
-                                              self.version)
-                    except gmmu.MmuFault as e:
-                        raise LookupError(f"bus 0x{address:x}: BAR 1 of the GPU at "
-                                          f"0x{self.gpu.bar1_address:x} maps nothing at "
-                                          f"0x{offset:x} ({e})") from None
-                    self.bar1_tlb[offset >> 12] = page
-                self.bar1_requests += 1
-            if not page.video:
-                raise LookupError(f"bus 0x{address:x}: BAR 1 at 0x{offset:x} maps system "
-                                  "memory")
-            fb = page.address + offset % PAGE
-        if fb + n > self.fb_size:
-            raise LookupError(f"bus 0x{address:x}: BAR 1 maps beyond video memory")
-        return memoryview(self.vram)[fb:fb + n]
+    def _registered(self, fb: int, n: int) -> bool:
+        """Whether ``[fb, fb+n)`` lies in video memory registered with ALLOC_MEMORY."""
+        return any(at <= fb and fb + n <= at + size for at, size in self.fbmem.values())
 
     # -- the RM --------------------------------------------------------------------------
 
@@ -431,109 +232,12 @@ class SimRm:
         if cls == NV01_DEVICE_0:
             self.devices.add(handle)
         if cls in GPFIFO_CLASSES:
-            return self._alloc_channel(parent, handle, params), params
+            return channel_memory.alloc_channel(self, parent, handle, params), params
         if cls in COMPUTE_CLASSES and parent in self.channels and self.walks:
             group = self.channels[parent].group
             if set(GROUP_CTX + GLOBAL_CTX) - self.promoted.get(group, set()):
-                return NV_ERR_INVALID_STATE, params  # no context buffers promoted
+                return chid.NV_ERR_INVALID_STATE, params  # no context buffers promoted
         return 0, params
-
-    def _promote(self, params: bytes) -> int:
-        """NV2080_CTRL_CMD_GPU_PROMOTE_CTX of a GSP client: each buffer's video memory
-        checked (usable, aligned, of the engine's size, free of registered memory and instance
-        blocks), initialized once, and its GPU address walked to it."""
-        if len(params) < PROMOTE_HEAD.size + 16 * PROMOTE_ENTRY.size:
-            return NV_ERR_INVALID_ARGUMENT
-        engine, _, _, _, channel, _, _, _, count = PROMOTE_HEAD.unpack_from(params)
-        if engine != 1 or channel not in self.channels or not 0 < count <= 16:
-            return NV_ERR_INVALID_ARGUMENT
-        group = self.channels[channel].group
-        mine = self.contexts.setdefault(group, {})
-        taken = list(self.fbmem.values()) + [(c.instance, INSTANCE_SIZE)
-                                             for c in self.channels.values()]
-        done: list[tuple[int, int, int, bool]] = []
-        for i in range(count):
-            fb, va, size, attr, buffer_id, initialize, nonmapped = PROMOTE_ENTRY.unpack_from(
-                params, PROMOTE_HEAD.size + i * PROMOTE_ENTRY.size)
-            if buffer_id not in CTX_ENGINE:
-                return NV_ERR_INVALID_ARGUMENT
-            align, need = CTX_PROPERTIES[CTX_ENGINE[buffer_id]]
-            known = (self.global_ctx if buffer_id in GLOBAL_CTX else mine).get(buffer_id)
-            if (known is None and not initialize) or (known is not None and known != (fb, size)):
-                return NV_ERR_INVALID_ARGUMENT
-            if (attr != CTX_PHYS_ATTR or fb % align or size < need
-                    or not self.usable(fb, size)
-                    or any(a < fb + size and fb < a + n for a, n in taken)):
-                return NV_ERR_INVALID_ARGUMENT
-            if not nonmapped:
-                try:
-                    for page in (va, va + size - PAGE):
-                        where = self.translate(page)
-                        if not where.video or where.address != fb + page - va:
-                            return NV_ERR_INVALID_ARGUMENT
-                except gmmu.MmuFault:
-                    return NV_ERR_INVALID_ARGUMENT
-            done.append((buffer_id, fb, size, not nonmapped))
-        with self._lock:
-            for buffer_id, fb, size, mapped in done:
-                (self.global_ctx if buffer_id in GLOBAL_CTX else mine)[buffer_id] = (fb, size)
-                if mapped:
-                    self.promoted.setdefault(group, set()).add(buffer_id)
-        return 0
-
-    def _alloc_channel(self, parent: int, handle: int, params: bytes) -> int:
-        """A GSP client's channel: its memory as the client's CPU-RM hands it over
-        (kernel_channel.c _kchannelSendChannelAllocRpc), checked, the instance block's page
-        directory base written (dev_ram.h NV_RAMIN_PAGE_DIR_BASE, as GSP-RM sets up the
-        instance block it was given)."""
-        if len(params) < CHANNEL_PARAMS_SIZE:
-            return NV_ERR_INVALID_ARGUMENT
-        notifier, buffer, gpfifo, entries = struct.unpack_from("<IIQI", params, 0)
-        userd_handle = struct.unpack_from("<I", params, 32)[0]
-        userd_offset = struct.unpack_from("<Q", params, 64)[0]
-        inst, userd, ramfc, mthd = (MEM_DESC.unpack_from(params, at)
-                                    for at in (CH_INSTANCE, CH_USERD, CH_RAMFC, CH_MTHDBUF))
-        error = MEM_DESC.unpack_from(params, CH_ERROR_NOTIFIER)
-        if userd_handle not in self.fbmem:
-            return NV_ERR_INVALID_OBJECT_HANDLE
-        runlist = chid.runlist(self.groups, parent, params)
-        runlist_id = self.runlists.get(runlist_table.rm_engine_type(runlist))
-        if runlist_id is None:
-            return NV_ERR_INVALID_ARGUMENT
-        status, channel_id = chid.named(params, runlist_id, self.channels.values())
-        if status:
-            return status
-        base = inst[0]
-        taken = [(at, n) for at, n in self.fbmem.values()] + [
-            (c.instance, INSTANCE_SIZE) for c in self.channels.values()]
-        if (buffer or inst[1:3] != (INSTANCE_SIZE, ADDR_FBMEM) or base % INSTANCE_SIZE
-                or not self.usable(base, INSTANCE_SIZE)
-                or any(a < base + INSTANCE_SIZE and base < a + n for a, n in taken)
-                or any(self.vram[base:base + INSTANCE_SIZE])):  # the client zeroes it
-            return NV_ERR_INVALID_ARGUMENT
-        if ramfc[:3] != (base, RAMFC_SIZE, ADDR_FBMEM):
-            return NV_ERR_INVALID_ARGUMENT
-        fb, length = self.fbmem[userd_handle]
-        if (userd[:3] != (fb + userd_offset, USERD_SIZE, ADDR_FBMEM) or userd[0] % USERD_SIZE
-                or userd_offset + USERD_SIZE > length):
-            return NV_ERR_INVALID_ARGUMENT
-        if (mthd[1:3] != (METHOD_BUFFER_SIZE, ADDR_SYSMEM)
-                or self.gpu.host.view(mthd[0], METHOD_BUFFER_SIZE) is None):
-            return NV_ERR_INVALID_ARGUMENT
-        pages = self.sysmem.get(notifier)
-        if not pages or error[0] != pages[0] or error[2] != ADDR_SYSMEM or error[1] < 16:
-            return NV_ERR_INVALID_ARGUMENT
-        if self.walks:
-            if not self.roots:
-                return NV_ERR_INVALID_ARGUMENT
-            root = list(self.roots.values())[-1]
-            # TARGET 1:0 VID_MEM 0, LO 31:12, HI 7:0 of the next word
-            struct.pack_into("<II", self.vram, base + RAMIN_PAGE_DIR_BASE,
-                             root & 0xFFFFF000, root >> 32 & 0xFF)
-        self.channels[handle] = Channel(handle, channel_id, gpfifo, entries, userd[0], parent,
-                                        error[0], base, mthd[0], runlist=runlist,
-                                        runlist_id=runlist_id)
-        return 0
 
     def _on_control(self, obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
         if cmd == CTRL_CLASSLIST_V2:
@@ -559,7 +263,7 @@ class SimRm:
                 return NV_ERR_INVALID_ARGUMENT, params
             return 0, struct.pack("<III", engine, *CTX_PROPERTIES[engine])
         if cmd == CTRL_PROMOTE_CTX:
-            return self._promote(params), params
+            return channel_memory.promote(self, params), params
         if cmd == runlist_table.CTRL_GET_DEVICE_INFO_TABLE:
             return runlist_table.answer(params, self.runlists)
         if cmd == CTRL_CE_METHOD_BUFFER_SIZE:
@@ -597,16 +301,16 @@ class SimRm:
                 return NV_ERR_INVALID_ARGUMENT
             if i:  # the level above names this one for the server's range
                 above, upper = levels[i - 1][0], shifts[i - 1]
-                entry = self._read64(above + 8 * (lo >> upper & entries[i - 1] - 1))
+                entry = self.read64(above + 8 * (lo >> upper & entries[i - 1] - 1))
                 named = (entry >> 8 & 0x1FFFFFF if self.version == 2 else
                          entry >> 12 & (1 << 40) - 1) << 12
                 if entry >> 1 & 3 != 1 or named != address:
                     return NV_ERR_INVALID_ARGUMENT
-        with self._lock:
+        with self.lock:
             self.roots[vaspace] = levels[0][0]
         return 0
 
-    def _read64(self, fb: int) -> int:
+    def read64(self, fb: int) -> int:
         return int.from_bytes(self.vram[fb:fb + 8], "little")
 
     def translate(self, va: int) -> gmmu.Translation:
@@ -621,10 +325,10 @@ class SimRm:
         else:
             root = list(self.roots.values())[-1]
         key = (root, va >> 12)
-        with self._lock:
+        with self.lock:
             page = self.tlb.get(key)
             if page is None:
-                page = gmmu.translate(self._read64, root, va & ~0xFFF, self.version)
+                page = gmmu.translate(self.read64, root, va & ~0xFFF, self.version)
                 self.tlb[key] = page
         return page._replace(address=page.address + va % PAGE)
 
@@ -636,17 +340,16 @@ class SimRm:
         regs = self.gpu.regs
         pdb = ((regs.get(VF + VF_MMU_INVALIDATE_UPPER_PDB, 0) & 0xFFFFF) << 28
                | regs.get(VF + VF_MMU_INVALIDATE_PDB, 0) >> 4) << 12
-        with self._lock:
+        with self.lock:
             for key in [k for k in self.tlb if value & 2 or k[0] == pdb]:
                 del self.tlb[key]
             self.invalidates += 1
             if value & 2 or pdb == BAR1_PDB:
-                with self._bar1_lock:
-                    self.bar1_tlb.clear()
+                self.bar1.forget()
         regs[VF + VF_MMU_INVALIDATE] = value & ~(1 << 31)  # done
 
     def _on_free(self, handle: int) -> None:
-        with self._lock:
+        with self.lock:
             self.roots.pop(handle, None)
             self.fbmem.pop(handle, None)
             self.sysmem.pop(handle, None)
@@ -706,7 +409,7 @@ class SimRm:
             if not (base <= va and va + length <= base + size) or overlaps or va % PAGE:
                 status = NV_ERR_INVALID_OFFSET
         if status == 0:
-            with self._lock:
+            with self.lock:
                 self.mappings[va] = (memory, length)
         out = bytearray(p)
         struct.pack_into("<I", out, 48, status)
@@ -716,7 +419,7 @@ class SimRm:
         _, _, _, memory, _, va, _ = struct.unpack_from("<5I4xQI", p)
         status = 0 if self.mappings.get(va, (None, 0))[0] == memory else NV_ERR_INVALID_OFFSET
         if status == 0:
-            with self._lock:
+            with self.lock:
                 del self.mappings[va]
         out = bytearray(p)
         struct.pack_into("<I", out, 32, status)
@@ -783,7 +486,7 @@ class SimRm:
     def event(self, fn: int, payload: bytes = b"") -> None:
         """Send GSP event ``fn`` now, between the PBDMA's steps (as a test's GSP-RM would)."""
         assert self.firmware is not None and self.firmware.peer is not None
-        with self._lock:
+        with self.lock:
             self.firmware.peer.event(fn, payload)
 
     def run_cpu_sequencer(self, commands: list[tuple[int, ...]] | bytes,

@@ -140,7 +140,7 @@ def rung(rm: SimRm) -> bool:
 def step(rm: SimRm) -> int:
     """Run every rung channel as far as it goes; how many methods ran."""
     ran = 0
-    with rm._lock:
+    with rm.lock:
         kick = rung(rm)
         for ch in list(rm.channels.values()):
             try:

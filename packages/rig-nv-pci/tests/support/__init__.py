@@ -66,7 +66,7 @@ from support.machine import (
     here,
     poke,
 )
-from support.path import BUS, Booted, _channel_kit, ga102
+from support.path import BUS, Booted, SimBars, SimMemory, _channel_kit, ga102
 from support.rpc import connect
 
 __all__ = [
@@ -94,7 +94,9 @@ __all__ = [
     "OffsetWindow",
     "Opened",
     "Rig",
+    "SimBars",
     "SimFunction",
+    "SimMemory",
     "Span",
     "TakenSim",
     "ViewWindow",

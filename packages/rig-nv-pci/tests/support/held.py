@@ -94,7 +94,7 @@ class SimFunction:
         assert length is not None
         if at is not None:  # BAR 1 mapped there as rig_pci.Function.window(at=) maps it
             assert bar == 1
-            self.sim_rm.place_bar1(offset, length, at)
+            self.sim_rm.bar1.place(offset, length, at)
             return PlacedWindow(at, length, "simulated BAR 1")
         return ViewWindow(self.sim_rm.bar(bar, offset, length))
 

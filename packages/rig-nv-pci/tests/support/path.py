@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
@@ -11,9 +11,43 @@ from sim.gsp_rm import SimRm
 
 from rig_edge import Memory
 from rig_nv_pci.boot.booted import GspBooted
+from rig_nv_pci.gsp.events import EventLog
 from rig_nv_pci.path import pci as pp
+from rig_nv_pci.path.rm import GspClient
+from rig_nv_pci.path.vidmem import FbLayout
 from support.boot import Rig, gsp_rig, run_boot
 from support.held import BUS
+
+
+class SimBars:
+    """The simulated GPU's BARs as a path takes them (rig_nv_pci.path.host.Bars): views of
+    the simulated GSP-RM's usermode page and BAR 1, each one closed noted in ``closed``."""
+
+    def __init__(self, sim_rm: SimRm) -> None:
+        self._sim_rm = sim_rm
+        self.closed: list[memoryview] = []
+
+    def view(self, index: int, offset: int, length: int, at: int | None = None) -> memoryview:
+        assert at is None, "the simulated path's memory is not placed"
+        return self._sim_rm.bar(index, offset, length)
+
+    def close(self, view: memoryview) -> None:
+        self.closed.append(view)
+
+
+@dataclass
+class SimMemory:
+    """The simulated machine's memory as a path takes it (rig_nv_pci.path.host.SystemMemory),
+    the process's pages mapped for the GPU only where ``maps_host`` (behind an IOMMU)."""
+
+    host: sim.HostMemory
+    maps_host: bool = False
+
+    def alloc_dma(self, n: int, *, at: int | None = None) -> sim.SimDma:
+        return self.host.alloc_dma(n, at=at)
+
+    def map_host(self, address: int, length: int) -> sim.SimDma:
+        return self.host.map_host(address, length)
 
 
 @dataclass
@@ -26,12 +60,19 @@ class Booted:
     def bar1(self) -> tuple[int, int]:
         return self.booted.static.bar1_pde_base, self.sim_rm.bar1_size
 
-    def path(self, **kw: object) -> pp.PciPath:
-        return pp.PciPath("NV-PCI", BUS, self.booted.rm, bar=self.sim_rm.bar,
-                          alloc_dma=self.rig.gpu.host.alloc_dma, maps_host=False,
-                          poll=self.booted.channel.poll,
-                          fb_regions=self.booted.static.fb_regions,
-                          pramin=self.rig.bar0, bar1=self.bar1(), **kw)  # type: ignore[arg-type]
+    def fb(self, kept: Sequence[tuple[int, int]] = (), *, bar1: bool = True) -> FbLayout:
+        """The booted GSP's FB regions, BAR 1's root and size (where ``bar1``) and ``kept``."""
+        return FbLayout(self.booted.static.fb_regions, self.bar1() if bar1 else None, kept)
+
+    def path(self, *, bars: SimBars | None = None, maps_host: bool = False,
+             events: EventLog | None = None, fb: FbLayout | None = None,
+             **kw: object) -> pp.PciPath:
+        return pp.PciPath("NV-PCI", BUS, GspClient(self.booted.rm, self.booted.channel.poll,
+                                                   events),
+                          bars=bars or SimBars(self.sim_rm),
+                          memory=SimMemory(self.rig.gpu.host, maps_host),
+                          fb=fb or self.fb(), pramin=self.rig.bar0,
+                          **kw)  # type: ignore[arg-type]
 
 
 @pytest.fixture

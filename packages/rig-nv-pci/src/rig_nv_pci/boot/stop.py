@@ -17,7 +17,7 @@ from rig_nv_pci.boot import ampere as boot
 from rig_nv_pci.boot.booted import Booted, GspBooted
 from rig_nv_pci.boot.falcon import GSP, MAILBOX0, SEC2, Falcon, FalconError
 from rig_nv_pci.firmware import chips, fwimage
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.gsp.queue import QueueError
 from rig_pci import Window
 
@@ -126,7 +126,7 @@ def stop_gsp(bar0: Window, booted: GspBooted, *, name: str,
     if rpcs_ok:
         try:
             booted.channel.call(rpc.Function.UNLOADING_GUEST_DRIVER,
-                                rpc.encode_unloading(False, False, 0),
+                                payloads.encode_unloading(False, False, 0),
                                 timeout_s=unload_timeout_s)
         except RigError as e:
             unloaded = False

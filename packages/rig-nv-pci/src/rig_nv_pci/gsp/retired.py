@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from rig_edge import RigError
 from rig_nv.status import status_name
-from rig_nv_pci.gsp import rpc
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.gsp.static_info import StaticInfo
 
 NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES = 0x20801348  # ctrl2080fb.h
@@ -83,12 +83,12 @@ def get_retired(channel: rpc.Rpc, static: StaticInfo,
     pages: list[RetiredPage] = []
     base = 0
     while base < MAX_PAGES:
-        reply = channel.call(rpc.Function.GSP_RM_CONTROL, rpc.encode_control(
+        reply = channel.call(rpc.Function.GSP_RM_CONTROL, payloads.encode_control(
             static.internal_client, static.internal_subdevice,
             NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, params(base)),
             check=False, timeout_s=timeout_s)
-        answer = (rpc.decode_control(reply.payload)
-                  if len(reply.payload) >= rpc.CONTROL.size else None)
+        answer = (payloads.decode_control(reply.payload)
+                  if len(reply.payload) >= payloads.CONTROL.size else None)
         # the params' own status where GSP-RM set one, else the RPC's (rpcRmApiControl_GSP)
         if answer is not None and answer.status:
             status, text = answer.status, status_name(answer.status)

@@ -28,20 +28,20 @@ class Dma(Protocol):
 
 class Bar1(Protocol):
     """A GPU's BAR 1 as its path maps video memory into it
-    (:class:`rig_nv_pci.path.pci.PciPath` is one)."""
+    (:class:`rig_nv_pci.path.space.Bar1` is one)."""
 
     @property
-    def bar1_tables(self) -> mmu.PageTables | None:
+    def tables(self) -> mmu.PageTables | None:
         """The path's BAR 1 page tables; ``None``: BAR 1 shows video memory one to one."""
         ...
 
-    def map_bar1(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
+    def map(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
         """Video memory ``[fb, fb+size)`` mapped into BAR 1: its BAR 1 offset, noted in
         ``undo.bar1`` (``None`` where BAR 1 has no room)."""
         ...
 
-    def unmap_bar1(self, at: int, size: int, huge: bool) -> None:
-        """Undo :meth:`map_bar1` of ``size`` bytes at BAR 1 offset ``at``."""
+    def unmap(self, at: int, size: int, huge: bool) -> None:
+        """Undo :meth:`map` of ``size`` bytes at BAR 1 offset ``at``."""
         ...
 
 

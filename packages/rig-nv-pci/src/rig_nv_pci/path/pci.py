@@ -8,28 +8,26 @@ docs/rig-nv-pci-modules/path-pci.md."""
 
 from __future__ import annotations
 
-import struct
-import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from rig_edge import Bus, Lost, Memory, Refusal, RigError
 from rig_nv import classes as cls
 from rig_nv.clock import Clock, read_split
 from rig_nv.hostmem import ffi as libc_ffi
 from rig_nv.layouts import Params, rm_ffi
-from rig_nv.rm import Allocation, RMError, page_rounded
-from rig_nv_pci.gsp import rpc
-from rig_nv_pci.gsp.events import EventLog
-from rig_nv_pci.gsp.static_info import FbRegion
+from rig_nv.rm import Allocation, page_rounded
+from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import channels, faults, mmu, peers, runlists, vidmem
 from rig_nv_pci.path.allocations import Dma, Undo
 from rig_nv_pci.path.channels import ChannelMemory, Placed
 from rig_nv_pci.path.export import Exports
 from rig_nv_pci.path.grctx import GrContexts
-from rig_nv_pci.path.rm import PciRM
-from rig_nv_pci.path.vidmem import Addresses, Heap
+from rig_nv_pci.path.host import Bars, BusRanges, Placement, SystemMemory
+from rig_nv_pci.path.rm import GspClient, PciRM
+from rig_nv_pci.path.space import AddressSpace, Bar1, Window
+from rig_nv_pci.path.vidmem import Addresses, FbLayout
 from rig_pci import Function
 
 NV50_MEMORY_VIRTUAL = 0x50A0  # cl50a0.h
@@ -40,9 +38,6 @@ VIRTUAL_FLAGS = 0x80000 | 0x10 | 0x4000
 # NVOS02_FLAGS (nvos.h): PHYSICALITY 7:4 NONCONTIGUOUS 1, LOCATION 11:8 PCI 0,
 # COHERENCY 15:12 CACHED 1.
 SYSTEM_FLAGS = (1 << 4) | (1 << 12)
-# NVOS46_FLAGS (nvos.h): PAGE_SIZE 11:8 (4KB 1, HUGE 4), DMA_OFFSET_FIXED 15:15.
-MAP_FIXED = 1 << 15
-MAP_4KB, MAP_HUGE = 1 << 8, 4 << 8
 # The GPU addresses this path hands out (the Rig_nv_pci spec: from 64 GiB to the windows
 # rig_nv.setup keeps at the top 8 GiB below 2^40).
 VA_BASE = 64 << 30
@@ -57,89 +52,44 @@ PTIMER_TIME_0 = USERMODE_BAR0 + 0x80
 PTIMER_TIME_1 = USERMODE_BAR0 + 0x84
 HUGE, BIG, SMALL = 2 << 20, 64 << 10, 4 << 10
 
-# The server RM's part of every address space (g_gpu_vaspace_nvoc.h
-# SPLIT_VAS_SERVER_RM_MANAGED_VA_START 4 GiB, _SIZE 512 MiB), whose PD3/PD2/PD1 the client
-# hands over with NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES (ctrl90f1.h), pageSize
-# 2^GMMU_PD1_VADDR_BIT_LO (29) as gpu_vaspace.c _gvaspacePopulatePDEentries fills it.
-NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES = 0x90F10106
-SERVER_VA, SERVER_VA_SIZE, SERVER_PAGE_SIZE = 1 << 32, 512 << 20, 1 << 29
-GMMU_APERTURE_VIDEO = 1  # gmmu_fmt.h GMMU_APERTURE
-# NV90F1_CTRL_VASPACE_COPY_SERVER_RESERVED_PDES_PARAMS: hSubDevice, subDeviceId, pageSize,
-# virtAddrLo, virtAddrHi, numLevelsToCopy, then levels[GMMU_FMT_MAX_LEVELS 6] of
-# {physAddress, size, aperture, pageShift} (24 bytes each): 184 bytes.
-COPY_PDES = struct.Struct("<IIQQQI4x")
-COPY_PDES_LEVEL = struct.Struct("<QQIB3x")
-GMMU_FMT_MAX_LEVELS = 6
-
 
 def address_of(v: memoryview) -> int:
     """The process address of the memory behind ``v``."""
     return int(libc_ffi.cast("uintptr_t", libc_ffi.from_buffer(v)))
 
 
-class Range(Protocol):
-    """GPU addresses to take and give back (:class:`rig_nv_pci.path.vidmem.Addresses`,
-    :class:`rig_nv_pci.path.addresses.Reservation`)."""
-
-    def take(self, size: int, align: int) -> int | None: ...
-
-    def give(self, at: int, size: int) -> None: ...
-
-
 class PciPath:
-    """A booted GPU's RM path. ``rm`` is the root client's RPC RM, ``bar(i, offset, length)``
-    a read-write view of BAR ``i`` (``unbar(view)`` unmaps one once the path is done with it),
-    ``events`` the log its boot's events go to, ``map_dma(address, length)`` the process's
-    own pages for the GPU (behind an IOMMU: rig_pci.Function.map_host), ``alloc_dma(n)``
-    system memory the GPU reaches (or ``None`` when there is none), ``addresses`` the GPU
-    addresses it takes (its own range by default), ``place_dma(n, at)`` system memory at
-    process address ``at`` (Pinned memory at its GPU address) in whole ``dma_granule``s,
-    ``place_bar(i, offset, length, at)`` what ``bar`` views, mapped at process address ``at``
-    over the process's reservation (Mapped memory at its GPU address; ``unbar`` puts the
-    reservation back; only with ``addresses`` the process reserved),
-    ``poll()`` hands the GSP's pending events on, ``on_closed`` runs once the device stopped,
-    ``function`` the GPU's PCI function as rig_pci took it and ``fb_size`` the bytes of its
-    memory (what :meth:`map_peer` asks :func:`rig_pci.memory.why_apart` about; ``None``: the
-    path maps no peer's memory),
-    ``fb_regions`` the FB regions GSP-RM reported (the
-    path's heap of video memory), ``pramin`` BAR 0 for writing the page tables (of
-    ``mmu_format``) through its PRAMIN window (``None``: the GSP maps), ``bar1`` GSP-RM's BAR 1
-    root and the BAR's size (``None``: BAR 1 shows video memory one to one; the root's page is
-    kept out of the heap, the BAR's last page is never mapped), ``bar_bus(bar,
-    offset, length)`` and ``dma_bus(dma, offset, length)`` the bus ranges another device
-    reaches a BAR's range and DMA memory at, or why not (rig_pci.memory.bus and dma_bus of
-    the function; ``None``: the path cannot say, and :meth:`export` answers so), ``on_kept``
-    what runs instead of ``on_closed`` at a stop once :meth:`export` handed out bus ranges
-    (the GPU stays the process's), ``timer`` BAR 0, whose PTIMER registers the device's clock
-    reads (``Clock.REGISTERS``; ``None``: the path reads no clock), ``fb_kept`` FB ranges
-    ``(at, size)`` of whole pages the heap never hands out besides ``bar1``'s root (GSP-RM's
-    BAR 2 root, :func:`rig_nv_pci.path.vidmem.roots`; the retired pages' 64 KiB frames,
-    :func:`rig_nv_pci.path.vidmem.retired`). Makes the device, subdevice, address space and its
-    virtual range at once (and with ``pramin`` the page directories, handed to the GSP);
-    raises :class:`rig_nv.rm.RMError` (having freed what it made) if the GSP refuses them."""
+    """A booted GPU's RM path, made of parts: ``gsp`` the GSP as its client speaks to it,
+    ``bars`` the BARs as the process maps them, ``memory`` the system memory the GPU reaches,
+    ``fb`` what the path is told of video memory (its heap, BAR 1's root and size),
+    ``placement`` where the GPU's addresses are the process's own (``None``: the path's own
+    range, from :data:`VA_BASE` to :data:`VA_LIMIT`), ``bus_ranges`` the bus ranges another
+    device reaches its memory at (``None``: the path cannot say, and :meth:`export` answers
+    so), ``function`` the GPU's PCI function as rig_pci took it (``None``: the path maps no
+    peer's memory), ``doorbells`` its channels' runlists (``None``: as GSP-RM's device info
+    table answers the path's own subdevice, with no RUNLIST_DOORBELL _ENABLE).
 
-    def __init__(self, name: str, bus: str, rm: rpc.RpcRM, *,
-                 bar: Callable[[int, int, int], memoryview],
-                 alloc_dma: Callable[[int], Dma | None], maps_host: bool,
-                 hang_ms: int | None = None, poll: Callable[[], Any] | None = None,
-                 on_closed: Callable[[], None] | None = None,
-                 unbar: Callable[[memoryview], None] | None = None,
-                 map_dma: Callable[[int, int], Dma | None] | None = None,
-                 events: EventLog | None = None, fb_regions: Sequence[FbRegion] = (),
+    ``pramin`` is BAR 0 for writing the page tables (of ``mmu_format``) through its PRAMIN
+    window (``None``: the GSP maps), ``timer`` BAR 0 whose PTIMER registers the device's
+    clock reads (``None``: the path reads no clock). ``on_closed`` runs once the device
+    stopped; ``on_kept`` instead, once :meth:`export` handed out bus ranges (the GPU stays
+    the process's).
+
+    Makes the device, subdevice, address space and its virtual range at once (and with
+    ``pramin`` the page directories, handed to the GSP); raises :class:`rig_nv.rm.RMError`
+    (having freed what it made) if the GSP refuses them."""
+
+    def __init__(self, name: str, bus: str, gsp: GspClient, *, bars: Bars,
+                 memory: SystemMemory, fb: FbLayout | None = None,
                  pramin: mmu.Registers | None = None, mmu_format: mmu.Format = mmu.VER2,
-                 bar1: tuple[int, int] | None = None, addresses: Range | None = None,
-                 place_dma: Callable[[int, int], Dma | None] | None = None,
-                 place_bar: Callable[[int, int, int, int], memoryview] | None = None,
-                 dma_granule: int = SMALL,
-                 bar_bus: Callable[[int, int, int], Bus] | None = None,
-                 dma_bus: Callable[[Dma, int, int], Bus] | None = None,
-                 on_kept: Callable[[], None] | None = None,
-                 function: Function | None = None, fb_size: int = 0,
-                 timer: mmu.Registers | None = None,
-                 fb_kept: Sequence[tuple[int, int]] = (),
-                 runlist_table: Mapping[int, int] | None = None,
-                 runlist_doorbell: bool = False) -> None:
-        self.name, self.bus, self.hang_ms, self.maps_host = name, bus, hang_ms, maps_host
+                 timer: mmu.Registers | None = None, placement: Placement | None = None,
+                 bus_ranges: BusRanges | None = None, function: Function | None = None,
+                 doorbells: runlists.Doorbells | None = None, hang_ms: int | None = None,
+                 on_closed: Callable[[], None] | None = None,
+                 on_kept: Callable[[], None] | None = None) -> None:
+        fb = fb or FbLayout()
+        self.name, self.bus, self.hang_ms = name, bus, hang_ms
+        self.maps_host = memory.maps_host
         # Its sleep polls the GSP's message queue and naps: the GPU's interrupts do not reach
         # a process that holds the function without a kernel driver, and the GSP posts no
         # event for them (rig makes no event object), so none is asked for.
@@ -148,28 +98,18 @@ class PciPath:
         self._timer = timer
         self.clock: Clock | None = Clock.REGISTERS if timer is not None else None
         self._on_kept = on_kept
-        # bus ranges for another device (export), and the memory they were given for
-        self._exports = Exports(name, self, bar_bus, dma_bus)
-        self.function, self.fb_size = function, fb_size
-        self._rm = PciRM(rm, events)
-        self._bar, self._alloc_dma = bar, alloc_dma
-        self._unbar = unbar or (lambda view: None)
-        self._map_dma = map_dma
+        self.function, self.fb_size = function, fb.size
+        self._rm = PciRM(gsp.rm, gsp.events)
+        self._bars, self._memory, self._placement = bars, memory, placement
         # What the GSP's events said (its boot's on_event): the faults the device raises
         # (fault), and text for messages.
-        self.events = events
-        self._poll, self._on_closed = poll, on_closed
-        self._lock = threading.Lock()
-        # The GPU addresses the path hands out (one range for every GPU of a process).
-        self.addresses: Range = addresses or Addresses(VA_BASE, VA_LIMIT)
-        self._place_dma, self._dma_granule = place_dma, dma_granule
-        self._place_bar = place_bar
-        # video memory: the path's own heap over the FB regions GSP-RM reported, less GSP-RM's
-        # BAR 1 root (kbusPatchBar1Pdb_GSPCLIENT) and whatever else ``fb_kept`` names
-        self.heap = Heap(fb_regions, [*fb_kept, *vidmem.roots(bar1[0] if bar1 else 0)])
+        self.events = gsp.events
+        self._poll, self._on_closed = gsp.poll, on_closed
+        # video memory: the path's own heap over the FB regions GSP-RM reported
+        self.heap = fb.heap()
         self._placed: dict[int, Placed] = {}  # memory handle -> where it lies
-        self.ffi = rm_ffi(rm.layouts)
-        client = rm.client
+        self.ffi = rm_ffi(gsp.rm.layouts)
+        client = gsp.rm.client
         self.h_device = self._rm.new_handle()
         self._rm.alloc(client, self.h_device, cls.NV01_DEVICE_0,
                        Params(self.ffi, "NV0080_ALLOC_PARAMETERS", hClientShare=client).buf)
@@ -185,52 +125,41 @@ class PciPath:
                 self.ffi, "NV_MEMORY_ALLOCATION_PARAMS", owner=client, flags=VIRTUAL_FLAGS,
                 hVASpace=self.h_vaspace, size=VA_LIMIT - VA_BASE, offset=VA_BASE,
                 limit=VA_LIMIT - VA_BASE - 1).buf)
-            self.tables: mmu.PageTables | None = None
-            self.bar1_tables: mmu.PageTables | None = None
-            self._bar1_addresses = Addresses(0, 0)
-            self._tables_lock = threading.Lock()
-            self._zero_fb: Callable[[int, int], None] | None = None
-            if pramin is not None:
-                bar0 = pramin
-                window = mmu.Pramin(bar0, mmu_format.window)
-
-                def tables(root: int | None = None) -> mmu.PageTables:
-                    return mmu.PageTables(
-                        lambda: self.heap.take(SMALL), window.write,
-                        lambda root, downgrade: mmu.invalidate(bar0, root, downgrade=downgrade),
-                        mmu_format, lambda page: self._give_fb(page, SMALL), root, window.read)
-
-                self.tables = tables()
-                self._copy_server_pdes(self.tables)
-
-                def zero_fb(at: int, size: int) -> None:
-                    with self._tables_lock:  # the window the tables are written through
-                        window.write(at, bytes(size))
-
-                self._zero_fb = zero_fb
-                if bar1 is not None:
-                    root, size = bar1
-                    self.bar1_tables = tables(root)
+            # the GPU addresses and their page tables, written through PRAMIN (else the GSP
+            # maps), and BAR 1's tables under GSP-RM's root, sharing the window
+            window = None if pramin is None else Window(pramin, mmu_format, self.heap)
+            self.space = AddressSpace(name, self._rm, self.h_device, self.h_virtual,
+                                      Addresses(VA_BASE, VA_LIMIT) if placement is None
+                                      else placement.addresses, window)
+            self.bar1 = Bar1()
+            if window is not None:
+                self.space.copy_server_pdes(self.h_subdevice, self.h_vaspace)
+                if fb.bar1 is not None:
+                    root, size = fb.bar1
                     # all of BAR 1 but its last page (kbusInitBar1_GM107's overfetch WAR)
-                    self._bar1_addresses = Addresses(*vidmem.bar1_range(size))
+                    self.bar1 = Bar1(window.tables(root), Addresses(*vidmem.bar1_range(size)),
+                                     window)
+            # bus ranges for another device (export), and the memory they were given for
+            self._exports = Exports(name, self.bar1, bus_ranges)
             # the channels' runlists and doorbell tokens (rig_nv_pci.path.runlists): GSP-RM's
             # device info table as asked of its internal subdevice (the open's), else of
             # this path's own
-            table = runlist_table if runlist_table is not None else runlists.get(
-                lambda p: self._rm.control(
-                    self.h_subdevice, runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p))
-            doorbells = runlists.Doorbells(name, table, runlist_doorbell)
+            if doorbells is None:
+                doorbells = runlists.Doorbells(name, runlists.get(lambda p: self._rm.control(
+                    self.h_subdevice, runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE, p)),
+                    False)
             self._rm.doorbells = doorbells
             self._rm.channels = ChannelMemory(
-                name, self.ffi, take_fb=self._take_fb, give_fb=self._give_fb,
-                zero_fb=self._zero_fb, alloc_dma=alloc_dma, placed=self._placed.get,
+                name, self.ffi, take_fb=self.heap.take, give_fb=self.heap.give,
+                zero_fb=None if window is None else window.zero, alloc_dma=memory.alloc_dma,
+                placed=self._placed.get,
                 method_buffer_size=self._method_buffer_size, runlist_of=doorbells.runlist)
             self._rm.channels.roots.update((client, self.h_device))
-            if self.tables is not None:
+            if self.space.tables is not None:
                 self._rm.grctx = GrContexts(
                     client, self.h_device, self.h_subdevice, control=self._rm.control,
-                    take_fb=self._take_fb, give_fb=self._give_fb, map_fb=self._map_fb,
-                    unmap=self._unmap_fb)
+                    take_fb=self.heap.take, give_fb=self.heap.give, map_fb=self.space.map_fb,
+                    unmap=self.space.unmap_fb)
         except BaseException:
             self._rm.free(self.h_device)
             raise
@@ -251,62 +180,6 @@ class PciPath:
 
     # -- mappings on the GSP --------------------------------------------------------------
 
-    def _copy_server_pdes(self, tables: mmu.PageTables) -> None:
-        """Hand the GSP the page directories over the server's range, as CPU-RM does for a
-        GSP client's address space (gpu_vaspace.c _gvaspaceCopyServerRmReservedPdesToServerRm):
-        GSP-RM mirrors them, so its tables hang from the path's PD3."""
-        levels = tables.directory(SERVER_VA)
-        shifts = [level.shift for level in tables.fmt.directories]
-        params = bytearray(COPY_PDES.pack(self.h_subdevice, 0, SERVER_PAGE_SIZE, SERVER_VA,
-                                          SERVER_VA + SERVER_VA_SIZE - 1, len(levels)))
-        for i in range(GMMU_FMT_MAX_LEVELS):
-            params += (COPY_PDES_LEVEL.pack(levels[i], mmu.PAGE, GMMU_APERTURE_VIDEO, shifts[i])
-                       if i < len(levels) else bytes(COPY_PDES_LEVEL.size))
-        self._rm.control(self.h_vaspace, NV90F1_CTRL_CMD_VASPACE_COPY_SERVER_RESERVED_PDES,
-                         params)
-
-    def map_va(self, handle: int, size: int, va: int, huge: bool,
-               address: Callable[[int], int], video: bool, *, kind: int | None = None,
-               coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
-        """Map ``handle``'s ``size`` bytes at ``va``: in the path's page tables (the page at
-        offset ``o`` is ``address(o)``, in video memory or, by bus address, system memory;
-        ``kind``, ``coherent`` and ``volatile`` as :meth:`rig_nv_pci.path.mmu.PageTables.map`
-        takes them, the kind GENERIC for video memory and PITCH for system memory by
-        default; in 64 KiB pages where ``big`` and not ``huge``), else by the GSP."""
-        if self.tables is not None:
-            if kind is None:
-                kind = vidmem.KIND_GENERIC if video else mmu.KIND_PITCH
-            with self._tables_lock:
-                self.tables.map(va, size, address, video=video, huge=huge, big=big, kind=kind,
-                                coherent=coherent, volatile=volatile)
-            return
-        payload = rpc.encode_map_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
-                                     size, MAP_FIXED | (MAP_HUGE if huge else MAP_4KB), va)
-        reply = self._rpc.call(rpc.Function.MAP_MEMORY_DMA, payload, check=False)
-        got, status = (rpc.decode_map_dma(reply.payload) if len(reply.payload) >= rpc.MAP_DMA.size
-                       else (0, rpc.NV_ERR_GENERIC))
-        status = status or rpc.result_status(reply.result)
-        if status:
-            raise RMError(f"{self.name}: mapping memory 0x{handle:x} at GPU address 0x{va:x}",
-                          status)
-        if got != va:
-            raise RigError(f"{self.name}: the GSP mapped memory 0x{handle:x} at 0x{got:x}, "
-                           f"not at the fixed 0x{va:x} asked for")
-
-    def unmap_va(self, handle: int, va: int, size: int, huge: bool) -> None:
-        """Undo :meth:`map_va` of ``handle``'s ``size`` bytes at ``va``."""
-        if self.tables is not None:
-            with self._tables_lock:
-                self.tables.unmap(va, size, huge=huge)
-            return
-        payload = rpc.encode_unmap_dma(self._rm.client, self.h_device, self.h_virtual, handle, 0,
-                                       va)
-        reply = self._rpc.call(rpc.Function.UNMAP_MEMORY_DMA, payload, check=False)
-        status = (rpc.decode_unmap_dma(reply.payload) if len(reply.payload) >= rpc.UNMAP_DMA.size
-                  else rpc.NV_ERR_GENERIC) or rpc.result_status(reply.result)
-        if status:
-            raise RMError(f"{self.name}: unmapping memory 0x{handle:x} at 0x{va:x}", status)
-
     def _register(self, handle: int, payload: bytes, what: str) -> int:
         """ALLOC_MEMORY of ``payload`` (mem.c memRegisterWithGsp_IMPL): ``handle``, or
         :class:`rig_nv_pci.gsp.rpc.Refused` for a non-zero rpc_result, its reply's only status
@@ -322,7 +195,7 @@ class PciPath:
         """Register system memory with the GSP: NV01_MEMORY_LIST_SYSTEM by ALLOC_MEMORY."""
         handle = self._rm.new_handle()
         pages = [dma.bus_address(i) for i in range(0, size, SMALL)]
-        payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
+        payload = payloads.encode_alloc_memory(self._rm.client, self.h_device, handle,
                                           NV01_MEMORY_LIST_SYSTEM, SYSTEM_FLAGS, size, pages)
         return self._register(handle, payload, f"{size} bytes of system memory")
 
@@ -332,12 +205,11 @@ class PciPath:
         ALLOC_MEMORY of NV01_MEMORY_LIST_FBMEM, one PTE for contiguous memory): its handle;
         ``None`` when the heap is full."""
         size = undo.size
-        with self._lock:
-            at = undo.fb = self.heap.take(size, align)
+        at = undo.fb = self.heap.take(size, align)
         if at is None:
             return None
         handle = self._rm.new_handle()
-        payload = rpc.encode_alloc_memory(self._rm.client, self.h_device, handle,
+        payload = payloads.encode_alloc_memory(self._rm.client, self.h_device, handle,
                                           vidmem.NV01_MEMORY_LIST_FBMEM, vidmem.FBMEM_FLAGS,
                                           size, [at], format=vidmem.KIND_GENERIC)
         return self._register(handle, payload,
@@ -352,38 +224,11 @@ class PciPath:
             if undo.dma is not None:
                 undo.dma.free()
             if undo.fb is not None:
-                self._give_fb(undo.fb, undo.size)
+                self.heap.give(undo.fb, undo.size)
             if undo.va is not None:
-                self._give_va(undo.va, undo.size)
+                self.space.give(undo.va, undo.size)
 
         self._rm.kept.append(give_back)
-
-    def _give_fb(self, at: int, size: int) -> None:
-        with self._lock:
-            self.heap.give(at, size)
-
-    def _take_fb(self, size: int, align: int) -> int | None:
-        with self._lock:
-            return self.heap.take(size, align)
-
-    def _map_fb(self, fb: int, size: int) -> int | None:
-        """Video memory ``[fb, fb+size)`` (not a memory object: a context buffer) mapped at a
-        GPU address of the path's range by its page tables; ``None`` without room."""
-        with self._lock:
-            va = self.addresses.take(size, SMALL)
-        if va is None:
-            return None
-        try:
-            self.map_va(0, size, va, False, lambda o: fb + o, True)
-        except mmu.NoRoom:
-            self.unmap_va(0, va, size, False)
-            self._give_va(va, size)
-            return None
-        return va
-
-    def _unmap_fb(self, va: int, size: int) -> None:
-        self.unmap_va(0, va, size, False)
-        self._give_va(va, size)
 
     def _method_buffer_size(self) -> int:
         """A channel group's fault method buffer's size, as GSP-RM answers CPU-RM
@@ -409,12 +254,13 @@ class PciPath:
         # of video memory, as RM maps it (mmu.py)
         big = not huge and kind is not Memory.PINNED and size % BIG == 0
         align = HUGE if huge else BIG if big else SMALL
-        place = self._place_dma if kind is Memory.PINNED else None
-        if place is not None:  # the whole granules the memory comes in, at its GPU address
-            size = -(-size // self._dma_granule) * self._dma_granule
-            align = max(align, self._dma_granule)
-        with self._lock:
-            va = self.addresses.take(size, align)
+        placed = self._placement is not None  # memory at its GPU address
+        if placed and kind is Memory.PINNED:  # in the whole granules it comes in
+            assert self._placement is not None
+            granule = self._placement.granule
+            size = -(-size // granule) * granule
+            align = max(align, granule)
+        va = self.space.take(size, align)
         if va is None:
             return None
         undo = Undo(None, va, size, huge=huge)
@@ -423,13 +269,13 @@ class PciPath:
         try:
             host: int | None = None
             if kind is Memory.PINNED:
-                dma = self._alloc_dma(size) if place is None else place(size, va)
+                dma = self._memory.alloc_dma(size, at=va if placed else None)
                 if dma is None:
-                    self._give_va(va, size)
+                    self.space.give(va, size)
                     return None
                 undo.dma = dma
                 host = address_of(dma.view())
-                if place is not None and host != va:
+                if placed and host != va:
                     raise RigError(f"{self.name}: system memory asked for at 0x{va:x} lies at "
                                    f"0x{host:x}")
                 asked = True
@@ -438,84 +284,56 @@ class PciPath:
                 asked = True
                 handle = self._vidmem(undo, align)  # every heap block is contiguous
                 if handle is None:
-                    self._give_va(va, size)
+                    self.space.give(va, size)
                     return None
                 assert undo.fb is not None
                 fb_offset = undo.fb
                 if kind is Memory.MAPPED:
-                    at = self.map_bar1(fb_offset, size, huge, undo)
+                    at = self.bar1.map(fb_offset, size, huge, undo)
                     if at is None:
                         raise mmu.NoRoom("no room in BAR 1")
                     # the window at the GPU address (over the process's reservation), so
                     # the host reaches the memory where the GPU does
-                    undo.view = (self._bar(1, at, size) if self._place_bar is None
-                                 else self._place_bar(1, at, size, va))
+                    undo.view = self._bars.view(1, at, size, at=va if placed else None)
                     host = address_of(undo.view)
-                    if self._place_bar is not None and host != va:
+                    if placed and host != va:
                         raise RigError(f"{self.name}: BAR 1 asked for at 0x{va:x} lies at "
                                        f"0x{host:x}")
             if undo.dma is not None:
-                self.map_va(handle, size, va, huge, undo.dma.bus_address, False)
+                self.space.map(handle, size, va, huge, undo.dma.bus_address, False)
                 self._placed[handle] = Placed(channels.ADDR_SYSMEM, undo.dma.bus_address, size,
                                               channels.NV_MEMORY_CACHED)
             else:
                 fb = fb_offset
-                self.map_va(handle, size, va, huge, lambda o: fb + o, True, big=big)
+                self.space.map(handle, size, va, huge, lambda o: fb + o, True, big=big)
                 self._placed[handle] = Placed(channels.ADDR_FBMEM, lambda o: fb + o, size,
                                               channels.NV_MEMORY_UNCACHED)
         except BaseException as e:
             if asked and handle is None and not self._rm.refused(e, mark):
                 self._keep(undo)  # nothing mapped yet: the registration is what failed
                 raise
-            if self.tables is not None:
-                self.unmap_va(handle or 0, va, size, huge)  # what was written of it
+            if self.space.tables is not None:
+                self.space.unmap(handle or 0, va, size, huge)  # what was written of it
             if undo.bar1 is not None:
-                self.unmap_bar1(undo.bar1, size, huge)
+                self.bar1.unmap(undo.bar1, size, huge)
             if undo.view is not None:
-                self._unbar(undo.view)
+                self._bars.close(undo.view)
             if handle is not None:
                 self._rm.free(handle)
             if undo.fb is not None:
-                self._give_fb(undo.fb, size)
+                self.heap.give(undo.fb, size)
             if undo.dma is not None:
                 undo.dma.free()
-            self._give_va(va, size)
+            self.space.give(va, size)
             if isinstance(e, mmu.NoRoom):
                 return None
             raise
         return Allocation(va, host, size, kind, handle, undo)
 
-    def map_bar1(self, fb: int, size: int, huge: bool, undo: Undo) -> int | None:
-        """Video memory ``[fb, fb+size)`` mapped into BAR 1 by the path's BAR 1 tables: its
-        BAR 1 offset (``None`` where BAR 1 has no room); ``fb`` itself without them."""
-        if self.bar1_tables is None:
-            return fb
-        with self._lock:
-            at = self._bar1_addresses.take(size, HUGE if huge else SMALL)
-        if at is None:
-            return None
-        undo.bar1 = at
-        with self._tables_lock:
-            self.bar1_tables.map(at, size, lambda o: fb + o, video=True, huge=huge,
-                                 kind=vidmem.KIND_GENERIC)
-        return at
-
-    def unmap_bar1(self, at: int, size: int, huge: bool) -> None:
-        """Undo :meth:`map_bar1` of ``size`` bytes at BAR 1 offset ``at``."""
-        if self.bar1_tables is not None:
-            with self._tables_lock:
-                self.bar1_tables.unmap(at, size, huge=huge)
-            with self._lock:
-                self._bar1_addresses.give(at, size)
-
-    def _give_va(self, va: int, size: int) -> None:
-        with self._lock:
-            self.addresses.give(va, size)
-
     def alloc_notifier(self) -> Allocation:
         """A page of system memory the GSP writes a channel's errors into, not mapped for the
         GPU."""
-        dma = self._alloc_dma(SMALL)
+        dma = self._memory.alloc_dma(SMALL)
         if dma is None:
             raise RigError(f"{self.name}: no system memory for a channel's error notifier")
         mark = self._rm.mark()
@@ -549,15 +367,15 @@ class PciPath:
 
         if undo.va is not None:
             va = undo.va
-            step("unmap", lambda: self.unmap_va(a.handle, va, undo.size, undo.huge))
+            step("unmap", lambda: self.space.unmap(a.handle, va, undo.size, undo.huge))
         if undo.view is not None:
             # before the addresses go back: a window placed at them puts the reservation back
             # as it closes, so no later allocation finds BAR 1 still mapped there
             view = undo.view
-            step("bar", lambda: self._unbar(view))
+            step("bar", lambda: self._bars.close(view))
         if undo.bar1 is not None:
             at = undo.bar1
-            step("bar1", lambda: self.unmap_bar1(at, undo.size, undo.huge))
+            step("bar1", lambda: self.bar1.unmap(at, undo.size, undo.huge))
         step("free", lambda: self._rm.free(a.handle))
         self._placed.pop(a.handle, None)
         if undo.dma is not None:
@@ -565,10 +383,10 @@ class PciPath:
             step("dma", dma.free)
         if undo.fb is not None:
             fb = undo.fb
-            step("fb", lambda: self._give_fb(fb, undo.size))
+            step("fb", lambda: self.heap.give(fb, undo.size))
         if undo.va is not None:
             va = undo.va
-            step("va", lambda: self._give_va(va, undo.size))
+            step("va", lambda: self.space.give(va, undo.size))
 
     def map_object(self, handle: int, length: int) -> memoryview:
         """The usermode page (``handle`` an object of a USERMODE class): BAR 0's
@@ -576,10 +394,10 @@ class PciPath:
         if length > USERMODE_SIZE:
             raise RigError(f"{self.name}: the usermode page is 0x{USERMODE_SIZE:x} bytes, not "
                            f"0x{length:x}")
-        return self._bar(0, USERMODE_BAR0, length)
+        return self._bars.view(0, USERMODE_BAR0, length)
 
     def unmap_object(self, view: memoryview) -> None:
-        self._unbar(view)
+        self._bars.close(view)
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         """The caller's pages ``[address, address+length)`` (whole pages) for the GPU, at a GPU
@@ -588,13 +406,12 @@ class PciPath:
         back to the system at the process's death with the GPU still writing them);
         ``NO_ROOM`` once RLIMIT_MEMLOCK or the GPU's addresses run out."""
         self._rpc.answering(rpc.Function.ALLOC_MEMORY)
-        if not self.maps_host or self._map_dma is None:
+        if not self.maps_host:
             return Refusal.NEVER
-        dma = self._map_dma(address, length)
+        dma = self._memory.map_host(address, length)
         if dma is None:
             return Refusal.NO_ROOM
-        with self._lock:
-            va = self.addresses.take(length, SMALL)
+        va = self.space.take(length, SMALL)
         if va is None:
             dma.free()
             return Refusal.NO_ROOM
@@ -602,17 +419,17 @@ class PciPath:
         mark = self._rm.mark()
         try:
             handle = self._describe(dma, length)
-            self.map_va(handle, length, va, False, dma.bus_address, False)
+            self.space.map(handle, length, va, False, dma.bus_address, False)
         except BaseException as e:
             if handle is None and not self._rm.refused(e, mark):
                 self._keep(Undo(dma, va, length))  # GSP-RM may hold the pages: kept mapped
                 raise
-            if self.tables is not None:
-                self.unmap_va(handle or 0, va, length, False)
+            if self.space.tables is not None:
+                self.space.unmap(handle or 0, va, length, False)
             if handle is not None:
                 self._rm.free(handle)
             dma.free()
-            self._give_va(va, length)
+            self.space.give(va, length)
             if isinstance(e, mmu.NoRoom):
                 return Refusal.NO_ROOM
             raise

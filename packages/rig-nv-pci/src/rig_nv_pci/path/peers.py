@@ -20,13 +20,14 @@ from typing import Protocol
 
 from rig_edge import Memory, RigError
 from rig_nv.rm import Allocation
-from rig_nv_pci.path import mmu, vidmem
+from rig_nv_pci.path import vidmem
 from rig_nv_pci.path.allocations import Bar1, Undo
+from rig_nv_pci.path.space import AddressSpace
 from rig_pci import Function
 from rig_pci import memory as pci_memory
 
 
-class Peer(Bar1, Protocol):
+class Peer(Protocol):
     """A GPU's path as a peer mapping takes it, the mapper's or the owner's
     (:class:`rig_nv_pci.path.pci.PciPath` is one)."""
 
@@ -44,24 +45,14 @@ class Peer(Bar1, Protocol):
         ...
 
     @property
-    def addresses(self) -> object:
-        """The range the path takes its GPU addresses from (one for every GPU a process
+    def space(self) -> AddressSpace:
+        """The GPU's address space (its GPU addresses from one range for every GPU a process
         opens over PCI)."""
         ...
 
     @property
-    def tables(self) -> mmu.PageTables | None:
-        """The path's page tables (``None``: the GSP maps)."""
-        ...
-
-    def map_va(self, handle: int, size: int, va: int, huge: bool,
-               address: Callable[[int], int], video: bool, *, kind: int | None = None,
-               coherent: bool = True, volatile: bool = False, big: bool = False) -> None:
-        """Map ``size`` bytes at ``va``, the page at offset ``o`` at ``address(o)``."""
-        ...
-
-    def unmap_va(self, handle: int, va: int, size: int, huge: bool) -> None:
-        """Undo :meth:`map_va`."""
+    def bar1(self) -> Bar1:
+        """The GPU's BAR 1 as its path maps video memory into it."""
         ...
 
 
@@ -119,10 +110,10 @@ def map_peer(path: Peer, a: Allocation, owner: Peer) -> Allocation:
     why = apart(path, owner)
     if why is not None:
         raise RigError(f"{path.name}: {owner.name}'s memory cannot be mapped here: {why}")
-    if path.tables is None:
+    if path.space.tables is None:
         raise RigError(f"{path.name}: the path does not write its page tables, so it maps "
                        "no peer's memory")
-    if path.addresses is not owner.addresses:
+    if path.space.addresses is not owner.space.addresses:
         raise RigError(f"{path.name}: {owner.name} takes its GPU addresses from another "
                        f"range, so 0x{a.gpu:x} may be this GPU's own")
     undo: Undo = a.undo
@@ -132,10 +123,10 @@ def map_peer(path: Peer, a: Allocation, owner: Peer) -> Allocation:
             if undo.dma is None:
                 raise RigError(f"{path.name}: {owner.name}'s region at 0x{a.gpu:x} has no "
                                "system memory")
-            path.map_va(0, undo.size, a.gpu, undo.huge, undo.dma.bus_address, False)
+            path.space.map(0, undo.size, a.gpu, undo.huge, undo.dma.bus_address, False)
             return Allocation(a.gpu, a.host, a.length, a.kind, a.handle, mine)
         start = peer_bar1_bus(path, a, owner, mine)
-        path.map_va(0, undo.size, a.gpu, undo.huge, lambda o: start + o, False,
+        path.space.map(0, undo.size, a.gpu, undo.huge, lambda o: start + o, False,
                   kind=vidmem.KIND_GENERIC, coherent=False, volatile=True)
     except BaseException:
         with contextlib.suppress(RigError):  # what was made, given back; the first
@@ -153,15 +144,15 @@ def peer_bar1_bus(path: Peer, a: Allocation, owner: Peer, mine: Undo) -> int:
                        "memory")
     if undo.bar1 is not None:  # Mapped memory, at its BAR 1 offset
         at = undo.bar1
-    elif owner.bar1_tables is None:  # BAR 1 shows video memory one to one
+    elif owner.bar1.tables is None:  # BAR 1 shows video memory one to one
         at = undo.fb
     else:
         lent = Undo(None, None, undo.size, huge=undo.huge)
         try:
-            got = owner.map_bar1(undo.fb, undo.size, undo.huge, lent)
+            got = owner.bar1.map(undo.fb, undo.size, undo.huge, lent)
         finally:  # a range taken (and maybe part mapped) is the mapping's to give back
             if lent.bar1 is not None:
-                mine.lent = (owner, lent.bar1)
+                mine.lent = (owner.bar1, lent.bar1)
         if got is None:
             raise RigError(f"{path.name}: {owner.name}'s BAR 1 has no room for the 0x"
                            f"{undo.size:x} bytes at 0x{a.gpu:x}")
@@ -187,7 +178,7 @@ def unmap_peer(path: Peer, undo: Undo) -> None:
 
     va = undo.va
     assert va is not None
-    step("unmap", lambda: path.unmap_va(0, va, undo.size, undo.huge))
+    step("unmap", lambda: path.space.unmap(0, va, undo.size, undo.huge))
     if undo.lent is not None:
-        owner, at = undo.lent
-        step("lent", lambda: owner.unmap_bar1(at, undo.size, undo.huge))
+        bar1, at = undo.lent
+        step("lent", lambda: bar1.unmap(at, undo.size, undo.huge))

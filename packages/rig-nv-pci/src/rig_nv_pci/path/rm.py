@@ -10,6 +10,8 @@ from __future__ import annotations
 import contextlib
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from rig_edge import RigError
 from rig_nv.hostmem import view
@@ -49,6 +51,17 @@ FB_INFO_V2 = struct.Struct(f"<I{2 * NV2080_CTRL_FB_INFO_MAX_LIST_SIZE}I")
 # clc36f.h: NVC36F_CTRL_GPFIFO_GET_WORK_SUBMIT_TOKEN_PARAMS {NvU32 workSubmitToken}, which
 # CPU-RM answers itself (rig_nv_pci.path.runlists)
 NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN = 0xC36F0108
+
+
+@dataclass(frozen=True)
+class GspClient:
+    """The booted GSP as its path speaks to it: the root client's RPC RM, ``poll`` handing on
+    its pending events (``None``: nothing drains them), and the log its boot's events go to
+    (``events``: the faults the device raises, and text for messages)."""
+
+    rm: rpc.RpcRM
+    poll: Callable[[], Any] | None = None
+    events: EventLog | None = None
 
 
 class PciRM:

@@ -6,7 +6,9 @@ docs/rig-nv-pci-modules/path-vidmem.md."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from rig_nv_pci.gsp.static_info import FbRegion
 
@@ -113,10 +115,29 @@ def usable(regions: Sequence[FbRegion]) -> list[tuple[int, int]]:
     return out
 
 
+@dataclass(frozen=True)
+class FbLayout:
+    """The GPU's video memory as its path is told of it: the FB ``regions`` GSP-RM reported,
+    GSP-RM's BAR 1 root and BAR 1's size (``bar1``; ``None``: BAR 1 shows video memory one to
+    one), FB ranges ``(at, size)`` of whole pages the heap never hands out besides that root
+    (``kept``: :func:`roots`, :func:`retired`), and the bytes of video memory (``size``:
+    what a peer mapping asks rig_pci.memory.why_apart about; 0: the path maps no peer's)."""
+
+    regions: Sequence[FbRegion] = ()
+    bar1: tuple[int, int] | None = None
+    kept: Sequence[tuple[int, int]] = ()
+    size: int = 0
+
+    def heap(self) -> Heap:
+        """The path's heap over the usable regions, less :attr:`kept` and GSP-RM's BAR 1 root
+        (kbusPatchBar1Pdb_GSPCLIENT)."""
+        return Heap(self.regions, [*self.kept, *roots(self.bar1[0] if self.bar1 else 0)])
+
+
 class Heap:
     """Video memory's free blocks, first fit: :meth:`take` a block of whole pages aligned to
-    ``align``, :meth:`give` it back. ``kept``: ranges ``(at, size)`` of whole pages never
-    handed out (:func:`roots`, :func:`retired`)."""
+    ``align``, :meth:`give` it back, by any thread. ``kept``: ranges ``(at, size)`` of whole
+    pages never handed out (:func:`roots`, :func:`retired`)."""
 
     def __init__(self, regions: Sequence[FbRegion],
                  kept: Iterable[tuple[int, int]] = ()) -> None:
@@ -124,18 +145,22 @@ class Heap:
         self.ranges = without(usable(regions), self.kept)
         self.size = sum(n for _, n in self.ranges)
         self._free = Addresses.of(self.ranges)
+        self._lock = threading.Lock()
 
     @property
     def free(self) -> list[tuple[int, int]]:
-        return list(self._free.free)
+        with self._lock:
+            return list(self._free.free)
 
     def take(self, size: int, align: int = SMALL) -> int | None:
         """The FB offset of ``size`` bytes (whole pages) aligned to ``align``, or ``None``."""
         if size <= 0 or size % SMALL:
             raise ValueError(f"a heap block is whole 4 KiB pages, not 0x{size:x} bytes")
-        return self._free.take(size, max(align, SMALL))
+        with self._lock:
+            return self._free.take(size, max(align, SMALL))
 
     def give(self, at: int, size: int) -> None:
         if any(at < k + kn and k < at + size for k, kn in self.kept):
             raise ValueError(f"0x{at:x}+0x{size:x} is FB the heap keeps back")
-        self._free.give(at, size)
+        with self._lock:
+            self._free.give(at, size)
