@@ -6,20 +6,23 @@ Rules: every table here is guarded by this part's own lock, and no other lock is
 it is held. A freed region is handed out again, by the reuse cache or to the path, only once
 every queue has passed the values that were current at the free (``progress``:
 :class:`Progress`); a free to the path waits for that. Memory whose bus addresses another
-device was given (``Allocation.held``) never goes to another allocation. What this part holds
-at the device's stop is given back by :meth:`Heap.release` only if the RM freed the channels.
+device was given (``Allocation.held``) never goes to another allocation. The cache keeps
+blocks of any size, up to :attr:`Heap.limit` bytes in all; those of one size leave oldest
+first. What this part holds at the device's stop is given back by :meth:`Heap.release` only
+if the RM freed the channels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rig_edge import Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_nv import checks
 from rig_nv.hostmem import round_up
-from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation
+from rig_nv.rm import Allocation, page_rounded
 
 if TYPE_CHECKING:
     from cffi import FFI
@@ -27,10 +30,10 @@ if TYPE_CHECKING:
     from rig_nv.health import Health
     from rig_nv.rm import Path
 
-CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
-CACHE_BYTES = 1 << 30  # and at most this much in all
+CACHE_BYTES = 1 << 30  # freed Device memory kept for reuse, in all, until the device's build
 STAGING = 32 << 20  # pinned staging for copies through the host (rig_nv.copies)
 _new = object.__new__
+_DEVICE = Memory.DEVICE
 
 
 class Progress(Protocol):
@@ -56,8 +59,10 @@ class Heap:
         self._lock = threading.Lock()
         self._allocs: dict[Region, Allocation] = {}
         self._own: list[Allocation] = []  # the device's own memory
-        self._cache: dict[int, list[tuple[Any, Allocation]]] = {}  # length -> (mark, memory)
+        # The reuse cache: allocated length -> (mark, memory, region), oldest free first.
+        self._cache: dict[int, deque[tuple[Any, Allocation, Region]]] = {}
         self._cached_bytes = 0
+        self._limit = CACHE_BYTES
         self._staging: Allocation | None = None
         self._peer_in: dict[Region, Heap] = {}  # others' regions mapped here (peers.py)
         self._peer_out: dict[Region, set[Heap]] = {}  # regions of this device mapped there
@@ -97,24 +102,25 @@ class Heap:
                 raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
             if n <= 0:
                 raise Misuse(f"an allocation's size must be positive, not {n}")
-        health = self.health
-        if kind is Memory.DEVICE and n <= CACHE_LARGEST:
-            # The common case of a caching allocator: memory of this size freed earlier, the
-            # GPU past every value current at its free.
-            page = HUGE_PAGE if n >= HUGE_PAGE else SMALL_PAGE
-            if not health.ok:
-                health.check()
+        if kind is _DEVICE and self.health.ok:
+            # The common case of a caching allocator: a block of this size freed earlier, the
+            # GPU past every value current at its free. Blocks of a size leave in the order
+            # they came (marks only grow), so only the oldest needs asking.
             progress = self.progress
             with self._lock:
-                kept = self._cache.get((n + page - 1) // page * page)
-                if kept and progress is not None and progress.passed(kept[0][0]):
-                    a = kept.pop(0)[1]
-                    self._cached_bytes -= a.length
-                    region = _new(Region)  # Region(a.gpu, a.host, n, kind), n checked above
-                    region.__dict__.update(gpu=a.gpu, host=a.host, length=n, kind=kind)
-                    self._allocs[region] = a
-                    return region
-        health.check()
+                kept = self._cache.get(page_rounded(n, _DEVICE))
+                if kept:
+                    mark, a, region = kept[0]
+                    if not mark or (progress is not None and progress.passed(mark)):
+                        kept.popleft()
+                        self._cached_bytes -= a.length
+                        if region.length != n:
+                            host = region.host  # Region(a.gpu, host, n, kind), n checked
+                            region = _new(Region)
+                            region.__dict__.update(gpu=a.gpu, host=host, length=n, kind=kind)
+                        self._allocs[region] = a
+                        return region
+        self.health.check()
         got = self.path.alloc_memory(n, kind, contiguous=False)
         if got is None:
             self.trim()  # what the cache holds may be what the RM lacks
@@ -126,29 +132,34 @@ class Heap:
             self._allocs[region] = got
         return region
 
-    def free(self, region: Region) -> None:
-        """As :meth:`rig_nv.Device.free`, for a region that is no peer mapping here."""
-        with self._lock:
-            mappers = self._peer_out.get(region)
-            names = sorted(m.name for m in mappers) if mappers else []
-        if names:
-            raise Misuse(f"{region} of {self.name} is mapped into {', '.join(names)}: free "
-                         "those mappings (their free of it) first")
+    def free(self, region: Region) -> bool:
+        """As :meth:`rig_nv.Device.free`; False, having done nothing, for a peer's region
+        mapped here (:func:`rig_nv.peers.unmap_peer` frees those)."""
         progress = self.progress
         mark = progress.now() if progress is not None else None
         with self._lock:
+            if self._peer_in and region in self._peer_in:
+                return False
+            mappers = self._peer_out.get(region) if self._peer_out else None
+            if mappers:
+                raise Misuse(f"{region} of {self.name} is mapped into "
+                             f"{', '.join(sorted(m.name for m in mappers))}: free those "
+                             "mappings (their free of it) first")
             a = self._allocs.pop(region, None)
             if a is None:
                 raise Misuse(f"{region} is not a live region of {self.name} (freed, "
                              "or another device's)")
             # Memory whose bus addresses another device was given (held) must never go to
             # another allocation: the path keeps it for the process.
-            if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST and not a.held
-                    and self._cached_bytes + a.length <= CACHE_BYTES
-                    and not self.health.stopped and mark is not None):
-                self._cache.setdefault(a.length, []).append((mark, a))
+            if (a.kind is _DEVICE and not a.held and mark is not None
+                    and self._cached_bytes + a.length <= self._limit
+                    and not self.health.stopped):
+                kept = self._cache.get(a.length)
+                if kept is None:
+                    kept = self._cache[a.length] = deque()
+                kept.append((mark, a, region))
                 self._cached_bytes += a.length
-                return
+                return True
         try:
             self._settle(mark)
             self.path.free_memory(a)
@@ -156,12 +167,13 @@ class Heap:
             with self._lock:  # still the device's: release() gives it back
                 self._allocs[region] = a
             raise
+        return True
 
     def _settle(self, mark: Any) -> None:
         """Wait until every queue has passed ``mark``, before memory goes back to the path
         (which may hand it out again); a lost device's work ended with its channels."""
         progress = self.progress
-        if progress is not None and mark is not None and not progress.passed(mark):
+        if progress is not None and mark and not progress.passed(mark):
             with contextlib.suppress(Lost):
                 progress.wait(mark)
 
@@ -173,22 +185,38 @@ class Heap:
         if a is not None:
             self.path.free_memory(a)
 
-    def trim(self) -> None:
-        """Give the RM back the Device memory :meth:`free` kept for reuse."""
+    @property
+    def limit(self) -> int:
+        """The most bytes of freed Device memory :meth:`free` keeps for reuse."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, n: int) -> None:
+        n = checks.whole("the reuse cache's limit", n)
+        if n < 0:
+            raise Misuse(f"the reuse cache's limit must be 0 or more bytes, not {n}")
         with self._lock:
-            kept = [(length, entry) for length, entries in self._cache.items()
-                    for entry in entries]
+            self._limit = n
+            over = self._cached_bytes > n
+        if over:
+            self.trim()
+
+    def trim(self) -> None:
+        """Give the RM back the Device memory :meth:`free` kept for reuse, each block once
+        every queue passed its free."""
+        with self._lock:
+            kept = [entry for entries in self._cache.values() for entry in entries]
             self._cache.clear()
             self._cached_bytes = 0
-        for i, (_, (mark, a)) in enumerate(kept):
+        for i, (mark, a, _) in enumerate(kept):
             try:
                 self._settle(mark)
                 self.path.free_memory(a)
             except BaseException:
                 with self._lock:  # what was not given back stays kept, for release()
-                    for length, entry in kept[i:]:
-                        self._cache.setdefault(length, []).append(entry)
-                        self._cached_bytes += length
+                    for entry in kept[i:]:
+                        self._cache.setdefault(entry[1].length, deque()).append(entry)
+                        self._cached_bytes += entry[1].length
                 raise
 
     def map_host(self, buffer: Any) -> Region | Refusal:
@@ -248,13 +276,9 @@ class Heap:
     def kept(self) -> list[Allocation]:
         """The memory the reuse cache holds (a copy)."""
         with self._lock:
-            return [a for entries in self._cache.values() for _, a in entries]
+            return [a for entries in self._cache.values() for _, a, _ in entries]
 
     # ---- peer records (rig_nv.peers) -------------------------------------------------------
-
-    def is_peer(self, region: Region) -> bool:
-        """Whether ``region`` is another device's, mapped here (no lock, as :meth:`holds`)."""
-        return bool(self._peer_in) and region in self._peer_in
 
     def lend(self, region: Region, a: Allocation, mapper: Heap) -> bool:
         """Record that ``mapper`` maps ``region`` (whose memory is ``a``), if it is still live
@@ -314,7 +338,7 @@ class Heap:
         """Give back every region, the reuse cache and the device's own memory (the device's
         stop, once the RM freed its channels); the first failure, the rest still tried."""
         with self._lock:
-            kept = [a for entries in self._cache.values() for _, a in entries]
+            kept = [a for entries in self._cache.values() for _, a, _ in entries]
             self._cache.clear()
             self._cached_bytes = 0
             memory = [*self._allocs.values(), *self._own, *kept]

@@ -1,0 +1,146 @@
+"""The reuse cache of freed Device memory on the stand-in path (issue 23, row 6: a pool of any
+size, within a limit the user sets; issue 17: reuse only once every queue passed the free).
+The GPU's progress is the timeline words, which the tests write as the GPU would."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rig_edge import Memory, Misuse
+
+CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
+SIZES = [64 << 10, 64 << 20, 1 << 30]  # bench row 6's
+
+
+@pytest.fixture
+def loaded(dev: tuple[Any, Any]) -> tuple[Any, Any, Any]:
+    """(device, path, image), everything so far done."""
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    return d, path, img
+
+
+def freed_to_path(monkeypatch: Any, path: Any) -> list[int]:
+    """The GPU addresses the device gives back to the path, in order."""
+    seen: list[int] = []
+    free = path.free_memory
+
+    def recorded(a: Any) -> None:
+        seen.append(a.gpu)
+        free(a)
+
+    monkeypatch.setattr(path, "free_memory", recorded)
+    return seen
+
+
+@pytest.mark.parametrize("size", SIZES, ids=["64k", "64m", "1g"])
+def test_a_block_freed_while_a_kernel_may_read_it_waits_for_the_kernel(
+        loaded: tuple[Any, Any, Any], size: int) -> None:
+    """Issue 17: "a region freed while any queue's work may still use it is not handed out
+    again (by the reuse cache ...) until every queue has passed the values that were current
+    at the free", at every size the cache now keeps. A kernel reads the block; the free comes
+    before it ends; the next allocation of that size gets other memory until the timeline
+    word reaches the kernel's value, then the block."""
+    d, _path, img = loaded
+    region = d.alloc(size)
+    p = d.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
+    d.free(region)
+    d.timeline.word[0] = p.value - 1
+    other = d.alloc(size)
+    assert other is not None and other.gpu != region.gpu
+    d.timeline.word[0] = p.value
+    again = d.alloc(size)
+    assert again is not None and again.gpu == region.gpu
+
+
+def test_a_block_freed_while_another_queue_reads_it_waits_for_that_queue(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """Issue 17, "every queue": the device's own queue idle, a second queue's kernel still
+    reading the block; its reuse waits for that queue's word alone."""
+    d, path, img = loaded
+    q = d.queue()
+    path.complete()
+    region = d.alloc(64 << 10)
+    p = q.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
+    d.free(region)
+    q.timeline.word[0] = p.value - 1
+    other = d.alloc(64 << 10)
+    assert other is not None and other.gpu != region.gpu
+    q.timeline.word[0] = p.value
+    again = d.alloc(64 << 10)
+    assert again is not None and again.gpu == region.gpu
+
+
+def test_blocks_of_a_size_leave_oldest_first_each_when_its_work_is_done(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """Two blocks of one size, freed behind two kernels: the first comes back once the first
+    kernel is done, the second not before the second is."""
+    d, _path, img = loaded
+    a, b = d.alloc(1 << 20), d.alloc(1 << 20)
+    pa = d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    d.free(a)
+    pb = d.launch(img["vadd"], (4,), (256,), (b, b, b, 1))
+    d.free(b)
+    d.timeline.word[0] = pa.value
+    first, second = d.alloc(1 << 20), d.alloc(1 << 20)
+    assert first is not None and second is not None
+    assert first.gpu == a.gpu and second.gpu not in (a.gpu, b.gpu)
+    d.timeline.word[0] = pb.value
+    third = d.alloc(1 << 20)
+    assert third is not None and third.gpu == b.gpu
+
+
+def test_an_idle_gpu_hands_a_freed_block_out_at_once_at_its_new_length(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """Row 6's case: nothing in flight, a freed block is the next allocation of its size in
+    whole pages, whatever its length in bytes; the region has the length asked for."""
+    d, _path, _img = loaded
+    region = d.alloc(64 << 10)
+    d.free(region)
+    again = d.alloc((64 << 10) - 100)
+    assert again is not None
+    assert (again.gpu, again.length, again.kind) == (region.gpu, (64 << 10) - 100, Memory.DEVICE)
+    d.free(again)
+    same = d.alloc(64 << 10)
+    assert same == region
+
+
+def test_a_gigabyte_block_is_kept_and_the_limit_gives_it_back(
+        loaded: tuple[Any, Any, Any], monkeypatch: Any) -> None:
+    """Issue 23: big blocks are kept too, within a limit the user sets. Lowering
+    ``cache_limit`` below what is kept gives it back to the path; a limit of 0 keeps nothing;
+    ``trim`` still gives all back."""
+    d, path, _img = loaded
+    seen = freed_to_path(monkeypatch, path)
+    big = d.alloc(1 << 30)
+    d.free(big)
+    assert seen == [] and [a.gpu for a in d.memory.kept()] == [big.gpu]
+    d.cache_limit = 1 << 30
+    assert seen == []  # within it
+    d.cache_limit = (1 << 30) - 1
+    assert seen == [big.gpu] and d.memory.kept() == []
+    small = d.alloc(64 << 10)
+    d.free(small)
+    assert seen == [big.gpu]  # 64 KiB fits
+    d.trim()
+    assert seen == [big.gpu, small.gpu] and d.memory.kept() == []
+    d.cache_limit = 0
+    one = d.alloc(4096)
+    d.free(one)
+    assert seen[-1] == one.gpu and d.memory.kept() == []
+
+
+def test_the_limit_starts_at_a_quarter_of_the_budget_and_refuses_bad_values(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """``cache_limit`` is a quarter of ``facts.budget`` from the open; anything but a whole
+    number of bytes, 0 or more, is Misuse naming the limit, having changed nothing."""
+    d, _path, _img = loaded
+    assert d.cache_limit == d.facts.budget // 4
+    for bad in (-1, 1.5, "1"):
+        with pytest.raises(Misuse, match="limit"):
+            d.cache_limit = bad
+    assert d.cache_limit == d.facts.budget // 4
