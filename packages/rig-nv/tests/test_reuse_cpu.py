@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from rig_edge import Memory, Misuse
+from rig_edge import Memory, Misuse, Region
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 SIZES = [64 << 10, 64 << 20, 1 << 30]  # bench row 6's
@@ -144,3 +144,20 @@ def test_the_limit_starts_at_a_quarter_of_the_budget_and_refuses_bad_values(
         with pytest.raises(Misuse, match="limit"):
             d.cache_limit = bad
     assert d.cache_limit == d.facts.budget // 4
+
+
+def test_free_knows_a_region_by_all_its_fields_not_its_address_alone(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """The live regions are found by GPU address; free still takes only a region alloc
+    made (DESIGN's error policy: Misuse, having changed nothing): a shorter region at the
+    same address is refused and the live one stays; an equal copy of it frees it."""
+    d, _path, _img = loaded
+    region = d.alloc(64 << 10)
+    with pytest.raises(Misuse, match="not a live region"):
+        d.free(Region(region.gpu, None, 4096, Memory.DEVICE))
+    assert d.memory.holds(region) and not d.memory.holds(Region(region.gpu, None, 4096,
+                                                                 Memory.DEVICE))
+    d.free(Region(region.gpu, region.host, region.length, region.kind))
+    assert not d.memory.holds(region)
+    with pytest.raises(Misuse, match="not a live region"):
+        d.free(region)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rig_edge import Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_nv import checks
 from rig_nv.hostmem import round_up
-from rig_nv.rm import Allocation, page_rounded
+from rig_nv.rm import SMALL_PAGE, Allocation
 
 if TYPE_CHECKING:
     from cffi import FFI
@@ -57,9 +57,11 @@ class Heap:
         self.health = health
         self.progress: Progress | None = None  # set once the timeline exists
         self._lock = threading.Lock()
-        self._allocs: dict[Region, Allocation] = {}
+        # The live regions by GPU address (unique in the device's address space; an int's hash
+        # is C's, a Region's Python's): address -> (region, memory).
+        self._allocs: dict[int, tuple[Region, Allocation]] = {}
         self._own: list[Allocation] = []  # the device's own memory
-        # The reuse cache: allocated length -> (mark, memory, region), oldest free first.
+        # The reuse cache: length in small pages -> (mark, memory, region), oldest first.
         self._cache: dict[int, deque[tuple[Any, Allocation, Region]]] = {}
         self._cached_bytes = 0
         self._limit = CACHE_BYTES
@@ -107,8 +109,12 @@ class Heap:
             # GPU past every value current at its free. Blocks of a size leave in the order
             # they came (marks only grow), so only the oldest needs asking.
             progress = self.progress
-            with self._lock:
-                kept = self._cache.get(page_rounded(n, _DEVICE))
+            lock = self._lock
+            lock.acquire()  # not `with`: on this path its protocol costs as much as the rest
+            try:
+                # The cache's key: the length in small pages, which the path rounded the
+                # block up to at least (rm.page_rounded), so any length of that key fits.
+                kept = self._cache.get((n + SMALL_PAGE - 1) // SMALL_PAGE)
                 if kept:
                     mark, a, region = kept[0]
                     if not mark or (progress is not None and progress.passed(mark)):
@@ -118,8 +124,10 @@ class Heap:
                             host = region.host  # Region(a.gpu, host, n, kind), n checked
                             region = _new(Region)
                             region.__dict__.update(gpu=a.gpu, host=host, length=n, kind=kind)
-                        self._allocs[region] = a
+                        self._allocs[a.gpu] = (region, a)
                         return region
+            finally:
+                lock.release()
         self.health.check()
         got = self.path.alloc_memory(n, kind, contiguous=False)
         if got is None:
@@ -129,7 +137,7 @@ class Heap:
                 return None
         region = Region(got.gpu, got.host, n, kind)
         with self._lock:
-            self._allocs[region] = got
+            self._allocs[region.gpu] = (region, got)
         return region
 
     def free(self, region: Region) -> bool:
@@ -137,7 +145,9 @@ class Heap:
         mapped here (:func:`rig_nv.peers.unmap_peer` frees those)."""
         progress = self.progress
         mark = progress.now() if progress is not None else None
-        with self._lock:
+        lock = self._lock
+        lock.acquire()  # as alloc's
+        try:
             if self._peer_in and region in self._peer_in:
                 return False
             mappers = self._peer_out.get(region) if self._peer_out else None
@@ -145,29 +155,56 @@ class Heap:
                 raise Misuse(f"{region} of {self.name} is mapped into "
                              f"{', '.join(sorted(m.name for m in mappers))}: free those "
                              "mappings (their free of it) first")
-            a = self._allocs.pop(region, None)
-            if a is None:
-                raise Misuse(f"{region} is not a live region of {self.name} (freed, "
-                             "or another device's)")
+            entry = self._allocs.get(region.gpu)
+            if entry is not None and entry[0] is region:  # the very region alloc gave
+                del self._allocs[region.gpu]
+                a = entry[1]
+            else:
+                got = self._take(region)
+                if got is None:
+                    raise Misuse(f"{region} is not a live region of {self.name} (freed, "
+                                 "or another device's)")
+                a = got
             # Memory whose bus addresses another device was given (held) must never go to
             # another allocation: the path keeps it for the process.
             if (a.kind is _DEVICE and not a.held and mark is not None
                     and self._cached_bytes + a.length <= self._limit
                     and not self.health.stopped):
-                kept = self._cache.get(a.length)
+                key = (region.length + SMALL_PAGE - 1) // SMALL_PAGE  # as alloc's
+                kept = self._cache.get(key)
                 if kept is None:
-                    kept = self._cache[a.length] = deque()
+                    kept = self._cache[key] = deque()
                 kept.append((mark, a, region))
                 self._cached_bytes += a.length
                 return True
+        finally:
+            lock.release()
         try:
             self._settle(mark)
             self.path.free_memory(a)
         except BaseException:
             with self._lock:  # still the device's: release() gives it back
-                self._allocs[region] = a
+                self._allocs[region.gpu] = (region, a)
             raise
         return True
+
+    def _take(self, region: Region) -> Allocation | None:
+        """Forget the live ``region`` (under the lock): its memory, or None if it is none."""
+        entry = self._allocs.pop(region.gpu, None)
+        if entry is None:
+            return None
+        if entry[0] is not region and entry[0] != region:  # another region at that address
+            self._allocs[region.gpu] = entry
+            return None
+        return entry[1]
+
+    def _live(self, region: Region) -> Allocation | None:
+        """The memory of the live ``region``, else None (no lock: a dict's lookup is
+        atomic)."""
+        entry = self._allocs.get(region.gpu)
+        if entry is None or (entry[0] is not region and entry[0] != region):
+            return None
+        return entry[1]
 
     def _settle(self, mark: Any) -> None:
         """Wait until every queue has passed ``mark``, before memory goes back to the path
@@ -181,7 +218,7 @@ class Heap:
         """Free ``region`` to the RM at once (no keeping for reuse): for what a failed
         operation took."""
         with self._lock:
-            a = self._allocs.pop(region, None)
+            a = self._take(region)
         if a is not None:
             self.path.free_memory(a)
 
@@ -205,17 +242,17 @@ class Heap:
         """Give the RM back the Device memory :meth:`free` kept for reuse, each block once
         every queue passed its free."""
         with self._lock:
-            kept = [entry for entries in self._cache.values() for entry in entries]
+            kept = [(key, entry) for key, entries in self._cache.items() for entry in entries]
             self._cache.clear()
             self._cached_bytes = 0
-        for i, (mark, a, _) in enumerate(kept):
+        for i, (_, (mark, a, _)) in enumerate(kept):
             try:
                 self._settle(mark)
                 self.path.free_memory(a)
             except BaseException:
                 with self._lock:  # what was not given back stays kept, for release()
-                    for entry in kept[i:]:
-                        self._cache.setdefault(entry[1].length, deque()).append(entry)
+                    for key, entry in kept[i:]:
+                        self._cache.setdefault(key, deque()).append(entry)
                         self._cached_bytes += entry[1].length
                 raise
 
@@ -236,7 +273,7 @@ class Heap:
             return a
         region = Region(a.gpu + (address - base), address, length, Memory.PINNED)
         with self._lock:
-            self._allocs[region] = a
+            self._allocs[region.gpu] = (region, a)
         return region
 
     # ---- what is live ----------------------------------------------------------------------
@@ -244,29 +281,29 @@ class Heap:
     def holds(self, region: Region) -> bool:
         """Whether ``region`` is one this device made and has not freed (no lock: a dict's
         lookup is atomic)."""
-        return region in self._allocs
+        return self._live(region) is not None
 
     def contains(self, region: Region) -> bool:
         """Whether ``region`` is, or lies inside, a live region (at the same host address)."""
         with self._lock:
-            if region in self._allocs:
+            if self._live(region) is not None:
                 return True
             return any(r.kind is region.kind and r.gpu <= region.gpu
                        and region.gpu + region.length <= r.gpu + r.length
                        and region.host == (None if r.host is None
                                            else r.host + region.gpu - r.gpu)
-                       for r in self._allocs)
+                       for r, _ in self._allocs.values())
 
     def allocation(self, region: Region) -> Allocation | None:
         """The memory of ``region``, a live region this device made (not a peer's mapped
         here), else ``None``."""
         with self._lock:
-            return None if region in self._peer_in else self._allocs.get(region)
+            return None if region in self._peer_in else self._live(region)
 
     def regions(self) -> dict[Region, Allocation]:
         """A copy of the live regions and their memory (peers' mapped here included)."""
         with self._lock:
-            return dict(self._allocs)
+            return dict(self._allocs.values())
 
     def owned(self) -> list[Allocation]:
         """The device's own memory (a copy)."""
@@ -284,7 +321,7 @@ class Heap:
         """Record that ``mapper`` maps ``region`` (whose memory is ``a``), if it is still live
         and the device not stopped; whether it was."""
         with self._lock:
-            alive = not self.health.stopped and self._allocs.get(region) is a
+            alive = not self.health.stopped and self._live(region) is a
             if alive:
                 self._peer_out.setdefault(region, set()).add(mapper)
             return alive
@@ -301,9 +338,9 @@ class Heap:
     def borrow(self, region: Region, p: Allocation, owner: Heap) -> bool:
         """Record ``region`` of ``owner`` as mapped here (``p``); False if it is already."""
         with self._lock:
-            if region in self._peer_in:
+            if region in self._peer_in or region.gpu in self._allocs:
                 return False
-            self._allocs[region] = p
+            self._allocs[region.gpu] = (region, p)
             self._peer_in[region] = owner
             return True
 
@@ -315,7 +352,7 @@ class Heap:
         """Forget the mapping of another device's ``region`` here: (its owner, the mapping)."""
         with self._lock:
             owner = self._peer_in.pop(region, None)
-            p = self._allocs.pop(region, None)
+            p = self._take(region) if owner is not None else None
         return None if owner is None or p is None else (owner, p)
 
     def peers_in(self) -> dict[Region, Heap]:
@@ -341,7 +378,7 @@ class Heap:
             kept = [a for entries in self._cache.values() for _, a, _ in entries]
             self._cache.clear()
             self._cached_bytes = 0
-            memory = [*self._allocs.values(), *self._own, *kept]
+            memory = [*(a for _, a in self._allocs.values()), *self._own, *kept]
             self._allocs.clear()
             self._own.clear()
         failed: BaseException | None = None
