@@ -63,7 +63,10 @@ class _Progress:
         return tuple(mark)
 
     def passed(self, mark: tuple[tuple[Timeline, int], ...]) -> bool:
-        return all(t.word[0] >= value for t, value in mark)
+        for t, value in mark:  # noqa: SIM110 (a loop: half the time of all() over a generator)
+            if t.word[0] < value:
+                return False
+        return True
 
     def wait(self, mark: tuple[tuple[Timeline, int], ...]) -> None:
         for t, value in mark:

@@ -148,13 +148,14 @@ class Heap:
         lock = self._lock
         lock.acquire()  # as alloc's
         try:
-            if self._peer_in and region in self._peer_in:
-                return False
-            mappers = self._peer_out.get(region) if self._peer_out else None
-            if mappers:
-                raise Misuse(f"{region} of {self.name} is mapped into "
-                             f"{', '.join(sorted(m.name for m in mappers))}: free those "
-                             "mappings (their free of it) first")
+            if self._peer_in or self._peer_out:  # peer mappings, rare: peers.py
+                if region in self._peer_in:
+                    return False
+                mappers = self._peer_out.get(region)
+                if mappers:
+                    raise Misuse(f"{region} of {self.name} is mapped into "
+                                 f"{', '.join(sorted(m.name for m in mappers))}: free those "
+                                 "mappings (their free of it) first")
             entry = self._allocs.get(region.gpu)
             if entry is not None and entry[0] is region:  # the very region alloc gave
                 del self._allocs[region.gpu]
