@@ -75,6 +75,24 @@ def test_a_block_freed_while_another_queue_reads_it_waits_for_that_queue(
     assert again is not None and again.gpu == region.gpu
 
 
+def test_with_another_queue_the_devices_own_kernel_still_holds_the_block(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """Issue 17, "every queue", the other way: a second queue exists and is idle, the
+    device's own kernel reads the block; its reuse waits for the device's word."""
+    d, path, img = loaded
+    d.queue()
+    path.complete()
+    region = d.alloc(64 << 10)
+    p = d.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
+    d.free(region)
+    d.timeline.word[0] = p.value - 1
+    other = d.alloc(64 << 10)
+    assert other is not None and other.gpu != region.gpu
+    d.timeline.word[0] = p.value
+    again = d.alloc(64 << 10)
+    assert again is not None and again.gpu == region.gpu
+
+
 def test_blocks_of_a_size_leave_oldest_first_each_when_its_work_is_done(
         loaded: tuple[Any, Any, Any]) -> None:
     """Two blocks of one size, freed behind two kernels: the first comes back once the first

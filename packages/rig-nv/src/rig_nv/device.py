@@ -51,14 +51,18 @@ class _Progress:
 
     def now(self) -> tuple[tuple[Timeline, int], ...]:
         d = self.device
-        if not d._queues:  # the common case: the device's own queue alone
-            t = d.timeline
-            value = t.next - 1
+        t = d.timeline
+        value = t.next - 1
+        queues = d._queues
+        if not queues:  # the common case: the device's own queue alone
             return () if t.word[0] >= value else ((t, value),)
-        mark = []
-        for t in d.timelines():
+        mark = [(t, value)] if t.word[0] < value else []
+        # A copy of the list, not timelines()'s lock: tuple() copies it in one step, and a
+        # queue added or forgotten meanwhile has no work in flight (stop waits for it first).
+        for q in tuple(queues):
+            t = q.timeline
             value = t.next - 1
-            if t.word[0] < value:
+            if not t.stopped and t.word[0] < value:
                 mark.append((t, value))
         return tuple(mark)
 
