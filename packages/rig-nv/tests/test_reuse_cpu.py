@@ -4,6 +4,8 @@ The GPU's progress is the timeline words, which the tests write as the GPU would
 
 from __future__ import annotations
 
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +181,54 @@ def test_free_knows_a_region_by_all_its_fields_not_its_address_alone(
     assert not d.memory.holds(region)
     with pytest.raises(Misuse, match="not a live region"):
         d.free(region)
+
+
+def test_threads_sharing_the_cache_never_get_one_block_twice(
+        loaded: tuple[Any, Any, Any]) -> None:
+    """Device: "Any thread may call any method at the same time as others": eight threads
+    allocating and freeing blocks of two sizes (cache hits, mostly), up to five each, never
+    hold one block at once, and the cache keeps each block once at the end."""
+    d, _path, _img = loaded
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter lets them
+    held: set[int] = set()
+    book = threading.Lock()
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def work() -> None:
+        try:
+            start.wait()
+            mine: list[Any] = []  # each thread holds up to four blocks at a time
+            for i in range(1500):
+                r = d.alloc((64 << 10) if i % 3 else (2 << 20))
+                with book:
+                    assert r.gpu not in held
+                    held.add(r.gpu)
+                mine.append(r)
+                if len(mine) > 4:
+                    old = mine.pop(0)
+                    with book:
+                        held.discard(old.gpu)
+                    d.free(old)
+            for r in mine:
+                with book:
+                    held.discard(r.gpu)
+                d.free(r)
+        except BaseException as e:  # reported by the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        sys.setswitchinterval(old)
+    assert not errors, errors[0]
+    kept = d.memory.kept()
+    assert len({a.gpu for a in kept}) == len(kept)  # each block once
+    for size in (64 << 10, 2 << 20):  # no more blocks of a size than were ever held at once
+        assert 1 <= sum(a.length == size for a in kept) <= 8 * 5
+
