@@ -59,38 +59,24 @@ def test_a_block_freed_while_a_kernel_may_read_it_waits_for_the_kernel(
     assert again is not None and again.gpu == region.gpu
 
 
-def test_a_block_freed_while_another_queue_reads_it_waits_for_that_queue(
-        loaded: tuple[Any, Any, Any]) -> None:
-    """Issue 17, "every queue": the device's own queue idle, a second queue's kernel still
-    reading the block; its reuse waits for that queue's word alone."""
+@pytest.mark.parametrize("reader", ["queue", "device"])
+def test_with_two_queues_a_block_waits_for_the_one_whose_kernel_reads_it(
+        loaded: tuple[Any, Any, Any], reader: str) -> None:
+    """Issue 17, "every queue": a second queue exists; the kernel reading the block runs on
+    it (the device's own queue idle) or on the device's queue (the second idle). Its reuse
+    waits for that queue's word."""
     d, path, img = loaded
     q = d.queue()
     path.complete()
+    on = q if reader == "queue" else d
+    word = q.timeline.word if reader == "queue" else d.timeline.word
     region = d.alloc(64 << 10)
-    p = q.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
+    p = on.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
     d.free(region)
-    q.timeline.word[0] = p.value - 1
+    word[0] = p.value - 1
     other = d.alloc(64 << 10)
     assert other is not None and other.gpu != region.gpu
-    q.timeline.word[0] = p.value
-    again = d.alloc(64 << 10)
-    assert again is not None and again.gpu == region.gpu
-
-
-def test_with_another_queue_the_devices_own_kernel_still_holds_the_block(
-        loaded: tuple[Any, Any, Any]) -> None:
-    """Issue 17, "every queue", the other way: a second queue exists and is idle, the
-    device's own kernel reads the block; its reuse waits for the device's word."""
-    d, path, img = loaded
-    d.queue()
-    path.complete()
-    region = d.alloc(64 << 10)
-    p = d.launch(img["vadd"], (4,), (256,), (region, region, region, 1))
-    d.free(region)
-    d.timeline.word[0] = p.value - 1
-    other = d.alloc(64 << 10)
-    assert other is not None and other.gpu != region.gpu
-    d.timeline.word[0] = p.value
+    word[0] = p.value
     again = d.alloc(64 << 10)
     assert again is not None and again.gpu == region.gpu
 
