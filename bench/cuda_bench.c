@@ -470,6 +470,8 @@ static void row_sweep(void) {
     CK(cuMemAlloc(&g1, top));
     CK(cuMemAlloc(&g2, top));
     fill_random(hsrc, top);
+    /* g1 holds the source's bytes before any row, so D2H and D2D check out without H2D. */
+    CK(cuMemcpyHtoD(g1, hsrc, top));
     for (j = 0; j < 6; j++) {
         size_t n_b = sweep_sizes[j];
         int n = reps(n_b >= (256u << 20) ? 10 : 200);
@@ -523,11 +525,11 @@ static void row_wait_cpu(void) {
 
 /* ---- 13 and 14 (issue 17): two streams side by side; launches from several threads ------- */
 
-/* The sizes of bench/worker_queues.py (UPLOAD, WORK, KERNEL_S, THREADS), which rig and torch
+/* The sizes of bench/worker_queues.py (UPLOAD, WORK, VADDS, THREADS), which rig and torch
  * run. */
 #define UPLOAD_BYTES (1024ull * MIB)
 #define WORK (64 << 20) /* floats each of row 13's vadds adds: 768 MiB of traffic */
-#define KERNEL_S 10e-3  /* the kernels' time alone, about */
+#define VADDS 48  /* the same count for every peer: ~0.4 ms each, ~the upload's time */
 #define CHECK_CHUNK (64ull * MIB)
 #define MAX_THREADS 4
 
@@ -559,7 +561,7 @@ static void ov_upload(void) {
     CK(cuMemcpyHtoDAsync(ov_dst, ov_pinned, UPLOAD_BYTES, ov_copier));
 }
 
-/* ~KERNEL_S of vadds on the worker stream, each waiting for the one before (one stream). */
+/* VADDS vadds on the worker stream, each waiting for the one before (one stream). */
 static void ov_kernels(void) {
     int i;
     for (i = 0; i < ov_count; i++)
@@ -589,14 +591,13 @@ static void ov_check(void) {
 }
 
 /* 13: a 1 GiB upload from pinned memory (cuMemcpyHtoDAsync) on one non-blocking stream while
- * ~10 ms of dependent vadds run on another. Each round (the first warms up): the upload alone,
+ * VADDS dependent vadds run on another. Each round (the first warms up): the upload alone,
  * the kernels alone, then both started together (the upload first) and both synchronized; a
- * sample of 13_overlap is both over the longer alone, in the same round. The vadds' count comes
- * from one vadd's launch + sync, as worker_queues.py counts rig's. */
+ * sample of 13_overlap is both over the longer alone, in the same round. Every peer runs VADDS of them. */
 static void row_overlap(void) {
     int r, i, n = reps(10);
     double *s = samples(n), *su = samples(n), *sk = samples(n), *sb = samples(n);
-    double t, up, ker, both, per = 0;
+    double t, up, ker, both;
     CK(cuStreamCreate(&ov_copier, CU_STREAM_NON_BLOCKING));
     CK(cuStreamCreate(&ov_worker, CU_STREAM_NON_BLOCKING));
     CK(cuMemAllocHost(&ov_pinned, UPLOAD_BYTES));
@@ -615,14 +616,9 @@ static void row_overlap(void) {
     CK(cuMemcpyHtoD(ov_a, ov_ha, WORK * sizeof(float)));
     CK(cuMemcpyHtoD(ov_b, ov_hb, WORK * sizeof(float)));
     CK(cuCtxSynchronize());
-    for (i = 0; i < 2; i++) { /* the first warms up */
-        t = now();
-        CK(vadd_on(ov_worker, ov_a, ov_b, ov_c, WORK, (WORK + 255) / 256, 256));
-        CK(cuStreamSynchronize(ov_worker));
-        per = now() - t;
-    }
-    ov_count = (int)(KERNEL_S / (per > 1e-6 ? per : 1e-6) + 0.5);
-    if (ov_count < 1) ov_count = 1;
+    CK(vadd_on(ov_worker, ov_a, ov_b, ov_c, WORK, (WORK + 255) / 256, 256)); /* warms up */
+    CK(cuStreamSynchronize(ov_worker));
+    ov_count = VADDS;
     for (r = 0; r <= n; r++) {
         t = now();
         ov_upload();

@@ -48,11 +48,17 @@ def matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride
     tl.store(c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn, acc.to(tl.float16))
 
 
+# What triton.jit specializes for these arguments, spelled out for ASTSource: unit strides
+# are constexprs, and pointers and sizes divisible by 16 say so. Without them the loads are
+# scalar and the kernel ran 27.7 TFLOP/s on the H200 (2026-12-01); with them, cp.async.
 SIGNATURE = {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32",
-             "K": "i32", "stride_am": "i32", "stride_ak": "i32", "stride_bk": "i32",
-             "stride_bn": "i32", "stride_cm": "i32", "stride_cn": "i32", "BM": "constexpr",
-             "BN": "constexpr", "BK": "constexpr", "GROUP": "constexpr"}
-CONSTEXPRS = {"BM": BM, "BN": BN, "BK": BK, "GROUP": GROUP}
+             "K": "i32", "stride_am": "i32", "stride_ak": "constexpr", "stride_bk": "i32",
+             "stride_bn": "constexpr", "stride_cm": "i32", "stride_cn": "constexpr",
+             "BM": "constexpr", "BN": "constexpr", "BK": "constexpr", "GROUP": "constexpr"}
+CONSTEXPRS = {"stride_ak": 1, "stride_bn": 1, "stride_cn": 1, "BM": BM, "BN": BN, "BK": BK,
+              "GROUP": GROUP}
+DIVISIBLE_BY_16 = ("a_ptr", "b_ptr", "c_ptr", "M", "N", "K", "stride_am", "stride_bk",
+                   "stride_cm")
 
 
 def compile_for(cc: tuple[int, int]) -> Any:
@@ -60,8 +66,10 @@ def compile_for(cc: tuple[int, int]) -> Any:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    place = matmul.arg_names.index
     src = ASTSource(fn=matmul, signature=SIGNATURE,
-                    constexprs={(matmul.arg_names.index(k),): v for k, v in CONSTEXPRS.items()})
+                    constexprs={(place(k),): v for k, v in CONSTEXPRS.items()},
+                    attrs={(place(k),): [["tt.divisibility", 16]] for k in DIVISIBLE_BY_16})
     return triton.compile(src, target=GPUTarget("cuda", cc[0] * 10 + cc[1], 32),
                           options=OPTIONS)
 

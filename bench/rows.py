@@ -103,7 +103,7 @@ ROWS = (
     Row("11_wait_cpu", "11 CPU s per s of waiting", "CPU s/s", ("<=", 1.0)),
     # Rows 13 and 14 (issue 17): queues (rig) against streams (CUDA from C; torch's in its
     # column).
-    Row("13_overlap", "13 1 GiB pinned upload beside ~10 ms of kernels: both / longer alone",
+    Row("13_overlap", "13 1 GiB pinned upload beside 48 vadds: both / longer alone",
         "x", ("x<=", 1.1)),
     Row("13_overlap_upload", "13' the upload alone", "ms"),
     Row("13_overlap_kernels", "13' the kernels alone", "ms"),
@@ -120,7 +120,7 @@ NOTES = {
     "load, launch vadd and wait, upload and download 4 KiB, stop; CUDA: cuInit, context, "
     "module, launch, cuMemcpy both ways, destroy",
     "13_overlap": "rig: copy on one d.queue() (engine='copy', pinned to Device) while a step "
-    "of dependent vadds (~10 ms alone) runs on another, both waited for; CUDA: "
+    "of dependent vadds (48, ~20 ms alone) runs on another, both waited for; CUDA: "
     "cuMemcpyHtoDAsync from cuMemAllocHost memory on one non-blocking stream, the same vadds "
     "launched on another, both synchronized; torch: the copy on one torch.cuda.Stream, "
     "torch.add on another; a sample is wall(both) / max of the two alone, timed in the same "

@@ -273,6 +273,7 @@ def sweep_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
         g1, g2 = alloc(top), alloc(top)
         src, dst = host(hsrc), host(hdst)
         src[:] = fresh_bytes(rng, top)
+        d.copy(g1, hsrc).wait()  # so D2H and D2D check out when H2D is not asked for
         for name, n in SWEEP:
             reps = rec.reps(10 if n >= 256 << 20 else 200)
             plan: list[tuple[str, Any, Any, str | None]] = [

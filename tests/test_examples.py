@@ -89,8 +89,10 @@ def test_the_readme_examples_are_taken_from_the_example_files() -> None:
 @pytest.mark.skipif(not os.path.exists("/dev/nvidiactl"), reason="no NVIDIA kernel driver here")
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_each_example_runs_whole_on_the_gpu(script: str) -> None:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        str(p) for p in sorted((ROOT / "packages").glob("*/src")))}
+    # The packages' sources first, then whatever path this run has (cffi may live there).
+    srcs = [str(p) for p in sorted((ROOT / "packages").glob("*/src"))]
+    have = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(srcs + have)}
     out = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True,
                          text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -1,7 +1,7 @@
 """NVIDIA's kernel driver as rig's ioctls meet it, for CPU tests of rig_nv_nvidia's driver and
 path modules. A stand-in written from open-gpu-kernel-modules @580.142 (kernel-open/nvidia/nv.c's
 escapes, src/nvidia/arch/nvalloc/unix/src/escape.c's RM calls, nv-dmabuf.c, os-mlock.c and
-kernel-open/nvidia-uvm/uvm.c), not from rig's code; nothing runs on a GPU.
+kernel-open/nvidia-uvm/uvm.c and uvm_user_channel.c), not from rig's code; nothing runs on a GPU.
 
 ``FakeKernel(root).install(monkeypatch)`` puts a fresh ``rig_nv_nvidia.driver.Process`` in place
 of the process's. The driver's files are real empty files under ``root/dev``, so a test sees in
@@ -30,6 +30,7 @@ from rig_pci import parse_address
 NV_OK = 0
 NV_ERR_INVALID_ADDRESS = 0x1E
 NV_ERR_INVALID_ARGUMENT = 0x1F
+NV_ERR_INVALID_CHANNEL = 0x21
 NV_ERR_INVALID_OBJECT_HANDLE = 0x33
 NV_ERR_NO_MEMORY = 0x51
 NV_ERR_NOT_SUPPORTED = 0x56
@@ -66,6 +67,8 @@ UVM = {
     lay.UVM_CREATE_EXTERNAL_RANGE: "UVM_CREATE_EXTERNAL_RANGE_PARAMS",
     lay.UVM_MAP_EXTERNAL_ALLOCATION: "UVM_MAP_EXTERNAL_ALLOCATION_PARAMS",
     lay.UVM_FREE: "UVM_FREE_PARAMS",
+    lay.UVM_REGISTER_CHANNEL: "UVM_REGISTER_CHANNEL_PARAMS",
+    lay.UVM_UNREGISTER_CHANNEL: "UVM_UNREGISTER_CHANNEL_PARAMS",
 }
 
 
@@ -88,6 +91,7 @@ class FakeKernel:
         self.freed: list[int] = []
         self.dmabufs: dict[int, list[int]] = {}  # fd -> the handles its own client holds
         self.ranges: set[tuple[int, int]] = set()  # UVM external ranges (base, length)
+        self.channels: dict[int, tuple[int, int]] = {}  # UVM's registered: hChannel -> VA
         self.mapped: list[tuple[int, int]] = []  # what the process's mmap was asked for
         self.unmapped: list[tuple[int, int]] = []
         self.opened: list[str] = []  # the driver's files the process opened, in order
@@ -272,6 +276,12 @@ class FakeKernel:
                 self.ranges.remove((p.base, p.length))
             else:
                 status = NV_ERR_INVALID_ADDRESS
+        elif cmd == lay.UVM_REGISTER_CHANNEL:
+            # uvm_user_channel.c: the channel's context buffers go at addresses of
+            # [base, base + length); the RM channel is retained until it is unregistered.
+            self.channels[p.hChannel] = (p.base, p.length)
+        elif cmd == lay.UVM_UNREGISTER_CHANNEL and self.channels.pop(p.hChannel, None) is None:
+            status = NV_ERR_INVALID_CHANNEL  # uvm_unregister_channel: one not registered
         p.rmStatus = status
         return 0
 

@@ -207,11 +207,13 @@ def test_dma_buf_export_has_the_objects_size(device: Device) -> None:
 @pytest.mark.parametrize(("dst_off", "src_off", "n"), [
     (0, 0, 64 << 20),  # 16-byte vectors only
     (16, 48, (64 << 20) + 5),  # vectors, then 5 bytes
+    (32, 16, (3 << 20) + 4096 + 48),  # a grid rounded up (200 blocks for 193 chunks)
     (3, 1, (32 << 20) + 1),  # unaligned: byte by byte
 ])
 def test_copies_inside_the_gpu_run_on_the_sms(device: Device, dst_off: int, src_off: int,
                                               n: int) -> None:
-    """Copies of 1 MiB and more between video memory use rig's copy kernels."""
+    """Copies of 1 MiB and more between video memory use rig's copy kernels (issue 23: one
+    block a chunk): the destination gets the bytes, and the bytes around it stay."""
     data = random_bytes(n)
     a = device.alloc(n + 64, Memory.DEVICE)
     b = device.alloc(n + 64, Memory.MAPPED)
@@ -219,11 +221,13 @@ def test_copies_inside_the_gpu_run_on_the_sms(device: Device, dst_off: int, src_
     guard = random_bytes(64)
     if dst_off:
         device.upload(b, guard[:dst_off], 0)
+    device.upload(b, guard[dst_off:], dst_off + n)
     device.upload(a, data, src_off)
     device.copy(b, a, n, dst_offset=dst_off, src_offset=src_off).wait()
     assert bytes(device.download(b, n, dst_off)) == data
     if dst_off:
         assert bytes(device.download(b, dst_off, 0)) == guard[:dst_off]
+    assert bytes(device.download(b, 64 - dst_off, dst_off + n)) == guard[dst_off:]
 
 
 def test_freed_device_memory_is_reused_and_trimmed(device: Device) -> None:

@@ -3,9 +3,10 @@ process (walk_child.py) so a bad outcome cannot poison this one.
 
 - The n-th fallible call (ioctl, mmap, open of a driver file; rig_nv.inject) of the process's
   first open fails, for every n, one child each; then of a later open, of stop and of alloc,
-  load and launch, in one child. After each: the process holds no file and no mapping beyond
-  what it held and what the spec keeps for the process (control file and client, UVM's two
-  files and the reservation, the GPU's file), the failure escapes only as itself or wrapped
+  load and launch, in one child; of the stop of a device with queues, and of a queue's, in
+  another. After each: the process holds no file and no mapping beyond what it held and what
+  the spec keeps for the process (control file and client, UVM's two files and the
+  reservation, the GPU's file), the failure escapes only as itself or wrapped
   (OpenRefused for open), and the next open gives a device that runs a kernel correctly.
 - Opens at a lowered RLIMIT_NOFILE and RLIMIT_AS are refused with OpenRefused, leak nothing.
 - stop() with copies in flight, and exit with an open device, leave the GPU openable.
@@ -73,14 +74,18 @@ def later_walks() -> dict[str, Any]:
     return child("again", timeout=600)
 
 
-# Where a failed stop may keep memory: the RM may not have freed a channel (the spec); and
-# where UVM's range of a freed allocation may remain, its addresses stay taken (path.py
-# free_memory): a reused address would be refused as in use.
-SPEC_KEEPS = ("stop>detach_channel", "stop>free>", "free_memory>_uvm_free>")
+# Where a failed stop may keep memory: the RM may not have freed a channel (the spec), when a
+# channel's UVM detach or an RM free of rig_nv.setup.Objects.free_all failed; and where UVM's
+# range of a freed allocation may remain, its addresses stay taken (path.py free_memory): a
+# reused address would be refused as in use. Each a frame and one further down: the frames
+# around them (the device's stop or a queue's, a comprehension's) do not matter.
+SPEC_KEEPS = (("free_all", "detach_channel"), ("free_all", "free"), ("free_memory", "_uvm_free"))
 
 
 def _keeps(c: dict[str, Any]) -> bool:
-    return any(k in c["site"] + ">" for k in SPEC_KEEPS)
+    frames = c["site"].split(">")
+    return any(above in frames and below in frames[frames.index(above) + 1:]
+               for above, below in SPEC_KEEPS)
 
 
 def _walk_cases(what: str) -> list[dict[str, Any]]:
@@ -112,6 +117,25 @@ def test_stop_walk() -> None:
                 and (_keeps(c) or c["leaks"] == NO_LEAK) and not c["leaks"]["fds"]):
             bad.append(c)
     assert not bad, "\n".join(map(str, bad))
+
+
+@functools.cache
+def queue_walks() -> dict[str, Any]:
+    return child("queues", timeout=600)
+
+
+@pytest.mark.parametrize("what", ["stop-queues", "queue-stop"])
+def test_stop_walk_with_queues(what: str) -> None:
+    """Issue 17: "stop gives back every queue's channels and memory as the spec's stop rules
+    say". The stop of a device with two queues, and a queue's stop then the device's, whose
+    n-th call fails: as test_stop_walk, and the GPU opens and works after."""
+    cases = [c for c in queue_walks()["cases"] if c["what"] == what]
+    assert cases, f"no {what} walk ran"
+    bad = [c for c in cases if not (
+        c["fired"] and not c["other"] and not c["stuck"] and c["usable"]
+        and (_keeps(c) or c["leaks"] == NO_LEAK) and not c["leaks"]["fds"])]
+    assert not bad, "\n".join(map(str, bad))
+    assert queue_walks()["reopened"]
 
 
 def test_walks_end_with_nothing_more_held() -> None:

@@ -231,6 +231,17 @@ def _walk(what: str, cases: list[dict[str, Any]], base: list[Snapshot],
         base[0] = snapshot()
 
 
+def _reopens(_: Any) -> bool:
+    """Whether GPU 0 opens again and runs a vadd correctly."""
+    import rig_nv_nvidia
+
+    d = rig_nv_nvidia.gpu(0).open()
+    try:
+        return _check_device(d)
+    finally:
+        d.stop()
+
+
 def mode_again() -> None:
     """After one good open: fail each call of an open, of stop and of each work, in turn."""
     import rig_nv_nvidia
@@ -247,13 +258,7 @@ def mode_again() -> None:
     def open_stop(_: Any) -> None:
         rig_nv_nvidia.gpu(0).open().stop()
 
-    def reopens(_: Any) -> bool:
-        d = rig_nv_nvidia.gpu(0).open()
-        try:
-            return _check_device(d)
-        finally:
-            d.stop()
-
+    reopens = _reopens
     _walk("open", cases, base, nothing, open_stop, reopens)
     _walk("stop", cases, base, lambda: rig_nv_nvidia.gpu(0).open(), lambda d: d.stop(),
           reopens)
@@ -274,6 +279,39 @@ def mode_again() -> None:
         _walk(name, cases, base, loaded, work, stop)
     result(cases=cases, reopened=reopens(None), leaks_at_end=leaks(start),
            memory_free_change=rig_nv_nvidia.usage(0).memory_free - free_before)
+
+
+def mode_queues() -> None:
+    """After one good open: fail each call of the stop of a device with two queues (one with
+    work done), then of a queue's stop, after which the device's stop gives back the rest."""
+    import rig_nv_nvidia
+    from rig_edge import Memory
+
+    rig_nv_nvidia.gpu(0).open().stop()
+    start = snapshot()
+    cases: list[dict[str, Any]] = []
+    base = [start]
+
+    def with_queues() -> tuple[Any, Any]:
+        d = rig_nv_nvidia.gpu(0).open()
+        try:
+            first, second = d.queue(), d.queue()
+            r = d.alloc(1 << 16, Memory.DEVICE)
+            second.upload(r, bytes(r.length))
+            second.copy(r, r, 4096, dst_offset=8192).wait()
+        except BaseException:
+            d.stop()
+            raise
+        return d, (first, second)
+
+    def device_stop_then_reopens(s: tuple[Any, Any]) -> bool:
+        s[0].stop()
+        return _reopens(None)
+
+    _walk("stop-queues", cases, base, with_queues, lambda s: s[0].stop(), _reopens)
+    _walk("queue-stop", cases, base, with_queues, lambda s: s[1][1].stop(),
+          device_stop_then_reopens)
+    result(cases=cases, reopened=_reopens(None), leaks_at_end=leaks(start))
 
 
 def mode_rlimit(which: str, extra: int) -> None:
@@ -462,6 +500,8 @@ def main() -> None:
         mode_first(int(sys.argv[2]))
     elif mode == "again":
         mode_again()
+    elif mode == "queues":
+        mode_queues()
     elif mode == "rlimit":
         mode_rlimit(sys.argv[2], int(sys.argv[3]))
     elif mode == "inflight":

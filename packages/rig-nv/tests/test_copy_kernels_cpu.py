@@ -3,8 +3,10 @@ makes on the stand-in path (fake_gpu.py) ask: issue 23, "a faster copy kernel ..
 byte-by-byte tail". The stand-in's memory is host memory at its GPU address, so the kernels'
 own source, compiled for the host with CUDA's built-ins played by a loop over every block and
 thread of the launch's grid, copies there. Each copy must match byte for byte and write
-nothing outside its destination: odd sizes, odd offsets, grids that take several turns. (The
-GPU's speed is not measured here; the SM copies' exact bytes on a GPU are the GPU tests'.)"""
+nothing outside its destination: odd sizes, odd offsets, grids rounded up past the data, copies
+split over several launches. copy16's geometry (one block a chunk) is checked at its edges,
+16 TiB copies included, without the memory. (The GPU's speed is not measured here; the SM
+copies' exact bytes on a GPU are the GPU tests'.)"""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ static Dim threadIdx, blockIdx, blockDim, gridDim;
 #define __forceinline__ inline
 #define __restrict__ __restrict
 #define __launch_bounds__(n)
+#define __ldg(p) (*(p))
 #include "%s"
 extern "C" void run(int wide, unsigned grid, unsigned block, unsigned long long dst,
                     unsigned long long src, unsigned long long count) {
@@ -81,22 +84,12 @@ def launches(dev: tuple[Any, Any], kernels: Any,
 
 
 GUARD = 4096
+CHUNK = 256 * 4 * 16  # bytes a block of copy16 copies (copy.cu: 256 threads, 4 loads)
 
 
-@pytest.mark.parametrize(("n", "dst_off", "src_off"), [
-    (1 << 20, 0, 0), ((1 << 20) + 1, 0, 0), ((1 << 20) + 15, 16, 48),
-    ((3 << 20) + 4097, 32, 0), ((5 << 20) + 48, 0, 16),  # several turns of the grid
-    ((1 << 20) + 7, 1, 0), ((1 << 20) + 3, 0, 5), ((2 << 20) + 9, 7, 7),  # unaligned: bytes
-    (1, 0, 0), (15, 0, 0), (16, 0, 0), (17, 16, 16), (4095, 3, 11),
-    ((64 << 10) + 16, 0, 0),  # a grid of 3 blocks, fewer than the most
-])
-def test_kernel_copies_are_exact_to_the_byte(dev: tuple[Any, Any], launches: list[Any],
-                                             n: int, dst_off: int, src_off: int) -> None:
-    """copy16 for the 16-byte-aligned bulk (its grid at most 16 blocks an SM), copy1 for the
-    rest byte by byte: the destination equals the source, and the bytes around it are
-    untouched."""
-    d, path = dev
-    d.sm_count = 2  # a grid of at most 32 blocks: a copy of more than 1 MiB loops
+def copy_and_check(d: Any, n: int, dst_off: int, src_off: int) -> tuple[int, int]:
+    """Copy ``n`` bytes on the SMs between guarded regions; assert the destination equals the
+    source and the bytes around it are untouched. Returns the (dst, src) GPU addresses."""
     size = n + GUARD * 2
     src, dst = d.alloc(size, Memory.DEVICE), d.alloc(size, Memory.DEVICE)
     s, t = view(src.gpu, size), view(dst.gpu, size)
@@ -107,12 +100,81 @@ def test_kernel_copies_are_exact_to_the_byte(dev: tuple[Any, Any], launches: lis
     at, frm = GUARD + dst_off, GUARD + src_off
     assert bytes(t[at : at + n]) == bytes(s[frm : frm + n])
     assert bytes(t[:at]) == b"\xa5" * at and bytes(t[at + n :]) == b"\xa5" * (size - at - n)
-    aligned = not (dst.gpu + at | src.gpu + frm) & 15 and n >= 16
+    return dst.gpu + at, src.gpu + frm
+
+
+@pytest.mark.parametrize(("n", "dst_off", "src_off"), [
+    (1 << 20, 0, 0), ((1 << 20) + 1, 0, 0), ((1 << 20) + 15, 16, 48),
+    ((3 << 20) + 4097, 32, 0), ((5 << 20) + 48, 0, 16),  # grids rounded up: idle blocks
+    (33 * CHUNK + 16, 0, 0), (34 * CHUNK + 32, 16, 16),  # 34 chunks exactly; 35 in 36 blocks
+    ((1 << 20) + 7, 1, 0), ((1 << 20) + 3, 0, 5), ((2 << 20) + 9, 7, 7),  # unaligned: bytes
+    (1, 0, 0), (15, 0, 0), (16, 0, 0), (17, 16, 16), (4095, 3, 11),
+    ((64 << 10) + 16, 0, 0), (CHUNK - 16, 0, 0), (CHUNK, 0, 0),  # one block, two blocks
+])
+def test_kernel_copies_are_exact_to_the_byte(dev: tuple[Any, Any], launches: list[Any],
+                                             n: int, dst_off: int, src_off: int) -> None:
+    """Issue 23's faster copy kernel: copy16 for the 16-byte-aligned bulk on a full grid (one
+    block a chunk, rounded up by less than 1 in 16), copy1 for the rest byte by byte; the
+    destination equals the source, and the bytes around it are untouched."""
+    d, path = dev
+    to, fro = copy_and_check(d, n, dst_off, src_off)
+    aligned = not (to | fro) & 15 and n >= 16
     names = [name for name, _, _ in launches]
     assert names == (["copy16"] if aligned and n % 16 == 0 else
                      ["copy16", "copy1"] if aligned else ["copy1"])
     if aligned:
         _, blocks, (_, _, count) = launches[0]
+        chunks = -(-n // CHUNK) if n % 16 == 0 else -(-(n - n % 16) // CHUNK)
         assert count == n // 16
-        assert blocks == min(-(-count // (256 * copies.COPY16_LOADS)), 2 * copies.COPY16_PER_SM)
+        assert chunks <= blocks < chunks + chunks / 16 + 1
     path.complete()
+
+
+def test_copies_past_a_launchs_grid_take_several_launches(
+        dev: tuple[Any, Any], launches: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of more chunks than one grid holds (2^31-1 blocks; here made 3) still copies
+    exactly: consecutive copy16 launches, each at most that many blocks, then the tail."""
+    d, path = dev
+    monkeypatch.setattr(copies, "COPY16_MOST", 3)
+    n = 10 * CHUNK + 80 + 7
+    to, fro = copy_and_check(d, n, 16, 32)
+    assert [(name, blocks) for name, blocks, _ in launches] == [
+        ("copy16", 3), ("copy16", 3), ("copy16", 3), ("copy16", 2), ("copy1", 1)]
+    at = 0
+    for _, _, (dst, src, count) in launches[:4]:
+        assert (dst, src) == (to + at, fro + at)
+        at += count * 16
+    assert at == n - 7 and launches[4][2] == (to + at, fro + at, 7)
+    path.complete()
+
+
+TIB16 = (1 << 30) * 1024  # 16-byte units in the most chunks one launch takes (16 TiB)
+
+
+@pytest.mark.parametrize(("count", "expected"), [
+    (1, [(0, 1, 1)]), (1024, [(0, 1, 1024)]), (1025, [(0, 2, 1025)]),  # tiny
+    (31 * 1024 + 1, [(0, 32, 31 * 1024 + 1)]), (33 * 1024, [(0, 34, 33 * 1024)]),  # rounded
+    (1 << 24, [(0, 16384, 1 << 24)]),  # 256 MiB: the measured flat4 grid
+    (TIB16 - 1, [(0, 1 << 30, TIB16 - 1)]), (TIB16, [(0, 1 << 30, TIB16)]),  # the most
+    (2 * TIB16 + 5, [(0, 1 << 30, TIB16), (TIB16, 1 << 30, TIB16), (2 * TIB16, 1, 5)]),
+    (TIB16 + 33 * 1024 + 1, [(0, 1 << 30, TIB16), (TIB16, 34, 33 * 1024 + 1)]),  # huge
+])
+def test_copy16_geometry_at_the_edges(count: int, expected: list[tuple[int, int, int]]) -> None:
+    """copy16's launches cover every unit once, one block a chunk of 1024 units, no grid past
+    the hardware's 2^31-1 blocks (rig_nv.launch.MAX_GRID): more takes several launches."""
+    got = copies.copy16_launches(count)
+    assert got == expected
+    assert all(blocks <= (1 << 31) - 1 and blocks * 1024 >= units for _, blocks, units in got)
+
+
+def test_copy16_grids_are_few_and_rounded_up_little() -> None:
+    """The prepared launch configurations stay bounded (each function caches one a grid):
+    every copy up to 64 Mi chunks (1 TiB) needs at most 16 grids an octave, each fewer than
+    1 in 16 blocks over the chunks."""
+    grids = set()
+    for chunks in [*range(1, 1 << 12), *range(1 << 12, 1 << 26, 997)]:
+        [(_, blocks, _)] = copies.copy16_launches(chunks * 1024)
+        assert chunks <= blocks < chunks * 17 / 16 + 1
+        grids.add(blocks)
+    assert len([g for g in grids if g < 32]) == 31
+    assert len([g for g in grids if g >= 32]) <= 16 * 21

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fake_gpu import BASE, FakePath, open_fake, open_on
 
-from rig_edge import Memory, Misuse
+from rig_edge import Memory, Misuse, RigError
 
 
 @pytest.fixture
@@ -111,3 +111,27 @@ def test_copy_engine_choice(two: Any) -> None:
     with pytest.raises(Misuse, match=r"GPU memory .* only, not pinned to device"):
         d0.copy(a, b, engine="sm")
     d0.copy(a, b, engine="copy")
+
+
+def test_a_failed_peer_unmap_at_stop_still_gives_back_the_memory(
+        two: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """stop tries every step whatever failed before it: a peer mapping UVM refuses to end
+    raises at the end, after the device's own memory and regions went back to the path."""
+    d0, _, d1, p1 = two
+    r0 = d0.alloc(4096, Memory.DEVICE)
+    mine = d1.alloc(4096, Memory.PINNED)
+    assert mine is not None
+    d1.map_peer(d0, r0)
+    memory = {id(a) for a in [*d1.memory.owned(), d1.memory.regions()[mine]]}
+    freed: list[int] = []
+    refusal = RigError("the NVIDIA UVM driver refused UVM_UNMAP_EXTERNAL (EIO)")
+
+    def refuse(p: Any) -> None:
+        raise refusal
+
+    monkeypatch.setattr(p1, "unmap_peer", refuse)
+    monkeypatch.setattr(p1, "free_memory", lambda a: freed.append(id(a)))
+    with pytest.raises(RigError) as e:
+        d1.stop()
+    assert e.value is refusal
+    assert memory <= set(freed), "stop() kept memory after a peer's unmap failed"

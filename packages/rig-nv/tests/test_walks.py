@@ -12,10 +12,13 @@ case), then fails each in turn and checks, after the failure:
 - the RM objects, memory, mappings and channel registrations are what they were before;
 - stopping the device then frees everything and closes the path once (the GPU opens again).
 
-A failing ``stop`` may keep what the spec lets it keep: when the RM did not free a channel (its
-free or its UVM detach failed) the device's memory stays with the process, and the object
-whose free failed stays. Cases that show a leak in rig_nv are marked ``xfail(strict=True)``
-with where the leak is, so fixing it turns them into failures to unmark.
+A failing ``stop`` (of a device with queues too, and of a queue) tries every step and keeps
+only what the spec lets it keep: where a channel's UVM detach failed, the RM may not have freed
+the channel, so the device's memory stays with the process. A free that failed is tried again
+(an RM object's is also done by its parent's), so nothing else stays. A queue's stop raises
+exactly when something stayed; a device's raises nothing here (a channel kept keeps its
+memory quietly). Cases that show a leak in rig_nv are marked ``xfail(strict=True)`` with
+where the leak is, so fixing it turns them into failures to unmark.
 """
 
 from __future__ import annotations
@@ -235,6 +238,16 @@ def _uncached(d: Any, path: WalkPath) -> Any:
     return d.alloc(128 << 20, Memory.DEVICE)
 
 
+def _queues(d: Any, path: WalkPath) -> Any:
+    """Two queues beside the device's own, one with work done and memory of its own."""
+    first, second = d.queue(), d.queue()
+    r = d.alloc(1 << 16, Memory.DEVICE)
+    second.upload(r, bytes(r.length))
+    second.copy(r, r, 4096, dst_offset=8192)
+    path.complete()
+    return first, second
+
+
 def _cached(d: Any, path: WalkPath) -> Any:
     """Three Device regions freed into the device's cache (the walk is trim)."""
     for r in [d.alloc(4096, Memory.DEVICE) for _ in range(3)]:
@@ -245,6 +258,9 @@ def _cached(d: Any, path: WalkPath) -> Any:
 WALKS: dict[str, Walk] = {
     "make": Walk(_nothing, lambda d, path, s: None),  # the work is make() itself
     "stop": Walk(_nothing, lambda d, path, s: d.stop()),
+    "stop-with-queues": Walk(_queues, lambda d, path, s: d.stop()),
+    "queue-stop": Walk(_queues, lambda d, path, s: s[1].stop()),
+    "queue": Walk(_nothing, lambda d, path, s: d.queue()),
     "alloc-device-4k": Walk(_nothing, lambda d, path, s: d.alloc(4096, Memory.DEVICE)),
     "alloc-device-128m": Walk(_nothing, lambda d, path, s: d.alloc(128 << 20, Memory.DEVICE)),
     "alloc-pinned": Walk(_nothing, lambda d, path, s: d.alloc(8192, Memory.PINNED)),
@@ -391,17 +407,36 @@ def test_walk(name: str, n: int) -> None:
             assert path.closed_calls == closed + 1, "make() did not close the path"
             assert not _in_maps(BASE, path.next)
             return
-        if name == "stop":
-            _check_stop(path, CALLS[name][n - 1][1], closed)
+        if name.startswith("stop"):
+            _check_stop(path, CALLS[name][n - 1][1], closed, before, escaped)
             return
-        if escaped is not None and not name.startswith(("free-", "trim")):
+        if name == "queue-stop":
+            # What the queue's stop could not give back stays its own, and it says so; the
+            # device's stop tries it again, and then gives back everything.
+            q = s[1]
+            assert (escaped is not None) == bool(q.objects.attached or q.objects.handles)
+            d.stop()
+            assert path.closed_calls == closed + 1
+            assert path.state() == EMPTY, _diff(EMPTY, path.state())
+            return
+        if name == "queue":
+            # Device.queue: "Raises ... having given back the RM objects it made (its memory
+            # goes back at the device's stop)".
+            assert escaped is not None, "queue() swallowed the failure"
+            extra = _diff(before, path.state())
+            assert set(extra["rm objects"]) <= set(extra["memory"]), extra
+            assert not extra["channels"], extra
+        elif escaped is not None and not name.startswith(("free-", "trim")):
             # A failed operation gives back what it took (free's region was given already).
             extra = {k: v for k, v in _diff(before, path.state()).items() if v}
             assert not extra, f"{name} left behind {extra}"
         d.stop()
         assert path.closed_calls == closed + 1
-        assert path.state() == {"rm objects": {}, "memory": [], "mappings": [], "channels": []}
+        assert path.state() == EMPTY
         assert not _in_maps(BASE, path.next)
+
+
+EMPTY: dict[str, Any] = {"rm objects": {}, "memory": [], "mappings": [], "channels": []}
 
 
 def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
@@ -413,28 +448,29 @@ def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _check_stop(path: WalkPath, site: str, closed: int) -> None:
-    """After a stop whose call at ``site`` failed: the path is closed once and the doorbell
-    unmapped. Where the failed call was a channel's UVM detach or an RM free, the device
-    cannot know the RM freed the channels, and the spec lets its memory stay (all of it, with
-    its RM objects), and the object whose free failed; where a memory object's free failed,
-    that object (and its mapping) stays; otherwise nothing stays."""
+def _check_stop(path: WalkPath, site: str, closed: int, before: dict[str, Any],
+                escaped: BaseException | None) -> None:
+    """After a device's stop whose call at ``site`` failed: "stop gives back every queue's
+    channels and memory as the spec's stop rules say" (issue 17). The path is closed once
+    and the doorbell unmapped; every other step was tried. Where a channel's UVM detach
+    failed, the RM may not have freed the channel ("the memory the device holds itself
+    returns only if the RM freed its channels"): that channel stays registered, and all the
+    memory stays, mapped, with nothing else. Otherwise nothing stays: a failed free is
+    tried again. stop raises nothing: a channel kept raises nothing, since the device's
+    stop returns where the GPU stopped answering (the spec)."""
     assert path.closed_calls == closed + 1, "stop() did not close the path: no new open"
     assert not path.views, "stop() left the doorbell mapped"
     state = path.state()
-    objects = {h for h in state["rm objects"] if h not in path.memory}
-    if site == "stop>free_all>free" or site.startswith("stop>free_all>detach_channel"):
-        assert len(objects) <= 1, f"stop() left RM objects {objects}"
-        assert not path.memory or len(path.memory) == len(path.device.memory.owned()) + len(
-            path.device.memory.regions()), "stop() freed only part of the memory"
-        return
-    if site.startswith("stop>release>free_memory"):
-        # A memory object whose free failed stays (with its mapping); everything else goes.
-        assert len(state["memory"]) <= 1 and set(state["rm objects"]) <= set(state["memory"]), \
-            state
-        assert len(state["mappings"]) <= 1 and not state["channels"], state
-        return
-    assert state == {"rm objects": {}, "memory": [], "mappings": [], "channels": []}, state
+    memory = {h: path.memory[h] for h in state["memory"]}
+    mapped = sorted((a.host if a.host is not None else a.gpu, a.length) for a in memory.values())
+    if site.startswith("stop>free_all>detach_channel"):
+        assert len(state["channels"]) == 1, f"stop() left channels {state['channels']}"
+        assert set(state["rm objects"]) == set(memory), "stop() left RM objects not memory"
+        assert state["memory"] == before["memory"], "stop() freed memory a channel may reach"
+    else:
+        assert state == EMPTY, _diff(EMPTY, state)
+    assert state["mappings"] == mapped, "stop() left mappings of no memory it kept"
+    assert escaped is None, f"stop() raised {escaped!r} with {_diff(EMPTY, state)} left"
 
 
 def test_walk_past_the_end_fails_nothing() -> None:
@@ -464,3 +500,37 @@ def test_label_names_the_sites() -> None:
     sites = [site for _, site in CALLS["make"]]
     assert any(s.startswith("_build>build>timeline_of>channel") for s in sites), sites
     assert all(s for s in sites), sites
+
+
+def test_a_failed_loads_memory_whose_free_fails_goes_back_at_stop(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """load: "nothing of a failed load stays". Where the free of its memory fails too, that
+    memory stays the device's (Heap.give_back), and the device's stop gives it back."""
+    from rig_nv import launch
+
+    path = WalkPath()
+    try:
+        d = make(path)
+        before = path.state()
+
+        def refuse(*args: Any) -> None:
+            raise RigError("a relocation refused")
+
+        monkeypatch.setattr(launch, "relocate", refuse)
+        free = path.rm.free
+        refused: list[int] = []
+
+        def free_once(obj: int) -> None:
+            if obj not in before["rm objects"] and not refused:
+                refused.append(obj)
+                raise RMError("injected RM refusal", NV_ERR_NO_MEMORY)
+            free(obj)
+
+        monkeypatch.setattr(path.rm, "free", free_once)
+        with pytest.raises(RigError, match="a relocation refused"):
+            d.load(CUBIN)
+        assert refused and refused[0] in path.memory, "the refused free did not stay"
+        d.stop()
+        assert path.state() == EMPTY, _diff(EMPTY, path.state())
+    finally:
+        path.release_all()

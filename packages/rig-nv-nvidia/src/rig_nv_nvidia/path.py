@@ -337,10 +337,11 @@ class NvidiaPath:
     def free_memory(self, a: Allocation) -> None:
         """Give back ``a``: the host's view, UVM's range, the RM's memory, the addresses.
 
-        Each step is tried even when one before it fails; the first failure is raised after
-        (an OSError as a :class:`RigError`). A step done is not done again when the free is
-        retried. Where UVM's range may remain, its addresses stay taken (reused, the next
-        range there would be refused), so a failure leaks addresses, never a later allocation.
+        Each step is tried even when one before it fails, but for the memory and its
+        addresses while the host's view stays; the first failure is raised after (an OSError
+        as a :class:`RigError`). A step done is not done again when the free is retried.
+        Where UVM's range may remain, its addresses stay taken (reused, the next range there
+        would be refused), so a failure leaks addresses, never a later allocation.
         """
         undo: Undo = a.undo
         failed: BaseException | None = None
@@ -357,13 +358,15 @@ class NvidiaPath:
             undo.done.add(name)
             return True
 
-        if undo.reserved:
-            # Take the host's view away first, so nothing maps memory the RM has freed.
-            step("view", lambda: mmap(undo.base, undo.size, PROT_NONE,
-                                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED))
+        # Take the host's view away first, so nothing maps memory the RM has freed: while it
+        # stays, the memory and its addresses stay too (for the retry).
+        view_gone = not undo.reserved or step(
+            "view", lambda: mmap(undo.base, undo.size, PROT_NONE,
+                                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED))
         range_gone = not a.gpu or step("range", lambda: self._uvm_free(a.gpu, undo.size))
-        step("memory", lambda: self.rm.free(a.handle))
-        if range_gone:
+        if view_gone:
+            step("memory", lambda: self.rm.free(a.handle))
+        if range_gone and view_gone:
             if undo.reserved:
                 step("addresses", lambda: PROCESS.unreserve(undo.base, undo.size))
             else:

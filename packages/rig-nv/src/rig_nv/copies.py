@@ -22,11 +22,14 @@ if TYPE_CHECKING:
     from rig_nv.timeline import Point, Timeline
 
 COPY_BLOCK = 256  # threads a block of either kernel (copy.cu COPY16_THREADS for copy16)
-# copy16 copies COPY16_LOADS 16-byte units a thread a turn (copy.cu), on COPY16_PER_SM blocks
-# an SM: the shape that ran fastest in the probe of docs/results/d2d-wait-2026-11-30.txt
-# ("ch8 16/SM", 1978 GB/s on an H200's clock); measured by that probe, not yet by the bench.
-COPY16_LOADS = 8
-COPY16_PER_SM = 16
+# copy16 copies COPY16_LOADS 16-byte units a thread, one chunk a block, no loop (copy.cu): rig
+# launches a block a chunk. That shape ran fastest on an H200 ("flat4", 2018 GB/s on its clock
+# at 256 MiB, docs/results/copy-variants-2026-12-01.txt).
+COPY16_LOADS = 4
+COPY16_CHUNK = COPY_BLOCK * COPY16_LOADS  # 16-byte units a block of copy16
+# Blocks a launch at most: the largest power of two in the grid's limit (2^31-1), so that the
+# rounding of _grid never passes it; a copy of more (16 TiB) takes several launches.
+COPY16_MOST = 1 << (launching.MAX_GRID[0].bit_length() - 1)
 COPY1_PER_SM = 8
 
 
@@ -102,23 +105,40 @@ def _launch(q: Submits, fn: Function, blocks: int, args: tuple[int, int, int]) -
                             timeline=q.timeline)
 
 
+def _grid(chunks: int) -> int:
+    """``chunks`` rounded up to a number of at most 5 significant bits: 16 grids an octave, so
+    copies of every size prepare a bounded set of launch configurations (a function caches
+    one a grid). The extra blocks, fewer than 1 in 16, find no unit to copy."""
+    step = 1 << max(chunks.bit_length() - 5, 0)
+    return -(-chunks // step) * step
+
+
+def copy16_launches(count: int) -> list[tuple[int, int, int]]:
+    """copy16's launches for ``count`` 16-byte units, each (first unit, blocks, units): one
+    block a chunk of COPY16_CHUNK units, at most COPY16_MOST blocks a launch. The one place
+    that picks copy16's geometry, for every size."""
+    most = COPY16_MOST * COPY16_CHUNK
+    return [(first, _grid(-(-min(most, count - first) // COPY16_CHUNK)),
+             min(most, count - first)) for first in range(0, count, most)]
+
+
 def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
     """Copy within the GPU's memory on the SMs: where both ends are 16-byte aligned, 16 bytes
-    a load, COPY16_LOADS loads in flight a thread, a block-contiguous chunk a turn, on at most
-    COPY16_PER_SM blocks an SM; then the rest byte by byte."""
+    a load, COPY16_LOADS loads in flight a thread, a block a chunk (copy16_launches); then the
+    rest byte by byte."""
     img = q.owner.loader.copy_kernels()
     assert img is not None
-    sms = q.owner.sm_count
     point = None
     done = 0
     if not (dst | src) & 15 and n >= 16:
         count = n // 16
-        blocks = min(-(-count // (COPY_BLOCK * COPY16_LOADS)), sms * COPY16_PER_SM)
-        point = _launch(q, img["copy16"], blocks, (dst, src, count))
+        for first, blocks, units in copy16_launches(count):
+            point = _launch(q, img["copy16"], blocks, (dst + first * 16, src + first * 16, units))
         done = count * 16
     if n > done:
         rest = n - done
-        point = _launch(q, img["copy1"], min(-(-rest // COPY_BLOCK), sms * COPY1_PER_SM),
+        point = _launch(q, img["copy1"], min(-(-rest // COPY_BLOCK),
+                                             q.owner.sm_count * COPY1_PER_SM),
                         (dst + done, src + done, rest))
     assert point is not None
     return point

@@ -210,9 +210,10 @@ class Device(Submits):
         try:
             setup.timeline_of(self, q.objects, q.timeline, f" {q.number}")
         except BaseException:
-            self.forget(q)
             q.timeline.stopped = True
-            q.objects.free_all()
+            stayed, _ = q.objects.free_all()
+            if stayed is None:  # else the device's stop tries again, keeping memory if it stays
+                self.forget(q)
             raise
         q.timeline.code_loaded()  # its first launch invalidates the SMs' caches
         return q
@@ -365,8 +366,12 @@ class Device(Submits):
     def stop(self) -> None:
         """Free the channels and what the device holds; the GPU can then be opened again.
 
-        Memory returns only if the RM freed the channels: otherwise the GPU may still reach it,
-        and it stays with the process. A second stop does nothing.
+        Every step is tried whatever failed before it (peers' mappings, each queue's channels,
+        a queue's failed stop's included, then the device's; then its memory). Memory returns
+        only if the RM freed every channel: otherwise the GPU may still reach it, and it stays
+        with the process, raising nothing (the GPU may have stopped answering). Raises the
+        first failure of a peer mapping's end, an unmap or a free of memory. A second stop
+        does nothing.
         """
         if not self.health.stop():
             return
@@ -378,12 +383,12 @@ class Device(Submits):
             channels_freed = True
             for q in queues:  # each queue's channels and groups, then the device's
                 q.timeline.stopped = True
-                freed, unmapped = q.objects.free_all()
-                channels_freed, failed = channels_freed and freed, failed or unmapped
-            freed, unmapped = self.objects.free_all()
-            channels_freed, failed = channels_freed and freed, failed or unmapped
+            for objects in [*(q.objects for q in queues), self.objects]:
+                stayed, unmapped = objects.free_all()
+                channels_freed, failed = channels_freed and stayed is None, failed or unmapped
             if channels_freed:
-                failed = failed or self.memory.release()
+                released = self.memory.release()  # tried whatever failed before
+                failed = failed or released
             if failed is not None:
                 raise failed
         finally:

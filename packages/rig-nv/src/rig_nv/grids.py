@@ -4,7 +4,7 @@
 :func:`fill_bank` writes what the kernel then reads from the driver's area of constant bank 0.
 Those words were read off ptxas 13.0's code for sm_90 (tests/cubins/hopper.cu: cluster_probe,
 cluster_swap, grid_sum) and for sm_80/86/89 (grid_sum alone), and match what libcuda wrote on
-the H200 (tests/data/cuda_h200_launches.json); see docs/hopper-launch.md. On
+the H200 (docs/results/cuda-launches-2026-12-01-v2.jsonl); see docs/hopper-launch.md. On
 sm_100 and later ptxas indexes the same words by SR_CgaSize, a layout rig has not measured:
 clusters and cooperative grids are refused there. A cooperative grid's ``grid.sync()`` uses
 the driver's grid workspace (cooperative_groups/details/driver_abi.h: ``{u32 wsSize; u32
@@ -38,16 +38,17 @@ SMS_PER_GPC = 16
 @dataclass(frozen=True)
 class ClusterWords:
     """Where an sm_90 kernel reads its cluster in constant bank 0 (cluster_probe's SASS), and
-    what else CUDA writes there for a cluster launch (tests/data/cuda_h200_launches.json)."""
+    what else CUDA writes there for a cluster launch (docs/results/cuda-launches-2026-12-01-v2
+    .jsonl, held by tests/test_libcuda_launches_cpu.py)."""
 
     shared: int = 0x13C  # u32: a CTA's shared bytes, the 1 KiB reserve in (CUDA's, unread)
     explicit: int = 0x140  # u32 1: %is_explicit_cluster is c[0x140] == 1
     dims: int = 0x144  # 3 x u32: %cluster_nctaid
     reciprocals: int = 0x150  # 3 x f32: 1 / dims; %clusterid = trunc(%ctaid * them)
     clusters: int = 0x15C  # 3 x u32: %nclusterid, the grid in clusters
-    # CUDA's 16 MiB and 0x7fcd_0000_0000 (its local window's high word, 0x7fcc at c[0x24], plus
-    # 4 GiB: where rig too puts the shared window), unread by ptxas's code: taken as the
-    # shared window's stride a CTA (map_shared_rank puts the rank at bit 24) and its base.
+    # CUDA's 16 MiB and its local window (high word at c[0x24]) plus 4 GiB, where rig too puts
+    # the shared window; unread by ptxas's code: taken as the shared window's stride a CTA
+    # (map_shared_rank puts the rank at bit 24) and its base.
     window_stride: int = 0x16C  # u32
     window: int = 0x170  # u64
     ctas: int = 0x188  # u32: %cluster_nctarank, CTAs a cluster
@@ -62,12 +63,13 @@ WORKSPACE_WORDS = {"sm_80": (0x8C, 0x90), "sm_86": (0x8C, 0x90), "sm_89": (0x8C,
                    "sm_90": (0x44, 0x48)}
 WORKSPACE_BYTES = 8
 
-# What libcuda wrote on the H200 (tests/data/cuda_h200_launches.json): every launch arrives
-# at a latch of its own (ARRIVE_AT_LATCH_VALID/ID, ENABLE_PROGRAM_PRE_EXIT); a dependent one
-# also waits on the previous launch's (WAIT_ON_LATCH_VALID/ID, REQUIRE_SCHEDULING_PCAS).
+# What libcuda wrote on the H200 (docs/results/cuda-launches-2026-12-01-v2.jsonl): every
+# launch arrives at a latch of its own (ARRIVE_AT_LATCH_VALID/ID, ENABLE_PROGRAM_PRE_EXIT),
+# ids 0x38 to 0x3f in turn on one stream; a dependent one also waits on the previous
+# launch's (WAIT_ON_LATCH_VALID/ID, REQUIRE_SCHEDULING_PCAS). Why those eight is not seen.
 PDL_MISSING = (
-    "programmatic dependent launch needs latch ids (CUDA gives each launch one: how it "
-    "numbers and recycles them is not public) and a submission that does not wait for the "
+    "programmatic dependent launch needs latch ids (CUDA gives each launch one of eight in "
+    "turn: which ids a channel may use is not public) and a submission that does not wait for the "
     "previous launch, which rig's timeline has not; rig runs each launch after the previous "
     "one completes (QMD fields: clcbc0qmd.h ARRIVE_AT_LATCH_ID, WAIT_ON_LATCH_ID, "
     "ENABLE_PROGRAM_PRE_EXIT)")

@@ -343,9 +343,10 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
                      f"exceed the SM's 65536")
     arch = device.arch
     # The system keeps 1 KiB of every block's shared memory; ptxas counts it in
-    # .nv.shared.<kernel> from sm_90 on (measured on the H200's cubins), not before.
-    reserve = 0 if int(arch[3:].rstrip("af")) >= 90 else 0x400
-    total = k.shared_section_bytes + shared + reserve
+    # .nv.shared.<kernel> from sm_90 on (measured on the H200's cubins), not before. A kernel
+    # with no such section gets it too: libcuda's QMDs on the H200 hold the dynamic bytes plus
+    # 1 KiB for such kernels (docs/results/cuda-launches-2026-12-01-v2.jsonl).
+    total = max(k.shared_section_bytes, k.shared_bytes + occupancy.RESERVED_SHARED) + shared
     if total > qmd.max_shared(arch) + 1024:
         raise Misuse(f"{k.name}: {total - 1024} bytes of shared memory exceed {arch}'s "
                      f"{qmd.max_shared(arch)} per block")
@@ -365,7 +366,7 @@ def prepare(device: Device, fn: Function, grid: Sequence[int], block: Sequence[i
     if options is not grids.PLAIN:
         workspace = device.loader.grid_workspace().gpu if options.cooperative else 0
         grids.fill_bank(bank, arch, g, options,
-                        shared=k.shared_bytes + shared + occupancy.RESERVED_SHARED,
+                        shared=total,
                         window=shared_window, workspace_address=workspace)
     local = (-(-(k.local_bytes + STACK_RESERVE) // 32) * 32) if k.local_bytes else 0
     desc = qmd.encode(device.classes.qmd_version, qmd.Launch(

@@ -217,11 +217,18 @@ class Heap:
 
     def give_back(self, region: Region) -> None:
         """Free ``region`` to the RM at once (no keeping for reuse): for what a failed
-        operation took."""
+        operation took. Where the free fails the region stays the device's, for
+        :meth:`release` to try again."""
         with self._lock:
             a = self._take(region)
-        if a is not None:
+        if a is None:
+            return
+        try:
             self.path.free_memory(a)
+        except BaseException:
+            with self._lock:
+                self._allocs[region.gpu] = (region, a)
+            raise
 
     @property
     def limit(self) -> int:
@@ -374,7 +381,9 @@ class Heap:
 
     def release(self) -> BaseException | None:
         """Give back every region, the reuse cache and the device's own memory (the device's
-        stop, once the RM freed its channels); the first failure, the rest still tried."""
+        stop, once the RM freed its channels), a free that failed tried once more after the
+        others (a path's free goes on from the step that failed); the first failure of a
+        second try, the rest still tried."""
         with self._lock:
             kept = [a for entries in self._cache.values() for _, a, _ in entries]
             self._cache.clear()
@@ -382,10 +391,16 @@ class Heap:
             memory = [*(a for _, a in self._allocs.values()), *self._own, *kept]
             self._allocs.clear()
             self._own.clear()
-        failed: BaseException | None = None
+        failed: list[tuple[Allocation, BaseException]] = []
         for a in memory:  # give back all it can, then say what failed
             try:
                 self.path.free_memory(a)
             except Exception as e:
-                failed = failed or e
-        return failed
+                failed.append((a, e))
+        stayed: BaseException | None = None
+        for a, first in failed:
+            try:
+                self.path.free_memory(a)
+            except Exception:
+                stayed = stayed or first
+        return stayed

@@ -232,6 +232,7 @@ CARVEOUTS = {
 
 QMD_TYPE_GRID_CTA = 2
 QMD_TYPE_GRID_GPC_CGA = 3  # clcbc0qmd.h / clcdc0qmd.h: a grid of clusters, each on one GPC
+CGA_CTA_DISTRIBUTION_MULTI_CAST = 1  # clcbc0qmd.h CGA_CTA_DISTRIBUTION_MODE_MULTI_CAST
 CWD_MEMBAR_L1_SYSMEMBAR = 1
 API_VISIBLE_CALL_LIMIT_NO_CHECK = 1
 
@@ -370,7 +371,7 @@ class Launch:
     """What one launch puts into a QMD."""
 
     program: int
-    grid: tuple[int, int, int]
+    grid: tuple[int, int, int]  # in CTAs; a cluster launch's QMD counts it in clusters
     block: tuple[int, int, int]
     registers: int
     shared_bytes: int  # static + dynamic + the system's reservation, as the SM must provide
@@ -390,13 +391,23 @@ def encode(version: int, launch: Launch) -> bytes:
     q.set("QMD_MINOR_VERSION", 0)
     q.set("API_VISIBLE_CALL_LIMIT", API_VISIBLE_CALL_LIMIT_NO_CHECK)
     q.set("SAMPLER_INDEX", 0)
+    grid: tuple[int, ...] = launch.grid
     if launch.cluster is not None:
         if "GPC_CGA_WIDTH" not in lay.fields:
             raise ValueError(f"QMD V{version} has no clusters (Hopper's V4 on)")
+        if any(g % n for g, n in zip(launch.grid, launch.cluster, strict=True)):
+            raise ValueError(f"grid {launch.grid} is not a whole number of {launch.cluster} "
+                             "clusters")
         q.set("QMD_TYPE", QMD_TYPE_GRID_GPC_CGA)
         for name, n in zip(("GPC_CGA_WIDTH", "GPC_CGA_HEIGHT", "GPC_CGA_DEPTH"), launch.cluster,
                            strict=True):
             q.set(name, n)
+        # libcuda's cluster QMDs on the H200 count the grid in clusters and ask for MULTI_CAST
+        # (docs/results/cuda-launches-2026-12-01-v2.jsonl; docs/hopper-launch.md). A grid in
+        # CTAs launched the cluster's size times too many CTAs there, which faulted. V5 is
+        # taken to count alike (unmeasured: rig_nv.grids refuses clusters on sm_100).
+        grid = tuple(g // n for g, n in zip(launch.grid, launch.cluster, strict=True))
+        q.set("CGA_CTA_DISTRIBUTION_MODE", CGA_CTA_DISTRIBUTION_MULTI_CAST)
     elif "QMD_TYPE" in lay.fields:
         # A V4 QMD left at QMD_TYPE 0 (QUEUE), as Mesa NAK leaves it, runs no grid on the H200.
         q.set("QMD_TYPE", QMD_TYPE_GRID_CTA)
@@ -408,9 +419,9 @@ def encode(version: int, launch: Launch) -> bytes:
                  "INVALIDATE_TEXTURE_DATA_CACHE", "INVALIDATE_SHADER_DATA_CACHE"):
         q.set(name, 1)
     q.set_program(launch.program)
-    q.set("GRID_WIDTH", launch.grid[0])
-    q.set("GRID_HEIGHT", launch.grid[1])
-    q.set("GRID_DEPTH", launch.grid[2])
+    q.set("GRID_WIDTH", grid[0])
+    q.set("GRID_HEIGHT", grid[1])
+    q.set("GRID_DEPTH", grid[2])
     q.set("CTA_THREAD_DIMENSION0", launch.block[0])
     q.set("CTA_THREAD_DIMENSION1", launch.block[1])
     q.set("CTA_THREAD_DIMENSION2", launch.block[2])

@@ -17,7 +17,7 @@ import operator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from rig_edge import Lost, Memory, Misuse, Region, RigError
+from rig_edge import Lost, Memory, Misuse, Region
 from rig_nv import checks, copies, hostmem, setup
 from rig_nv import launch as launching
 from rig_nv.health import Stopped
@@ -247,7 +247,11 @@ class Queue(Submits):
     def stop(self) -> None:
         """Give back the queue's channels once its work is done (its memory stays the
         device's until the device stops). Later submissions raise :class:`RigError`; its
-        points stay waitable, and ``after`` refuses them. A second stop does nothing."""
+        points stay waitable, and ``after`` refuses them. A second stop does nothing.
+
+        Raises the first failure of what stayed, every step still tried. What stays the
+        device's stop tries again, and where a channel stays the device keeps its memory.
+        """
         t = self.timeline
         if t.stopped:
             return
@@ -256,10 +260,9 @@ class Queue(Submits):
         with t.lock:
             t.stopped = True
             t.health = Stopped(self.owner.health, f"{self.owner.facts.name}: queue {self.number}")
-        self.owner.forget(self)
-        freed, failed = self.objects.free_all()
+        stayed, unmapped = self.objects.free_all()
+        if stayed is None:
+            self.owner.forget(self)
+        failed = stayed or unmapped
         if failed is not None:
             raise failed
-        if not freed:
-            raise RigError(f"{self.owner.facts.name}: the RM did not free queue "
-                           f"{self.number}'s channels")

@@ -123,37 +123,47 @@ class Objects:
         self.handles.append(h)
         return h
 
-    def free_all(self) -> tuple[bool, BaseException | None]:
-        """Clear the boost, detach the channels, free every object and unmap the doorbell:
-        (whether the RM freed the channels, the first other failure)."""
-        rm, path = self.path.rm, self.path
-        failed: BaseException | None = None
+    def free_all(self) -> tuple[BaseException | None, OSError | None]:
+        """Clear the boost, detach the channels, free every object and unmap the doorbell,
+        each step tried whatever failed before it: (the first failure of a detach or free
+        that stayed, None once the RM freed them all; the unmap's failure). What stays is
+        kept, so a second call tries it again (a device's stop after its queue's)."""
+        failures: list[BaseException] = []
         if self.boosted:
             # If the RM refuses, it still drops a client's boost when the client goes.
             with contextlib.suppress(RigError):
                 boost(self, PERF_BOOST_CLEAR, 0)
             self.boosted = False
-        freed = True
-        for h in self.attached:
+        for h in list(self.attached):
             try:
-                path.detach_channel(h)
-            except RigError:
-                freed = False
-        for h in reversed(self.handles):
-            try:
-                rm.free(h)
-            except RMError as e:
-                # Freeing a parent frees its children: an already-gone handle is no failure.
-                if e.status not in GONE:
-                    freed = False
-            except RigError:
-                freed = False
+                self.path.detach_channel(h)
+            except RigError as e:
+                failures.append(e)
+            else:
+                self.attached.remove(h)
+        failed = {h: why for h in reversed(self.handles) if (why := self._free(h)) is not None}
+        # Freeing a parent frees its children: a child whose free failed may be gone since.
+        stayed = {h: why for h, why in failed.items() if self._free(h) is not None}
+        self.handles = [h for h in self.handles if h in stayed]
+        failures.extend(stayed.values())
+        unmapped: OSError | None = None
         if self.doorbell is not None:
+            doorbell, self.doorbell = self.doorbell, None
             try:
-                path.unmap_object(self.doorbell)
+                self.path.unmap_object(doorbell)
             except OSError as e:
-                failed = e
-        return freed, failed
+                unmapped = e
+        return failures[0] if failures else None, unmapped
+
+    def _free(self, h: int) -> BaseException | None:
+        """Free RM object ``h``: None once it is gone (freed now or already), else why not."""
+        try:
+            self.path.rm.free(h)
+        except RMError as e:
+            return None if e.status in GONE else e
+        except RigError as e:
+            return e
+        return None
 
 
 def build(d: Device) -> None:

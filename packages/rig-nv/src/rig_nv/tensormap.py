@@ -46,15 +46,15 @@ _SPAN = (0, 32, 64, 128, 128, 128, 128)  # bytes a swizzle pattern's row spans
 # What the map says the destination's shared memory must be aligned to (bytes 72-75): one
 # whole swizzle pattern (8 rows of its span), 16 bytes with none.
 _SMEM_ALIGN = (16, 256, 512, 1024)
-# The most bytes one load may bring: 227 KiB, an sm_90 block's shared memory (round 1 of the
-# probe: every map under 228480 bytes encoded, none over 234000).
-MAX_BOX_BYTES = 232448
+# The most bytes one load may bring: 228 KiB, an H100/H200 SM's shared memory (H200 probe
+# round 2, 2026-12-01: boxbytes encoded 233472 bytes in many shapes, refused 233712 and up).
+MAX_BOX_BYTES = 233472
 _CORNER_BITS = {3: 16, 4: 8, 5: 5}  # im2col corner offsets' width by rank (cuda.h's ranges)
 
 # (name, first bit, width, meaning): the fields of the 128 bytes, as docs/tensor-maps.md has
 # them. Bits no encoded map ever set are listed in that document.
 FIELDS: tuple[tuple[str, int, int, str], ...] = (
-    ("address", 0, 64, "global address, as given"),
+    ("address", 0, 57, "global address, as given (under 2^57)"),
     ("im2col", 64, 1, "1 for im2col maps"),
     ("rank_minus_1", 68, 3, "rank - 1"),
     ("format", 71, 4, "element format (_FORMAT)"),
@@ -126,22 +126,26 @@ def _address(base: Region | int, dims: Sequence[int], strides: Sequence[int],
             raise TensorMapError("region", f"the tensor spans {end} bytes, its region "
                                  f"{base.length}")
         return base.gpu
-    addr = _ints("address", [base])[0]
-    if not 0 <= addr < 1 << 64:
-        raise TensorMapError("address", f"address {addr:#x} is no 64-bit address")
-    return addr
+    return _ints("address", [base])[0]
 
 
 def _common(base: Region | int, dtype: Any, shape: Sequence[int], strides: Sequence[int],
             estrides: Sequence[int] | None, interleave: str, swizzle: str, l2: str, oob: str,
             ranks: range) -> dict[str, Any]:
-    """The checks cuTensorMapEncodeTiled and ...Im2col share, and the fields they give."""
+    """The checks cuTensorMapEncodeTiled and ...Im2col share, and the fields they give.
+
+    Each rule names its source: "cuda.h" for the calls' documented requirements (the CUDA
+    driver API's cuTensorMapEncodeTiled / ...Im2col), "round 1" (2026-12-01 21:08) and
+    "round 2" (H200 probe round 2, 2026-12-01) for what only the driver's answers show."""
     code, elem = dtype_of(dtype)
+    # cuda.h lists the packed types 13-15; the H200's driver refuses them whatever else is
+    # given (rounds 1 and 2: dtype, dtype-im2col, dtype-swizzle).
     if code >= 13:
         raise TensorMapError("dtype", f"{dtype!r}: the H200's driver encodes no packed 4- "
                              "or 6-bit type")
     il = _enum("interleave", INTERLEAVES, interleave)
     swz = _enum("swizzle", SWIZZLES, swizzle)
+    # cuda.h lists the 128B atom modes; the H200's driver refuses them (rounds 1 and 2).
     if swz > 3:
         raise TensorMapError("swizzle", f"swizzle {swizzle!r}: the H200's driver encodes only "
                              "none, 32b, 64b and 128b")
@@ -149,6 +153,7 @@ def _common(base: Region | int, dtype: Any, shape: Sequence[int], strides: Seque
     fill = _enum("oob", OOB_FILLS, oob)
     dims = _ints("shape", shape)
     rank = len(dims)
+    # cuda.h: rank 1-5 (im2col 3-5), and 3 or more with interleave.
     if rank not in ranks:
         raise TensorMapError("rank", f"rank {rank} is not {ranks.start}-{ranks.stop - 1}")
     if il and rank < 3:
@@ -160,6 +165,9 @@ def _common(base: Region | int, dtype: Any, shape: Sequence[int], strides: Seque
     if len(es) != rank:
         raise TensorMapError("element_strides", f"{rank} dims need {rank} element strides, "
                              f"not {len(es)}")
+    # cuda.h: dims 1 to 2^32; strides multiples of 16 (of 32 with interleave 32B) under
+    # 2^40; element strides 1-8 (round 2: dim-edge, stride-edge, estride agree). Strides
+    # need not cover the dim below nor grow (round 2: stride-order encodes).
     for d in dims:
         if not 1 <= d <= 1 << 32:
             raise TensorMapError("shape", f"dims must be 1 to 2^32, not {d}")
@@ -172,10 +180,14 @@ def _common(base: Region | int, dtype: Any, shape: Sequence[int], strides: Seque
         if not 1 <= e <= 8:
             raise TensorMapError("element_strides", f"element strides must be 1 to 8, not {e}")
     addr = _address(base, dims, st, elem)
+    # Hopper's virtual addresses are 57 bits: the driver encodes 0 to 2^57 - 16 and refuses
+    # every address from 2^57 up (H200 probe round 2, 2026-12-01: addr-edge).
+    if not 0 <= addr < 1 << 57:
+        raise TensorMapError("address", f"address {addr:#x} is past 57 bits")
+    # cuda.h: 16-byte aligned, 32 with interleave 32B.
     if addr % align:
         raise TensorMapError("address", f"address {addr:#x} is not {align}-byte aligned")
-    if il == 2 and swz == 3:
-        raise TensorMapError("swizzle", "interleave 32b takes no 128b swizzle")
+    # cuda.h: NaN fill for floating-point dtypes only.
     if fill and code not in _FLOATS:
         raise TensorMapError("oob", f"NaN fill needs a floating-point dtype, not {dtype!r}")
     return {"code": code, "elem": elem, "il": il, "swz": swz, "l2": l2p, "fill": fill,
@@ -183,7 +195,12 @@ def _common(base: Region | int, dtype: Any, shape: Sequence[int], strides: Seque
 
 
 def _inner(c: dict[str, Any], n: int, what: str) -> None:
-    """The rules on the inner box dimension: bytes a multiple of 16 and within the span."""
+    """The rules on the inner box dimension: bytes a multiple of 16 and within the span.
+
+    cuda.h asks both with no interleave; the driver asks a multiple of 16 with interleave
+    too (round 1). cuda.h asks swizzle 32B of interleave 32B, but the driver encodes every
+    swizzle 0-3 with either interleave, of any inner width (round 2: interleave,
+    interleave-im2col, il32swz)."""
     nbytes = n * c["elem"]
     if nbytes % 16:
         raise TensorMapError("inner", f"{what} {n} x {c['elem']} bytes is not a multiple of 16")
@@ -194,6 +211,7 @@ def _inner(c: dict[str, Any], n: int, what: str) -> None:
 
 
 def _load_bytes(n: int) -> int:
+    """Bytes one load brings, within the limit (round 2: boxbytes, MAX_BOX_BYTES)."""
     if n > MAX_BOX_BYTES:
         raise TensorMapError("box", f"a load of {n} bytes exceeds {MAX_BOX_BYTES}")
     return n
@@ -236,7 +254,9 @@ def tensor_map(base: Region | int, dtype: Any, shape: Sequence[int], strides: Se
         if not 1 <= b <= 256:
             raise TensorMapError("box", f"box sizes must be 1 to 256, not {b}")
     _inner(c, bx[0], "box[0]")
-    # The load's bytes count floor(box / element stride) elements a dim (the driver's maps).
+    # The load's bytes count floor(box / element stride) elements a dim, 0 where the box is
+    # under the stride: the driver's maps hold this, and its limit counts it too (round 2:
+    # box-under-estride*, and some 600 maps encoded whose ceil count is over the limit).
     load = c["elem"]
     for b, e in zip(bx, c["estrides"], strict=True):
         load *= b // e
@@ -263,6 +283,8 @@ def tensor_map_im2col(base: Region | int, dtype: Any, shape: Sequence[int],
     rank = len(c["dims"])
     lo, up = _ints("lower", lower), _ints("upper", upper)
     bits = _CORNER_BITS[rank]
+    # cuda.h: corner offsets in 16, 8 or 5 signed bits by rank; channels 1-256, pixels
+    # 1-1024. Neither is held to dim 0 or the box (round 2: channels-vs-dim0, pixels-vs-box).
     for name, xs in (("lower", lo), ("upper", up)):
         if len(xs) != rank - 2:
             raise TensorMapError("corner", f"rank {rank} needs {rank - 2} {name} offsets, "
@@ -271,13 +293,17 @@ def tensor_map_im2col(base: Region | int, dtype: Any, shape: Sequence[int],
             if not -(1 << (bits - 1)) <= v < 1 << (bits - 1):
                 raise TensorMapError("corner", f"{name} offset {v} is not within "
                                      f"[{-(1 << (bits - 1))}, {(1 << (bits - 1)) - 1}]")
-    # Each spatial dim's box, dim - lower + upper, must not be empty. The driver counts the
-    # dim as a signed 32-bit number (dims of 2^31 and up make it empty), and with interleave
-    # pairs offset i with dim i, not i + 1 (round 1 of the probe: no other pairing fits).
+    # Each spatial dim's box must not be empty: dim + upper > lower, as the driver computes
+    # it, dim + upper wrapped to a signed 32-bit number, then compared (H200 probe round 2,
+    # 2026-12-01, area-dim-edge: with lower 0, upper -1 a dim of 2^31 encodes; with lower 1,
+    # upper 0 it is refused; 2^32 - 1 encodes with lower -2, upper 2). With interleave offset
+    # i pairs with dim i, not i + 1 (round 1; round 2's area-dim-edge agrees).
     first = 0 if c["il"] else 1
     for d, a, b in zip(c["dims"][first:], lo, up, strict=False):
-        if (d + (1 << 31)) % (1 << 32) - (1 << 31) - a + b <= 0:
-            raise TensorMapError("corner", f"the bounding box ({d} - {a} + {b}) is empty")
+        far = (d + b + (1 << 31)) % (1 << 32) - (1 << 31)
+        if far <= a:
+            raise TensorMapError("corner", f"the bounding box is empty: dim {d} + upper {b} "
+                                 f"is {far} as a signed 32-bit number, not past lower {a}")
     ch, px = _ints("channels", [channels])[0], _ints("pixels", [pixels])[0]
     if not 1 <= ch <= 256:
         raise TensorMapError("channels", f"channels per pixel must be 1 to 256, not {ch}")

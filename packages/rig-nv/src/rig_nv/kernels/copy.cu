@@ -3,32 +3,31 @@
 // launches on; the cubins ship in the package. Each takes (dst, src, count): 16-byte units for
 // copy16, bytes for copy1.
 //
-// copy16: each block of COPY16_THREADS threads copies a contiguous chunk of COPY16_LOADS x 256
-// units per turn, all COPY16_LOADS 16-byte loads of a thread in flight before its stores, and
-// walks the grid over the buffer (rig launches 16 blocks per SM, rig_nv.copies). That shape
-// ("ch8 16/SM") ran at 1978 GB/s on an H200's clock against the previous grid-stride copy16's
-// 1914 and cuMemcpyDtoD's 2045 (scripts/copy_variants/run2.py, 256 MiB,
-// docs/results/d2d-wait-2026-11-30.txt): measured by that probe, not yet by the bench.
+// copy16: one block of COPY16_THREADS threads a chunk of COPY16_LOADS x 256 units, every load
+// of a thread in flight before its stores, and no loop: rig launches one block a chunk
+// (rig_nv.copies.copy16_launches), several launches where a grid would pass 2^31-1 blocks.
+// That shape ("flat4") ran at 2018 GB/s on an H200's clock for 256 MiB and 2056 for 1 GiB,
+// against 1934 / 1954 for the looped copy16 it replaced (16 blocks an SM, 8 loads a thread)
+// and cuMemcpyDtoD's 2045 at 256 MiB (scripts/copy_variants/run3.py,
+// docs/results/copy-variants-2026-12-01.txt). Its code is variants3.cu's flat4.
 
 #define COPY16_THREADS 256
-#define COPY16_LOADS 8
+#define COPY16_LOADS 4
 
 extern "C" __global__ void __launch_bounds__(COPY16_THREADS)
 copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, unsigned long long count) {
-    const unsigned long long chunk = (unsigned long long)COPY16_THREADS * COPY16_LOADS;
-    for (unsigned long long base = (unsigned long long)blockIdx.x * chunk; base < count;
-         base += (unsigned long long)gridDim.x * chunk) {
-        uint4 v[COPY16_LOADS];
+    const unsigned long long base =
+        (unsigned long long)blockIdx.x * (COPY16_THREADS * COPY16_LOADS);
+    uint4 v[COPY16_LOADS];
 #pragma unroll
-        for (int k = 0; k < COPY16_LOADS; k++) {
-            unsigned long long i = base + k * COPY16_THREADS + threadIdx.x;
-            if (i < count) v[k] = src[i];
-        }
+    for (int k = 0; k < COPY16_LOADS; k++) {
+        unsigned long long i = base + k * COPY16_THREADS + threadIdx.x;
+        if (i < count) v[k] = __ldg(src + i);
+    }
 #pragma unroll
-        for (int k = 0; k < COPY16_LOADS; k++) {
-            unsigned long long i = base + k * COPY16_THREADS + threadIdx.x;
-            if (i < count) dst[i] = v[k];
-        }
+    for (int k = 0; k < COPY16_LOADS; k++) {
+        unsigned long long i = base + k * COPY16_THREADS + threadIdx.x;
+        if (i < count) dst[i] = v[k];
     }
 }
 
