@@ -244,4 +244,9 @@ def test_freed_device_memory_is_reused_and_trimmed(device: Device) -> None:
     device.trim()
     c = device.alloc(8 << 30, Memory.DEVICE)
     assert c
-    device.free(c)  # too large to keep: back to the RM at once
+    device.free(c)  # within cache_limit (a quarter of the budget): kept, as CuPy's pool does
+    assert [a.gpu for a in device.memory.kept()] == [c.gpu]
+    before = rig_nv_nvidia.usage(0).memory_free
+    device.cache_limit = 4 << 30  # below it: given back to the RM at once
+    assert device.memory.kept() == []
+    assert rig_nv_nvidia.usage(0).memory_free - before >= (8 << 30) - (64 << 20)

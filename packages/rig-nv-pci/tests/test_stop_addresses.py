@@ -37,7 +37,6 @@ import rig_nv_pci
 from rig_edge import Memory, Region
 from rig_nv import Device
 from rig_nv.hostmem import view
-from rig_nv.memory import CACHE_LARGEST
 from rig_nv_pci import held
 from rig_nv_pci.boot.stop import StopError
 from rig_nv_pci.path import addresses
@@ -88,9 +87,9 @@ def test_a_stop_gives_back_every_address_and_the_next_open_takes_the_same_ones(
 def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
     ga102: Opened,
 ) -> None:
-    """A Pinned or Mapped region's free, and a Device region's past the device's cache
-    (over rig_nv.device.CACHE_LARGEST), give its addresses back at once, reserved again; a
-    Device region up to CACHE_LARGEST is kept by the device for the next allocation of its
+    """A Pinned or Mapped region's free, and a Device region's larger than the device's
+    cache keeps (Device.cache_limit), give its addresses back at once, reserved again; a
+    Device region within the limit is kept by the device for the next allocation of its
     size (rig_nv's Device.free) and its addresses come back with Device.trim (or the stop),
     not before."""
     d = ga102.open()
@@ -104,7 +103,8 @@ def test_a_region_freed_before_the_stop_gives_its_addresses_back_at_once(
                 assert not is_free(r.gpu, size)
                 d.free(r)
                 assert addresses.PROCESS.free == took and inaccessible(r.gpu, r.gpu + size)
-        large = d.alloc(CACHE_LARGEST + (2 << 20), Memory.DEVICE)
+        d.cache_limit = 4 << 20
+        large = d.alloc(8 << 20, Memory.DEVICE)
         assert large is not None and not is_free(large.gpu, large.length)
         d.free(large)
         assert addresses.PROCESS.free == took

@@ -231,6 +231,13 @@ def _region(kind: Memory, n: int) -> Callable[[Any, WalkPath], Any]:
     return lambda d, path: d.alloc(n, kind)
 
 
+def _uncached(d: Any, path: WalkPath) -> Any:
+    """A 128 MiB Device region on a device that keeps nothing for reuse (its free is the
+    RM's)."""
+    d.cache_limit = 0
+    return d.alloc(128 << 20, Memory.DEVICE)
+
+
 def _queues(d: Any, path: WalkPath) -> Any:
     """Two queues beside the device's own, one with work done and memory of its own."""
     first, second = d.queue(), d.queue()
@@ -265,7 +272,7 @@ WALKS: dict[str, Walk] = {
                    lambda d, path, r: d.upload(r, bytes(r.length)).wait()),
     "download": Walk(_region(Memory.DEVICE, 1 << 20), lambda d, path, r: d.download(r)),
     "free-pinned": Walk(_region(Memory.PINNED, 4096), lambda d, path, r: d.free(r)),
-    "free-device-128m": Walk(_region(Memory.DEVICE, 128 << 20), lambda d, path, r: d.free(r)),
+    "free-device-128m": Walk(_uncached, lambda d, path, r: d.free(r)),
     "trim": Walk(_cached, lambda d, path, s: d.trim()),
 }
 

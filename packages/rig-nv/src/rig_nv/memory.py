@@ -6,20 +6,23 @@ Rules: every table here is guarded by this part's own lock, and no other lock is
 it is held. A freed region is handed out again, by the reuse cache or to the path, only once
 every queue has passed the values that were current at the free (``progress``:
 :class:`Progress`); a free to the path waits for that. Memory whose bus addresses another
-device was given (``Allocation.held``) never goes to another allocation. What this part holds
-at the device's stop is given back by :meth:`Heap.release` only if the RM freed the channels.
+device was given (``Allocation.held``) never goes to another allocation. The cache keeps
+blocks of any size, up to :attr:`Heap.limit` bytes in all; those of one size leave oldest
+first. What this part holds at the device's stop is given back by :meth:`Heap.release` only
+if the RM freed the channels.
 """
 
 from __future__ import annotations
 
 import contextlib
 import threading
+from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rig_edge import Lost, Memory, Misuse, Refusal, Region, RigError
 from rig_nv import checks
 from rig_nv.hostmem import round_up
-from rig_nv.rm import HUGE_PAGE, SMALL_PAGE, Allocation
+from rig_nv.rm import SMALL_PAGE, Allocation
 
 if TYPE_CHECKING:
     from cffi import FFI
@@ -27,10 +30,10 @@ if TYPE_CHECKING:
     from rig_nv.health import Health
     from rig_nv.rm import Path
 
-CACHE_LARGEST = 64 << 20  # Device allocations up to this size are kept for reuse on free
-CACHE_BYTES = 1 << 30  # and at most this much in all
+CACHE_BYTES = 1 << 30  # freed Device memory kept for reuse, in all, until the device's build
 STAGING = 32 << 20  # pinned staging for copies through the host (rig_nv.copies)
 _new = object.__new__
+_DEVICE = Memory.DEVICE
 
 
 class Progress(Protocol):
@@ -54,10 +57,14 @@ class Heap:
         self.health = health
         self.progress: Progress | None = None  # set once the timeline exists
         self._lock = threading.Lock()
-        self._allocs: dict[Region, Allocation] = {}
+        # The live regions by GPU address (unique in the device's address space; an int's hash
+        # is C's, a Region's Python's): address -> (region, memory).
+        self._allocs: dict[int, tuple[Region, Allocation]] = {}
         self._own: list[Allocation] = []  # the device's own memory
-        self._cache: dict[int, list[tuple[Any, Allocation]]] = {}  # length -> (mark, memory)
+        # The reuse cache: length in small pages -> (mark, memory, region), oldest first.
+        self._cache: dict[int, deque[tuple[Any, Allocation, Region]]] = {}
         self._cached_bytes = 0
+        self._limit = CACHE_BYTES
         self._staging: Allocation | None = None
         self._peer_in: dict[Region, Heap] = {}  # others' regions mapped here (peers.py)
         self._peer_out: dict[Region, set[Heap]] = {}  # regions of this device mapped there
@@ -97,24 +104,31 @@ class Heap:
                 raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
             if n <= 0:
                 raise Misuse(f"an allocation's size must be positive, not {n}")
-        health = self.health
-        if kind is Memory.DEVICE and n <= CACHE_LARGEST:
-            # The common case of a caching allocator: memory of this size freed earlier, the
-            # GPU past every value current at its free.
-            page = HUGE_PAGE if n >= HUGE_PAGE else SMALL_PAGE
-            if not health.ok:
-                health.check()
+        if kind is _DEVICE and self.health.ok:
+            # The common case of a caching allocator: a block of this size freed earlier, the
+            # GPU past every value current at its free. Blocks of a size leave in the order
+            # they came (marks only grow), so only the oldest needs asking.
             progress = self.progress
-            with self._lock:
-                kept = self._cache.get((n + page - 1) // page * page)
-                if kept and progress is not None and progress.passed(kept[0][0]):
-                    a = kept.pop(0)[1]
-                    self._cached_bytes -= a.length
-                    region = _new(Region)  # Region(a.gpu, a.host, n, kind), n checked above
-                    region.__dict__.update(gpu=a.gpu, host=a.host, length=n, kind=kind)
-                    self._allocs[region] = a
-                    return region
-        health.check()
+            lock = self._lock
+            lock.acquire()  # not `with`: on this path its protocol costs as much as the rest
+            try:
+                # The cache's key: the length in small pages, which the path rounded the
+                # block up to at least (rm.page_rounded), so any length of that key fits.
+                kept = self._cache.get((n + SMALL_PAGE - 1) // SMALL_PAGE)
+                if kept:
+                    mark, a, region = kept[0]
+                    if not mark or (progress is not None and progress.passed(mark)):
+                        kept.popleft()
+                        self._cached_bytes -= a.length
+                        if region.length != n:
+                            host = region.host  # Region(a.gpu, host, n, kind), n checked
+                            region = _new(Region)
+                            region.__dict__.update(gpu=a.gpu, host=host, length=n, kind=kind)
+                        self._allocs[a.gpu] = (region, a)
+                        return region
+            finally:
+                lock.release()
+        self.health.check()
         got = self.path.alloc_memory(n, kind, contiguous=False)
         if got is None:
             self.trim()  # what the cache holds may be what the RM lacks
@@ -123,45 +137,81 @@ class Heap:
                 return None
         region = Region(got.gpu, got.host, n, kind)
         with self._lock:
-            self._allocs[region] = got
+            self._allocs[region.gpu] = (region, got)
         return region
 
-    def free(self, region: Region) -> None:
-        """As :meth:`rig_nv.Device.free`, for a region that is no peer mapping here."""
-        with self._lock:
-            mappers = self._peer_out.get(region)
-            names = sorted(m.name for m in mappers) if mappers else []
-        if names:
-            raise Misuse(f"{region} of {self.name} is mapped into {', '.join(names)}: free "
-                         "those mappings (their free of it) first")
+    def free(self, region: Region) -> bool:
+        """As :meth:`rig_nv.Device.free`; False, having done nothing, for a peer's region
+        mapped here (:func:`rig_nv.peers.unmap_peer` frees those)."""
         progress = self.progress
         mark = progress.now() if progress is not None else None
-        with self._lock:
-            a = self._allocs.pop(region, None)
-            if a is None:
-                raise Misuse(f"{region} is not a live region of {self.name} (freed, "
-                             "or another device's)")
+        lock = self._lock
+        lock.acquire()  # as alloc's
+        try:
+            if self._peer_in or self._peer_out:  # peer mappings, rare: peers.py
+                if region in self._peer_in:
+                    return False
+                mappers = self._peer_out.get(region)
+                if mappers:
+                    raise Misuse(f"{region} of {self.name} is mapped into "
+                                 f"{', '.join(sorted(m.name for m in mappers))}: free those "
+                                 "mappings (their free of it) first")
+            entry = self._allocs.get(region.gpu)
+            if entry is not None and entry[0] is region:  # the very region alloc gave
+                del self._allocs[region.gpu]
+                a = entry[1]
+            else:
+                got = self._take(region)
+                if got is None:
+                    raise Misuse(f"{region} is not a live region of {self.name} (freed, "
+                                 "or another device's)")
+                a = got
             # Memory whose bus addresses another device was given (held) must never go to
             # another allocation: the path keeps it for the process.
-            if (a.kind is Memory.DEVICE and a.length <= CACHE_LARGEST and not a.held
-                    and self._cached_bytes + a.length <= CACHE_BYTES
-                    and not self.health.stopped and mark is not None):
-                self._cache.setdefault(a.length, []).append((mark, a))
+            if (a.kind is _DEVICE and not a.held and mark is not None
+                    and self._cached_bytes + a.length <= self._limit
+                    and not self.health.stopped):
+                key = (region.length + SMALL_PAGE - 1) // SMALL_PAGE  # as alloc's
+                kept = self._cache.get(key)
+                if kept is None:
+                    kept = self._cache[key] = deque()
+                kept.append((mark, a, region))
                 self._cached_bytes += a.length
-                return
+                return True
+        finally:
+            lock.release()
         try:
             self._settle(mark)
             self.path.free_memory(a)
         except BaseException:
             with self._lock:  # still the device's: release() gives it back
-                self._allocs[region] = a
+                self._allocs[region.gpu] = (region, a)
             raise
+        return True
+
+    def _take(self, region: Region) -> Allocation | None:
+        """Forget the live ``region`` (under the lock): its memory, or None if it is none."""
+        entry = self._allocs.pop(region.gpu, None)
+        if entry is None:
+            return None
+        if entry[0] is not region and entry[0] != region:  # another region at that address
+            self._allocs[region.gpu] = entry
+            return None
+        return entry[1]
+
+    def _live(self, region: Region) -> Allocation | None:
+        """The memory of the live ``region``, else None (no lock: a dict's lookup is
+        atomic)."""
+        entry = self._allocs.get(region.gpu)
+        if entry is None or (entry[0] is not region and entry[0] != region):
+            return None
+        return entry[1]
 
     def _settle(self, mark: Any) -> None:
         """Wait until every queue has passed ``mark``, before memory goes back to the path
         (which may hand it out again); a lost device's work ended with its channels."""
         progress = self.progress
-        if progress is not None and mark is not None and not progress.passed(mark):
+        if progress is not None and mark and not progress.passed(mark):
             with contextlib.suppress(Lost):
                 progress.wait(mark)
 
@@ -170,32 +220,48 @@ class Heap:
         operation took. Where the free fails the region stays the device's, for
         :meth:`release` to try again."""
         with self._lock:
-            a = self._allocs.pop(region, None)
+            a = self._take(region)
         if a is None:
             return
         try:
             self.path.free_memory(a)
         except BaseException:
             with self._lock:
-                self._allocs[region] = a
+                self._allocs[region.gpu] = (region, a)
             raise
 
-    def trim(self) -> None:
-        """Give the RM back the Device memory :meth:`free` kept for reuse."""
+    @property
+    def limit(self) -> int:
+        """The most bytes of freed Device memory :meth:`free` keeps for reuse."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, n: int) -> None:
+        n = checks.whole("the reuse cache's limit", n)
+        if n < 0:
+            raise Misuse(f"the reuse cache's limit must be 0 or more bytes, not {n}")
         with self._lock:
-            kept = [(length, entry) for length, entries in self._cache.items()
-                    for entry in entries]
+            self._limit = n
+            over = self._cached_bytes > n
+        if over:
+            self.trim()
+
+    def trim(self) -> None:
+        """Give the RM back the Device memory :meth:`free` kept for reuse, each block once
+        every queue passed its free."""
+        with self._lock:
+            kept = [(key, entry) for key, entries in self._cache.items() for entry in entries]
             self._cache.clear()
             self._cached_bytes = 0
-        for i, (_, (mark, a)) in enumerate(kept):
+        for i, (_, (mark, a, _)) in enumerate(kept):
             try:
                 self._settle(mark)
                 self.path.free_memory(a)
             except BaseException:
                 with self._lock:  # what was not given back stays kept, for release()
-                    for length, entry in kept[i:]:
-                        self._cache.setdefault(length, []).append(entry)
-                        self._cached_bytes += length
+                    for key, entry in kept[i:]:
+                        self._cache.setdefault(key, deque()).append(entry)
+                        self._cached_bytes += entry[1].length
                 raise
 
     def map_host(self, buffer: Any) -> Region | Refusal:
@@ -215,7 +281,7 @@ class Heap:
             return a
         region = Region(a.gpu + (address - base), address, length, Memory.PINNED)
         with self._lock:
-            self._allocs[region] = a
+            self._allocs[region.gpu] = (region, a)
         return region
 
     # ---- what is live ----------------------------------------------------------------------
@@ -223,29 +289,29 @@ class Heap:
     def holds(self, region: Region) -> bool:
         """Whether ``region`` is one this device made and has not freed (no lock: a dict's
         lookup is atomic)."""
-        return region in self._allocs
+        return self._live(region) is not None
 
     def contains(self, region: Region) -> bool:
         """Whether ``region`` is, or lies inside, a live region (at the same host address)."""
         with self._lock:
-            if region in self._allocs:
+            if self._live(region) is not None:
                 return True
             return any(r.kind is region.kind and r.gpu <= region.gpu
                        and region.gpu + region.length <= r.gpu + r.length
                        and region.host == (None if r.host is None
                                            else r.host + region.gpu - r.gpu)
-                       for r in self._allocs)
+                       for r, _ in self._allocs.values())
 
     def allocation(self, region: Region) -> Allocation | None:
         """The memory of ``region``, a live region this device made (not a peer's mapped
         here), else ``None``."""
         with self._lock:
-            return None if region in self._peer_in else self._allocs.get(region)
+            return None if region in self._peer_in else self._live(region)
 
     def regions(self) -> dict[Region, Allocation]:
         """A copy of the live regions and their memory (peers' mapped here included)."""
         with self._lock:
-            return dict(self._allocs)
+            return dict(self._allocs.values())
 
     def owned(self) -> list[Allocation]:
         """The device's own memory (a copy)."""
@@ -255,19 +321,15 @@ class Heap:
     def kept(self) -> list[Allocation]:
         """The memory the reuse cache holds (a copy)."""
         with self._lock:
-            return [a for entries in self._cache.values() for _, a in entries]
+            return [a for entries in self._cache.values() for _, a, _ in entries]
 
     # ---- peer records (rig_nv.peers) -------------------------------------------------------
-
-    def is_peer(self, region: Region) -> bool:
-        """Whether ``region`` is another device's, mapped here (no lock, as :meth:`holds`)."""
-        return bool(self._peer_in) and region in self._peer_in
 
     def lend(self, region: Region, a: Allocation, mapper: Heap) -> bool:
         """Record that ``mapper`` maps ``region`` (whose memory is ``a``), if it is still live
         and the device not stopped; whether it was."""
         with self._lock:
-            alive = not self.health.stopped and self._allocs.get(region) is a
+            alive = not self.health.stopped and self._live(region) is a
             if alive:
                 self._peer_out.setdefault(region, set()).add(mapper)
             return alive
@@ -284,9 +346,9 @@ class Heap:
     def borrow(self, region: Region, p: Allocation, owner: Heap) -> bool:
         """Record ``region`` of ``owner`` as mapped here (``p``); False if it is already."""
         with self._lock:
-            if region in self._peer_in:
+            if region in self._peer_in or region.gpu in self._allocs:
                 return False
-            self._allocs[region] = p
+            self._allocs[region.gpu] = (region, p)
             self._peer_in[region] = owner
             return True
 
@@ -298,7 +360,7 @@ class Heap:
         """Forget the mapping of another device's ``region`` here: (its owner, the mapping)."""
         with self._lock:
             owner = self._peer_in.pop(region, None)
-            p = self._allocs.pop(region, None)
+            p = self._take(region) if owner is not None else None
         return None if owner is None or p is None else (owner, p)
 
     def peers_in(self) -> dict[Region, Heap]:
@@ -323,10 +385,10 @@ class Heap:
         others (a path's free goes on from the step that failed); the first failure of a
         second try, the rest still tried."""
         with self._lock:
-            kept = [a for entries in self._cache.values() for _, a in entries]
+            kept = [a for entries in self._cache.values() for _, a, _ in entries]
             self._cache.clear()
             self._cached_bytes = 0
-            memory = [*self._allocs.values(), *self._own, *kept]
+            memory = [*(a for _, a in self._allocs.values()), *self._own, *kept]
             self._allocs.clear()
             self._own.clear()
         failed: list[tuple[Allocation, BaseException]] = []
