@@ -40,7 +40,7 @@ def main() -> None:
         # The GPU fuses a*x + y into one rounding (nvcc's FMA), numpy rounds twice.
         assert np.allclose(ys, 5 * xs + 1, rtol=1e-6)
         step.free()
-        print(f"saxpy: one step submitted twice with a new a on {d.facts.name}; y checked")
+        print(f"saxpy_step: one step submitted twice with a new a on {d.facts.name}; y checked")
 
 
 if __name__ == "__main__":
