@@ -82,6 +82,25 @@ def saxpy_chain(q: Submits, img: Image, x: Region, y: Region, n: int,
     return p
 
 
+def vadd(q: Submits, img: Image, a: Region, b: Region, c: Region, n: int) -> Point:
+    """c = a + b on ``q``."""
+    return q.launch(img["vadd"], ((n + BLOCK - 1) // BLOCK,), (BLOCK,), (a, b, c, n))
+
+
+def two_queues(device: Device, n: int) -> tuple[tuple[Queue, Queue],
+                                                tuple[np.ndarray, np.ndarray, np.ndarray],
+                                                tuple[Region, Region, Region, Region]]:
+    """Queues A and B; fresh x, y (in memory through A) and b (through B), and memory for
+    B's output; every upload done."""
+    qa, qb = device.queue(), device.queue()
+    x, y, b = whole(n), whole(n), whole(n)
+    rx, ry, rb, out = (alloc(device, 4 * n) for _ in range(4))
+    qa.upload(rx, x)
+    qa.upload(ry, y).wait()
+    qb.upload(rb, b).wait()
+    return (qa, qb), (x, y, b), (rx, ry, rb, out)
+
+
 # ---- 1. work of one queue runs in order --------------------------------------------------
 
 
@@ -110,7 +129,7 @@ def test_each_queues_work_runs_in_its_order_and_two_queues_are_both_right(
     for i, q in enumerate(queues):
         rx, ry, rz, rw, pinned = mem[i]
         points[i].append(q.copy(rz, ry, engine="copy"))
-        points[i].append(q.launch(img["vadd"], grid, (BLOCK,), (rz, rx, rw, n)))
+        points[i].append(vadd(q, img, rz, rx, rw, n))
         points[i].append(q.copy(pinned, rw, engine="copy"))
     for q, (x, y), m, ps in zip(queues, data, mem, points, strict=True):
         assert [p.value for p in ps] == sorted(p.value for p in ps)
@@ -131,17 +150,12 @@ def test_after_holds_a_queue_on_the_gpu_until_the_other_queues_point(device: Dev
     while A spins (its acquire holds it on the GPU); once the spin ends, a wait for B alone
     gives A's y + fresh b, exactly."""
     img = kernels(device)
-    qa, qb = device.queue(), device.queue()
     n = 1 << 20
-    x, y, b = whole(n), whole(n), whole(n)
-    rx, ry, rb, out = (alloc(device, 4 * n) for _ in range(4))
-    qa.upload(rx, x)
-    qa.upload(ry, y)
-    qb.upload(rb, b).wait()
+    (qa, qb), (x, y, b), (rx, ry, rb, out) = two_queues(device, n)
     with spinning(device, qa) as (spin, release):
         pa = saxpy_chain(qa, img, rx, ry, n, 8)
         qb.after(pa)
-        pb = qb.launch(img["vadd"], ((n + BLOCK - 1) // BLOCK,), (BLOCK,), (ry, rb, out, n))
+        pb = vadd(qb, img, ry, rb, out, n)
         time.sleep(0.2)
         held = (spin.signaled, pa.signaled, pb.signaled)
         release()
@@ -157,17 +171,12 @@ def test_after_orders_a_kernel_behind_a_long_kernel_of_another_queue(device: Dev
     y. Submitted back to back, then a wait for B only: B sees all 64 of A's sums. (Without
     the acquire B would start while A's chain runs and read y some launches short.)"""
     img = kernels(device)
-    qa, qb = device.queue(), device.queue()
     n = 1 << 26
-    x, y, b = whole(n), whole(n), whole(n)
-    rx, ry, rb, out = (alloc(device, 4 * n) for _ in range(4))
-    qa.upload(rx, x)
-    qa.upload(ry, y).wait()
-    qb.upload(rb, b).wait()
+    (qa, qb), (x, y, b), (rx, ry, rb, out) = two_queues(device, n)
     t = time.perf_counter()
     pa = saxpy_chain(qa, img, rx, ry, n, 64)
     qb.after(pa)
-    pb = qb.launch(img["vadd"], ((n + BLOCK - 1) // BLOCK,), (BLOCK,), (ry, rb, out, n))
+    pb = vadd(qb, img, ry, rb, out, n)
     pb.wait(timeout_s=30)
     took = time.perf_counter() - t
     assert pa.signaled
@@ -180,7 +189,10 @@ def test_without_after_a_queue_completes_while_another_queue_spins(device: Devic
     (until the host ends it); queue B's vadd of fresh data, submitted after it with no
     ``after``, completes while A still spins, and is right. Then the spin ends and A's point
     completes. Were the queues one timeline (or B's channel never scheduled while A's group
-    holds the GPU), B's wait would time out."""
+    holds the GPU), B's wait would time out. The two compute channels are in two channel
+    groups, so B runs only if the scheduler takes the GPU from the spin. Under CTA-level
+    compute preemption (nvgpu's default, ctxsw_prog_gp10b_fusa.c) a spinning CTA does not
+    yield: then B's wait times out, or raises the RM's error if it gives up on the switch."""
     img = kernels(device)
     qa, qb = device.queue(), device.queue()
     n = 1 << 20
@@ -190,7 +202,7 @@ def test_without_after_a_queue_completes_while_another_queue_spins(device: Devic
     qb.upload(rb, b).wait()
     with spinning(device, qa) as (spin, release):
         t = time.perf_counter()
-        pb = qb.launch(img["vadd"], ((n + BLOCK - 1) // BLOCK,), (BLOCK,), (ra, rb, out, n))
+        pb = vadd(qb, img, ra, rb, out, n)
         pb.wait(timeout_s=10)
         took = time.perf_counter() - t
         assert not spin.signaled, "the spin ended by itself"
