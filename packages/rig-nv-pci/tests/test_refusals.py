@@ -1,18 +1,9 @@
 """The Rig_nv_pci spec's "An allocation the path or the GSP refuses gives back at once the memory
 the path gave for it, unless the GPU faulted meanwhile", through the real path
-(:meth:`rig_nv_pci.path.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM:
-
-- a channel GSP-RM refuses with a status gives back its instance block, its ChID and the
-  method buffer made for it; a promote of context buffers it refuses gives back every buffer
-  made for it; a compute object refused after its promote leaves the promoted buffers with
-  their group (GSP-RM's context of the group names them), given back with the group;
-- "the GPU faulted meanwhile" (rig_nv_pci.path.rm's docstring): no answer in time (none at all, or
-  one that comes after the caller gave up: dropped by the next RPC's wait), a report of
-  trouble (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging, a RUN_CPU_SEQUENCER that fails:
-  the GPU lost) while the RPC ran, a KeyboardInterrupt while the reply was awaited: the
-  channel's memory is kept as a channel GSP-RM may hold, never handed out again, until GSP-RM
-  answers the free of its group.
-"""
+(:meth:`rig_nv_pci.path.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM: a refused
+channel, promote or compute object gives its memory back; after no answer in time, a report
+of trouble or a KeyboardInterrupt, the channel's memory is kept until GSP-RM answers the free
+of its group. The cases in full: docs/rig-nv-pci-modules/tests-test_refusals.md."""
 
 from __future__ import annotations
 

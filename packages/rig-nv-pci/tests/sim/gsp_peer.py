@@ -1,37 +1,13 @@
 """A test double of the GSP's end of the message queues: the half of the simulated GPU that
-talks RPC.
-
-Written from NVIDIA's published interfaces, not from rig_nv_pci.gsp (which it must not
-import: a mistake both shared would pass):
-
-- open-gpu-kernel-modules 570.144 src/common/shared/msgq/inc/msgq/msgq_priv.h, msgq.c:
-  msgqTxHeader {version, size, msgSize, msgCount, writePtr, flags, rxHdrOff, entryOff},
-  msgqRxHeader {readPtr}, MSGQ_FLAGS_SWAP_RX (each side writes only its own queue);
-- src/nvidia/inc/kernel/gpu/gsp/message_queue_priv.h: GSP_MSG_QUEUE_ELEMENT
-  {authTagBuffer[16], aadBuffer[16], checkSum, seqNum, elemCount, rpc (8-aligned)},
-  4 KiB elements, at most 16 per message;
-- src/nvidia/generated/g_rpc-message-header.h, g_rpc-structures.h, g_sdk-structures.h,
-  src/nvidia/inc/kernel/vgpu/rpc_global_enums.h, rpc_headers.h, nvstatuscodes.h;
-- the checksum as nova-core's cmdq.rs states it (each byte rotated into its lane of a 64-bit
-  word, XORed, the two halves XORed), which equals NVIDIA's _checkSum32.
-
-The GSP end creates the status queue, reads requests from the command queue (checking each
+talks RPC. It creates the status queue, reads requests from the command queue (checking each
 message's checksum, element count, sequence number and RPC header), answers GSP_RM_ALLOC,
-GSP_RM_CONTROL and FREE with configurable statuses, UNLOADING_GUEST_DRIVER (or, told so,
-not) and GET_GSP_STATIC_INFO (a GspStaticConfigInfo built from :data:`STATIC_DEFAULTS` and the
-``static_fields`` it is given, laid out by sim/c_structs.py from the header's member list),
-answers a request that came in several messages with a reply in as many (continuation
-records), and can be told to send events and to corrupt a message's checksum.
+GSP_RM_CONTROL, FREE, UNLOADING_GUEST_DRIVER and GET_GSP_STATIC_INFO, replies in as many
+messages as a request came in, and can send events, corrupt a checksum or answer late.
 
-RPC sequence numbers (rpc_message_header_v.sequence), as CPU-RM numbers them from
-open-gpu-kernel-modules 580.82.07 on: each message of a request carries the next number
-(kernel_gsp.c _kgspRpcSendMessage, ``sequence = pRpc->sequence++``; the peer checks a
-request's continuation records follow its first), and the reply's i-th message carries the
-request's first number plus i (rpc.c _issueRpcAndWaitLarge waits for ``firstSequence``, then
-one more a record). Told to (``late``), the peer answers a function's requests late: it
-serves them (objects made, statuses decided) but keeps their replies until :meth:`send_late`,
-as a GSP-RM that answers after the CPU gave up.
-"""
+Written from NVIDIA's published interfaces (msgq_priv.h, message_queue_priv.h, the RPC
+headers), not from rig_nv_pci.gsp (which it must not import: a mistake both shared would
+pass). Each layout, the checksum and the sequence numbers' rule:
+docs/rig-nv-pci-modules/sim-gsp_peer.md."""
 
 from __future__ import annotations
 
