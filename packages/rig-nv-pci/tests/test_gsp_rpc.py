@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from sim import peer_module
+from sim import gsp_peer, peer_module
 from support import connect
 
 from rig_edge import Lost, Misuse
@@ -58,26 +58,24 @@ def test_alloc_control_free_round_trip() -> None:
     assert (rm.client, rm.release, rm.layouts) == (0xC1D00001, "570.144", "570")
     first = peer.requests[0]
     assert first.function == 103
-    assert payloads.decode_alloc(first.payload).h_class == 0 and peer.objects == {0xC1D00001: 0}
+    assert gsp_peer.parse_alloc(first.payload).cls == 0 and peer.objects == {0xC1D00001: 0}
     dev = rm.new_handle()
     assert rm.new_handle() == dev + 1
     params = bytearray(range(16))
     assert rm.alloc(rm.client, dev, 0x80, params) == dev
     assert params == bytearray(range(4)) + b"\x99" * 12  # written back in place
-    sent = payloads.decode_alloc(peer.requests[-1].payload)
-    assert (sent.h_client, sent.h_parent, sent.h_object, sent.h_class) == (rm.client, rm.client,
-                                                                          dev, 0x80)
+    sent = gsp_peer.parse_alloc(peer.requests[-1].payload)
+    assert (sent.client, sent.parent, sent.handle, sent.cls) == (rm.client, rm.client, dev, 0x80)
     ctl = bytearray(b"abcdef")
     rm.control(dev, 0x20800110, ctl)
     assert ctl == bytearray(b"fedcba")
     rm.control(dev, 0x20800111, None)
-    assert payloads.decode_control(peer.requests[-1].payload).params == b""
+    assert gsp_peer.parse_control(peer.requests[-1].payload).params == b""
     sub = rm.new_handle() + 10
     rm.alloc(dev, sub, 0x2080)
     rm.free(dev)  # and everything under it
     assert peer.objects == {rm.client: 0}
-    freed = payloads.FREE.unpack(peer.requests[-1].payload)
-    assert freed == (rm.client, 0, dev, 0)
+    assert gsp_peer.parse_free(peer.requests[-1].payload) == gsp_peer.Free(rm.client, 0, dev, 0)
     rm.close()
     assert peer.objects == {}
 
@@ -348,8 +346,8 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     (dropped,) = rpc.unexpected
     assert rpc.unexpected_count == 1 and events == []  # not an event: not handed on
     assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_ALLOC, stale)
-    answer = payloads.decode_alloc(dropped.payload)
-    assert (answer.h_object, answer.status) == (refused, NV_ERR_NO_MEMORY)
+    answer = gsp_peer.parse_alloc(dropped.payload)
+    assert (answer.handle, answer.status) == (refused, NV_ERR_NO_MEMORY)
     rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
     assert len(rpc.unexpected) == 1
 

@@ -14,7 +14,6 @@ from support import (
 )
 
 from rig_nv.rm import RMError
-from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import mmu, space
 from rig_nv_pci.path import pci as pp
 
@@ -111,10 +110,9 @@ def test_no_page_for_a_table_is_no_room() -> None:
 def test_the_simulated_gsp_checks_the_handed_over_directories(ga102: Booted) -> None:  # noqa: F811
     p, s = ga102.path(), ga102.sim_rm
     assert p.space.tables is not None and list(s.roots.values()) == [p.space.tables.root]
-    (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.GSP_RM_CONTROL
-            and payloads.decode_control(q.payload).cmd
-            == sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES]
-    params = bytearray(payloads.decode_control(q.payload).params)
+    (q,) = [c for c in ga102.firmware.peer.controls()
+            if c.cmd == sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES]
+    params = bytearray(q.params)
     _, _, page_size, lo, hi, count = sim.gsp_rm.COPY_PDES.unpack_from(params)
     assert (page_size, lo, hi, count) == (1 << 29, 4 << 30, (4 << 30) + (512 << 20) - 1, 3)
     levels = [sim.gsp_rm.COPY_PDES_LEVEL.unpack_from(params, 40 + 24 * i) for i in range(3)]

@@ -88,8 +88,7 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     (heap,) = controls.info_list(p, controls.NV2080_CTRL_CMD_FB_GET_INFO,
                                  [controls.FB_HEAP_SIZE], p.h_subdevice)
     assert heap == 23 << 20
-    cmds = [payloads.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
-            if q.function == rpc.Function.GSP_RM_CONTROL]
+    cmds = [c.cmd for c in ga102.firmware.peer.controls()]
     assert cmds == [sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES,
                     runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE] + [
         rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
@@ -203,9 +202,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
         assert (cls, flags, count) == (vidmem.NV01_MEMORY_LIST_FBMEM, 0x200, 1)
         assert int.from_bytes(q.payload[24:28], "little") == vidmem.KIND_GENERIC
     assert len(described) == 2
-    allocs = [payloads.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
-              if q.function == rpc.Function.GSP_RM_ALLOC]
-    assert sim.gsp_rm.LOCAL_USER not in [x.h_class for x in allocs]
+    assert sim.gsp_rm.LOCAL_USER not in [x.cls for x in ga102.firmware.peer.allocs()]
     # a Mapped region's BAR 1 view is its video memory
     assert b.host is not None
     view(b.host, 8)[:] = b"bar1 vid"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sim import gmmu
+from sim import gmmu, gsp_peer
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from support import Booted, Opened, _channel_kit
 from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
@@ -22,7 +22,7 @@ from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv_pci import held
 from rig_nv_pci.gsp import events as ev
-from rig_nv_pci.gsp import payloads, rpc
+from rig_nv_pci.gsp import rpc
 from rig_nv_pci.path import grctx
 from rig_nv_pci.path import pci as pp
 from rig_nv_pci.path.channels import INSTANCE_SIZE, ChannelMemory
@@ -315,7 +315,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         other = p.rm.new_handle()
         p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
         late = [u for u in p.rm.rpc_rm.rpc.unexpected if u.function == rpc.Function.GSP_RM_ALLOC]
-        assert [payloads.decode_alloc(u.payload).h_object for u in late] == (
+        assert [gsp_peer.parse_alloc(u.payload).handle for u in late] == (
             [channel] if meanwhile == "answered-late" else [])
         assert held_.channels[other].instance != kept.instance
         assert held_.channels[other].chid != kept.chid and len(made) == 1

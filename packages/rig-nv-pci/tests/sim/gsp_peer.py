@@ -116,6 +116,61 @@ class Request:
     seqnums: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Alloc:
+    """A GSP_RM_ALLOC's payload as the GSP reads it (request or reply): rpc_gsp_rm_alloc_v03_00
+    (g_rpc-structures.h): hClient, hParent, hObject, hClass at 0..0xC, status 0x10, paramsSize
+    0x14, flags 0x18, reserved[4] 0x1C, params[] from 0x20 (:data:`ALLOC_FIXED`)."""
+
+    client: int
+    parent: int
+    handle: int
+    cls: int
+    status: int
+    params: bytes
+
+
+@dataclass(frozen=True)
+class Control:
+    """A GSP_RM_CONTROL's payload as the GSP reads it: rpc_gsp_rm_control_v03_00
+    (g_rpc-structures.h): hClient 0, hObject 4, cmd 8, status 0xC, paramsSize 0x10, flags
+    0x14, params[] from 0x18 (:data:`CONTROL_FIXED`)."""
+
+    client: int
+    obj: int
+    cmd: int
+    status: int
+    params: bytes
+
+
+@dataclass(frozen=True)
+class Free:
+    """A FREE's payload as the GSP reads it: rpc_free_v03_00, NVOS00_PARAMETERS_v03_00
+    (g_sdk-structures.h): hRoot, hObjectParent, hObjectOld, status."""
+
+    root: int
+    parent: int
+    old: int
+    status: int
+
+
+def parse_alloc(p: bytes) -> Alloc:
+    """``p`` read as rpc_gsp_rm_alloc_v03_00, its params paramsSize bytes."""
+    client, parent, handle, cls, status, size = struct.unpack_from("<6I", p)
+    return Alloc(client, parent, handle, cls, status, bytes(p[ALLOC_FIXED:ALLOC_FIXED + size]))
+
+
+def parse_control(p: bytes) -> Control:
+    """``p`` read as rpc_gsp_rm_control_v03_00, its params paramsSize bytes."""
+    client, obj, cmd, status, size = struct.unpack_from("<5I", p)
+    return Control(client, obj, cmd, status, bytes(p[CONTROL_FIXED:CONTROL_FIXED + size]))
+
+
+def parse_free(p: bytes) -> Free:
+    """``p`` read as rpc_free_v03_00."""
+    return Free(*struct.unpack_from("<4I", p))
+
+
 @dataclass
 class Peer:
     """The GSP end of the queues in ``shared`` (the CPU's block; offsets as the CPU passes them
@@ -169,6 +224,15 @@ class Peer:
         self._partial: Request | None = None
         self._partial_total = 0
         self.booted = False
+
+    def allocs(self) -> list[Alloc]:
+        """The GSP_RM_ALLOC requests received so far, in order, as the GSP read them."""
+        return [parse_alloc(r.payload) for r in self.requests if r.function == FN_GSP_RM_ALLOC]
+
+    def controls(self) -> list[Control]:
+        """The GSP_RM_CONTROL requests received so far, in order, as the GSP read them."""
+        return [parse_control(r.payload) for r in self.requests
+                if r.function == FN_GSP_RM_CONTROL]
 
     # -- queue bring-up ------------------------------------------------------------------
 
@@ -278,8 +342,8 @@ class Peer:
     def _answer(self, r: Request) -> None:
         p = r.payload
         if r.function == FN_GSP_RM_ALLOC:
-            client, parent, handle, cls = struct.unpack_from("<4I", p)
-            params = p[ALLOC_FIXED:ALLOC_FIXED + _u32(p, 0x14)]
+            a = parse_alloc(p)
+            client, parent, handle, cls, params = a.client, a.parent, a.handle, a.cls, a.params
             status = self.alloc_status.get(cls, 0) or self._alloc_check(client, parent, handle, cls)
             if status == 0 and self.on_alloc is not None:
                 status, params = self.on_alloc(parent, handle, cls, params)
@@ -290,8 +354,9 @@ class Peer:
             if cls not in self.alloc_unanswered:
                 self._reply(r, out, status)
         elif r.function == FN_GSP_RM_CONTROL:
-            client, obj, cmd, size = _u32(p, 0), _u32(p, 4), _u32(p, 8), _u32(p, 0x10)
-            params = p[CONTROL_FIXED:CONTROL_FIXED + size]
+            c = parse_control(p)
+            client, obj, cmd, params = c.client, c.obj, c.cmd, c.params
+            size = _u32(p, 0x10)  # paramsSize: the reply's params are as long as asked
             status = self.control_status.get(cmd, 0)
             if status == 0 and obj not in self.objects and not self._internal(client, obj):
                 status = NV_ERR_INVALID_OBJECT_HANDLE
@@ -304,7 +369,8 @@ class Peer:
             out = p[:0xC] + struct.pack("<I", status) + p[0x10:CONTROL_FIXED] + params
             self._reply(r, out, status)
         elif r.function == FN_FREE:
-            root, _, old = struct.unpack_from("<3I", p)
+            f = parse_free(p)
+            root, old = f.root, f.old
             status = self.free_status.get(old, 0)
             if status == 0 and (old not in self.objects or root not in self.objects):
                 status = NV_ERR_INVALID_OBJECT_HANDLE
