@@ -45,7 +45,6 @@ def locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "locks"
     d.mkdir()
     monkeypatch.setattr(lock, "directory", lambda: d)
-    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())  # the GPUs a failed reset lost
     return d
 
 
@@ -189,7 +188,7 @@ def test_attach_stops_when_wpr2_stays_up(tmp_path: Path) -> None:
     )
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]  # and nothing more
     assert not lock.held(machine, BUS)
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}  # a failed reset: the next open resets
+    assert rig_nv_pci.opener.lost(machine, BUS)  # a failed reset: the next open resets
 
 
 def test_attach_refuses_while_an_open_holds_it(tmp_path: Path) -> None:
@@ -241,12 +240,12 @@ def test_reset_fails_when_wpr2_stays_up_even_on_a_chip_it_does_not_boot(tmp_path
         f"{name(tmp_path)}: its protected memory (WPR2) is still up after its reset "
         "(NV_PFB_PRI_MMU_WPR2_ADDR_HI reads 0x00000010)"
     )
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}  # a failed reset loses the GPU
+    assert rig_nv_pci.opener.lost(machine, BUS)  # a failed reset loses the GPU
     # A reset that takes it down succeeds, and the GPU is lost no more.
     dev = tmp_path / "sys/bus/pci/devices" / BUS
     sysfs.on_reset = lambda bus: poke(dev, WPR2_HI, 0)
     rig_nv_pci.reset(0, machine)
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
 
 
 def test_reset_refuses_what_this_process_or_another_open_holds(tmp_path: Path) -> None:
@@ -437,7 +436,7 @@ def test_attach_of_a_gpu_linux_cannot_reset_names_the_gpu_and_gives_nothing_back
     assert str(e.value) == f"{name(tmp_path)}: it cannot be reset: Linux has no reset for it"
     assert sysfs.writes == [] and machine.function(BUS).driver is None
     assert not lock.held(machine, BUS)
-    assert rig_nv_pci.opener._lost == set()  # no reset was attempted: the GPU is as it was
+    assert not rig_nv_pci.opener.lost(machine, BUS)  # no reset was attempted: the GPU is as it was
 
 
 def test_attach_whose_function_cannot_be_taken_does_not_lose_the_gpu(tmp_path: Path) -> None:
@@ -449,7 +448,8 @@ def test_attach_whose_function_cannot_be_taken_does_not_lose_the_gpu(tmp_path: P
     with pytest.raises(RigError) as e:
         rig_nv_pci.opener._attach(machine, 0)
     assert str(e.value).startswith(f"{name(tmp_path)}: ") and "locked down" in str(e.value)
-    assert sysfs.writes == [] and rig_nv_pci.opener._lost == set() and not lock.held(machine, BUS)
+    assert sysfs.writes == [] and not rig_nv_pci.opener.lost(machine, BUS)
+    assert not lock.held(machine, BUS)
 
 
 def test_attach_whose_own_reset_fails_loses_the_gpu(tmp_path: Path) -> None:
@@ -470,11 +470,11 @@ def test_attach_whose_own_reset_fails_loses_the_gpu(tmp_path: Path) -> None:
     assert str(e.value).startswith(f"{name(tmp_path)}: its reset failed: ")
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
     assert machine.function(BUS).driver is None and not lock.held(machine, BUS)
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert rig_nv_pci.opener.lost(machine, BUS)
     # a reset that works ends the loss (rig_nv_pci.reset), as the next open's would
     sysfs.on_reset = None
     rig_nv_pci.reset(0, machine)
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
 
 
 def test_attach_of_a_gpu_that_does_not_answer_after_its_reset_loses_it(tmp_path: Path) -> None:
@@ -492,4 +492,4 @@ def test_attach_of_a_gpu_that_does_not_answer_after_its_reset_loses_it(tmp_path:
         rig_nv_pci.opener._attach(machine, 0)
     assert str(e.value).startswith(f"{name(tmp_path)}: it does not respond after its reset")
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert rig_nv_pci.opener.lost(machine, BUS)
