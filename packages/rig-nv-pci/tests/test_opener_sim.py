@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import sim
-from support import BUS, UNLOAD_UCODE_ID, Opened, TakenSim, given_back, opener
+from support import BUS, UNLOAD_UCODE_ID, Opened, TakenSim, detach_on, given_back, opener
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused, RigError
@@ -158,7 +158,7 @@ def test_a_boot_delays_another_threads_change_until_it_is_done(
 
     def detach_other() -> None:
         try:
-            rig_nv_pci.opener._detach(other, 0)
+            detach_on(other, 0)
             order.append("detached")
         except BaseException as e:
             failures.append(e)
