@@ -213,9 +213,8 @@ def test_an_interruption_of_the_callback_is_not_dropped_when_no_reply_comes() ->
         seen.append(e.function)
         raise KeyboardInterrupt if seen == [0x1006, 0x1005] else RuntimeError("garbled")
 
-    rpc, peer = connect(timeout_s=0.05, auto=False)
+    rpc, peer = connect(timeout_s=0.05, auto=False, sleep=lambda _left: None)
     rpc.on_event = on_event
-    rpc._sleep = lambda _left: None
     peer.event(0x1006, peer_module().Peer.os_error_log(1, 0, "log"))
     peer.event(0x1005)
     with pytest.raises(KeyboardInterrupt) as e:
@@ -280,16 +279,15 @@ def test_init_done_is_awaited_past_other_events() -> None:
 
 def test_unloading() -> None:
     rpc, peer = connect()
-    sequence = rpc._sequence
     reply = rpc.call(r.Function.UNLOADING_GUEST_DRIVER, payloads.encode_unloading())
     assert peer.unloaded and reply.payload == bytes(8)
-    assert reply.sequence == sequence  # the peer echoes the request's header (see rpc.py)
+    # the peer echoes the request's header (see rpc.py)
+    assert reply.sequence == peer.requests[-1].sequence
 
 
 def test_no_reply_times_out() -> None:
     layout = q.Layout(8 * 4096, 8 * 4096)
-    rpc, peer = connect(layout, timeout_s=0.05, auto=False)
-    rpc._sleep = lambda _left: None
+    rpc, peer = connect(layout, timeout_s=0.05, auto=False, sleep=lambda _left: None)
     with pytest.raises(r.RpcTimeout, match="GPU 0: the GSP sent no GSP_RM_ALLOC"):
         rpc.call(r.Function.GSP_RM_ALLOC, payloads.encode_alloc(1, 0, 1, 0))
     assert peer.requests == []
@@ -333,9 +331,9 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
     late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
     refused = rm.new_handle()
-    stale = rpc._sequence
     with pytest.raises(r.RpcTimeout, match="sent no GSP_RM_ALLOC"):
         rm.alloc(dev, refused, 0x90F1, bytearray(8))
+    stale = peer.requests[-1].sequence  # the timed-out request's, as the GSP read it
     peer.late.clear()
     rpc.timeout_s = 5.0
     assert peer.send_late() == 1  # the refusal, now in the status queue first
@@ -362,9 +360,10 @@ def test_a_late_control_reply_in_continuation_records_is_dropped_whole() -> None
     rm.alloc(rm.client, dev, 0x80)
     rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
     late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
-    stale = rpc._sequence
     with pytest.raises(r.RpcTimeout):
         rm.control(dev, 0x2080AAAA, bytearray(b"\x01" * 150_000))
+    stale = peer.requests[-1].sequence  # the timed-out request's first, as the GSP read it
+    assert peer.requests[-1].records == 3
     peer.late.clear()
     rpc.timeout_s = 5.0
     assert peer.send_late() == 3
@@ -387,9 +386,9 @@ def test_a_reply_with_a_sequence_not_yet_sent_is_dropped_and_the_wait_goes_on() 
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
     p = peer_module().Peer
-    future = rpc._sequence + 1000
+    future = peer.requests[-1].sequence + 1000  # none the CPU sent
     forged = payloads.encode_control(rm.client, dev, 0x123, b"\xee" * 4)
-    peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future))
+    peer.before_reply.append(p.message(r.Function.GSP_RM_CONTROL, forged, 0, future))
     params = bytearray(b"\x01\x02\x03\x04")
     rm.control(dev, 0x123, params)
     assert params == b"\x01\x02\x03\x04"  # its own answer, not the forged one's
@@ -397,7 +396,7 @@ def test_a_reply_with_a_sequence_not_yet_sent_is_dropped_and_the_wait_goes_on() 
     assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_CONTROL, future)
     # and with no right one to come: the wait ends at its deadline, the forged one dropped
     peer.late.add(r.Function.GSP_RM_CONTROL)
-    peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future + 1))
+    peer.before_reply.append(p.message(r.Function.GSP_RM_CONTROL, forged, 0, future + 1))
     rpc.timeout_s = 0.05
     with pytest.raises(r.RpcTimeout):
         rm.control(dev, 0x123, bytearray(4))
@@ -441,9 +440,8 @@ def test_the_first_reply_decides_whether_replies_are_matched_by_sequence() -> No
 def test_requests_are_numbered_from_one_so_a_zero_is_no_echo() -> None:
     rpc, peer = connect()
     peer.echo_sequence = False
-    first = rpc._sequence
     r.RpcRM.open(rpc)
-    assert first == 1 and rpc.echoes is False
+    assert peer.requests[0].sequence == 1 and rpc.echoes is False
 
 
 # ---- a GSP that stopped answering costs one timeout (Rpc.silent) ----------------------------

@@ -431,7 +431,7 @@ class Peer:
         out = self.withheld if r.function in self.late else self.outbox
         for n, i in enumerate(range(0, max(len(payload), 1), room)):
             fn = r.function if i == 0 else FN_CONTINUATION_RECORD
-            out.append(self._rpc(fn, payload[i:i + room], result,
+            out.append(self.message(fn, payload[i:i + room], result,
                                  (r.sequence + n) & 0xFFFFFFFF if self.echo_sequence else 0))
 
     def send_late(self) -> int:
@@ -443,7 +443,10 @@ class Peer:
         return n
 
     @staticmethod
-    def _rpc(fn: int, payload: bytes, result: int, sequence: int) -> bytes:
+    def message(fn: int, payload: bytes, result: int, sequence: int) -> bytes:
+        """An RPC as the GSP sends it: rpc_message_header_v (version 3.0, "VRPC", length,
+        function ``fn``, rpc_result and rpc_result_private ``result``, ``sequence``), then
+        ``payload``."""
         return struct.pack("<8I", VERSION_3_0, VRPC, R_SIZE + len(payload), fn, result, result,
                            sequence, 0) + payload
 
@@ -452,7 +455,7 @@ class Peer:
     def event(self, fn: int, payload: bytes = b"", *, now: bool = True) -> None:
         """Send event ``fn``: now (into the status queue as room allows), or slipped in just
         before the next reply (``now=False``), so it arrives while the CPU waits."""
-        rpc = self._rpc(fn, payload, 0, self._event_seq)
+        rpc = self.message(fn, payload, 0, self._event_seq)
         self._event_seq += 1
         if now:
             self.outbox.append(rpc)
