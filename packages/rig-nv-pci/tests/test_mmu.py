@@ -166,10 +166,16 @@ def test_the_simulated_tlb_keeps_a_freed_mapping_until_the_path_invalidates(
         s.translate(a.gpu)
     b = p.alloc_memory(0x1000, pp.Memory.PINNED)
     assert b is not None and b.gpu == a.gpu and s.translate(b.gpu).address == b.undo.dma.bus
-    # without the invalidate the simulated GPU would go on using the freed pages
-    p.space.tables._invalidate = None
-    p.free_memory(b)
-    assert s.translate(b.gpu).address == b.undo.dma.bus
+    # without the invalidate's flush the simulated GPU would go on using the freed pages
+    s.tlb_flushes = False
+    before = s.invalidates
+    try:
+        p.free_memory(b)
+        assert s.invalidates == before + 1  # the path invalidated; the TLB kept the page
+        assert s.translate(b.gpu).address == b.undo.dma.bus
+    finally:
+        s.tlb_flushes = True
+        s.tlb.clear()
 
 
 def test_version_3_entries_and_tables_as_hoppers_manual_lays_them_out() -> None:
