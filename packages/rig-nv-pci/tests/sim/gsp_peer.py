@@ -219,7 +219,7 @@ class Peer:
         self.corrupt_next = False
         self.unloaded = False
         self._rx_expect = 0  # next seqNum expected on the command queue
-        self._tx_seq = 0  # next seqNum we send
+        self.tx_seq = 0  # next seqNum it sends (a test may set it, making a gap)
         self._event_seq = 0
         self._partial: Request | None = None
         self._partial_total = 0
@@ -519,7 +519,7 @@ class Peer:
                 return
             msg = bytearray(count * ELEM)
             msg[QE_RPC:QE_RPC + len(rpc)] = rpc
-            _put32(msg, QE_SEQ, self._tx_seq)
+            _put32(msg, QE_SEQ, self.tx_seq)
             _put32(msg, QE_COUNT, count)
             _put32(msg, QE_CHECKSUM, nova_checksum(bytes(msg[:(QE_RPC + len(rpc) + 7) & ~7])))
             if self.corrupt_next:
@@ -530,5 +530,5 @@ class Peer:
                 at = base + (write + i) % self.stat_count * ELEM
                 self.mem[at:at + ELEM] = msg[i * ELEM:(i + 1) * ELEM]
             _put32(self.mem, s + T_WRITEPTR, (write + count) % self.stat_count)
-            self._tx_seq += 1
+            self.tx_seq += 1
             self.outbox.pop(0)
