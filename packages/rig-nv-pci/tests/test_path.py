@@ -461,13 +461,13 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     ga102: Booted,
 ) -> None:
     """GSP-RM's BAR 1 root may already name a PD2 of its own: the path reads it from video
-    memory, builds under it, keeps GSP-RM's entries and never frees it."""
-    from rig_nv_pci.path import mmu
-
+    memory, builds under it, keeps GSP-RM's entries and never frees it. GSP-RM's entries are
+    the simulator's own encoding (sim/gmmu.py), not the path's."""
     s = ga102.sim_rm
     gsp_pd2 = sim.gsp_rm.BAR1_PDB - 0x1000  # in the reserved region
-    s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] = mmu.U64.pack(mmu.pde(gsp_pd2))
-    theirs = mmu.U64.pack(mmu.pde(gsp_pd2 - 0x1000))
+    root = gmmu.pde(gsp_pd2).to_bytes(8, "little")
+    s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] = root
+    theirs = gmmu.pde(gsp_pd2 - 0x1000).to_bytes(8, "little")
     s.vram[gsp_pd2 + 40:gsp_pd2 + 48] = theirs  # PD2 entry 5: GSP-RM's
     p = ga102.path()
     a = p.alloc_memory(2 << 20, Memory.MAPPED)
@@ -477,7 +477,7 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     assert p.bar1.tables is not None and gsp_pd2 in p.bar1.tables.shadow.foreign
     p.free_memory(a)
     assert gsp_pd2 in p.bar1.tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
-    assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == mmu.U64.pack(mmu.pde(gsp_pd2))
+    assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == root
 
 
 def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory(

@@ -41,6 +41,12 @@ def _next(entry: int, version: int) -> int:
     return _field(entry, 32, 8) << 12 if version == 2 else _field(entry, 51, 12) << 12
 
 
+def pde(address: int) -> int:
+    """A version-2 PDE naming the table at video memory ``address``, as GSP-RM writes its own:
+    APERTURE 2:1 video memory (1), ADDRESS_VID 32:8 in 4 KiB units (NV_MMU_VER2_PDE_*)."""
+    return 1 << 1 | (address >> 12) << 8
+
+
 def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
               ) -> Translation:
     """``va`` through the tables of format ``version`` (2 or 3) from ``root`` (a video
