@@ -329,7 +329,7 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
     rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_ALLOC)
     refused = rm.new_handle()
     with pytest.raises(r.RpcTimeout, match="sent no GSP_RM_ALLOC"):
         rm.alloc(dev, refused, 0x90F1, bytearray(8))
@@ -359,7 +359,7 @@ def test_a_late_control_reply_in_continuation_records_is_dropped_whole() -> None
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
     rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_CONTROL)
     with pytest.raises(r.RpcTimeout):
         rm.control(dev, 0x2080AAAA, bytearray(b"\x01" * 150_000))
     stale = peer.requests[-1].sequence  # the timed-out request's first, as the GSP read it
@@ -395,7 +395,7 @@ def test_a_reply_with_a_sequence_not_yet_sent_is_dropped_and_the_wait_goes_on() 
     (dropped,) = rpc.unexpected
     assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_CONTROL, future)
     # and with no right one to come: the wait ends at its deadline, the forged one dropped
-    peer.late.add(r.Function.GSP_RM_CONTROL)
+    peer.late.add(gsp_peer.FN_GSP_RM_CONTROL)
     peer.before_reply.append(p.message(r.Function.GSP_RM_CONTROL, forged, 0, future + 1))
     rpc.timeout_s = 0.05
     with pytest.raises(r.RpcTimeout):
@@ -409,7 +409,7 @@ def test_a_late_reply_a_poll_reads_is_dropped_not_handed_on() -> None:
     events: list[r.Incoming] = []
     rpc, peer = connect(events=events)
     rm = r.RpcRM.open(rpc)
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_ALLOC)
     with pytest.raises(r.RpcTimeout):
         rm.alloc(rm.client, rm.new_handle(), 0x80)
     peer.event(0x1005)
@@ -460,7 +460,7 @@ def test_after_one_timed_out_request_no_later_request_is_sent() -> None:
     rm = r.RpcRM.open(rpc)
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
-    late_then_on_time(peer, rpc, r.Function.FREE)
+    late_then_on_time(peer, rpc, gsp_peer.FN_FREE)
     with pytest.raises(r.RpcTimeout, match="the GSP sent no FREE for FREE in time"):
         rm.free(dev)
     assert rpc.silent == "FREE (the GSP sent no FREE for FREE in time)"
@@ -493,7 +493,7 @@ def test_silent_after_counts_timed_out_requests() -> None:
     rpc, peer = connect()
     rpc.silent_after = 2
     rm = r.RpcRM.open(rpc)
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_CONTROL)
     with pytest.raises(r.RpcTimeout) as e:
         rm.control(rm.client, 0x123, bytearray(4))
     assert not isinstance(e.value, Lost)  # one timeout of two: the GSP still answers

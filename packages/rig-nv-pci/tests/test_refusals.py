@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sim import gmmu, gsp_peer
+from sim import channel_memory, gmmu, gsp_peer
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from support import Booted, Opened, _channel_kit
 from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
@@ -153,7 +153,7 @@ def test_a_promote_gsp_rm_refuses_gives_back_every_context_buffer_made_for_it(
         return taken[-1]
 
     g._buffer = recorded  # type: ignore[method-assign]
-    peer.control_status[grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX] = NV_ERR_NO_MEMORY
+    peer.control_status[channel_memory.CTRL_PROMOTE_CTX] = NV_ERR_NO_MEMORY
     asked_before = len(peer.requests)
     with pytest.raises(rpc.Refused) as e:
         p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
@@ -164,7 +164,7 @@ def test_a_promote_gsp_rm_refuses_gives_back_every_context_buffer_made_for_it(
         with pytest.raises(gmmu.MmuFault):
             s.translate(b.va)
     assert all(q.function != rpc.Function.GSP_RM_ALLOC for q in peer.requests[asked_before:])
-    del peer.control_status[grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX]
+    del peer.control_status[channel_memory.CTRL_PROMOTE_CTX]
     p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
     assert set(g.groups) == {tsg}
     p.rm.free(tsg)
@@ -224,7 +224,7 @@ def answered_late(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
     """GSP-RM takes the alloc (and makes the channel) but answers only once the caller gave
     up (RpcTimeout): its late reply comes before the next alloc's, which must not take it
     (rig_nv_pci.gsp.rpc matches a reply by its sequence)."""
-    o.firmware.peer.late.add(rpc.Function.GSP_RM_ALLOC)
+    o.firmware.peer.late.add(gsp_peer.FN_GSP_RM_ALLOC)
     monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
     late_is_not_gone(p, monkeypatch)
     return rpc.RpcTimeout
@@ -327,7 +327,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
 
 # ---- memory the path registers with ALLOC_MEMORY (PciPath.alloc_memory, map_host) -----------
 
-FN_ALLOC_MEMORY = 4  # NV_VGPU_MSG_FUNCTION_ALLOC_MEMORY (rpc_global_enums.h)
+FN_ALLOC_MEMORY = gsp_peer.FN_ALLOC_MEMORY  # NV_VGPU_MSG_FUNCTION_ALLOC_MEMORY
 SMALL_PAGE = 0x1000
 
 
