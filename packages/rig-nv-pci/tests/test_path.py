@@ -18,7 +18,7 @@ import os
 
 import pytest
 import sim
-from sim import gmmu
+from sim import gmmu, gsp_peer
 from sim.gsp_rm import GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
 from support import (
     BOOTLOADER,
@@ -143,7 +143,7 @@ def test_pinned_memory_is_described_page_by_page(ga102: Booted) -> None:
     assert a is not None
     dma = a.undo.dma
     assert s.sysmem[a.handle] == [dma.bus + i for i in (0, 0x1000, 0x2000)]
-    (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.ALLOC_MEMORY]
+    (q,) = [q for q in ga102.firmware.peer.requests if q.function == gsp_peer.FN_ALLOC_MEMORY]
     assert int.from_bytes(q.payload[12:16], "little") == pp.NV01_MEMORY_LIST_SYSTEM == 0x81
     n = p.alloc_notifier()
     assert n.host is not None and n.gpu == 0 and n.handle in s.sysmem
@@ -195,7 +195,7 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     assert s.fbmem[a.handle] == (a.undo.fb, 0x3000) and reserved <= a.undo.fb < reserved + tables
     assert s.fbmem[b.handle] == (4 << 20, 4 << 20)  # 2 MiB pages: 2 MiB aligned
     described = [q for q in ga102.firmware.peer.requests
-                 if q.function == rpc.Function.ALLOC_MEMORY]
+                 if q.function == gsp_peer.FN_ALLOC_MEMORY]
     for q in described:
         cls, flags = (int.from_bytes(q.payload[i:i + 4], "little") for i in (12, 16))
         count = int.from_bytes(q.payload[40:44], "little")
@@ -345,7 +345,7 @@ def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Bo
         assert s.faults == []
         # the staging memory's 8192 pages went to the GSP in continuation records
         described = [q for q in ga102.firmware.peer.requests
-                     if q.function == rpc.Function.ALLOC_MEMORY and q.records > 1]
+                     if q.function == gsp_peer.FN_ALLOC_MEMORY and q.records > 1]
         assert described and int.from_bytes(described[0].payload[40:44], "little") == 8192
     finally:
         d.stop()

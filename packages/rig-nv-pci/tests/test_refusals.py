@@ -79,7 +79,7 @@ def test_a_channel_gsp_rm_refuses_gives_back_its_instance_block_chid_and_method_
         p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
     assert e.value.status == NV_ERR_NO_MEMORY
     sent = booted_ga102.firmware.peer.requests[-1]
-    assert sent.function == rpc.Function.GSP_RM_ALLOC  # GSP-RM was asked, and refused
+    assert sent.function == gsp_peer.FN_GSP_RM_ALLOC  # GSP-RM was asked, and refused
     assert p.heap.free == before and channel not in held_.channels
     assert len(made) == 1 and made[0].freed and held_.method_buffers == {}
     s.refuse.clear()
@@ -163,7 +163,7 @@ def test_a_promote_gsp_rm_refuses_gives_back_every_context_buffer_made_for_it(
     for b in taken:
         with pytest.raises(gmmu.MmuFault):
             s.translate(b.va)
-    assert all(q.function != rpc.Function.GSP_RM_ALLOC for q in peer.requests[asked_before:])
+    assert all(q.function != gsp_peer.FN_GSP_RM_ALLOC for q in peer.requests[asked_before:])
     del peer.control_status[channel_memory.CTRL_PROMOTE_CTX]
     p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
     assert set(g.groups) == {tsg}
