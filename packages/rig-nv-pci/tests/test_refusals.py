@@ -8,10 +8,11 @@ of its group. The cases in full: docs/rig-nv-pci-modules/tests-test_refusals.md.
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
 import pytest
+import sim
 from sim import channel_memory, gmmu, gsp_peer
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from support import Booted, Opened, _channel_kit
@@ -25,7 +26,7 @@ from rig_nv_pci.gsp import events as ev
 from rig_nv_pci.gsp import rpc
 from rig_nv_pci.path import grctx
 from rig_nv_pci.path import pci as pp
-from rig_nv_pci.path.channels import INSTANCE_SIZE, ChannelMemory
+from rig_nv_pci.path.channels import INSTANCE_SIZE
 
 GPFIFO = 0xC56F  # AMPERE_CHANNEL_GPFIFO_A (clc56f.h)
 COMPUTE = 0xC7C0  # AMPERE_COMPUTE_B (clc7c0.h)
@@ -42,18 +43,26 @@ def in_heap(p: pp.PciPath, at: int, size: int) -> bool:
     return any(a <= at and at + size <= a + n for a, n in p.heap.free)
 
 
-def method_buffers_made(held_: ChannelMemory) -> list[Any]:
-    """The DMA memory the path makes for method buffers from now on, as it makes it."""
-    made: list[Any] = []
-    alloc = held_._alloc_dma
+class MethodBuffers(Sequence[sim.SimDma]):
+    """The DMA memory of the simulated GSP-RM's method-buffer size (sim/channel_memory.py)
+    that the simulated machine ``host`` gives from now on, read from its record of buffers."""
 
-    def recorded(n: int) -> Any:
-        dma = alloc(n)
-        made.append(dma)
-        return dma
+    def __init__(self, host: sim.HostMemory) -> None:
+        self.host, self.start = host, len(host.buffers)
 
-    held_._alloc_dma = recorded
-    return made
+    def _made(self) -> list[sim.SimDma]:
+        return [b for b in self.host.buffers[self.start:]
+                if b.length == channel_memory.METHOD_BUFFER_SIZE]
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    @overload
+    def __getitem__(self, i: int) -> sim.SimDma: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[sim.SimDma]: ...
+    def __getitem__(self, i: int | slice) -> sim.SimDma | list[sim.SimDma]:
+        return self._made()[i]
 
 
 # ---- GSP-RM refuses: the memory goes back at once ---------------------------------------------
@@ -71,7 +80,7 @@ def test_a_channel_gsp_rm_refuses_gives_back_its_instance_block_chid_and_method_
     held_ = p.rm.channels
     assert held_ is not None
     tsg, asked = _channel_kit(p, 1)
-    made = method_buffers_made(held_)
+    made = MethodBuffers(booted_ga102.rig.gpu.host)
     before = p.heap.free
     s.refuse.add(GPFIFO)
     channel = p.rm.new_handle()
@@ -122,7 +131,7 @@ def test_a_make_whose_channels_gsp_rm_refuses_gives_back_every_page(
     p, s = booted_ga102.path(), booted_ga102.sim_rm.start()
     held_ = p.rm.channels
     assert held_ is not None
-    made = method_buffers_made(held_)
+    made = MethodBuffers(booted_ga102.rig.gpu.host)
     before = p.heap.free
     s.refuse.add(GPFIFO)
     with pytest.raises(RMError):
@@ -145,20 +154,16 @@ def test_a_promote_gsp_rm_refuses_gives_back_every_context_buffer_made_for_it(
     channel = p.rm.new_handle()
     p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
     before = p.heap.free
-    taken: list[grctx.Buffer] = []
-    make_buffer = g._buffer
-
-    def recorded(buffer_id: int) -> grctx.Buffer:
-        taken.append(make_buffer(buffer_id))
-        return taken[-1]
-
-    g._buffer = recorded  # type: ignore[method-assign]
     peer.control_status[channel_memory.CTRL_PROMOTE_CTX] = NV_ERR_NO_MEMORY
     asked_before = len(peer.requests)
     with pytest.raises(rpc.Refused) as e:
         p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
     assert e.value.status == NV_ERR_NO_MEMORY
-    assert len(taken) == len(grctx.GROUP_BUFFERS + grctx.GLOBAL_BUFFERS)
+    # the buffers made for it, as the refused promote named them to the simulated GSP-RM
+    (promote,) = [c for c in peer.controls() if c.cmd == channel_memory.CTRL_PROMOTE_CTX]
+    taken = channel_memory.promote_entries(promote.params)
+    assert sorted(b.buffer_id for b in taken) == sorted(channel_memory.GROUP_CTX
+                                                        + channel_memory.GLOBAL_CTX)
     assert p.heap.free == before and g.groups == {} and g.globals == {}
     for b in taken:
         with pytest.raises(gmmu.MmuFault):
@@ -299,7 +304,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         held_ = p.rm.channels
         assert held_ is not None
         tsg, asked = _channel_kit(p, 1)
-        made = method_buffers_made(held_)
+        made = MethodBuffers(ga102.rig.gpu.host)
         before = p.heap.free
         raised = MEANWHILE[meanwhile](ga102, p, monkeypatch)
         channel = p.rm.new_handle()
