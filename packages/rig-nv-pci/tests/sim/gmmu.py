@@ -60,23 +60,7 @@ def pte(read64: Callable[[int], int], root: int, va: int, version: int = 2
         ) -> tuple[int, int]:
     """The valid PTE that maps ``va`` (a PT's, a big-page table's, or PD0's for a 2 MiB
     page) and its page's size, as :func:`translate` walks to it."""
-    bits = 49 if version == 2 else 57
-    if va >> bits:
-        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space", va,
-                       FAULT_VA_LIMIT_VIOLATION)
-    levels = ((("PD3", 48, 47), ("PD2", 46, 38), ("PD1", 37, 29)) if version == 2 else
-              (("PD4", 56, 56), ("PD3", 55, 47), ("PD2", 46, 38), ("PD1", 37, 29)))
-    table = root
-    for name, hi, lo in levels:
-        entry = read64(table + 8 * _field(va, hi, lo))
-        aperture = _field(entry, 2, 1)
-        if entry & 1:
-            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated", va)
-        if aperture != 1:
-            raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
-                           f"{'invalid' if aperture == 0 else 'in system memory'}", va)
-        table = _next(entry, version)
-    at = table + 16 * _field(va, 28, 21)
+    at = dual_pde(read64, root, va, version)
     low, high = read64(at), read64(at + 8)
     if low & 1:
         return low, 2 << 20
@@ -109,6 +93,28 @@ def pte(read64: Callable[[int], int], root: int, va: int, version: int = 2
         raise MmuFault(f"0x{va:x}: big PTE 0 is not valid and there is no small-page table",
                        va, FAULT_PTE)
     raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing", va)
+
+
+def dual_pde(read64: Callable[[int], int], root: int, va: int, version: int = 2) -> int:
+    """The video-memory address of the 16-byte PD0 entry over ``va``, walked to from
+    ``root`` through the directories above it."""
+    bits = 49 if version == 2 else 57
+    if va >> bits:
+        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space", va,
+                       FAULT_VA_LIMIT_VIOLATION)
+    levels = ((("PD3", 48, 47), ("PD2", 46, 38), ("PD1", 37, 29)) if version == 2 else
+              (("PD4", 56, 56), ("PD3", 55, 47), ("PD2", 46, 38), ("PD1", 37, 29)))
+    table = root
+    for name, hi, lo in levels:
+        entry = read64(table + 8 * _field(va, hi, lo))
+        aperture = _field(entry, 2, 1)
+        if entry & 1:
+            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated", va)
+        if aperture != 1:
+            raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
+                           f"{'invalid' if aperture == 0 else 'in system memory'}", va)
+        table = _next(entry, version)
+    return table + 16 * _field(va, 28, 21)
 
 
 def _page(entry: int, va: int, size: int, version: int) -> Translation:
