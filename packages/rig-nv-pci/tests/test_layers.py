@@ -177,8 +177,6 @@ KEPT_REACHES = {
     "test_held_chips.py": {"setattr(rig_nv_pci.opener, '_take')"},
     # one flush of two entries around an untouched one: no public call dirties a gap
     "test_mmu.py": {"t._set", "t._flush"},
-    # the simulator's own control handler, wrapped to refuse a second pass
-    "test_retired.py": {"ga102.sim_rm._on_control"},
 }
 
 

@@ -287,7 +287,8 @@ def test_another_refusal_fails_the_open_naming_it(ga102: Opened, in_header: bool
 
 
 def test_a_refusal_after_a_pass_said_more_fails_the_open(ga102: Opened) -> None:
-    serve = ga102.sim_rm._on_control
+    serve: Callable[[int, int, bytes], tuple[int, bytes] | None]
+    serve = ga102.firmware.peer_kw["on_control"]  # the simulated GSP-RM's, which it installed
 
     def second_pass_refused(obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
         if cmd == CMD and params[1028:1032] != bytes(4):
