@@ -97,17 +97,23 @@ class Heap:
         with self._lock:
             memory = self._own.pop(owner, [])
         self._settle(mark)
-        failed: list[tuple[Allocation, BaseException]] = []
-        for a in memory:  # give back all it can, then say what failed
-            try:
-                self.path.free_memory(a)
-            except Exception as e:
-                failed.append((a, e))
+        failed = self._free_each(memory)
         if not failed:
             return None
         with self._lock:
             self._own.setdefault(None, []).extend(a for a, _ in failed)
         return failed[0][1]
+
+    def _free_each(self, memory: list[Allocation]) -> list[tuple[Allocation, Exception]]:
+        """Give the path back each of ``memory``, whatever failed before: what failed, and
+        why."""
+        failed = []
+        for a in memory:
+            try:
+                self.path.free_memory(a)
+            except Exception as e:
+                failed.append((a, e))
+        return failed
 
     def staging(self) -> Allocation:
         """The pinned staging memory of copies through the host (made on first use)."""
@@ -417,12 +423,7 @@ class Heap:
             memory = [*(a for _, a in self._allocs.values()), *own, *kept]
             self._allocs.clear()
             self._own.clear()
-        failed: list[tuple[Allocation, BaseException]] = []
-        for a in memory:  # give back all it can, then say what failed
-            try:
-                self.path.free_memory(a)
-            except Exception as e:
-                failed.append((a, e))
+        failed = self._free_each(memory)
         stayed: BaseException | None = None
         for a, first in failed:
             try:
