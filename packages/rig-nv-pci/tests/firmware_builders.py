@@ -1,20 +1,10 @@
-"""Synthetic firmware containers in NVIDIA's formats, built for the tests.
+"""Synthetic firmware containers in NVIDIA's formats, built for the tests: VBIOS images
+(expansion ROM, PCIR, NPDE, IFR, BIT and its falcon ucode tables), nvfw/nouveau binary
+headers, RISC-V ucode descriptors and ELF FMC images.
 
-Written from NVIDIA's headers and nouveau's readers, independently of rig_nv_pci.firmware.vbios and
-firmware.fwimage (nothing here imports them): a mistake shared by a parser and its builder
-would otherwise pass. Layouts and where they come from:
-
-- VBIOS: PCI expansion ROM header (0xAA55, PCIR pointer at 0x18), PCI data structure ("PCIR",
-  image length in 512-byte blocks at 0x10, code type at 0x14, last-image bit 7 at 0x15) and
-  NVIDIA's extension ("NPDE" 16-byte aligned after the PCIR: revision, length, sub-image
-  length, last image), from open-gpu-kernel-modules' pci_exp_table.h; the IFR header ("NVGI",
-  FIXED1 bits 15:8 version and 30:16 fixed data size) from dev_bus.h; the BIT header, tokens,
-  falcon data, ucode table, entries and FALCON_UCODE_DESC_V3 from kernel_gsp_fwsec.c; the
-  application interface table and DMEM mapper v3 from kernel_gsp_frts_tu102.c.
-- nvfw_bin_hdr, nvfw_hs_header_v2, nvfw_hs_load_header_v2 from nouveau's include/nvfw/;
-  RM_RISCV_UCODE_DESC from rmRiscvUcode.h; ELF from the System V ABI; the FMC's section
-  flags and CRC32 in sh_info from nouveau's nvkm/subdev/gsp/gh100.c.
-"""
+Written from NVIDIA's headers and nouveau's readers, independently of rig_nv_pci.firmware
+(nothing here imports it): a mistake shared by a parser and its builder would otherwise pass.
+Each layout and its source: docs/rig-nv-pci-modules/tests-firmware_builders.md."""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import struct
 
 import pytest
 import sim
-from sim import gsp_fw
+from sim import gsp_fw, gsp_peer
 from support import Rig, gsp_rig, run_boot, system_of
 
 from rig_nv_pci.boot import ampere as boot
@@ -154,10 +154,10 @@ def test_the_boot_reaches_init_done_and_makes_the_root_client() -> None:
     # SET_SYSTEM_INFO and SET_REGISTRY (an empty table) went first, then (after INIT_DONE)
     # GET_GSP_STATIC_INFO, then the root client
     peer = firmware.peer
-    assert [q.function for q in peer.requests] == [rpc.Function.GSP_SET_SYSTEM_INFO,
-                                                    rpc.Function.SET_REGISTRY,
-                                                    rpc.Function.GET_GSP_STATIC_INFO,
-                                                    rpc.Function.GSP_RM_ALLOC]
+    assert [q.function for q in peer.requests] == [gsp_peer.FN_GSP_SET_SYSTEM_INFO,
+                                                    gsp_peer.FN_SET_REGISTRY,
+                                                    gsp_peer.FN_GET_GSP_STATIC_INFO,
+                                                    gsp_peer.FN_GSP_RM_ALLOC]
     assert peer.requests[0].payload == system_of(r).encode()
     # PACKED_REGISTRY_TABLE (g_os_nvoc.h) by hand: size 82, 2 entries of 16 bytes {nameOffset,
     # type DWORD 1 (3 bytes padding), data 1, length 4}, then the names
@@ -204,7 +204,7 @@ def test_the_boot_keeps_the_static_info_the_gsp_sent() -> None:
         0x3_FFA0_0000, 0x3_FFB0_0000, 16 << 30, 4 << 20, "NVIDIA RTX A4000")
     # asked as rpcGetGspStaticInfo_v14_00 asks: a GspStaticConfigInfo-sized request
     (request,) = [q for q in firmware.peer.requests
-                  if q.function == rpc.Function.GET_GSP_STATIC_INFO]
+                  if q.function == gsp_peer.FN_GET_GSP_STATIC_INFO]
     assert len(request.payload) == 1656 and request.records == 1
 
 
@@ -215,7 +215,7 @@ def test_a_short_static_info_fails_the_boot_naming_the_gpu() -> None:
                                         r"not the 1656 of 570.144's GspStaticConfigInfo"):
         run_boot(r, memory, init_timeout_s=0.5)
     # no client was made on a GSP whose static info rig could not read
-    assert rpc.Function.GSP_RM_ALLOC not in [q.function for q in firmware.peer.requests]
+    assert gsp_peer.FN_GSP_RM_ALLOC not in [q.function for q in firmware.peer.requests]
 
 
 def test_garbled_fb_regions_fail_the_boot_naming_the_gpu() -> None:

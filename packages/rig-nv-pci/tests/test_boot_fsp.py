@@ -13,6 +13,7 @@ import pytest
 import sim
 from sim import fmc as sim_fmc
 from sim import fsp as sim_fsp
+from sim import gsp_peer
 from support import BOOTLOADER, FB_SIZE, FMC_IMAGE, GSP_IMAGE
 
 from rig_nv_pci.boot import ampere as boot
@@ -78,10 +79,10 @@ def test_a_gb202_boots_through_the_fsp_to_init_done_and_the_root_client() -> Non
     # SET_SYSTEM_INFO, SET_REGISTRY before the boot, the sequencer ran, then the static info
     # and the root client
     peer = firmware.peer
-    assert [q.function for q in peer.requests] == [rpc.Function.GSP_SET_SYSTEM_INFO,
-                                                    rpc.Function.SET_REGISTRY,
-                                                    rpc.Function.GET_GSP_STATIC_INFO,
-                                                    rpc.Function.GSP_RM_ALLOC]
+    assert [q.function for q in peer.requests] == [gsp_peer.FN_GSP_SET_SYSTEM_INFO,
+                                                    gsp_peer.FN_SET_REGISTRY,
+                                                    gsp_peer.FN_GET_GSP_STATIC_INFO,
+                                                    gsp_peer.FN_GSP_RM_ALLOC]
     assert done.static.internal_client == sim.peer_module().STATIC_DEFAULTS["hInternalClient"]
     assert firmware.log.index("sequencer ran") < firmware.log.index("GSP_INIT_DONE sent")
     assert peer.objects == {rpc.CLIENT_HANDLE: 0} and done.rm.client == rpc.CLIENT_HANDLE
@@ -213,8 +214,8 @@ def test_a_stop_unloads_and_waits_for_the_risc_v_halt_without_booter_unload() ->
     stop_gsp(r.bar0, booted, name="GPU 3", family=chips.BLACKWELL, timeout_s=0.2,
              unload_timeout_s=0.1, suspend_timeout_s=0.05)
     g, peer = r.gpu, r.firmware.peer
-    assert [q.function for q in peer.requests[-2:]] == [rpc.Function.FREE,
-                                                        rpc.Function.UNLOADING_GUEST_DRIVER]
+    assert [q.function for q in peer.requests[-2:]] == [gsp_peer.FN_FREE,
+                                                        gsp_peer.FN_UNLOADING_GUEST_DRIVER]
     assert r.firmware.suspended and g.gsp.mailbox(0) == PROCESSOR_SUSPENDED
     assert g.gsp.state == "halted" and g.gsp.resets == 0  # no falcon reset
     assert g.sec2.starts == []  # no booter_unload: SEC2 never ran

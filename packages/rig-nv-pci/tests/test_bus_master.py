@@ -93,7 +93,7 @@ def test_an_open_of_a_gpu_left_with_bus_mastering_off_boots_and_works(
         copies(d)
     finally:
         d.stop()
-    assert g.unissued == [] and rig_nv_pci.opener._lost == set()
+    assert g.unissued == [] and not rig_nv_pci.opener.lost(machine, BUS)
     given_back(machine, BUS)
 
 
@@ -123,7 +123,7 @@ def test_a_failed_boot_turns_bus_mastering_off_before_the_function_frees_its_mem
     with pytest.raises(OpenRefused, match="booter_load"):
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert order == ["bus master on", "bus master off", "DMA memory freed"]
-    assert not takes[-1].bus_mastering and rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert not takes[-1].bus_mastering and rig_nv_pci.opener.lost(machine, BUS)
 
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support import attach_on, detach_on
 
 import rig_nv_pci
 from rig_edge import Misuse, RigError
@@ -45,7 +46,6 @@ def locks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d = tmp_path / "locks"
     d.mkdir()
     monkeypatch.setattr(lock, "directory", lambda: d)
-    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())  # the GPUs a failed reset lost
     return d
 
 
@@ -65,12 +65,12 @@ def test_misuse_changes_nothing() -> None:
 def test_detach_leaves_it_to_no_driver_without_an_iommu(tmp_path: Path) -> None:
     add_gpu(tmp_path, driver="nvidia")
     machine, sysfs = fixture_machine(tmp_path)
-    assert rig_nv_pci.opener._detach(machine, 0) == Detached()
+    assert detach_on(machine, 0) == Detached()
     assert sysfs.writes == [
         (f"/sys/bus/pci/devices/{BUS}/driver_override", "none\n"),
         ("/sys/bus/pci/drivers/nvidia/unbind", BUS),
     ]
-    assert rig_nv_pci.opener._detach(machine, 0) == Detached() and len(sysfs.writes) == 2  # already
+    assert detach_on(machine, 0) == Detached() and len(sysfs.writes) == 2  # already
 
 
 def hold(file: Path) -> int:
@@ -88,7 +88,7 @@ def detach_refused_while_held(file: Path, machine: Machine, writes: list[tuple[s
     fd = hold(file)
     try:
         with pytest.raises(RigError, match=match):
-            rig_nv_pci.opener._detach(machine, 0)
+            detach_on(machine, 0)
     finally:
         os.close(fd)
     assert writes == []
@@ -103,7 +103,7 @@ def test_a_change_waits_for_another_processs_open_or_change_then_runs(
     fd = hold(locks / "rig-nv-pci.lock")
     threading.Timer(0.3, os.close, (fd,)).start()  # the other process's boot ends
     start = time.monotonic()
-    assert rig_nv_pci.opener._detach(machine, 0) == Detached()
+    assert detach_on(machine, 0) == Detached()
     assert time.monotonic() - start >= 0.3 and len(sysfs.writes) == 2
 
 
@@ -131,7 +131,7 @@ def test_detach_takes_the_gpus_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     fd = hold(lock.path(machine, BUS))
     threading.Timer(0.3, os.close, (fd,)).start()  # the other process's stop ends
     start = time.monotonic()
-    assert rig_nv_pci.opener._detach(machine, 0) == Detached() and len(sysfs.writes) == 2
+    assert detach_on(machine, 0) == Detached() and len(sysfs.writes) == 2
     assert time.monotonic() - start >= 0.3
     assert not lock.held(machine, BUS)  # and let it go
 
@@ -144,7 +144,7 @@ def test_detach_refuses_while_a_process_holds_its_device_file(tmp_path: Path) ->
     add_process(tmp_path, 4242, "python3", fds={5: "/dev/nvidia3"})
     machine, sysfs = fixture_machine(tmp_path)
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._detach(machine, 0)
+        detach_on(machine, 0)
     assert str(e.value) == f"{name(tmp_path)}: it is in use: process 4242 (python3) holds " \
                            "/dev/nvidia3"
     assert sysfs.writes == []
@@ -154,9 +154,9 @@ def test_detach_refuses_no_gpu_and_a_gpu_this_process_holds(tmp_path: Path) -> N
     add_gpu(tmp_path)
     machine, sysfs = fixture_machine(tmp_path)
     with pytest.raises(RigError, match=r"the machine at .* has no GPU 1 \(it has 1\)$"):
-        rig_nv_pci.opener._detach(machine, 1)
+        detach_on(machine, 1)
     with Function.take(machine, BUS), pytest.raises(RigError) as e:
-        rig_nv_pci.opener._detach(machine, 0)
+        detach_on(machine, 0)
     assert str(e.value) == f"{name(tmp_path)}: this process holds it (an open of it, or its " \
                            "function taken)"
     assert sysfs.writes == []
@@ -169,7 +169,7 @@ def test_attach_resets_checks_wpr2_then_gives_it_back(tmp_path: Path) -> None:
     add_gpu(tmp_path, override="none")
     machine, sysfs = fixture_machine(tmp_path)
     sysfs.native[BUS] = "nvidia"
-    rig_nv_pci.opener._attach(machine, 0)
+    attach_on(machine, 0)
     assert sysfs.writes == [
         (f"/sys/bus/pci/devices/{BUS}/reset", "1"),
         (f"/sys/bus/pci/devices/{BUS}/driver_override", "\n"),
@@ -182,14 +182,14 @@ def test_attach_stops_when_wpr2_stays_up(tmp_path: Path) -> None:
     add_gpu(tmp_path, override="none", wpr2=0x5F4B0)
     machine, sysfs = fixture_machine(tmp_path)
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._attach(machine, 0)
+        attach_on(machine, 0)
     assert str(e.value) == (
         f"{name(tmp_path)}: its protected memory (WPR2) is still up after its reset "
         "(NV_PFB_PRI_MMU_WPR2_ADDR_HI reads 0x0005f4b0)"
     )
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]  # and nothing more
     assert not lock.held(machine, BUS)
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}  # a failed reset: the next open resets
+    assert rig_nv_pci.opener.lost(machine, BUS)  # a failed reset: the next open resets
 
 
 def test_attach_refuses_while_an_open_holds_it(tmp_path: Path) -> None:
@@ -198,7 +198,7 @@ def test_attach_refuses_while_an_open_holds_it(tmp_path: Path) -> None:
     held = lock.BusLock.take(machine, BUS)
     try:
         with pytest.raises(RigError, match="this process holds it"):
-            rig_nv_pci.opener._attach(machine, 0)
+            attach_on(machine, 0)
     finally:
         held.release()
     assert sysfs.writes == []
@@ -241,12 +241,12 @@ def test_reset_fails_when_wpr2_stays_up_even_on_a_chip_it_does_not_boot(tmp_path
         f"{name(tmp_path)}: its protected memory (WPR2) is still up after its reset "
         "(NV_PFB_PRI_MMU_WPR2_ADDR_HI reads 0x00000010)"
     )
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}  # a failed reset loses the GPU
+    assert rig_nv_pci.opener.lost(machine, BUS)  # a failed reset loses the GPU
     # A reset that takes it down succeeds, and the GPU is lost no more.
     dev = tmp_path / "sys/bus/pci/devices" / BUS
     sysfs.on_reset = lambda bus: poke(dev, WPR2_HI, 0)
     rig_nv_pci.reset(0, machine)
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
 
 
 def test_reset_refuses_what_this_process_or_another_open_holds(tmp_path: Path) -> None:
@@ -284,8 +284,8 @@ def inside(machine: object) -> dict[str, tuple[BaseException | None, int]]:
     assert isinstance(machine, Machine)
     sysfs = machine.sysfs
     calls = {"make": lambda: rig_nv_pci.gpu(0, machine).make(),
-             "detach": lambda: rig_nv_pci.opener._detach(machine, 0),
-             "attach": lambda: rig_nv_pci.opener._attach(machine, 0),
+             "detach": lambda: detach_on(machine, 0),
+             "attach": lambda: attach_on(machine, 0),
              "reset": lambda: rig_nv_pci.reset(0, machine)}
     got: dict[str, tuple[BaseException | None, int]] = {}
     for what, call in calls.items():
@@ -306,16 +306,16 @@ def assert_misuse(got: dict[str, tuple[BaseException | None, int]], writes: int)
 
 
 def test_an_open_or_change_called_back_inside_another_is_misuse_having_changed_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
     """The spec: gpu's make, detach, attach and reset, called from a callback inside a lock
     (Rig's domains section), raise Invalid_argument (here Misuse, a ValueError), having changed
     nothing. The lock is the process's lock on opens and changes (rig_nv_pci.lock.serial); the
     callbacks that run inside it are the thread's own: here a signal handler, which Python runs
     in the main thread between two of its bytecodes, while a reset holds the lock (its write
-    to the function's reset file raises the signal), and a callback of attach (the check it
-    runs after its reset). Each call raises, writing nothing and taking no lock or function;
-    the change around it goes on and ends as it would have."""
+    to the function's reset file raises the signal), and a call inside attach (the fixture's
+    answer to the write of its reset). Each call raises, writing nothing and taking no lock or
+    function; the change around it goes on and ends as it would have."""
     add_gpu(tmp_path)
     machine, sysfs = fixture_machine(tmp_path)
     got: list[dict[str, tuple[BaseException | None, int]]] = []
@@ -335,16 +335,9 @@ def test_an_open_or_change_called_back_inside_another_is_misuse_having_changed_n
     assert_misuse(got[0], 1)
     assert not lock.held(machine, BUS)
 
-    sysfs.on_reset = None
     sysfs.native[BUS] = "nvidia"
-    checked = rig_nv_pci.opener._wpr2_down_after_reset
-
-    def after_reset(f: Function) -> None:
-        got.append(inside(machine))
-        checked(f)
-
-    monkeypatch.setattr(rig_nv_pci.opener, "_wpr2_down_after_reset", after_reset)
-    rig_nv_pci.opener._attach(machine, 0)
+    sysfs.on_reset = lambda bus: got.append(inside(machine))  # attach's reset, inside it
+    attach_on(machine, 0)
     assert len(got) == 2
     assert_misuse(got[1], 2)
     assert sysfs.writes[1:] == [
@@ -379,7 +372,9 @@ def test_a_callback_right_after_the_lock_is_taken_runs_its_change_whole_first(
     monkeypatch.setattr(lock._serial, "lock", Striking())
     rig_nv_pci.reset(0, machine)
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")] * 2
-    assert not lock.held(machine, BUS) and not lock._serial.inside
+    assert not lock.held(machine, BUS)
+    rig_nv_pci.reset(0, machine)  # no longer inside a change: not refused as Misuse
+    assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")] * 3
 
 
 # ---- every Error of the spec, named with the GPU ----------------------------------------------
@@ -400,7 +395,7 @@ def test_each_change_is_an_error_naming_the_gpu_when_the_functions_cannot_be_lis
 
     sysfs = Unlistable(tmp_path)
     machine = Machine(sysfs)
-    for change in (rig_nv_pci.opener._detach, rig_nv_pci.opener._attach,
+    for change in (detach_on, attach_on,
                    lambda m, i: rig_nv_pci.reset(i, m)):
         with pytest.raises(RigError) as e:
             change(machine, 0)
@@ -416,7 +411,7 @@ def test_attach_refuses_no_gpu_i_saying_how_many(tmp_path: Path) -> None:
     add_gpu(tmp_path, override="none")
     machine, sysfs = fixture_machine(tmp_path)
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._attach(machine, 1)
+        attach_on(machine, 1)
     assert str(e.value) == (
         f"GPU 1 of the machine at {tmp_path}: the machine at {tmp_path} has no GPU 1 (it has 1)"
     )
@@ -433,11 +428,11 @@ def test_attach_of_a_gpu_linux_cannot_reset_names_the_gpu_and_gives_nothing_back
     machine, sysfs = fixture_machine(tmp_path)
     sysfs.native[BUS] = "nvidia"
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._attach(machine, 0)
+        attach_on(machine, 0)
     assert str(e.value) == f"{name(tmp_path)}: it cannot be reset: Linux has no reset for it"
     assert sysfs.writes == [] and machine.function(BUS).driver is None
     assert not lock.held(machine, BUS)
-    assert rig_nv_pci.opener._lost == set()  # no reset was attempted: the GPU is as it was
+    assert not rig_nv_pci.opener.lost(machine, BUS)  # no reset was attempted: the GPU is as it was
 
 
 def test_attach_whose_function_cannot_be_taken_does_not_lose_the_gpu(tmp_path: Path) -> None:
@@ -447,9 +442,10 @@ def test_attach_whose_function_cannot_be_taken_does_not_lose_the_gpu(tmp_path: P
     set_lockdown(tmp_path, "integrity")
     machine, sysfs = fixture_machine(tmp_path)
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._attach(machine, 0)
+        attach_on(machine, 0)
     assert str(e.value).startswith(f"{name(tmp_path)}: ") and "locked down" in str(e.value)
-    assert sysfs.writes == [] and rig_nv_pci.opener._lost == set() and not lock.held(machine, BUS)
+    assert sysfs.writes == [] and not rig_nv_pci.opener.lost(machine, BUS)
+    assert not lock.held(machine, BUS)
 
 
 def test_attach_whose_own_reset_fails_loses_the_gpu(tmp_path: Path) -> None:
@@ -466,15 +462,15 @@ def test_attach_whose_own_reset_fails_loses_the_gpu(tmp_path: Path) -> None:
 
     sysfs.on_reset = refused
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._attach(machine, 0)
+        attach_on(machine, 0)
     assert str(e.value).startswith(f"{name(tmp_path)}: its reset failed: ")
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
     assert machine.function(BUS).driver is None and not lock.held(machine, BUS)
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert rig_nv_pci.opener.lost(machine, BUS)
     # a reset that works ends the loss (rig_nv_pci.reset), as the next open's would
     sysfs.on_reset = None
     rig_nv_pci.reset(0, machine)
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
 
 
 def test_attach_of_a_gpu_that_does_not_answer_after_its_reset_loses_it(tmp_path: Path) -> None:
@@ -489,7 +485,7 @@ def test_attach_of_a_gpu_that_does_not_answer_after_its_reset_loses_it(tmp_path:
 
     sysfs.on_reset = gone
     with pytest.raises(RigError) as e:
-        rig_nv_pci.opener._attach(machine, 0)
+        attach_on(machine, 0)
     assert str(e.value).startswith(f"{name(tmp_path)}: it does not respond after its reset")
     assert sysfs.writes == [(f"/sys/bus/pci/devices/{BUS}/reset", "1")]
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert rig_nv_pci.opener.lost(machine, BUS)

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from support import BUS, Opened, opener
+from support import BUS, Opened, attach_on, detach_on, opener
 
 import rig_nv_pci
 from rig_edge import Bus, Memory, Misuse, OpenRefused, Region, RigError
@@ -232,7 +232,7 @@ def test_after_dma_the_gpu_stays_the_processs_and_no_open_succeeds(
             rig_nv_pci.reset(0, machine)
         writes = list(machine.sysfs.writes)  # type: ignore[attr-defined]
         # the spec: each refuses it
-        for change in (rig_nv_pci.opener._detach, rig_nv_pci.opener._attach):
+        for change in (detach_on, attach_on):
             with pytest.raises(RigError, match=f"GPU 0 of .*{why}"):
                 change(machine, 0)
         assert machine.sysfs.writes == writes  # type: ignore[attr-defined]

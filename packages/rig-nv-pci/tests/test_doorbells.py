@@ -10,7 +10,6 @@ from support import Opened, round_trip
 
 from rig_nv import Device
 from rig_nv_pci.firmware import chips
-from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import runlists
 from rig_nv_pci.path.runlists import Doorbells
 
@@ -38,8 +37,7 @@ def test_a_ga102_copy_runs_on_the_tokens_cpu_rm_builds(ga102: Opened) -> None:
         tokens = {c.runlist_id << 16 | c.chid for c in s.channels.values()}
         assert {1 << 16 | 1, 2 << 16 | 1} <= tokens and set(s.doorbells) <= tokens
         assert s.doorbells and s.ignored_doorbells == []
-        asked = [payloads.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
-                 if q.function == rpc.Function.GSP_RM_CONTROL]
+        asked = [c.cmd for c in ga102.firmware.peer.controls()]
         assert 0xC36F0108 not in asked
         assert runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE in asked
     finally:

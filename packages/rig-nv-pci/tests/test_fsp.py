@@ -202,15 +202,16 @@ def test_the_headers() -> None:
     assert fsp.nvdm_header(fsp.NVDM_TYPE_FSP_RESPONSE) == 0x1510DE7E
 
 
-def test_an_answer_to_another_command_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_answer_to_another_command_is_refused() -> None:
     _, model, f = _rig()
-    monkeypatch.setattr(model, "_parse", lambda packet: (0x16, 0))
+    model.reply = lambda nvdm_type, code: model.response(0x16, 0)
     with pytest.raises(FspError, match=r"answered CAPS_QUERY \(0x16\), not the COT \(0x14\)"):
         f.send_cot(_cot())
 
 
 def test_an_answer_that_is_not_an_fsp_response_is_refused() -> None:
-    _, model, f = _rig(answer=False)
-    model.post(struct.pack("<5I", 0xC0000000, 0x1810DE7E, 0, 0x14, 0))
+    _, model, f = _rig()
+    model.reply = lambda nvdm_type, code: struct.pack("<5I", 0xC0000000, 0x1810DE7E, 0,
+                                                      nvdm_type, code)
     with pytest.raises(FspError, match=r"not an NVDM FSP_RESPONSE \(message header 0x1810de7e"):
-        f._check_response(f.receive_packet("x"), 0x14, "the COT (0x14) command")
+        f.send_cot(_cot())

@@ -79,7 +79,7 @@ def test_page_table() -> None:
 
 def test_headers_written_as_msgq_does() -> None:
     queues, peer = pair()
-    mem = queues._mem
+    mem = peer.mem  # the shared memory as the GSP sees it
     tx = q.TX_HEADER.unpack_from(mem, SMALL.command_offset)
     assert tx == (0, SMALL.command_size, 4096, 7, 0, q.MSGQ_FLAGS_SWAP_RX, 32, 4096)
     assert queues.link() and queues.linked
@@ -94,8 +94,8 @@ def test_nothing_to_read_before_the_gsp_makes_its_queue() -> None:
 
 
 def test_an_unusable_status_queue_header_is_refused() -> None:
-    queues, _ = pair()
-    struct.pack_into("<I", queues._mem, SMALL.status_offset + 8, 2048)  # msgSize
+    queues, peer = pair()
+    struct.pack_into("<I", peer.mem, SMALL.status_offset + 8, 2048)  # msgSize
     with pytest.raises(q.QueueCorrupt, match=r"GPU 0: .*status queue.*msgSize 2048"):
         queues.link()
 
@@ -126,7 +126,7 @@ def test_a_message_of_several_elements_across_the_end() -> None:
         pass
     payload = os.urandom(3 * 4096 - 48 - 32)  # exactly three elements: 5, 6, 0
     queues.send(rpc(GET_STATIC_INFO, payload))
-    assert struct.unpack_from("<I", queues._mem, SMALL.command_offset + 16)[0] == 1
+    assert struct.unpack_from("<I", peer.mem, SMALL.command_offset + 16)[0] == 1
     peer.service()
     assert peer.requests[-1].payload == payload
     m = queues.receive()
@@ -138,11 +138,11 @@ def test_full_queue_raises_or_waits_through_the_callback() -> None:
     for _ in range(3):
         queues.send(rpc(GET_STATIC_INFO, b"y" * 5000))  # two elements each: 6 of 7 used
     assert queues.free_elements() == 0
-    write = struct.unpack_from("<I", queues._mem, SMALL.command_offset + 16)[0]
+    write = struct.unpack_from("<I", peer.mem, SMALL.command_offset + 16)[0]
     with pytest.raises(q.QueueFull, match=r"GPU 0: the GSP command queue is full.*needs 1") as e:
         queues.send(rpc(GET_STATIC_INFO, b"z"))
     assert isinstance(e.value, RigError) and (e.value.needed, e.value.free) == (1, 0)
-    assert struct.unpack_from("<I", queues._mem, SMALL.command_offset + 16)[0] == write
+    assert struct.unpack_from("<I", peer.mem, SMALL.command_offset + 16)[0] == write
     calls = []
 
     def on_full(needed: int, free: int) -> bool:
@@ -182,16 +182,16 @@ def test_bad_checksum_names_queue_seq_and_element() -> None:
 
 def test_a_sequence_gap_is_refused() -> None:
     queues, peer = pair()
-    peer._tx_seq = 5
+    peer.tx_seq = 5
     peer.event(0x1005)
     with pytest.raises(q.QueueCorrupt, match="seq 5, expected 0"):
         queues.receive()
 
 
 def test_a_wild_read_pointer_is_refused() -> None:
-    queues, _ = pair()
+    queues, peer = pair()
     queues.link()
-    struct.pack_into("<I", queues._mem, SMALL.status_offset + 32, 99)
+    struct.pack_into("<I", peer.mem, SMALL.status_offset + 32, 99)
     with pytest.raises(q.QueueCorrupt, match=r"read pointer .* 99"):
         queues.send(rpc(GET_STATIC_INFO, b""))
 

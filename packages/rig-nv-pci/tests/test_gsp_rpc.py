@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 import pytest
-from sim import peer_module
+from sim import gsp_peer, peer_module
 from support import connect
 
 from rig_edge import Lost, Misuse
@@ -58,26 +58,24 @@ def test_alloc_control_free_round_trip() -> None:
     assert (rm.client, rm.release, rm.layouts) == (0xC1D00001, "570.144", "570")
     first = peer.requests[0]
     assert first.function == 103
-    assert payloads.decode_alloc(first.payload).h_class == 0 and peer.objects == {0xC1D00001: 0}
+    assert gsp_peer.parse_alloc(first.payload).cls == 0 and peer.objects == {0xC1D00001: 0}
     dev = rm.new_handle()
     assert rm.new_handle() == dev + 1
     params = bytearray(range(16))
     assert rm.alloc(rm.client, dev, 0x80, params) == dev
     assert params == bytearray(range(4)) + b"\x99" * 12  # written back in place
-    sent = payloads.decode_alloc(peer.requests[-1].payload)
-    assert (sent.h_client, sent.h_parent, sent.h_object, sent.h_class) == (rm.client, rm.client,
-                                                                          dev, 0x80)
+    sent = gsp_peer.parse_alloc(peer.requests[-1].payload)
+    assert (sent.client, sent.parent, sent.handle, sent.cls) == (rm.client, rm.client, dev, 0x80)
     ctl = bytearray(b"abcdef")
     rm.control(dev, 0x20800110, ctl)
     assert ctl == bytearray(b"fedcba")
     rm.control(dev, 0x20800111, None)
-    assert payloads.decode_control(peer.requests[-1].payload).params == b""
+    assert gsp_peer.parse_control(peer.requests[-1].payload).params == b""
     sub = rm.new_handle() + 10
     rm.alloc(dev, sub, 0x2080)
     rm.free(dev)  # and everything under it
     assert peer.objects == {rm.client: 0}
-    freed = payloads.FREE.unpack(peer.requests[-1].payload)
-    assert freed == (rm.client, 0, dev, 0)
+    assert gsp_peer.parse_free(peer.requests[-1].payload) == gsp_peer.Free(rm.client, 0, dev, 0)
     rm.close()
     assert peer.objects == {}
 
@@ -215,9 +213,8 @@ def test_an_interruption_of_the_callback_is_not_dropped_when_no_reply_comes() ->
         seen.append(e.function)
         raise KeyboardInterrupt if seen == [0x1006, 0x1005] else RuntimeError("garbled")
 
-    rpc, peer = connect(timeout_s=0.05, auto=False)
+    rpc, peer = connect(timeout_s=0.05, auto=False, sleep=lambda _left: None)
     rpc.on_event = on_event
-    rpc._sleep = lambda _left: None
     peer.event(0x1006, peer_module().Peer.os_error_log(1, 0, "log"))
     peer.event(0x1005)
     with pytest.raises(KeyboardInterrupt) as e:
@@ -282,16 +279,15 @@ def test_init_done_is_awaited_past_other_events() -> None:
 
 def test_unloading() -> None:
     rpc, peer = connect()
-    sequence = rpc._sequence
     reply = rpc.call(r.Function.UNLOADING_GUEST_DRIVER, payloads.encode_unloading())
     assert peer.unloaded and reply.payload == bytes(8)
-    assert reply.sequence == sequence  # the peer echoes the request's header (see rpc.py)
+    # the peer echoes the request's header (see rpc.py)
+    assert reply.sequence == peer.requests[-1].sequence
 
 
 def test_no_reply_times_out() -> None:
     layout = q.Layout(8 * 4096, 8 * 4096)
-    rpc, peer = connect(layout, timeout_s=0.05, auto=False)
-    rpc._sleep = lambda _left: None
+    rpc, peer = connect(layout, timeout_s=0.05, auto=False, sleep=lambda _left: None)
     with pytest.raises(r.RpcTimeout, match="GPU 0: the GSP sent no GSP_RM_ALLOC"):
         rpc.call(r.Function.GSP_RM_ALLOC, payloads.encode_alloc(1, 0, 1, 0))
     assert peer.requests == []
@@ -333,11 +329,11 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
     rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_ALLOC)
     refused = rm.new_handle()
-    stale = rpc._sequence
     with pytest.raises(r.RpcTimeout, match="sent no GSP_RM_ALLOC"):
         rm.alloc(dev, refused, 0x90F1, bytearray(8))
+    stale = peer.requests[-1].sequence  # the timed-out request's, as the GSP read it
     peer.late.clear()
     rpc.timeout_s = 5.0
     assert peer.send_late() == 1  # the refusal, now in the status queue first
@@ -348,8 +344,8 @@ def test_a_late_alloc_reply_is_dropped_and_the_next_alloc_gets_its_own() -> None
     (dropped,) = rpc.unexpected
     assert rpc.unexpected_count == 1 and events == []  # not an event: not handed on
     assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_ALLOC, stale)
-    answer = payloads.decode_alloc(dropped.payload)
-    assert (answer.h_object, answer.status) == (refused, NV_ERR_NO_MEMORY)
+    answer = gsp_peer.parse_alloc(dropped.payload)
+    assert (answer.handle, answer.status) == (refused, NV_ERR_NO_MEMORY)
     rm.control(dev, 0x123, bytearray(4))  # the queues are still in step
     assert len(rpc.unexpected) == 1
 
@@ -363,10 +359,11 @@ def test_a_late_control_reply_in_continuation_records_is_dropped_whole() -> None
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
     rpc.silent_after = None  # a GSP that answers late, not one taken as gone at its timeout
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
-    stale = rpc._sequence
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_CONTROL)
     with pytest.raises(r.RpcTimeout):
         rm.control(dev, 0x2080AAAA, bytearray(b"\x01" * 150_000))
+    stale = peer.requests[-1].sequence  # the timed-out request's first, as the GSP read it
+    assert peer.requests[-1].records == 3
     peer.late.clear()
     rpc.timeout_s = 5.0
     assert peer.send_late() == 3
@@ -389,17 +386,17 @@ def test_a_reply_with_a_sequence_not_yet_sent_is_dropped_and_the_wait_goes_on() 
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
     p = peer_module().Peer
-    future = rpc._sequence + 1000
+    future = peer.requests[-1].sequence + 1000  # none the CPU sent
     forged = payloads.encode_control(rm.client, dev, 0x123, b"\xee" * 4)
-    peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future))
+    peer.before_reply.append(p.message(r.Function.GSP_RM_CONTROL, forged, 0, future))
     params = bytearray(b"\x01\x02\x03\x04")
     rm.control(dev, 0x123, params)
     assert params == b"\x01\x02\x03\x04"  # its own answer, not the forged one's
     (dropped,) = rpc.unexpected
     assert (dropped.function, dropped.sequence) == (r.Function.GSP_RM_CONTROL, future)
     # and with no right one to come: the wait ends at its deadline, the forged one dropped
-    peer.late.add(r.Function.GSP_RM_CONTROL)
-    peer.before_reply.append(p._rpc(r.Function.GSP_RM_CONTROL, forged, 0, future + 1))
+    peer.late.add(gsp_peer.FN_GSP_RM_CONTROL)
+    peer.before_reply.append(p.message(r.Function.GSP_RM_CONTROL, forged, 0, future + 1))
     rpc.timeout_s = 0.05
     with pytest.raises(r.RpcTimeout):
         rm.control(dev, 0x123, bytearray(4))
@@ -412,7 +409,7 @@ def test_a_late_reply_a_poll_reads_is_dropped_not_handed_on() -> None:
     events: list[r.Incoming] = []
     rpc, peer = connect(events=events)
     rm = r.RpcRM.open(rpc)
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_ALLOC)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_ALLOC)
     with pytest.raises(r.RpcTimeout):
         rm.alloc(rm.client, rm.new_handle(), 0x80)
     peer.event(0x1005)
@@ -443,9 +440,8 @@ def test_the_first_reply_decides_whether_replies_are_matched_by_sequence() -> No
 def test_requests_are_numbered_from_one_so_a_zero_is_no_echo() -> None:
     rpc, peer = connect()
     peer.echo_sequence = False
-    first = rpc._sequence
     r.RpcRM.open(rpc)
-    assert first == 1 and rpc.echoes is False
+    assert peer.requests[0].sequence == 1 and rpc.echoes is False
 
 
 # ---- a GSP that stopped answering costs one timeout (Rpc.silent) ----------------------------
@@ -464,19 +460,12 @@ def test_after_one_timed_out_request_no_later_request_is_sent() -> None:
     rm = r.RpcRM.open(rpc)
     dev = rm.new_handle()
     rm.alloc(rm.client, dev, 0x80)
-    late_then_on_time(peer, rpc, r.Function.FREE)
+    late_then_on_time(peer, rpc, gsp_peer.FN_FREE)
     with pytest.raises(r.RpcTimeout, match="the GSP sent no FREE for FREE in time"):
         rm.free(dev)
     assert rpc.silent == "FREE (the GSP sent no FREE for FREE in time)"
     assert told == ["the GSP stopped answering at " + rpc.silent]
-    sent, rings = len(peer.requests), [0]
-    ring = rpc.queues._doorbell
-
-    def counted() -> None:
-        rings[0] += 1
-        ring()
-
-    rpc.queues._doorbell = counted
+    sent, rings = len(peer.requests), peer.rings
     rpc.timeout_s = 5.0  # were anything sent, a reply would be awaited this long
     start = time.monotonic()
     for attempt in (lambda: rm.alloc(dev, rm.new_handle(), 0x2080),
@@ -494,7 +483,7 @@ def test_after_one_timed_out_request_no_later_request_is_sent() -> None:
     peer.late.clear()
     peer.send_late()
     assert rpc.poll() == 1 and [u.name for u in rpc.unexpected] == ["FREE"]
-    assert len(peer.requests) == sent and rings == [0] and len(told) == 1
+    assert len(peer.requests) == sent and peer.rings == rings and len(told) == 1
 
 
 def test_silent_after_counts_timed_out_requests() -> None:
@@ -504,7 +493,7 @@ def test_silent_after_counts_timed_out_requests() -> None:
     rpc, peer = connect()
     rpc.silent_after = 2
     rm = r.RpcRM.open(rpc)
-    late_then_on_time(peer, rpc, r.Function.GSP_RM_CONTROL)
+    late_then_on_time(peer, rpc, gsp_peer.FN_GSP_RM_CONTROL)
     with pytest.raises(r.RpcTimeout) as e:
         rm.control(rm.client, 0x123, bytearray(4))
     assert not isinstance(e.value, Lost)  # one timeout of two: the GSP still answers

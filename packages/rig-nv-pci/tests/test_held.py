@@ -361,11 +361,11 @@ def test_a_failed_boot_loses_the_gpu_and_the_next_open_resets_it_first(
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert takes[-1].closed and takes[-1].resets == 0
     given_back(machine, BUS)
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert rig_nv_pci.opener.lost(machine, BUS)
     assert ga102.rig.gpu.wpr2_up()  # FWSEC's WPR2 stayed up
     g.sec2.programs[ga102.rig.sb.ucode_id] = booter
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
-    assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
+    assert takes[-1].resets == 1 and not rig_nv_pci.opener.lost(machine, BUS) and d.completed() == 2
     d.stop()
     given_back(machine, BUS)
 

@@ -228,14 +228,15 @@ def test_the_gpu_a_failed_sequence_lost_is_reset_at_its_next_open(
     finally:
         d.stop()
     given_back(machine, BUS)
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)} and takes[-1].resets == 0
+    assert rig_nv_pci.opener.lost(machine, BUS) and takes[-1].resets == 0
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
-        assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
+        assert takes[-1].resets == 1 and not rig_nv_pci.opener.lost(machine, BUS)
+        assert d.completed() == 2
     finally:
         d.stop()
     given_back(machine, BUS)
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
 
 
 # ---- a report kept through an exception in a sleep ------------------------------------------

@@ -14,7 +14,6 @@ from support import (
 )
 
 from rig_nv.rm import RMError
-from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import mmu, space
 from rig_nv_pci.path import pci as pp
 
@@ -111,10 +110,9 @@ def test_no_page_for_a_table_is_no_room() -> None:
 def test_the_simulated_gsp_checks_the_handed_over_directories(ga102: Booted) -> None:  # noqa: F811
     p, s = ga102.path(), ga102.sim_rm
     assert p.space.tables is not None and list(s.roots.values()) == [p.space.tables.root]
-    (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.GSP_RM_CONTROL
-            and payloads.decode_control(q.payload).cmd
-            == sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES]
-    params = bytearray(payloads.decode_control(q.payload).params)
+    (q,) = [c for c in ga102.firmware.peer.controls()
+            if c.cmd == sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES]
+    params = bytearray(q.params)
     _, _, page_size, lo, hi, count = sim.gsp_rm.COPY_PDES.unpack_from(params)
     assert (page_size, lo, hi, count) == (1 << 29, 4 << 30, (4 << 30) + (512 << 20) - 1, 3)
     levels = [sim.gsp_rm.COPY_PDES_LEVEL.unpack_from(params, 40 + 24 * i) for i in range(3)]
@@ -168,10 +166,16 @@ def test_the_simulated_tlb_keeps_a_freed_mapping_until_the_path_invalidates(
         s.translate(a.gpu)
     b = p.alloc_memory(0x1000, pp.Memory.PINNED)
     assert b is not None and b.gpu == a.gpu and s.translate(b.gpu).address == b.undo.dma.bus
-    # without the invalidate the simulated GPU would go on using the freed pages
-    p.space.tables._invalidate = None
-    p.free_memory(b)
-    assert s.translate(b.gpu).address == b.undo.dma.bus
+    # without the invalidate's flush the simulated GPU would go on using the freed pages
+    s.tlb_flushes = False
+    before = s.invalidates
+    try:
+        p.free_memory(b)
+        assert s.invalidates == before + 1  # the path invalidated; the TLB kept the page
+        assert s.translate(b.gpu).address == b.undo.dma.bus
+    finally:
+        s.tlb_flushes = True
+        s.tlb.clear()
 
 
 def test_version_3_entries_and_tables_as_hoppers_manual_lays_them_out() -> None:
@@ -269,9 +273,8 @@ def test_big_pages_share_a_2m_block_with_4k_pages_through_the_dual_pde(version: 
         t.unmap(va + 0x1000, 0x1000)
     # the big pages go: the big half is cleared, the small half stays
     t.unmap(va, 3 * mmu.BIG_PAGE)
-    pd0 = t._pd0(va)
-    at = mmu.index(fmt.pd0, va) * 16
-    lo, hi = mmu.U128.unpack_from(vram, pd0 + at)
+    pd0_entry = gmmu.dual_pde(read, t.root, va, version)  # as the simulated MMU walks to it
+    lo, hi = mmu.U128.unpack_from(vram, pd0_entry)
     assert lo == 0 and hi >> 1 & 3 == 1
     for off in (0, 0x2_0000):
         with pytest.raises(gmmu.MmuFault):
@@ -282,7 +285,7 @@ def test_big_pages_share_a_2m_block_with_4k_pages_through_the_dual_pde(version: 
     assert gmmu.translate(read, t.root, va + 8, version) == (True, 16 * MiB + 8, 0x1000, 6)
     t.unmap(va, 0x1000)
     t.unmap(va + 3 * mmu.BIG_PAGE, 0x2000)
-    lo, hi = mmu.U128.unpack_from(vram, pd0 + at)
+    lo, hi = mmu.U128.unpack_from(vram, pd0_entry)
     assert lo == hi == 0
     t.map(va + 3 * mmu.BIG_PAGE, mmu.BIG_PAGE, lambda o: 20 * MiB, video=True, kind=6,
           huge=False, big=True)

@@ -420,7 +420,6 @@ def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
     none for changed nothing, and loses nothing."""
     import rig_nv_pci
 
-    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())
     machine, sysfs = here(tmp_path)
     dev = add_gpu(tmp_path)
     fw = fake_firmware(tmp_path, "ga102", monkeypatch)
@@ -447,7 +446,7 @@ def test_a_failed_reset_loses_the_gpu_and_its_next_open_resets_it_first(
     with pytest.raises(RigError, match="Linux has no reset for it"):
         rig_nv_pci.reset(0, machine)
     assert "not laid out as its format says" in refusal(machine, firmware=[fw])
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
 
 
 def test_make_opens_the_gpu_that_is_ith_when_it_runs(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import sim
-from support import BUS, UNLOAD_UCODE_ID, Opened, TakenSim, given_back, opener
+from support import BUS, UNLOAD_UCODE_ID, Opened, TakenSim, detach_on, given_back, opener
 
 import rig_nv_pci
 from rig_edge import Memory, OpenRefused, RigError
@@ -25,7 +25,8 @@ def next_open_resets_it(machine: Machine, takes: list[TakenSim], firmware: Path)
     """The lost GPU's next open resets it first, and is no longer lost; its device runs."""
     d = rig_nv_pci.gpu(0, machine, firmware=[firmware]).open()
     try:
-        assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set() and d.completed() == 2
+        assert takes[-1].resets == 1 and not rig_nv_pci.opener.lost(machine, BUS)
+        assert d.completed() == 2
     finally:
         d.stop()
 
@@ -43,7 +44,7 @@ def test_make_refused_the_gsps_memory_names_the_gpu_and_leaves_it_as_found(
                        r".*no DMA memory for the GSP's image"):
         rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert ga102.firmware.boots == 0 and ga102.rig.gpu.gsp.starts == []
-    assert rig_nv_pci.opener._lost == set() and takes[-1].closed and takes[-1].resets == 0
+    assert not rig_nv_pci.opener.lost(machine, BUS) and takes[-1].closed and takes[-1].resets == 0
     given_back(machine, BUS)
 
 
@@ -59,12 +60,12 @@ def test_a_failed_stop_loses_the_gpu_and_its_next_open_resets_it_first(
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     g.sec2.programs[UNLOAD_UCODE_ID] = sim.booter_unload_program(g, error=0x2A)
     d.stop()
-    assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
+    assert takes[-1].closed and rig_nv_pci.opener.lost(machine, BUS)
     assert ga102.rig.gpu.wpr2_up()
     given_back(machine, BUS)
     g.sec2.programs[UNLOAD_UCODE_ID] = unload
     next_open_resets_it(machine, takes, tmp_path)
-    assert rig_nv_pci.opener._lost == set() and not ga102.rig.gpu.wpr2_up()
+    assert not rig_nv_pci.opener.lost(machine, BUS) and not ga102.rig.gpu.wpr2_up()
 
 
 def _interrupted(*args: object, **kwargs: object) -> object:
@@ -95,7 +96,7 @@ def test_any_failure_once_the_gsps_memory_is_taken_loses_the_gpu_and_its_next_op
         with pytest.raises(error):
             rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     assert takes[-1].resets == 0 and takes[-1].closed
-    assert rig_nv_pci.opener._lost == {(machine.name, BUS)}, where
+    assert rig_nv_pci.opener.lost(machine, BUS), where
     given_back(machine, BUS)
     next_open_resets_it(machine, takes, tmp_path)
     given_back(machine, BUS)
@@ -157,7 +158,7 @@ def test_a_boot_delays_another_threads_change_until_it_is_done(
 
     def detach_other() -> None:
         try:
-            rig_nv_pci.opener._detach(other, 0)
+            detach_on(other, 0)
             order.append("detached")
         except BaseException as e:
             failures.append(e)

@@ -18,7 +18,7 @@ import os
 
 import pytest
 import sim
-from sim import gmmu
+from sim import gmmu, gsp_peer
 from sim.gsp_rm import GA102_CLASSES, METHOD_BUFFER_SIZE, SimRm
 from support import (
     BOOTLOADER,
@@ -88,8 +88,7 @@ def test_list_controls_go_as_their_v2_twins(ga102: Booted) -> None:
     (heap,) = controls.info_list(p, controls.NV2080_CTRL_CMD_FB_GET_INFO,
                                  [controls.FB_HEAP_SIZE], p.h_subdevice)
     assert heap == 23 << 20
-    cmds = [payloads.decode_control(q.payload).cmd for q in ga102.firmware.peer.requests
-            if q.function == rpc.Function.GSP_RM_CONTROL]
+    cmds = [c.cmd for c in ga102.firmware.peer.controls()]
     assert cmds == [sim.gsp_rm.CTRL_COPY_SERVER_RESERVED_PDES,
                     runlists.NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE] + [
         rm.NV0080_CTRL_CMD_GPU_GET_CLASSLIST_V2] * 2 + [
@@ -144,7 +143,7 @@ def test_pinned_memory_is_described_page_by_page(ga102: Booted) -> None:
     assert a is not None
     dma = a.undo.dma
     assert s.sysmem[a.handle] == [dma.bus + i for i in (0, 0x1000, 0x2000)]
-    (q,) = [q for q in ga102.firmware.peer.requests if q.function == rpc.Function.ALLOC_MEMORY]
+    (q,) = [q for q in ga102.firmware.peer.requests if q.function == gsp_peer.FN_ALLOC_MEMORY]
     assert int.from_bytes(q.payload[12:16], "little") == pp.NV01_MEMORY_LIST_SYSTEM == 0x81
     n = p.alloc_notifier()
     assert n.host is not None and n.gpu == 0 and n.handle in s.sysmem
@@ -196,16 +195,14 @@ def test_video_memory_comes_from_the_paths_heap_over_the_reported_fb_regions(
     assert s.fbmem[a.handle] == (a.undo.fb, 0x3000) and reserved <= a.undo.fb < reserved + tables
     assert s.fbmem[b.handle] == (4 << 20, 4 << 20)  # 2 MiB pages: 2 MiB aligned
     described = [q for q in ga102.firmware.peer.requests
-                 if q.function == rpc.Function.ALLOC_MEMORY]
+                 if q.function == gsp_peer.FN_ALLOC_MEMORY]
     for q in described:
         cls, flags = (int.from_bytes(q.payload[i:i + 4], "little") for i in (12, 16))
         count = int.from_bytes(q.payload[40:44], "little")
         assert (cls, flags, count) == (vidmem.NV01_MEMORY_LIST_FBMEM, 0x200, 1)
         assert int.from_bytes(q.payload[24:28], "little") == vidmem.KIND_GENERIC
     assert len(described) == 2
-    allocs = [payloads.decode_alloc(q.payload) for q in ga102.firmware.peer.requests
-              if q.function == rpc.Function.GSP_RM_ALLOC]
-    assert sim.gsp_rm.LOCAL_USER not in [x.h_class for x in allocs]
+    assert sim.gsp_rm.LOCAL_USER not in [x.cls for x in ga102.firmware.peer.allocs()]
     # a Mapped region's BAR 1 view is its video memory
     assert b.host is not None
     view(b.host, 8)[:] = b"bar1 vid"
@@ -348,7 +345,7 @@ def test_uploads_copies_and_downloads_run_on_the_simulated_copy_engine(ga102: Bo
         assert s.faults == []
         # the staging memory's 8192 pages went to the GSP in continuation records
         described = [q for q in ga102.firmware.peer.requests
-                     if q.function == rpc.Function.ALLOC_MEMORY and q.records > 1]
+                     if q.function == gsp_peer.FN_ALLOC_MEMORY and q.records > 1]
         assert described and int.from_bytes(described[0].payload[40:44], "little") == 8192
     finally:
         d.stop()
@@ -464,13 +461,13 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     ga102: Booted,
 ) -> None:
     """GSP-RM's BAR 1 root may already name a PD2 of its own: the path reads it from video
-    memory, builds under it, keeps GSP-RM's entries and never frees it."""
-    from rig_nv_pci.path import mmu
-
+    memory, builds under it, keeps GSP-RM's entries and never frees it. GSP-RM's entries are
+    the simulator's own encoding (sim/gmmu.py), not the path's."""
     s = ga102.sim_rm
     gsp_pd2 = sim.gsp_rm.BAR1_PDB - 0x1000  # in the reserved region
-    s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] = mmu.U64.pack(mmu.pde(gsp_pd2))
-    theirs = mmu.U64.pack(mmu.pde(gsp_pd2 - 0x1000))
+    root = gmmu.pde(gsp_pd2).to_bytes(8, "little")
+    s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] = root
+    theirs = gmmu.pde(gsp_pd2 - 0x1000).to_bytes(8, "little")
     s.vram[gsp_pd2 + 40:gsp_pd2 + 48] = theirs  # PD2 entry 5: GSP-RM's
     p = ga102.path()
     a = p.alloc_memory(2 << 20, Memory.MAPPED)
@@ -480,7 +477,7 @@ def test_bar1_tables_go_under_the_directories_gsp_rm_made_and_leave_them(
     assert p.bar1.tables is not None and gsp_pd2 in p.bar1.tables.shadow.foreign
     p.free_memory(a)
     assert gsp_pd2 in p.bar1.tables.shadow and s.vram[gsp_pd2 + 40:gsp_pd2 + 48] == theirs
-    assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == mmu.U64.pack(mmu.pde(gsp_pd2))
+    assert s.vram[sim.gsp_rm.BAR1_PDB:sim.gsp_rm.BAR1_PDB + 8] == root
 
 
 def test_bar1s_last_page_is_never_mapped_and_gsp_rms_bar_roots_never_heap_memory(

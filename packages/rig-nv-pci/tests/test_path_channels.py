@@ -18,7 +18,6 @@ import rig_nv
 from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv.setup import CHANNEL_AREA
-from rig_nv_pci.gsp import payloads, rpc
 from rig_nv_pci.path import pci as pp
 
 __all__ = ["ga102"]  # the fixture, from support.path
@@ -151,9 +150,7 @@ def test_the_compute_objects_context_buffers_are_promoted_to_gsp_rm_first(
             assert where.video and where.address == b.fb and s.usable(b.fb, b.size)
             assert b.size >= CTX_PROPERTIES[grctx.ENGINE_ID[buffer_id]][1]
         promote = grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX
-        promotes = [payloads.decode_control(q.payload) for q in ga102.firmware.peer.requests
-                    if q.function == rpc.Function.GSP_RM_CONTROL
-                    and payloads.decode_control(q.payload).cmd == promote]
+        promotes = [c for c in ga102.firmware.peer.controls() if c.cmd == promote]
         assert len(promotes) == 1  # the compute channel's; the copy channel has no compute object
         assert d.completed() == 2 and s.faults == []
     finally:

@@ -1,27 +1,19 @@
 """The Rig_nv_pci spec's "An allocation the path or the GSP refuses gives back at once the memory
 the path gave for it, unless the GPU faulted meanwhile", through the real path
-(:meth:`rig_nv_pci.path.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM:
-
-- a channel GSP-RM refuses with a status gives back its instance block, its ChID and the
-  method buffer made for it; a promote of context buffers it refuses gives back every buffer
-  made for it; a compute object refused after its promote leaves the promoted buffers with
-  their group (GSP-RM's context of the group names them), given back with the group;
-- "the GPU faulted meanwhile" (rig_nv_pci.path.rm's docstring): no answer in time (none at all, or
-  one that comes after the caller gave up: dropped by the next RPC's wait), a report of
-  trouble (RC_TRIGGERED, MMU_FAULT_QUEUED, lockdown engaging, a RUN_CPU_SEQUENCER that fails:
-  the GPU lost) while the RPC ran, a KeyboardInterrupt while the reply was awaited: the
-  channel's memory is kept as a channel GSP-RM may hold, never handed out again, until GSP-RM
-  answers the free of its group.
-"""
+(:meth:`rig_nv_pci.path.rm.PciRM.alloc`, rig_nv.make) against the simulated GSP-RM: a refused
+channel, promote or compute object gives its memory back; after no answer in time, a report
+of trouble or a KeyboardInterrupt, the channel's memory is kept until GSP-RM answers the free
+of its group. The cases in full: docs/rig-nv-pci-modules/tests-test_refusals.md."""
 
 from __future__ import annotations
 
 import mmap
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, overload
 
 import pytest
-from sim import gmmu
+import sim
+from sim import channel_memory, gmmu, gsp_peer
 from sim.gsp_fw import EV_GSP_RUN_CPU_SEQUENCER, sequencer_payload
 from support import Booted, Opened, _channel_kit
 from support import ga102 as booted_ga102  # noqa: F401  (the fixture, for Booted)
@@ -31,10 +23,10 @@ from rig_edge import Memory
 from rig_nv.rm import RMError
 from rig_nv_pci import held
 from rig_nv_pci.gsp import events as ev
-from rig_nv_pci.gsp import payloads, rpc
+from rig_nv_pci.gsp import rpc
 from rig_nv_pci.path import grctx
 from rig_nv_pci.path import pci as pp
-from rig_nv_pci.path.channels import INSTANCE_SIZE, ChannelMemory
+from rig_nv_pci.path.channels import INSTANCE_SIZE
 
 GPFIFO = 0xC56F  # AMPERE_CHANNEL_GPFIFO_A (clc56f.h)
 COMPUTE = 0xC7C0  # AMPERE_COMPUTE_B (clc7c0.h)
@@ -51,18 +43,26 @@ def in_heap(p: pp.PciPath, at: int, size: int) -> bool:
     return any(a <= at and at + size <= a + n for a, n in p.heap.free)
 
 
-def method_buffers_made(held_: ChannelMemory) -> list[Any]:
-    """The DMA memory the path makes for method buffers from now on, as it makes it."""
-    made: list[Any] = []
-    alloc = held_._alloc_dma
+class MethodBuffers(Sequence[sim.SimDma]):
+    """The DMA memory of the simulated GSP-RM's method-buffer size (sim/channel_memory.py)
+    that the simulated machine ``host`` gives from now on, read from its record of buffers."""
 
-    def recorded(n: int) -> Any:
-        dma = alloc(n)
-        made.append(dma)
-        return dma
+    def __init__(self, host: sim.HostMemory) -> None:
+        self.host, self.start = host, len(host.buffers)
 
-    held_._alloc_dma = recorded
-    return made
+    def _made(self) -> list[sim.SimDma]:
+        return [b for b in self.host.buffers[self.start:]
+                if b.length == channel_memory.METHOD_BUFFER_SIZE]
+
+    def __len__(self) -> int:
+        return len(self._made())
+
+    @overload
+    def __getitem__(self, i: int) -> sim.SimDma: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[sim.SimDma]: ...
+    def __getitem__(self, i: int | slice) -> sim.SimDma | list[sim.SimDma]:
+        return self._made()[i]
 
 
 # ---- GSP-RM refuses: the memory goes back at once ---------------------------------------------
@@ -80,7 +80,7 @@ def test_a_channel_gsp_rm_refuses_gives_back_its_instance_block_chid_and_method_
     held_ = p.rm.channels
     assert held_ is not None
     tsg, asked = _channel_kit(p, 1)
-    made = method_buffers_made(held_)
+    made = MethodBuffers(booted_ga102.rig.gpu.host)
     before = p.heap.free
     s.refuse.add(GPFIFO)
     channel = p.rm.new_handle()
@@ -88,7 +88,7 @@ def test_a_channel_gsp_rm_refuses_gives_back_its_instance_block_chid_and_method_
         p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
     assert e.value.status == NV_ERR_NO_MEMORY
     sent = booted_ga102.firmware.peer.requests[-1]
-    assert sent.function == rpc.Function.GSP_RM_ALLOC  # GSP-RM was asked, and refused
+    assert sent.function == gsp_peer.FN_GSP_RM_ALLOC  # GSP-RM was asked, and refused
     assert p.heap.free == before and channel not in held_.channels
     assert len(made) == 1 and made[0].freed and held_.method_buffers == {}
     s.refuse.clear()
@@ -131,7 +131,7 @@ def test_a_make_whose_channels_gsp_rm_refuses_gives_back_every_page(
     p, s = booted_ga102.path(), booted_ga102.sim_rm.start()
     held_ = p.rm.channels
     assert held_ is not None
-    made = method_buffers_made(held_)
+    made = MethodBuffers(booted_ga102.rig.gpu.host)
     before = p.heap.free
     s.refuse.add(GPFIFO)
     with pytest.raises(RMError):
@@ -154,26 +154,22 @@ def test_a_promote_gsp_rm_refuses_gives_back_every_context_buffer_made_for_it(
     channel = p.rm.new_handle()
     p.rm.alloc(tsg, channel, GPFIFO, bytearray(asked))
     before = p.heap.free
-    taken: list[grctx.Buffer] = []
-    make_buffer = g._buffer
-
-    def recorded(buffer_id: int) -> grctx.Buffer:
-        taken.append(make_buffer(buffer_id))
-        return taken[-1]
-
-    g._buffer = recorded  # type: ignore[method-assign]
-    peer.control_status[grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX] = NV_ERR_NO_MEMORY
+    peer.control_status[channel_memory.CTRL_PROMOTE_CTX] = NV_ERR_NO_MEMORY
     asked_before = len(peer.requests)
     with pytest.raises(rpc.Refused) as e:
         p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
     assert e.value.status == NV_ERR_NO_MEMORY
-    assert len(taken) == len(grctx.GROUP_BUFFERS + grctx.GLOBAL_BUFFERS)
+    # the buffers made for it, as the refused promote named them to the simulated GSP-RM
+    (promote,) = [c for c in peer.controls() if c.cmd == channel_memory.CTRL_PROMOTE_CTX]
+    taken = channel_memory.promote_entries(promote.params)
+    assert sorted(b.buffer_id for b in taken) == sorted(channel_memory.GROUP_CTX
+                                                        + channel_memory.GLOBAL_CTX)
     assert p.heap.free == before and g.groups == {} and g.globals == {}
     for b in taken:
         with pytest.raises(gmmu.MmuFault):
             s.translate(b.va)
-    assert all(q.function != rpc.Function.GSP_RM_ALLOC for q in peer.requests[asked_before:])
-    del peer.control_status[grctx.NV2080_CTRL_CMD_GPU_PROMOTE_CTX]
+    assert all(q.function != gsp_peer.FN_GSP_RM_ALLOC for q in peer.requests[asked_before:])
+    del peer.control_status[channel_memory.CTRL_PROMOTE_CTX]
     p.rm.alloc(channel, p.rm.new_handle(), COMPUTE)
     assert set(g.groups) == {tsg}
     p.rm.free(tsg)
@@ -233,7 +229,7 @@ def answered_late(o: Opened, p: pp.PciPath, monkeypatch: pytest.MonkeyPatch,
     """GSP-RM takes the alloc (and makes the channel) but answers only once the caller gave
     up (RpcTimeout): its late reply comes before the next alloc's, which must not take it
     (rig_nv_pci.gsp.rpc matches a reply by its sequence)."""
-    o.firmware.peer.late.add(rpc.Function.GSP_RM_ALLOC)
+    o.firmware.peer.late.add(gsp_peer.FN_GSP_RM_ALLOC)
     monkeypatch.setattr(p.rm.rpc_rm.rpc, "timeout_s", 0.2)
     late_is_not_gone(p, monkeypatch)
     return rpc.RpcTimeout
@@ -308,7 +304,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         held_ = p.rm.channels
         assert held_ is not None
         tsg, asked = _channel_kit(p, 1)
-        made = method_buffers_made(held_)
+        made = MethodBuffers(ga102.rig.gpu.host)
         before = p.heap.free
         raised = MEANWHILE[meanwhile](ga102, p, monkeypatch)
         channel = p.rm.new_handle()
@@ -324,7 +320,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
         other = p.rm.new_handle()
         p.rm.alloc(tsg, other, GPFIFO, bytearray(asked))
         late = [u for u in p.rm.rpc_rm.rpc.unexpected if u.function == rpc.Function.GSP_RM_ALLOC]
-        assert [payloads.decode_alloc(u.payload).h_object for u in late] == (
+        assert [gsp_peer.parse_alloc(u.payload).handle for u in late] == (
             [channel] if meanwhile == "answered-late" else [])
         assert held_.channels[other].instance != kept.instance
         assert held_.channels[other].chid != kept.chid and len(made) == 1
@@ -336,7 +332,7 @@ def test_a_channel_alloc_during_which_the_gpu_faulted_keeps_its_memory(
 
 # ---- memory the path registers with ALLOC_MEMORY (PciPath.alloc_memory, map_host) -----------
 
-FN_ALLOC_MEMORY = 4  # NV_VGPU_MSG_FUNCTION_ALLOC_MEMORY (rpc_global_enums.h)
+FN_ALLOC_MEMORY = gsp_peer.FN_ALLOC_MEMORY  # NV_VGPU_MSG_FUNCTION_ALLOC_MEMORY
 SMALL_PAGE = 0x1000
 
 

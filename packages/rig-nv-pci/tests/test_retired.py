@@ -36,7 +36,7 @@ from rig_edge import Memory
 from rig_nv import Device
 from rig_nv_pci import held
 from rig_nv_pci.firmware import chips
-from rig_nv_pci.gsp import payloads, retired, rpc, static_info
+from rig_nv_pci.gsp import retired, static_info
 from rig_nv_pci.gsp.retired import RetiredPage, RetiredPagesError
 from rig_nv_pci.gsp.static_info import FbRegion
 from rig_nv_pci.path import vidmem
@@ -195,9 +195,8 @@ def never_on_a_retired_page(open_device: Callable[[], Device], s: SimRm,
         passes = -(-len(s.retired) // 64)
         assert s.retired_asked == [(internal, 64 * i) for i in range(passes)], seed
         assert firmware.peer is not None
-        asked = [payloads.decode_control(q.payload) for q in firmware.peer.requests
-                 if q.function == rpc.Function.GSP_RM_CONTROL]
-        assert [(c.h_client, c.h_object) for c in asked if c.cmd == CMD] == [
+        asked = firmware.peer.controls()
+        assert [(c.client, c.obj) for c in asked if c.cmd == CMD] == [
             (defaults["hInternalClient"], internal)] * passes, seed
         rng = random.Random(seed)
         regions = []
@@ -288,7 +287,8 @@ def test_another_refusal_fails_the_open_naming_it(ga102: Opened, in_header: bool
 
 
 def test_a_refusal_after_a_pass_said_more_fails_the_open(ga102: Opened) -> None:
-    serve = ga102.sim_rm._on_control
+    serve: Callable[[int, int, bytes], tuple[int, bytes] | None]
+    serve = ga102.firmware.peer_kw["on_control"]  # the simulated GSP-RM's, which it installed
 
     def second_pass_refused(obj: int, cmd: int, params: bytes) -> tuple[int, bytes] | None:
         if cmd == CMD and params[1028:1032] != bytes(4):

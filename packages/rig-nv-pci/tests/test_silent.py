@@ -67,11 +67,11 @@ def opens_again(ga102: Opened, machine: Machine, tmp_path: Path, takes: list[Tak
     resets = takes[-1].resets
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     try:
-        assert takes[-1].resets == resets + 1 and rig_nv_pci.opener._lost == set()
+        assert takes[-1].resets == resets + 1 and not rig_nv_pci.opener.lost(machine, BUS)
         copies(d)
     finally:
         d.stop()
-    assert rig_nv_pci.opener._lost == set() and addresses.PROCESS.free == kept
+    assert not rig_nv_pci.opener.lost(machine, BUS) and addresses.PROCESS.free == kept
 
 
 @pytest.mark.parametrize("after_frees", [0, 3], ids=["before-stop", "during-stop"])
@@ -102,7 +102,7 @@ def test_the_stop_of_a_silent_gsp_costs_one_timeout_and_sends_nothing_after_it(
         assert rings == [1]
         assert isinstance(d.path, held.PciPath)
         assert d.path.rm.rpc_rm.rpc.silent is not None
-        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener.lost(machine, BUS)
         given_back(machine, BUS)
         assert none_free(taken)
         d.stop()  # a second stop does nothing
@@ -158,7 +158,7 @@ def test_an_rpc_timeout_while_the_device_runs_loses_it_and_later_calls_fail_fast
         d.stop()
         assert time.monotonic() - start < 0.5 * TIMEOUT_S
         assert rings == [1]
-        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener.lost(machine, BUS)
         given_back(machine, BUS)
         assert none_free(taken)
         opens_again(ga102, machine, tmp_path, takes)

@@ -26,7 +26,6 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     d = tmp_path / "locks"
     d.mkdir()
     monkeypatch.setattr(lock, "directory", lambda: d)
-    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())
 
 
 def gpu_tree(root: Path, *, wpr2: int = 0) -> Path:
@@ -82,7 +81,7 @@ def test_a_reset_over_ssh_that_leaves_wpr2_up_fails_as_a_local_one(
     assert str(far.value) == str(here.value).replace(local.name, there.name)
     assert "still up after its reset (NV_PFB_PRI_MMU_WPR2_ADDR_HI reads 0x00000010)" in str(
         far.value)
-    assert rig_nv_pci.opener._lost == {(local.name, BUS), (there.name, BUS)}
+    assert rig_nv_pci.opener.lost(local, BUS) and rig_nv_pci.opener.lost(there, BUS)
 
 
 def test_the_gpu_s_lock_is_taken_on_that_machine(tmp_path: Path, sshd: Server) -> None:

@@ -158,9 +158,7 @@ def test_a_refusal_raises_the_rm_status_naming_the_gpu() -> None:
 
 
 def test_silence_raises_a_timeout_naming_the_gpu() -> None:
-    channel, peer = connect(timeout_s=0.05)
-    peer.auto = False
-    channel._sleep = lambda _left: None
+    channel, _ = connect(timeout_s=0.05, auto=False, sleep=lambda _left: None)
     # the one timeout that takes the GSP as not answering: a Lost, still an RpcTimeout
     with pytest.raises(rpc.RpcTimeout, match=r"^the device is lost: GPU 0: the GSP sent no "
                                              r"GET_GSP_STATIC_INFO"):

@@ -14,6 +14,7 @@ import dataclasses
 import firmware_builders as fb
 import pytest
 import sim
+from sim import gsp_peer
 from support import (
     BOOTLOADER,
     FB_SIZE,
@@ -40,8 +41,8 @@ def test_a_stop_unloads_the_gsp_and_takes_wpr2_down() -> None:
     stop(r, booted, unload)
     g, peer = r.gpu, firmware.peer
     # the root client freed, then UNLOADING_GUEST_DRIVER: a plain unload, all fields 0
-    assert [q.function for q in peer.requests[-2:]] == [rpc.Function.FREE,
-                                                        rpc.Function.UNLOADING_GUEST_DRIVER]
+    assert [q.function for q in peer.requests[-2:]] == [gsp_peer.FN_FREE,
+                                                        gsp_peer.FN_UNLOADING_GUEST_DRIVER]
     assert peer.requests[-1].payload == bytes(8) and peer.objects == {}
     # the GSP suspended (MAILBOX0 0x80000000, RISC-V halted), then was reset and ran FWSEC-SB
     # heavy-secure, and stays off RISC-V

@@ -159,7 +159,7 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=after_frees)
         took = addresses.PROCESS.free
         stop_silent(d)
-        assert takes[-1].closed and rig_nv_pci.opener._lost == {(machine.name, BUS)}
+        assert takes[-1].closed and rig_nv_pci.opener.lost(machine, BUS)
         assert not takes[-1].bus_mastering  # before its release freed its DMA memory
         given_back(machine, BUS)
         # no address given back: neither its regions' nor the path's own (its context
@@ -190,11 +190,11 @@ def test_a_gpu_that_stopped_answering_keeps_the_addresses_it_may_still_reach(
         kept = addresses.PROCESS.free
         d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
         try:
-            assert takes[-1].resets == 1 and rig_nv_pci.opener._lost == set()
+            assert takes[-1].resets == 1 and not rig_nv_pci.opener.lost(machine, BUS)
             assert not any(meets(r, taken) for r in alloc_each(d))
         finally:
             d.stop()
-        assert rig_nv_pci.opener._lost == set() and addresses.PROCESS.free == kept
+        assert not rig_nv_pci.opener.lost(machine, BUS) and addresses.PROCESS.free == kept
         assert not takes[-1].bus_mastering  # every stop turns it off before the release
     finally:
         give_back_for_good(before)
@@ -227,7 +227,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
     d.stop()
     # the open turned bus mastering on before its boot (held.open_device)
     assert order == ["bus master on", "bus master off", "DMA memory freed"]
-    assert rig_nv_pci.opener._lost == set()
+    assert not rig_nv_pci.opener.lost(machine, BUS)
     order.clear()
     d = rig_nv_pci.gpu(0, machine, firmware=[tmp_path]).open()
     r = d.alloc(0x3000, Memory.PINNED)
@@ -237,7 +237,7 @@ def test_a_lost_stop_stops_the_gpus_dma_before_the_function_frees_its_memory(
         gsp_goes_silent(ga102, d, monkeypatch, after_frees=0)
         stop_silent(d)
         assert order == ["bus master on", "bus master off", "DMA memory freed"]
-        assert rig_nv_pci.opener._lost == {(machine.name, BUS)} and none_free(taken)
+        assert rig_nv_pci.opener.lost(machine, BUS) and none_free(taken)
     finally:
         give_back_for_good(before)
 

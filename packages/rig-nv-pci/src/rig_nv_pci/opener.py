@@ -197,6 +197,13 @@ def _firmware(
 # the GSP's memory was taken): their next open resets them first (the spec's lost GPU).
 _lost: set[tuple[str, str]] = set()
 
+
+def lost(machine: Machine, bus: str) -> bool:
+    """Whether this process holds the GPU at ``bus`` of ``machine`` lost (a failed reset, a
+    stop that could not take its boot down, a boot that failed once the GSP's memory was
+    taken): its next open resets it first, and a reset that goes through ends the loss."""
+    return (machine.name, bus) in _lost
+
 # GPUs whose device gave another device bus ranges (Device.dma) and then stopped, with what
 # keeps them: the function (its DMA memory, windows and files, which its release would give
 # back) and the GPU's lock (whose flock refuses every other process). The spec: "The region's

@@ -9,7 +9,7 @@ The notes in full: docs/rig-nv-pci-modules/sim-gsp_rm.md. Written from NVIDIA's 
 from __future__ import annotations
 
 import struct
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from . import chid, gmmu
 from . import runlists as runlist_table
@@ -58,6 +58,26 @@ CTX_PHYS_ATTR = 4  # NV2080_CTRL_GPU_INITIALIZE_CTX_APERTURE_VIDMEM 0, GPU_CACHE
 NV_ERR_INVALID_OBJECT_HANDLE = 0x33  # nverr.h
 
 
+class PromoteEntry(NamedTuple):
+    """One NV2080_CTRL_GPU_PROMOTE_CTX_BUFFER_ENTRY."""
+
+    fb: int
+    va: int
+    size: int
+    attr: int
+    buffer_id: int
+    initialize: int
+    nonmapped: int
+
+
+def promote_entries(params: bytes) -> list[PromoteEntry]:
+    """The entries a PROMOTE_CTX's params name (entryCount of them, at most 16)."""
+    count = min(PROMOTE_HEAD.unpack_from(params)[8], 16)
+    return [PromoteEntry(*PROMOTE_ENTRY.unpack_from(params, PROMOTE_HEAD.size
+                                                    + i * PROMOTE_ENTRY.size))
+            for i in range(count)]
+
+
 def promote(rm: SimRm, params: bytes) -> int:
     """NV2080_CTRL_CMD_GPU_PROMOTE_CTX of a GSP client: each buffer's video memory
     checked (usable, aligned, of the engine's size, free of registered memory and instance
@@ -72,9 +92,7 @@ def promote(rm: SimRm, params: bytes) -> int:
     taken = list(rm.fbmem.values()) + [(c.instance, INSTANCE_SIZE)
                                          for c in rm.channels.values()]
     done: list[tuple[int, int, int, bool]] = []
-    for i in range(count):
-        fb, va, size, attr, buffer_id, initialize, nonmapped = PROMOTE_ENTRY.unpack_from(
-            params, PROMOTE_HEAD.size + i * PROMOTE_ENTRY.size)
+    for fb, va, size, attr, buffer_id, initialize, nonmapped in promote_entries(params):
         if buffer_id not in CTX_ENGINE:
             return NV_ERR_INVALID_ARGUMENT
         align, need = CTX_PROPERTIES[CTX_ENGINE[buffer_id]]

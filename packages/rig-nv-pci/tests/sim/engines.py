@@ -1,33 +1,10 @@
-"""The engines and copy engines the simulated GSP-RM reports: what a client asks to choose the
-copy engine of its copy channel. Worked from NVIDIA's headers by hand (open-gpu-kernel-modules
-570.211.01 / 580.142), as the rest of the simulator (no rig_nv constant is shared):
+"""The engines and copy engines the simulated GSP-RM reports (GPU_GET_ENGINES_V2,
+CE_GET_CAPS_V2, CE_GET_CE_PCE_MASK): what a client asks to choose the copy engine of its copy
+channel. The default table is a GA102 over PCIe without NVLink peers.
 
-- NV2080_CTRL_CMD_GPU_GET_ENGINES_V2 (0x20800170, ctrl2080gpu.h): {NvU32 engineCount; NvU32
-  engineList[NV2080_GPU_MAX_ENGINES_LIST_SIZE 0x54]}, NV2080_ENGINE_TYPE_* values
-  (cl2080_notification.h: GRAPHICS 1, COPY0..COPY9 0x09..0x12, COPY10.. 0x34.., NVDEC0 0x13,
-  NVJPG 0x2b); a stubbed copy engine (no PCEs) is not listed (gpu.c gpuUpdateEngineTable
-  lists engines with classes, which a stubbed CE loses);
-- NV2080_CTRL_CMD_CE_GET_CAPS_V2 (0x20802a03, ctrl2080ce.h): {NvU32 ceEngineType; NvU8
-  capsTbl[2]}; an engine type that is no copy engine, or one not present, answers
-  NV_ERR_NOT_SUPPORTED (kernel_ce_shared.c subdeviceCtrlCmdCeGetCapsV2_IMPL);
-- NV2080_CTRL_CMD_CE_GET_CE_PCE_MASK (0x20802a02): {NvU32 ceEngineType; NvU32 pceMask}, the
-  same refusal.
-
-A GSP client's CPU-RM answers the first two itself (their g_subdevice_nvoc.c flags have no
-ROUTE_TO_PHYSICAL; CE_GET_CAPS_V2 merges GSP-RM's NV2080_CTRL_CMD_CE_GET_PHYSICAL_CAPS with its
-own NVLink caps, kernel_ce.c kceGetDeviceCaps_IMPL); the PCE mask is GSP-RM's (ROUTE_TO_PHYSICAL).
-rig's PCI path, standing for CPU-RM, sends all three to GSP-RM, and the simulated GSP-RM answers
-them as the RM answers a client; whether the real GSP-RM answers the first two for a client
-(it is built from the same sources) is not in the open sources.
-
-The default table is a GA102 over PCIe without NVLink peers, as kernel_ce_ga102.c / _ga100.c
-(580.142) map it: LCE 2 and 3 the sysmem LCEs, each given an FBHUB PCE
-(kceMapPceLceForSysmemLinks_GA102, NV_CE_SYS_ALLOWED_LCE_MASK 0x0C), LCE 0 and 1 the GRCEs
-(NV_CE_GRCE_ALLOWED_LCE_MASK 0x03) sharing those PCEs (kceGetMappings_GA100's GRCE sharing
-case), so all four are SHARED; caps bits (ctrl2080ce.h, byte 0) GRCE 0x01, SHARED 0x02, SYSMEM
-0x20, P2P 0x40, BL_SIZE_GT_64K 0x80; byte 1 SUPPORTS_NONPIPELINED_BL 0x01, _PIPELINED_BL 0x02.
-Which FBHUB PCEs (0 and 1 here) is made up.
-"""
+Worked from NVIDIA's headers by hand, as the rest of the simulator (no rig_nv constant is
+shared). Each control's layout, the default table's sources and what the open sources leave
+open: docs/rig-nv-pci-modules/sim-engines.md."""
 
 from __future__ import annotations
 

@@ -1,36 +1,11 @@
-"""A falcon engine (GSP or SEC2 of an Ampere/Ada GPU) as a state machine behind its registers.
+"""A falcon engine (GSP or SEC2 of an Ampere/Ada GPU) as a state machine behind its registers:
+reset and scrubbing, the IMEM/DMEM ports, DMA from host memory (refused without physical
+sysmem access or Bus Master Enable), the BROM's heavy-secure start checking signature, engine
+and ucode id, then a scripted program, and the RISC-V core select.
 
-Behaviour, as NVIDIA's RM and nouveau drive it (kernel_falcon_tu102.c, kernel_falcon_ga102.c,
-kernel_gsp_falcon_ga102.c, nvkm/falcon/*.c):
-
-- ENGINE.RESET 1 holds the engine in reset (registers read 0xbadf1100, a PRI error); writing 0
-  releases it: IMEM and DMEM are scrubbed to zero, which takes ``scrub_polls`` reads of
-  HWCFG2/DMACTL before their scrubbing bits read done. The core select (BCR) survives a reset,
-  as RM's switch to Falcon after every reset assumes.
-- IMEM/DMEM ports: IMEMC/DMEMC set the byte offset (BLK 23:8, OFFS 7:2) and auto-increment on
-  write (AINCW) or read (AINCR); IMEMD/DMEMD move 32 bits.
-- DMA: DMATRFBASE(1) << 8 plus DMATRFFBOFFS is the source bus address, DMATRFMOFFS the
-  destination, DMATRFCMD (256 bytes, IMEM bit 4) copies from the host memory. It needs FBIF
-  TRANSCFG(0) physical coherent-sysmem, FBIF_CTL ALLOW_PHYS_NO_CTX and DMACTL REQUIRE_CTX 0;
-  otherwise, or with the function's Bus Master Enable clear (the request is never issued, PCIe
-  Base 6.0 7.5.1.1.3), the engine stays busy (DMATRFCMD never reads IDLE) and the fault is
-  recorded.
-- CPUCTL STARTCPU with the Falcon core selected and MOD_SEL RSA3K is a heavy-secure start: the
-  BROM checks the signature at DMEM BROM_PARAADDR(0) against ``signatures`` (the ones the
-  engine's fuses accept), BROM_ENGIDMASK against the engine's bit and BROM_CURR_UCODE_ID
-  against ``ucode_id``; then the scripted program for that ucode id runs and the CPU halts
-  after ``run_polls`` reads of CPUCTL. Any failed check halts at once with MAILBOX0 =
-  ``BROM_FAILED``. Before its program runs the ucode checks NV_PFALCON_FALCON_RM (0x084,
-  cleared by a reset like the engine's other registers) against NV_PMC_BOOT_0
-  (``boot0``), which RM writes there after every reset into the Falcon core
-  (kflcnReset_TU102); a mismatch halts with MAILBOX0 = ``RM_MISMATCH``. A start without
-  MOD_SEL runs nothing (GA102's GSP and SEC2 boot from HS only) and halts with
-  ``BROM_FAILED``.
-- RISCV_BCR_CTRL: selecting the Falcon core reads VALID after one read
-  (kflcnSwitchToFalcon_GA102 waits for it); selecting the RISC-V core reads VALID only once
-  the core runs (booter_load starts it): kflcnResetIntoRiscv_GA102 writes the BCR and does not
-  wait, so VALID rising earlier is nothing RM relies on, and the simulator takes the latest.
-"""
+Behaviour as NVIDIA's RM and nouveau drive it (kernel_falcon_tu102.c, kernel_falcon_ga102.c,
+kernel_gsp_falcon_ga102.c, nvkm/falcon/*.c). Each register's rule in full:
+docs/rig-nv-pci-modules/sim-falcon.md."""
 
 from __future__ import annotations
 

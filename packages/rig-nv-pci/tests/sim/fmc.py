@@ -1,25 +1,10 @@
 """The GSP-FMC of a simulated Blackwell (GB202) as the host sees it: what the FSP starts once it
-accepts a COT payload, until GSP-RM runs.
+accepts a COT payload, until GSP-RM runs. It checks the FMC image's SHA-384, reads
+GSP_FMC_BOOT_PARAMS and the GspFwWprMeta they name (anything wrong: :data:`FMC_BAD_ARGS`),
+raises WPR2, releases the lockdown and starts GSP-RM on the RISC-V core.
 
-Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144; docs/hopper-boot.md §3, §4),
-importing nothing of rig_nv_pci. The FMC's insides are closed; this models what RM's comments
-and polls show:
-
-- the FSP checks the FMC image at ``gspFmcSysmemOffset``: its bytes must be the image the FMC
-  was signed as, and ``hash384`` its SHA-384 (the FSP's answer otherwise: FSP_ERR_IFS_ERR_
-  INVALID_DATA 0xa1, an assumption);
-- the FMC reads GSP_FMC_BOOT_PARAMS (gspifpub.h, not packed, 570.144: bootGspRmParams.target
-  u32 at 8, gspRmDescSize u32 at 12, gspRmDescOffset u64 at 16, bIsGspRmBoot u8 at 36;
-  gspRmParams.target u32 at 40, bootArgsOffset u64 at 48) at ``gspBootArgsSysmemOffset``, and
-  the GspFwWprMeta it names (magic, revision 1, a nonzero frtsSize, gspFwWprStart 0: the host
-  leaves the offsets to ACR, kgspCalculateFbLayout_GH100); anything wrong leaves
-  :data:`FMC_BAD_ARGS` in MAILBOX0 with the lockdown held;
-- its ACR raises WPR2 (FRTS at ``frtsVidmemOffset`` from the end of FB), the FSP releases the
-  GSP's PRIV target mask, the FMC releases HWCFG2.RISCV_BR_PRIV_LOCKDOWN and GSP-RM starts
-  on the RISC-V core with the LibOS arguments' address from the boot params, read through
-  the coherence gspRmParams.target names (sim/gsp_fw.py: stale over cached memory when it
-  says NONCOHERENT_SYSTEM).
-"""
+Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), importing nothing of
+rig_nv_pci. Each layout and assumption: docs/rig-nv-pci-modules/sim-fmc.md."""
 
 from __future__ import annotations
 

@@ -63,6 +63,16 @@ class SimFsp:
     # what the FSP does with a COT it accepts (sim/fmc.py: verify and start the GSP's FMC);
     # returns the errorCode to answer with
     on_cot: Callable[[bytes], int] | None = None
+    # the message it posts in answer, from the NVDM type and errorCode (None: :meth:`response`,
+    # as NVIDIA's FSP answers); a test gives another to make it answer wrongly
+    reply: Callable[[int, int], bytes] | None = None
+
+    def response(self, nvdm_type: int, code: int) -> bytes:
+        """An NVDM FSP_RESPONSE to ``nvdm_type`` with errorCode ``code`` (MCTP single packet,
+        NVIDIA vendor-defined PCI; NVDM_PAYLOAD_COMMAND_RESPONSE: taskId, commandNvdmType,
+        errorCode)."""
+        return struct.pack("<5I", SOM | EOM, VENDOR_PCI | VENDOR_NV << 8 | FSP_RESPONSE << 24,
+                           self.task_id, nvdm_type, code)
 
     def owns(self, offset: int) -> bool:
         return offset in (self.therm, regs.FSP_EMEMC, regs.FSP_EMEMD,
@@ -138,8 +148,7 @@ class SimFsp:
         nvdm_type, code = self._parse(packet)
         if nvdm_type is None or not self.answer:
             return
-        self.post(struct.pack("<5I", SOM | EOM, VENDOR_PCI | VENDOR_NV << 8 | FSP_RESPONSE << 24,
-                              self.task_id, nvdm_type, code))
+        self.post((self.reply or self.response)(nvdm_type, code))
 
     def _parse(self, packet: bytes) -> tuple[int | None, int]:
         """The NVDM type of a packet and the errorCode to answer it with (None: not a message

@@ -1,43 +1,11 @@
 """The simulated GPU's MMU: a GPU address translated by walking the page tables in video memory,
-read as NVIDIA's manuals lay out the version-2 format (open-gpu-doc
-manuals/turing/tu104/dev_mmu.ref.txt, NV_MMU_VER2_*), written independently of rig_nv_pci:
+read as NVIDIA's manuals lay out the version-2 format (Ampere/Ada, NV_MMU_VER2_*) and the
+version-3 one (Hopper/Blackwell, NV_MMU_VER3_*), written independently of rig_nv_pci. The
+page tables must lie in video memory. A fault says what the MMU would put in its fault
+packet's FAULT_TYPE (PDE, PTE, VA_LIMIT_VIOLATION, UNSUPPORTED_APERTURE); what the simulator
+does not model is a PDE fault.
 
-- PD3 indexes address bits 48:47, PD2 46:38, PD1 37:29 with 8-byte PDEs: APERTURE 2:1
-  (0 invalid, 1 video memory, 2/3 system memory), ADDRESS_SYS 53:8, ADDRESS_VID 32:8, in
-  4 KiB units;
-- PD0 indexes 28:21 with 16-byte dual PDEs: bit 0 set (IS_PTE) makes bits 63:0 a 2 MiB page's
-  PTE; else APERTURE_BIG 2:1 with ADDRESS_BIG_VID 32:4 (256-byte units,
-  NV_MMU_VER2_DUAL_PDE_ADDRESS_BIG_VID (35-3):(8-4), _ADDRESS_BIG_SHIFT 8, pascal/gp100/dev_mmu.h)
-  names a big-page table, and APERTURE_SMALL 66:65 with ADDRESS_SMALL 117:72 (4 KiB units) the
-  small-page table;
-- a big-page table indexes 20:16 (64 KiB pages) with PTEs as a PT's below; one not valid sends
-  the walk on to the small-page table when it is otherwise zero, faults (PTE) when PRIVILEGE
-  5:5 is set (nouveau vmmgp100.c gp100_vmm_lpt_invalid: "tells the MMU to ignore corresponding
-  SPTEs"), and a sparse one (VOL 3:3) is not simulated; a valid big PTE over a 64 KiB whose
-  small PTEs are valid too is a PDE fault here (what the MMU does then is not in the manuals:
-  the simulator refuses it);
-- PT indexes 20:12 with 8-byte PTEs: VALID 0:0, APERTURE 2:1 (0 video memory, 1 peer, 2
-  coherent / 3 non-coherent system memory), ADDRESS_SYS 53:8 (ADDRESS_VID 32:8 with PEER
-  35:33 for video memory), KIND 63:56.
-
-Hopper and Blackwell (version 3, hopper/gh100/dev_mmu.h NV_MMU_VER3_*; levels as
-kern_gmmu_fmt_gh10x.c): PD4 indexes bit 56, then PD3 55:47, PD2, PD1 (whose PTEs, 512 MiB
-pages, are not simulated), PD0 and PT as above; PDEs APERTURE 2:1 and ADDRESS 51:12 in place,
-the dual PDE's big half APERTURE_BIG 2:1 and ADDRESS_BIG 51:8 (256-byte units, in place), its
-small half APERTURE_SMALL 66:65 and ADDRESS_SMALL 115:76; PTEs VALID 0:0, APERTURE 2:1, PCF 7:3,
-KIND 11:8, ADDRESS 51:12 in place (ADDRESS_VID 39:12); a big PTE not valid goes on to the small
-one with PCF INVALID (0), faults with NO_VALID_4KB_PAGE (3), and is not simulated otherwise
-(SPARSE 1).
-
-The page tables themselves must lie in video memory (a PDE naming system memory faults: the
-path keeps its tables in video memory).
-
-A fault says what the MMU would put in its fault packet's FAULT_TYPE (pascal/gp100/dev_fault.h
-NV_PFAULT_FAULT_TYPE_*): PDE (0) where a directory entry, PD0's included, maps nothing, PTE (2)
-where the page table's entry is not valid, VA_LIMIT_VIOLATION (3) beyond the address space,
-UNSUPPORTED_APERTURE (0xa) for a peer's memory; what the simulator does not model (PD1 PTEs,
-big pages, a PCF) is a PDE fault.
-"""
+Each level's fields and sources: docs/rig-nv-pci-modules/sim-gmmu.md."""
 
 from __future__ import annotations
 
@@ -73,6 +41,12 @@ def _next(entry: int, version: int) -> int:
     return _field(entry, 32, 8) << 12 if version == 2 else _field(entry, 51, 12) << 12
 
 
+def pde(address: int) -> int:
+    """A version-2 PDE naming the table at video memory ``address``, as GSP-RM writes its own:
+    APERTURE 2:1 video memory (1), ADDRESS_VID 32:8 in 4 KiB units (NV_MMU_VER2_PDE_*)."""
+    return 1 << 1 | (address >> 12) << 8
+
+
 def translate(read64: Callable[[int], int], root: int, va: int, version: int = 2
               ) -> Translation:
     """``va`` through the tables of format ``version`` (2 or 3) from ``root`` (a video
@@ -86,23 +60,7 @@ def pte(read64: Callable[[int], int], root: int, va: int, version: int = 2
         ) -> tuple[int, int]:
     """The valid PTE that maps ``va`` (a PT's, a big-page table's, or PD0's for a 2 MiB
     page) and its page's size, as :func:`translate` walks to it."""
-    bits = 49 if version == 2 else 57
-    if va >> bits:
-        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space", va,
-                       FAULT_VA_LIMIT_VIOLATION)
-    levels = ((("PD3", 48, 47), ("PD2", 46, 38), ("PD1", 37, 29)) if version == 2 else
-              (("PD4", 56, 56), ("PD3", 55, 47), ("PD2", 46, 38), ("PD1", 37, 29)))
-    table = root
-    for name, hi, lo in levels:
-        entry = read64(table + 8 * _field(va, hi, lo))
-        aperture = _field(entry, 2, 1)
-        if entry & 1:
-            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated", va)
-        if aperture != 1:
-            raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
-                           f"{'invalid' if aperture == 0 else 'in system memory'}", va)
-        table = _next(entry, version)
-    at = table + 16 * _field(va, 28, 21)
+    at = dual_pde(read64, root, va, version)
     low, high = read64(at), read64(at + 8)
     if low & 1:
         return low, 2 << 20
@@ -135,6 +93,28 @@ def pte(read64: Callable[[int], int], root: int, va: int, version: int = 2
         raise MmuFault(f"0x{va:x}: big PTE 0 is not valid and there is no small-page table",
                        va, FAULT_PTE)
     raise MmuFault(f"0x{va:x}: PD0 entry 0x{high:x}_{low:016x} maps nothing", va)
+
+
+def dual_pde(read64: Callable[[int], int], root: int, va: int, version: int = 2) -> int:
+    """The video-memory address of the 16-byte PD0 entry over ``va``, walked to from
+    ``root`` through the directories above it."""
+    bits = 49 if version == 2 else 57
+    if va >> bits:
+        raise MmuFault(f"0x{va:x} is beyond the {bits}-bit address space", va,
+                       FAULT_VA_LIMIT_VIOLATION)
+    levels = ((("PD3", 48, 47), ("PD2", 46, 38), ("PD1", 37, 29)) if version == 2 else
+              (("PD4", 56, 56), ("PD3", 55, 47), ("PD2", 46, 38), ("PD1", 37, 29)))
+    table = root
+    for name, hi, lo in levels:
+        entry = read64(table + 8 * _field(va, hi, lo))
+        aperture = _field(entry, 2, 1)
+        if entry & 1:
+            raise MmuFault(f"0x{va:x}: a {name} PTE, not simulated", va)
+        if aperture != 1:
+            raise MmuFault(f"0x{va:x}: {name} entry 0x{entry:x} is "
+                           f"{'invalid' if aperture == 0 else 'in system memory'}", va)
+        table = _next(entry, version)
+    return table + 16 * _field(va, 28, 21)
 
 
 def _page(entry: int, va: int, size: int, version: int) -> Translation:

@@ -1,41 +1,12 @@
 """The simulated GSP firmware: what GSP-RM does once booter_load starts the GSP's RISC-V core,
-as far as the host sees it.
+as far as the host sees it. LibOS reads its arguments from MAILBOX0/1, GSP-RM finds RMARGS,
+walks the shared memory's page table, creates the status queue and serves the command queue
+(sim/gsp_peer.py); it needs GSP_SET_SYSTEM_INFO, hands the CPU a sequencer and sends
+GSP_INIT_DONE once it ran; at UNLOADING_GUEST_DRIVER it suspends; a function reset ends it.
 
-Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig_nv_pci:
-
-- LibOS reads the bus address of its arguments from NV_PGSP_FALCON_MAILBOX0 (low) and
-  MAILBOX1 (high) (kgspProgramLibosBootArgsAddr_TU102): an array of
-  LibosMemoryRegionInitArgument {u64 id8, pa, size; u8 kind, loc} of 32 bytes each
-  (src/common/uproc/os/common/include/libos_init_args.h), ended by an id8 of 0, each id8 the
-  name's characters with the first in the highest byte used (_kgspGenerateInitArgId);
-- GSP-RM finds "RMARGS" and reads GSP_ARGUMENTS_CACHED from it; its first member,
-  MESSAGE_QUEUE_INIT_ARGUMENTS (src/nvidia/inc/kernel/gpu/gsp/gsp_init_args.h), holds
-  sharedMemPhysAddr (u64 at 0), pageTableEntryCount (u32 at 8), cmdQueueOffset (u64 at 16)
-  and statQueueOffset (u64 at 24);
-- it walks the shared memory's page table (pageTableEntryCount u64 bus addresses at its start,
-  message_queue_cpu.c GspMsgQueuesInit), creates the status queue and serves the command
-  queue (tests/sim/gsp_peer.py);
-- it needs GSP_SET_SYSTEM_INFO (72) among what the CPU posted before the boot: a GspSystemInfo
-  (gsp_static_config.h) of 928 bytes whose gpuPhysAddr (NvU64 at 0) is BAR 0's bus address
-  and whose pciConfigMirrorBase/Size (NvU32s at 80, 84) are the chip's config mirror
-  (sim/regs.py: NV_PCFG on GA10x/AD10x, NV_EP_PCFGM from GH100 on) and 4 KiB;
-- it hands the CPU a sequencer, GSP_RUN_CPU_SEQUENCER (0x1002) with an
-  rpc_run_cpu_sequencer_v17_00 (g_rpc-structures.h: bufferSizeDWord, cmdIndex,
-  regSaveArea[8], then the commands of rmgspseq.h: REG_WRITE 0, REG_POLL 2, DELAY_US 3), and
-  waits for the CPU to run it: the last command writes a scratch register, and only then does
-  it send GSP_INIT_DONE (0x1001, rpc_global_enums.h);
-- at UNLOADING_GUEST_DRIVER (47) it replies (unless ``peer_kw`` says ``unload_reply=False``),
-  then LibOS suspends: MAILBOX0 reads LIBOS_INTERRUPT_PROCESSOR_SUSPENDED 0x80000000 (what
-  _kgspIsProcessorSuspended in kernel_gsp_tu102.c waits for) and the RISC-V core halts; it
-  serves nothing after that. Started again by a later booter_load, it boots afresh;
-- a function reset (sim/gpu.py SimGpu.reset) ends it wherever it was: it serves nothing (the
-  GSP's core is stopped, GSP-RM's memory in WPR2 gone with WPR2) until a later boot starts
-  it afresh. Each boot runs the :attr:`GspFirmware.on_boot` hooks first (GSP-RM's own
-  initialisation: sim/gsp_rm.py).
-
-What it found, and why it stopped if it did, is in :attr:`GspFirmware.log` and
-:attr:`GspFirmware.failure`: a GSP that cannot use its arguments sends nothing, as on hardware.
-"""
+Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), not from rig_nv_pci. What
+it found, and why it stopped, is in :attr:`GspFirmware.log` and :attr:`GspFirmware.failure`.
+Each structure and its source: docs/rig-nv-pci-modules/sim-gsp_fw.md."""
 
 from __future__ import annotations
 

@@ -1,37 +1,13 @@
 """A test double of the GSP's end of the message queues: the half of the simulated GPU that
-talks RPC.
-
-Written from NVIDIA's published interfaces, not from rig_nv_pci.gsp (which it must not
-import: a mistake both shared would pass):
-
-- open-gpu-kernel-modules 570.144 src/common/shared/msgq/inc/msgq/msgq_priv.h, msgq.c:
-  msgqTxHeader {version, size, msgSize, msgCount, writePtr, flags, rxHdrOff, entryOff},
-  msgqRxHeader {readPtr}, MSGQ_FLAGS_SWAP_RX (each side writes only its own queue);
-- src/nvidia/inc/kernel/gpu/gsp/message_queue_priv.h: GSP_MSG_QUEUE_ELEMENT
-  {authTagBuffer[16], aadBuffer[16], checkSum, seqNum, elemCount, rpc (8-aligned)},
-  4 KiB elements, at most 16 per message;
-- src/nvidia/generated/g_rpc-message-header.h, g_rpc-structures.h, g_sdk-structures.h,
-  src/nvidia/inc/kernel/vgpu/rpc_global_enums.h, rpc_headers.h, nvstatuscodes.h;
-- the checksum as nova-core's cmdq.rs states it (each byte rotated into its lane of a 64-bit
-  word, XORed, the two halves XORed), which equals NVIDIA's _checkSum32.
-
-The GSP end creates the status queue, reads requests from the command queue (checking each
+talks RPC. It creates the status queue, reads requests from the command queue (checking each
 message's checksum, element count, sequence number and RPC header), answers GSP_RM_ALLOC,
-GSP_RM_CONTROL and FREE with configurable statuses, UNLOADING_GUEST_DRIVER (or, told so,
-not) and GET_GSP_STATIC_INFO (a GspStaticConfigInfo built from :data:`STATIC_DEFAULTS` and the
-``static_fields`` it is given, laid out by sim/c_structs.py from the header's member list),
-answers a request that came in several messages with a reply in as many (continuation
-records), and can be told to send events and to corrupt a message's checksum.
+GSP_RM_CONTROL, FREE, UNLOADING_GUEST_DRIVER and GET_GSP_STATIC_INFO, replies in as many
+messages as a request came in, and can send events, corrupt a checksum or answer late.
 
-RPC sequence numbers (rpc_message_header_v.sequence), as CPU-RM numbers them from
-open-gpu-kernel-modules 580.82.07 on: each message of a request carries the next number
-(kernel_gsp.c _kgspRpcSendMessage, ``sequence = pRpc->sequence++``; the peer checks a
-request's continuation records follow its first), and the reply's i-th message carries the
-request's first number plus i (rpc.c _issueRpcAndWaitLarge waits for ``firstSequence``, then
-one more a record). Told to (``late``), the peer answers a function's requests late: it
-serves them (objects made, statuses decided) but keeps their replies until :meth:`send_late`,
-as a GSP-RM that answers after the CPU gave up.
-"""
+Written from NVIDIA's published interfaces (msgq_priv.h, message_queue_priv.h, the RPC
+headers), not from rig_nv_pci.gsp (which it must not import: a mistake both shared would
+pass). Each layout, the checksum and the sequence numbers' rule:
+docs/rig-nv-pci-modules/sim-gsp_peer.md."""
 
 from __future__ import annotations
 
@@ -140,6 +116,61 @@ class Request:
     seqnums: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class Alloc:
+    """A GSP_RM_ALLOC's payload as the GSP reads it (request or reply): rpc_gsp_rm_alloc_v03_00
+    (g_rpc-structures.h): hClient, hParent, hObject, hClass at 0..0xC, status 0x10, paramsSize
+    0x14, flags 0x18, reserved[4] 0x1C, params[] from 0x20 (:data:`ALLOC_FIXED`)."""
+
+    client: int
+    parent: int
+    handle: int
+    cls: int
+    status: int
+    params: bytes
+
+
+@dataclass(frozen=True)
+class Control:
+    """A GSP_RM_CONTROL's payload as the GSP reads it: rpc_gsp_rm_control_v03_00
+    (g_rpc-structures.h): hClient 0, hObject 4, cmd 8, status 0xC, paramsSize 0x10, flags
+    0x14, params[] from 0x18 (:data:`CONTROL_FIXED`)."""
+
+    client: int
+    obj: int
+    cmd: int
+    status: int
+    params: bytes
+
+
+@dataclass(frozen=True)
+class Free:
+    """A FREE's payload as the GSP reads it: rpc_free_v03_00, NVOS00_PARAMETERS_v03_00
+    (g_sdk-structures.h): hRoot, hObjectParent, hObjectOld, status."""
+
+    root: int
+    parent: int
+    old: int
+    status: int
+
+
+def parse_alloc(p: bytes) -> Alloc:
+    """``p`` read as rpc_gsp_rm_alloc_v03_00, its params paramsSize bytes."""
+    client, parent, handle, cls, status, size = struct.unpack_from("<6I", p)
+    return Alloc(client, parent, handle, cls, status, bytes(p[ALLOC_FIXED:ALLOC_FIXED + size]))
+
+
+def parse_control(p: bytes) -> Control:
+    """``p`` read as rpc_gsp_rm_control_v03_00, its params paramsSize bytes."""
+    client, obj, cmd, status, size = struct.unpack_from("<5I", p)
+    return Control(client, obj, cmd, status, bytes(p[CONTROL_FIXED:CONTROL_FIXED + size]))
+
+
+def parse_free(p: bytes) -> Free:
+    """``p`` read as rpc_free_v03_00."""
+    return Free(*struct.unpack_from("<4I", p))
+
+
 @dataclass
 class Peer:
     """The GSP end of the queues in ``shared`` (the CPU's block; offsets as the CPU passes them
@@ -188,11 +219,20 @@ class Peer:
         self.corrupt_next = False
         self.unloaded = False
         self._rx_expect = 0  # next seqNum expected on the command queue
-        self._tx_seq = 0  # next seqNum we send
+        self.tx_seq = 0  # next seqNum it sends (a test may set it, making a gap)
         self._event_seq = 0
         self._partial: Request | None = None
         self._partial_total = 0
         self.booted = False
+
+    def allocs(self) -> list[Alloc]:
+        """The GSP_RM_ALLOC requests received so far, in order, as the GSP read them."""
+        return [parse_alloc(r.payload) for r in self.requests if r.function == FN_GSP_RM_ALLOC]
+
+    def controls(self) -> list[Control]:
+        """The GSP_RM_CONTROL requests received so far, in order, as the GSP read them."""
+        return [parse_control(r.payload) for r in self.requests
+                if r.function == FN_GSP_RM_CONTROL]
 
     # -- queue bring-up ------------------------------------------------------------------
 
@@ -302,8 +342,8 @@ class Peer:
     def _answer(self, r: Request) -> None:
         p = r.payload
         if r.function == FN_GSP_RM_ALLOC:
-            client, parent, handle, cls = struct.unpack_from("<4I", p)
-            params = p[ALLOC_FIXED:ALLOC_FIXED + _u32(p, 0x14)]
+            a = parse_alloc(p)
+            client, parent, handle, cls, params = a.client, a.parent, a.handle, a.cls, a.params
             status = self.alloc_status.get(cls, 0) or self._alloc_check(client, parent, handle, cls)
             if status == 0 and self.on_alloc is not None:
                 status, params = self.on_alloc(parent, handle, cls, params)
@@ -314,8 +354,9 @@ class Peer:
             if cls not in self.alloc_unanswered:
                 self._reply(r, out, status)
         elif r.function == FN_GSP_RM_CONTROL:
-            client, obj, cmd, size = _u32(p, 0), _u32(p, 4), _u32(p, 8), _u32(p, 0x10)
-            params = p[CONTROL_FIXED:CONTROL_FIXED + size]
+            c = parse_control(p)
+            client, obj, cmd, params = c.client, c.obj, c.cmd, c.params
+            size = _u32(p, 0x10)  # paramsSize: the reply's params are as long as asked
             status = self.control_status.get(cmd, 0)
             if status == 0 and obj not in self.objects and not self._internal(client, obj):
                 status = NV_ERR_INVALID_OBJECT_HANDLE
@@ -328,7 +369,8 @@ class Peer:
             out = p[:0xC] + struct.pack("<I", status) + p[0x10:CONTROL_FIXED] + params
             self._reply(r, out, status)
         elif r.function == FN_FREE:
-            root, _, old = struct.unpack_from("<3I", p)
+            f = parse_free(p)
+            root, old = f.root, f.old
             status = self.free_status.get(old, 0)
             if status == 0 and (old not in self.objects or root not in self.objects):
                 status = NV_ERR_INVALID_OBJECT_HANDLE
@@ -389,7 +431,7 @@ class Peer:
         out = self.withheld if r.function in self.late else self.outbox
         for n, i in enumerate(range(0, max(len(payload), 1), room)):
             fn = r.function if i == 0 else FN_CONTINUATION_RECORD
-            out.append(self._rpc(fn, payload[i:i + room], result,
+            out.append(self.message(fn, payload[i:i + room], result,
                                  (r.sequence + n) & 0xFFFFFFFF if self.echo_sequence else 0))
 
     def send_late(self) -> int:
@@ -401,7 +443,10 @@ class Peer:
         return n
 
     @staticmethod
-    def _rpc(fn: int, payload: bytes, result: int, sequence: int) -> bytes:
+    def message(fn: int, payload: bytes, result: int, sequence: int) -> bytes:
+        """An RPC as the GSP sends it: rpc_message_header_v (version 3.0, "VRPC", length,
+        function ``fn``, rpc_result and rpc_result_private ``result``, ``sequence``), then
+        ``payload``."""
         return struct.pack("<8I", VERSION_3_0, VRPC, R_SIZE + len(payload), fn, result, result,
                            sequence, 0) + payload
 
@@ -410,7 +455,7 @@ class Peer:
     def event(self, fn: int, payload: bytes = b"", *, now: bool = True) -> None:
         """Send event ``fn``: now (into the status queue as room allows), or slipped in just
         before the next reply (``now=False``), so it arrives while the CPU waits."""
-        rpc = self._rpc(fn, payload, 0, self._event_seq)
+        rpc = self.message(fn, payload, 0, self._event_seq)
         self._event_seq += 1
         if now:
             self.outbox.append(rpc)
@@ -474,7 +519,7 @@ class Peer:
                 return
             msg = bytearray(count * ELEM)
             msg[QE_RPC:QE_RPC + len(rpc)] = rpc
-            _put32(msg, QE_SEQ, self._tx_seq)
+            _put32(msg, QE_SEQ, self.tx_seq)
             _put32(msg, QE_COUNT, count)
             _put32(msg, QE_CHECKSUM, nova_checksum(bytes(msg[:(QE_RPC + len(rpc) + 7) & ~7])))
             if self.corrupt_next:
@@ -485,5 +530,5 @@ class Peer:
                 at = base + (write + i) % self.stat_count * ELEM
                 self.mem[at:at + ELEM] = msg[i * ELEM:(i + 1) * ELEM]
             _put32(self.mem, s + T_WRITEPTR, (write + count) % self.stat_count)
-            self._tx_seq += 1
+            self.tx_seq += 1
             self.outbox.pop(0)

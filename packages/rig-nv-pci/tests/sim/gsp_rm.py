@@ -115,6 +115,8 @@ class SimRm:
         self.roots: dict[int, int] = {}  # FERMI_VASPACE_A handle -> its PD3 in video memory
         self.tlb: dict[tuple[int, int], gmmu.Translation] = {}  # (PD3, va >> 12) -> page's
         self.invalidates = 0
+        # False: an invalidate is acknowledged but flushes nothing (what a TLB keeps without one)
+        self.tlb_flushes = True
         gpu.on_write[VF + VF_MMU_INVALIDATE] = self._invalidate
         # BAR 1 as the host and other devices (peer to peer) reach it
         self.bar1 = SimBar1(gpu, self._vram_fd, self.vram, bar1_size, version=self.version,
@@ -341,7 +343,7 @@ class SimRm:
         pdb = ((regs.get(VF + VF_MMU_INVALIDATE_UPPER_PDB, 0) & 0xFFFFF) << 28
                | regs.get(VF + VF_MMU_INVALIDATE_PDB, 0) >> 4) << 12
         with self.lock:
-            for key in [k for k in self.tlb if value & 2 or k[0] == pdb]:
+            for key in [k for k in self.tlb if self.tlb_flushes and (value & 2 or k[0] == pdb)]:
                 del self.tlb[key]
             self.invalidates += 1
             if value & 2 or pdb == BAR1_PDB:

@@ -1,48 +1,12 @@
 """The simulated GPU's PBDMA and copy engine: how :class:`sim.gsp_rm.SimRm` runs the channels
-a GSP client made, and what it does when one faults.
+a GSP client made (module functions taking the SimRm; its ``step``, ``start`` and ``stop``
+call them), and what it does when one faults. The PBDMA fetches a channel once its doorbell
+names it, runs its GPFIFO's methods (the host semaphore, SET_OBJECT, a copy class's one-line
+copy); a compute launch or an unmapped address faults the channel, whose group's error
+notifiers are written, then RC_TRIGGERED (and MMU_FAULT_QUEUED) sent.
 
 Written from NVIDIA's interfaces (open-gpu-kernel-modules 570.144), importing nothing of
-rig_nv_pci or rig_nv; module functions taking the :class:`~sim.gsp_rm.SimRm` whose channels
-they run (its ``step``, ``start`` and ``stop`` call them):
-
-- the PBDMA (:meth:`SimRm.step`, or a thread :meth:`SimRm.start` runs) fetches a channel only
-  once its doorbell was rung (the usermode page's NOTIFY_CHANNEL_PENDING holding a token that
-  names it by runlist and ChID, on GB20x with RUNLIST_DOORBELL _ENABLE: sim/runlists.py;
-  other writes are kept in ``ignored_doorbells``) and until it has nothing left; it reads
-  GP_PUT from
-  the USERD given (dev_ram.h NV_RAMUSERD_GP_PUT, dword 35; writes GP_GET, dword 34), each GPFIFO
-  entry (clc56f.h GP_ENTRY0_GET 31:2, GP_ENTRY1_GET_HI 7:0, GP_ENTRY1_LENGTH 30:10 in
-  dwords) and its methods (clc56f.h DMA_METHOD_ADDRESS 11:0, SUBCHANNEL 15:13, COUNT 28:16,
-  SEC_OP 31:29: 1 incrementing, 3 non-incrementing, 4 immediate, 5 increment once), and runs
-  the host semaphore (SEM_ADDR_LO 0x5c ... SEM_EXECUTE 0x6c: OPERATION 2:0 RELEASE 1,
-  ACQ_STRICT_GEQ 2, ACQ_CIRC_GEQ 3, REDUCTION 6 with REDUCTION 30:27 IADD 5 only,
-  PAYLOAD_SIZE 24:24 64-bit, RELEASE_TIMESTAMP 25:25: a release that also writes PTIMER,
-  sim/timer.py, in the 8 bytes at +8 of its address), SET_OBJECT (0x0) binding a
-  class to the subchannel, and on a subchannel bound to a copy class the copy engine's
-  one-line copy (clc7b5.h: OFFSET_IN_UPPER 0x400 ... OFFSET_OUT_LOWER 0x40c, LINE_LENGTH_IN
-  0x418, LAUNCH_DMA 0x300 with DATA_TRANSFER_TYPE 1:0 not NONE, SEMAPHORE_TYPE 4:3 NONE or a
-  one-word release of SET_SEMAPHORE_A/B/PAYLOAD 0x240/0x244/0x248; MULTI_LINE_ENABLE 9:9 and
-  REMAP_ENABLE 10:10 are not simulated and fault the channel); on a subchannel bound to a
-  compute class a launch (clc7c0.h SEND_PCAS_A 0x2b4) faults the channel, since no SM is
-  simulated; other methods are accepted and ignored;
-- a channel that faults (a GR exception, Xid 13 ROBUST_CHANNEL_GR_EXCEPTION, for the launch,
-  by NV2080_ENGINE_TYPE_GRAPHICS 1; an MMU fault, Xid 31, for an address nothing maps, by the
-  copy engine, :data:`ENGINE_GRCE`, for a copy's read or write, else by the channel's runlist's
-  engine, as the PBDMA's own fetches) stops, and as GSP-RM does without confidential computing
-  (kernel_gsp.c _kgspRpcRCTriggered leaves the notifiers to it; :attr:`SimRm.notifiers` False
-  stands for a GSP-RM that writes none) every channel of its group gets its error notifier
-  written (NvNotification of the hObjectError memory, nvgputypes.h: info32 the Xid at 8,
-  info16 the NV2080 engine type at 12, status 0xFFFF at 14), then RC_TRIGGERED (0x1004,
-  rpc_rc_triggered_v17_02: the faulting channel's ChID, gfid 0 (the PF), scope
-  RC_NOTIFIER_SCOPE_TSG 1 (g_kernel_rc_nvoc.h), no journal; for an MMU fault
-  mmuFaultAddrLo/Hi the faulting page's address (the MMU reports 4 KiB pages: NVC369_BUF_ENTRY
-  ADDR_LO 31:12) and mmuFaultType the NV_PFAULT_FAULT_TYPE of the walk, sim/gmmu.py) is sent,
-  and after it, for an MMU fault, MMU_FAULT_QUEUED (0x1005, no payload): kern_gmmu_gv100.c
-  kgmmuServiceNonReplayableFault_GV100 services the RM's fault packets (the RC) first and
-  notifies the client after (kgmmuNotifyNonReplayableFault_GV100); the real GSP-RM notifies
-  only a client whose fault buffer object (UVM's) has events, which rig never makes, so the
-  simulated one sends more than the real one would.
-"""
+rig_nv_pci or rig_nv. Each method, field and source: docs/rig-nv-pci-modules/sim-pbdma.md."""
 
 from __future__ import annotations
 

@@ -1,26 +1,10 @@
 """The simulated GSP-RM's retired video-memory pages: what it answers CPU-RM's
-NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES. Worked from open-gpu-kernel-modules 570.144 by
-hand, as the rest of the simulator (no rig_nv_pci constant is shared):
+NV2080_CTRL_CMD_FB_GET_DYNAMIC_OFFLINED_PAGES, in passes of at most 64 from baseIndex on,
+bMore set while more follow; a GPU without page retirement answers NV_ERR_NOT_SUPPORTED.
 
-- the control is 0x20801348 (ctrl2080fb.h), which a GSP client's CPU-RM sends to GSP-RM's
-  internal subdevice (arch/ampere/mem_mgr_ga100.c memmgrGetBlackListPages_GA100) only where
-  the static info's bPageRetirementSupported is set (gpu_gspclient.c
-  gpuCheckPageRetirementSupport_GSPCLIENT);
-- its params, NV2080_CTRL_FB_GET_DYNAMIC_OFFLINED_PAGES_PARAMS: offlined[64] of
-  NV2080_CTRL_FB_DYNAMIC_OFFLINED_ADDRESS_INFO {NvU64 pageNumber; NvU8 source} (16 bytes
-  each, from 0), then NvU32 validEntries at 1024, NvU32 baseIndex at 1028, NvBool bMore at
-  1032; 1040 bytes;
-- a pass lists the retired pages from baseIndex on, at most
-  NV2080_CTRL_FB_DYNAMIC_BLACKLIST_MAX_ENTRIES (64), bMore set while more follow; a GPU
-  retires at most NV2080_CTRL_FB_DYNAMIC_BLACKLIST_MAX_PAGES (512); pageNumber is the page's
-  FB address >> 12 (RM_PAGE_SHIFT), source NV2080_CTRL_FB_DYNAMIC_BLACKLISTED_PAGES_SOURCE_
-  DPR_DBE (1);
-- a baseIndex from 512 on answers NV_ERR_INVALID_ARGUMENT (as the vGPU guest's
-  subdeviceCtrlCmdFbGetDynamicOfflinedPages_VF, kern_mem_sys_ctrl.c, refuses an index past
-  its passes); a GPU without page retirement answers NV_ERR_NOT_SUPPORTED (the simulator's
-  choice: GSP-RM's own handler is not in the open sources; CPU-RM reads that answer as "No
-  blacklisted pages").
-"""
+Worked from open-gpu-kernel-modules 570.144 by hand, as the rest of the simulator (no
+rig_nv_pci constant is shared). The params' layout and each rule's source:
+docs/rig-nv-pci-modules/sim-retired.md."""
 
 from __future__ import annotations
 

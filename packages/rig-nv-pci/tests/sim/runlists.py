@@ -1,23 +1,11 @@
 """The simulated GPU's runlists and channel doorbell: which runlist each engine is on, as
-GSP-RM's device info table reports it, and what a doorbell write must hold for the PBDMA to
-fetch. Worked from NVIDIA's headers by hand (open-gpu-kernel-modules 570.144), as the rest of
-the simulator (no rig_nv_pci constant is shared):
+GSP-RM's device info table reports it (:data:`DEFAULT` is the simulator's choice: no channel
+rig makes is on runlist 0), and what a doorbell write must hold (ChID, runlist, and on GB20x
+RUNLIST_DOORBELL _ENABLE) for the PBDMA to fetch.
 
-- NV2080_CTRL_CMD_FIFO_GET_DEVICE_INFO_TABLE (0x20801112, ctrl2080fifo.h): {NvU32 baseIndex,
-  numEntries; NvBool bMore; entries[32] at 12} of NV2080_CTRL_FIFO_DEVICE_ENTRY (100 bytes:
-  engineData[16], pbdmaIds[2], pbdmaFaultIds[2], numPbdmas, engineName[16]), engineData by
-  engine_info.h's ENGINE_INFO_TYPE: RM_ENGINE_TYPE 2, RUNLIST 3. RM_ENGINE_TYPE
-  (gpu_engine_type.h) numbers GR0 1, COPY0..COPY19 0x9..0x1c; a client's NV2080 COPY10..19
-  are 0x34..0x3d (cl2080_notification.h).
-- Which runlist an engine is on is the chip's device info (NV_PTOP_DEVICE_INFO2), in no
-  header: :data:`DEFAULT` is the simulator's choice, GR0 with its GRCEs (COPY0, COPY1) on
-  runlist 1 and each other copy engine on its own, so that no channel rig makes is on
-  runlist 0 and a token without its runlist names none.
-- The doorbell, NV_VIRTUAL_FUNCTION_DOORBELL (dev_vm.h 0x30090, the usermode page's
-  NOTIFY_CHANNEL_PENDING 0x90, clc361.h): VECTOR 11:0 the ChID, RUNLIST_ID 22:16
-  (ga100/dev_ctrl.h NV_CTRL_VF_DOORBELL; gb202/dev_vm.h), and on GB20x RUNLIST_DOORBELL 30:30,
-  which must read _ENABLE 1 (gb202/dev_vm.h; on GA10x/AD10x the bit is not the field's).
-"""
+Worked from NVIDIA's headers by hand (open-gpu-kernel-modules 570.144), as the rest of the
+simulator (no rig_nv_pci constant is shared). Each field and source:
+docs/rig-nv-pci-modules/sim-runlists.md."""
 
 from __future__ import annotations
 

@@ -267,13 +267,13 @@ class TakenSim(SimFunction):
 def machine_with_a_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, boot42: int,
                        files: dict[str, os.PathLike[str]]) -> Machine:
     """A fixture machine in ``tmp_path`` listing one NVIDIA GPU of ``boot42`` at :data:`BUS`,
-    with the process's lock directory, firmware directories and lost and kept GPUs there,
-    and ``files`` (synthetic firmware) pinned as the firmware set's digests."""
+    with the process's lock directory, firmware directories and kept GPUs there (a lost GPU
+    is lost on its machine, which is ``tmp_path``'s own), and ``files`` (synthetic firmware)
+    pinned as the firmware set's digests."""
     (tmp_path / "locks").mkdir()
     monkeypatch.setattr(lock, "directory", lambda: tmp_path / "locks")
     monkeypatch.setattr(firmware, "directory", lambda: tmp_path / "rig-firmware")
     monkeypatch.setattr(firmware, "SYSTEM", tmp_path / "lib-firmware")
-    monkeypatch.setattr(rig_nv_pci.opener, "_lost", set())
     monkeypatch.setattr(rig_nv_pci.opener, "_kept", {})
     machine, _ = here(tmp_path / "machine")
     add_gpu(tmp_path / "machine", BUS, boot42=boot42)

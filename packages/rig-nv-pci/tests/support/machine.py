@@ -10,9 +10,12 @@ import struct
 from pathlib import Path
 
 import firmware_builders
+import pytest
 
+import rig_nv_pci
 from rig_nv_pci import lock
 from rig_pci import Machine
+from rig_pci.driver import Progress
 from rig_pci.function import held as function_held
 from rig_pci.testing import FixtureSysfs, add_function
 
@@ -76,3 +79,33 @@ def given_back(machine: Machine, bus: str = BUS) -> None:
     finally:
         os.close(fd)
 
+
+
+def as_this(machine: Machine) -> pytest.MonkeyPatch:
+    """A monkeypatch under which ``machine`` stands for this machine (Machine.this), the one
+    rig_nv_pci.detach and attach act on (the spec); undone by its ``undo``."""
+    patch = pytest.MonkeyPatch()
+
+    def this(cls: type[Machine]) -> Machine:
+        return machine
+
+    patch.setattr(Machine, "this", classmethod(this))
+    return patch
+
+
+def detach_on(machine: Machine, i: int = 0) -> Progress:
+    """rig_nv_pci.detach(i), ``machine`` standing for this machine."""
+    patch = as_this(machine)
+    try:
+        return rig_nv_pci.detach(i)
+    finally:
+        patch.undo()
+
+
+def attach_on(machine: Machine, i: int = 0) -> None:
+    """rig_nv_pci.attach(i), ``machine`` standing for this machine."""
+    patch = as_this(machine)
+    try:
+        rig_nv_pci.attach(i)
+    finally:
+        patch.undo()
