@@ -106,3 +106,25 @@ def test_a_queue_uploads_and_downloads_through_staging_of_its_own(ga102: Opened)
         assert bytes(q.download(a)) == mine and bytes(d.download(b)) == theirs
     finally:
         d.stop()
+
+
+def test_a_stopped_queues_memory_goes_back_to_gsp_rm(ga102: Opened) -> None:
+    """Queue.stop: "Give back the queue's channels and memory": after queues made, used and
+    stopped, the simulated GSP-RM holds the memory objects (video and system memory), GPU
+    mappings and channels it held before; a stopped queue's point still reads."""
+    d = ga102.open()
+    s = ga102.sim_rm
+    try:
+        a = d.alloc(0x5000, Memory.DEVICE)
+        assert a is not None
+        d.synchronize()
+        before = (dict(s.fbmem), dict(s.sysmem), dict(s.mappings), set(s.channels))
+        for _ in range(3):
+            q = d.queue()
+            p = q.upload(a, os.urandom(a.length))
+            assert set(s.fbmem) != before[0] and set(s.sysmem) != set(before[1])
+            q.stop()
+            assert (dict(s.fbmem), dict(s.sysmem), dict(s.mappings), set(s.channels)) == before
+            assert p.signaled
+    finally:
+        d.stop()

@@ -1,8 +1,9 @@
 """A stand-in RM path for running rig_nv.Device on the CPU: RM objects are numbers, memory is
 anonymous host memory at addresses of the process's own (as the kernel path places Pinned and
-Mapped memory), and the "GPU" completes a submission when asked. It lets the tests check what a
-device writes (pushbuffers, GPFIFO entries, QMDs, constant banks) and time its submission
-path, without a GPU. It is not a simulator of the hardware: nothing is executed.
+Mapped memory), and the "GPU" completes a submission when asked. It counts the memory it
+gave and has not been given back (``live``), and memory given back reads zeros. It lets the
+tests check what a device writes (pushbuffers, GPFIFO entries, QMDs, constant banks) and time
+its submission path, without a GPU. It is not a simulator of the hardware: nothing is executed.
 """
 
 from __future__ import annotations
@@ -251,6 +252,7 @@ class FakePath:
         self.peer_maps: list[int] = []  # owners' addresses mapped here (map_peer)
         self.map_host_answer: Refusal | None = None  # what map_host answers (None: it maps)
         self.export_refusal: str | None = None  # what export raises (None: it exports)
+        self.live: dict[int, Allocation] = {}  # memory handle -> memory given, not freed
 
     @property
     def rm(self) -> FakeRM:
@@ -274,15 +276,30 @@ class FakePath:
     def alloc_memory(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation:
         size = page_rounded(n, kind)
         at = self._memory(size)
-        return Allocation(at, None if kind is Memory.DEVICE else at, size, kind,
-                          self._rm.new_handle())
+        a = Allocation(at, None if kind is Memory.DEVICE else at, size, kind,
+                       self._rm.new_handle())
+        self.live[a.handle] = a
+        return a
 
     def alloc_notifier(self) -> Allocation:
         at = self._memory(4096)
-        return Allocation(0, at, 4096, Memory.PINNED, self._rm.new_handle())
+        a = Allocation(0, at, 4096, Memory.PINNED, self._rm.new_handle())
+        self.live[a.handle] = a
+        return a
 
     def free_memory(self, a: Allocation) -> None:
-        pass
+        """Forget ``a``; its pages read zeros from now on (fresh ones at the same address),
+        as memory the RM gave to someone else would read anything but what it held."""
+        mine = self.live.pop(a.handle, None)
+        if mine is not None:
+            at = mine.host if mine.host is not None else mine.gpu
+            munmap(at, mine.length)
+            mmap(at, mine.length, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE)
+
+    def in_use(self) -> int:
+        """Bytes of memory given and not freed."""
+        return sum(a.length for a in self.live.values())
 
     def map_host(self, address: int, length: int) -> Allocation | Refusal:
         """The pages at a GPU address of their own, or ``map_host_answer`` where a test set

@@ -15,6 +15,7 @@ from test_device_cpu import commands, methods
 
 from rig_edge import Fault, Lost, Memory, Misuse, RigError
 from rig_nv import Queue, push
+from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
@@ -281,8 +282,8 @@ def test_a_queues_profile_stamps_its_own_submissions(two: Any) -> None:
 def test_a_refused_queue_gives_back_its_rm_objects_and_the_device_goes_on(
         dev: tuple[Any, Any], monkeypatch: Any) -> None:
     """Device.queue: "Raises ... where the RM refuses the channels, having given back the RM
-    objects it made"; the device and its other queues work on, and the next queue gets a
-    number of its own."""
+    objects and the memory it made"; the device and its other queues work on, and the next
+    queue gets a number of its own."""
     from rig_nv.rm import RMError
 
     d, path = dev
@@ -300,13 +301,122 @@ def test_a_refused_queue_gives_back_its_rm_objects_and_the_device_goes_on(
         return alloc(parent, handle, cls, params)
 
     monkeypatch.setattr(path.rm, "alloc", refuse_copy_channel)
+    in_use = path.in_use()
     with pytest.raises(RMError):
         d.queue()
     monkeypatch.setattr(path.rm, "alloc", alloc)
     assert path.rm.objects == before
+    assert path.in_use() == in_use  # its word, channel area, pushbuffers and notifiers too
     again = d.queue()
     assert again.number == 3 and again.compute.name == "compute 3"
     a = d.alloc(4096, Memory.PINNED)
     first.copy(a, a, 64, dst_offset=128)
     again.copy(a, a, 64, dst_offset=256)
     d.synchronize()
+
+
+# ---- a queue's memory at its stop ------------------------------------------------------------
+
+def test_making_and_stopping_50_queues_gives_all_their_memory_back(dev: tuple[Any, Any]) -> None:
+    """Queue.stop: "Give back the queue's channels and memory once its work is done": the
+    stand-in's memory in use and RM objects return to where they were after 50 queues, each
+    with work done and staging of its own, made and stopped (they grew by some 12 MiB a
+    queue while the memory stayed the device's)."""
+    d, path = dev
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    d.synchronize()
+    in_use, objects = path.in_use(), dict(path.rm.objects)
+    for i in range(50):
+        q = d.queue()
+        q.upload(a, bytes([i]) * a.length)
+        q.copy(a, a, 64, dst_offset=128)
+        if i == 0:
+            assert path.in_use() > in_use + (8 << 20)
+        q.stop()
+    assert path.in_use() == in_use and path.rm.objects == objects
+
+
+def test_a_stopped_queues_points_answer_from_its_last_value(two: Any) -> None:
+    """Queue.stop: "its points stay waitable (they answer from the last value its word
+    held)": its word's memory went back (the stand-in's reads zeros since), yet its points,
+    its completed(), the device's waits, and the reuse check of a region freed while the
+    queue's work ran all read the queue's last value."""
+    d, path, q, _img, a = two
+    region = d.alloc(1 << 20, Memory.DEVICE)
+    assert region is not None
+    first = q.copy(a, a, 64, dst_offset=128)
+    p = q.copy(region, a, 4096)
+    d.free(region)  # kept for reuse until the queue passes p
+    word = next(m for m in path.live.values() if m.host == q.timeline.host)
+    q.stop()
+    assert word.handle not in path.live  # given back: its pages read zeros now
+    assert q.completed() == p.value and p.signaled and first.signaled
+    p.wait(timeout_s=1.0)
+    d.wait(first, timeout_s=1.0)
+    reused = d.alloc(1 << 20, Memory.DEVICE)
+    assert reused is not None and reused.gpu == region.gpu
+
+
+def test_a_stopped_queues_word_stays_until_an_acquire_of_it_is_passed(
+        two: Any, monkeypatch: Any) -> None:
+    """Issue 17: "a region freed while any queue's work may still use it is not handed out
+    again ... until every queue has passed the values that were current at the free": the
+    stopped queue's word goes back to the path only after the queue whose ``after`` acquires
+    it passed that submission. Fails where the stop frees without the mark."""
+    d, path, q, _img, a = two
+    other = d.queue()
+    path.complete()
+    p = q.copy(a, a, 64, dst_offset=128)
+    other.after(p)
+    waiting = other.copy(a, a, 64, dst_offset=256)
+    assert (q.timeline.gpu, p.value) in acquires(last(d, other.copy_channel))
+    q.timeline.word[0] = p.value  # the queue is done; the other's acquire not yet run
+    word = next(m for m in path.live.values() if m.host == q.timeline.host)
+    seen: list[tuple[bool, int]] = []
+
+    def the_other_runs(timeout_s: float) -> None:  # the path's sleep, where the stop waits
+        seen.append((word.handle in path.live, other.completed()))
+        other.timeline.word[0] = waiting.value
+
+    monkeypatch.setattr(path, "sleep", the_other_runs)
+    q.stop()
+    assert seen and seen[0] == (True, waiting.value - 1)
+    assert word.handle not in path.live and other.completed() == waiting.value
+
+
+def test_an_after_pending_when_its_queue_stops_acquires_nothing(two: Any) -> None:
+    """An ``after`` given before the queue of its point stopped acquires nothing: that
+    queue's work is done and its word's memory gone (the GPU would read freed memory)."""
+    d, _path, q, img, a = two
+    p = q.copy(a, a, 64, dst_offset=128)
+    d.after(p)
+    q.stop()
+    d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
+    assert all(address == d.timeline.gpu for address, _ in acquires(last(d, d.compute)))
+
+
+def test_a_stopped_devices_points_still_read(dev: tuple[Any, Any]) -> None:
+    """After the device's stop its memory is gone (the stand-in unmaps it all): its points
+    and a queue's answer from their last values."""
+    d, path = dev
+    q = d.queue()
+    a = d.alloc(4096, Memory.PINNED)
+    p, r = d.copy(a, a, 64, dst_offset=128), q.copy(a, a, 64, dst_offset=256)
+    path.complete()
+    d.stop()
+    assert p.signaled and r.signaled and d.completed() == p.value
+
+
+def test_a_stopped_queues_notifiers_are_read_no_more(two: Any) -> None:
+    """The stopped queue's error notifiers went back with its memory, which the path may give
+    to anything: bytes written there later (as another owner would) lose nothing."""
+    d, path, q, img, a = two
+    before = dict(path.live)
+    q.stop()
+    freed = [m for h, m in before.items() if h not in path.live]
+    assert len([m for m in freed if m.gpu == 0 and m.length == 4096]) == 2  # the notifiers
+    for m in freed:
+        if m.host is not None:
+            view(m.host, m.length)[:] = b"\xff" * m.length
+    d.launch(img["vadd"], (4,), (256,), (a, a, a, 1)).wait(timeout_s=1.0)
+    d.sleep(0)

@@ -200,8 +200,8 @@ class Device(Submits):
         copy channels, timeline word and values; every submission the device has. Its work
         runs beside the device's and other queues' unless :meth:`after` orders it. Raises the
         device's loss or stop, and :class:`rig_edge.RigError` where the RM refuses the
-        channels, having given back the RM objects it made (its memory goes back at the
-        device's stop)."""
+        channels, having given back the RM objects and the memory it made (as the queue's
+        stop does; where an object stays, the memory stays until the device's stop)."""
         self.health.check()
         with self._queues_lock:
             self._queues_made += 1
@@ -213,7 +213,7 @@ class Device(Submits):
             q.timeline.stopped = True
             stayed, _ = q.objects.free_all()
             if stayed is None:  # else the device's stop tries again, keeping memory if it stays
-                self.forget(q)
+                q.give_back()  # a failed free stays the device's, for its stop
             raise
         q.timeline.code_loaded()  # its first launch invalidates the SMs' caches
         return q
@@ -387,6 +387,8 @@ class Device(Submits):
                 stayed, unmapped = objects.free_all()
                 channels_freed, failed = channels_freed and stayed is None, failed or unmapped
             if channels_freed:
+                for t in [self.timeline, *(q.timeline for q in queues)]:
+                    t.retire()  # points answer from the last values, not freed memory
                 released = self.memory.release()  # tried whatever failed before
                 failed = failed or released
             if failed is not None:

@@ -68,6 +68,11 @@ class Health:
         """Read ``notifier``, the error notifier of channel ``handle``, in :meth:`faulted`."""
         self._watched.append((channel, handle, notifier))
 
+    def unwatch(self, handles: set[int]) -> None:
+        """Read the notifiers of channels ``handles`` no more (a stopped queue's, whose memory
+        goes back); a new list, so a reader of the last one reads it whole."""
+        self._watched = [w for w in self._watched if w[1] not in handles]
+
     def notifiers(self) -> list[memoryview]:
         """The error notifiers watched, in the order the channels were made."""
         return [note for _, _, note in self._watched]

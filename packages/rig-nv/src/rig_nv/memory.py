@@ -8,8 +8,9 @@ every queue has passed the values that were current at the free (``progress``:
 :class:`Progress`); a free to the path waits for that. Memory whose bus addresses another
 device was given (``Allocation.held``) never goes to another allocation. The cache keeps
 blocks of any size, up to :attr:`Heap.limit` bytes in all; those of one size leave oldest
-first. What this part holds at the device's stop is given back by :meth:`Heap.release` only
-if the RM freed the channels.
+first. A queue's own memory goes back at its stop (:meth:`Heap.disown`) under the same rule;
+what this part holds at the device's stop is given back by :meth:`Heap.release` only if the
+RM freed the channels.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class Heap:
         # The live regions by GPU address (unique in the device's address space; an int's hash
         # is C's, a Region's Python's): address -> (region, memory).
         self._allocs: dict[int, tuple[Region, Allocation]] = {}
-        self._own: list[Allocation] = []  # the device's own memory
+        self._own: dict[object, list[Allocation]] = {}  # the device's own memory, by owner
         # The reuse cache: length in small pages -> (mark, memory, region), oldest first.
         self._cache: dict[int, deque[tuple[Any, Allocation, Region]]] = {}
         self._cached_bytes = 0
@@ -71,18 +72,48 @@ class Heap:
 
     # ---- the device's own -----------------------------------------------------------------
 
-    def own(self, n: int, kind: Memory, *, contiguous: bool = False) -> Allocation:
-        """``n`` bytes for the device's own use, kept until its stop; RigError when none."""
+    def own(self, n: int, kind: Memory, *, contiguous: bool = False,
+            owner: object = None) -> Allocation:
+        """``n`` bytes for the device's own use, kept for ``owner`` (a queue's timeline, or
+        the device: None) until :meth:`disown` or the device's stop; RigError when none."""
         a = self.path.alloc_memory(n, kind, contiguous=contiguous)
         if a is None:
             raise RigError(f"{self.name}: out of {kind.value} memory for the device's own use")
-        self.keep(a)
+        self.keep(a, owner)
         return a
 
-    def keep(self, a: Allocation) -> None:
-        """Keep ``a`` (memory the path made for the device) until the device's stop."""
+    def keep(self, a: Allocation, owner: object = None) -> None:
+        """Keep ``a`` (memory the path made for the device) for ``owner``, as :meth:`own`."""
         with self._lock:
-            self._own.append(a)
+            self._own.setdefault(owner, []).append(a)
+
+    def disown(self, owner: object) -> BaseException | None:
+        """Give the path back the memory kept for ``owner`` (a queue whose channels the RM
+        freed), once every queue has passed the values current now: another queue's acquire
+        may still read that queue's word. It waits for that, as a free to the path does.
+        Returns the first failure of a free; what failed stays for :meth:`release`."""
+        progress = self.progress
+        mark = progress.now() if progress is not None else None
+        with self._lock:
+            memory = self._own.pop(owner, [])
+        self._settle(mark)
+        failed = self._free_each(memory)
+        if not failed:
+            return None
+        with self._lock:
+            self._own.setdefault(None, []).extend(a for a, _ in failed)
+        return failed[0][1]
+
+    def _free_each(self, memory: list[Allocation]) -> list[tuple[Allocation, Exception]]:
+        """Give the path back each of ``memory``, whatever failed before: what failed, and
+        why."""
+        failed = []
+        for a in memory:
+            try:
+                self.path.free_memory(a)
+            except Exception as e:
+                failed.append((a, e))
+        return failed
 
     def staging(self) -> Allocation:
         """The pinned staging memory of copies through the host (made on first use)."""
@@ -314,9 +345,9 @@ class Heap:
             return dict(self._allocs.values())
 
     def owned(self) -> list[Allocation]:
-        """The device's own memory (a copy)."""
+        """The device's own memory, every owner's (a copy)."""
         with self._lock:
-            return list(self._own)
+            return [a for kept in self._own.values() for a in kept]
 
     def kept(self) -> list[Allocation]:
         """The memory the reuse cache holds (a copy)."""
@@ -388,15 +419,11 @@ class Heap:
             kept = [a for entries in self._cache.values() for _, a, _ in entries]
             self._cache.clear()
             self._cached_bytes = 0
-            memory = [*(a for _, a in self._allocs.values()), *self._own, *kept]
+            own = [a for mine in self._own.values() for a in mine]
+            memory = [*(a for _, a in self._allocs.values()), *own, *kept]
             self._allocs.clear()
             self._own.clear()
-        failed: list[tuple[Allocation, BaseException]] = []
-        for a in memory:  # give back all it can, then say what failed
-            try:
-                self.path.free_memory(a)
-            except Exception as e:
-                failed.append((a, e))
+        failed = self._free_each(memory)
         stayed: BaseException | None = None
         for a, first in failed:
             try:

@@ -90,9 +90,9 @@ class Submits:
             if t.stopped:
                 raise Misuse(f"{p} is a point of a stopped queue")
             if t is not self.timeline:  # this queue's own work runs in order already
-                waits.append((t.gpu, p.value))
-        for word, value in waits:
-            self.timeline.after(word, value)
+                waits.append((t, p.value))
+        for t, value in waits:
+            self.timeline.after(t, value)
 
     def synchronize(self) -> None:
         """Wait until every submission of this queue so far is done."""
@@ -229,7 +229,7 @@ class Queue(Submits):
 
     def _staging_memory(self) -> Any:
         # A staging buffer of the queue's own: the device's is another queue's pipeline.
-        return self.owner.memory.own(STAGING, Memory.PINNED)
+        return self.owner.memory.own(STAGING, Memory.PINNED, owner=self.timeline)
 
     def __repr__(self) -> str:
         return f"<rig_nv.Queue {self.number} of {self.owner.facts.name}>"
@@ -245,12 +245,15 @@ class Queue(Submits):
         return self.timeline.copy_channel
 
     def stop(self) -> None:
-        """Give back the queue's channels once its work is done (its memory stays the
-        device's until the device stops). Later submissions raise :class:`RigError`; its
-        points stay waitable, and ``after`` refuses them. A second stop does nothing.
+        """Give back the queue's channels and memory once its work is done. Later submissions
+        raise :class:`RigError`; its points stay waitable (they answer from the last value
+        its word held), and ``after`` refuses them. A second stop does nothing.
 
-        Raises the first failure of what stayed, every step still tried. What stays the
-        device's stop tries again, and where a channel stays the device keeps its memory.
+        The memory goes back once every queue has passed the values submitted before the
+        stop (another queue's ``after`` may still read this queue's word): the stop waits
+        for that, as a free to the path does. Raises the first failure of what stayed, every
+        step still tried. What stays the device's stop tries again, and where a channel
+        stays the device keeps the queue's memory.
         """
         t = self.timeline
         if t.stopped:
@@ -261,8 +264,27 @@ class Queue(Submits):
             t.stopped = True
             t.health = Stopped(self.owner.health, f"{self.owner.facts.name}: queue {self.number}")
         stayed, unmapped = self.objects.free_all()
-        if stayed is None:
-            self.owner.forget(self)
         failed = stayed or unmapped
+        if stayed is None:
+            failed = self.give_back() or failed
         if failed is not None:
             raise failed
+
+    def give_back(self) -> BaseException | None:
+        """Once the RM freed the queue's channels (its stop, or its failed build): stop
+        counting it, and give its memory back to the path under the device's reuse rule
+        (:meth:`rig_nv.memory.Heap.disown`). Returns the first failure of a free (that memory
+        stays the device's). Raises :class:`Misuse`, having done nothing, while the queue
+        runs or holds RM objects."""
+        d, t = self.owner, self.timeline
+        if not t.stopped or self.objects.handles or self.objects.attached:
+            raise Misuse(f"{self} still holds its channels: stop it instead")
+        d.forget(self)
+        d.health.unwatch({ch.handle for ch in t.channels})
+        t.retire()  # its points answer from memory of its own from now on
+        # A submission of another queue that read this word before the retire and may
+        # acquire it has its value once that queue's lock is free: the mark below counts it.
+        for other in d.timelines():
+            with other.lock:
+                pass
+        return d.memory.disown(t)

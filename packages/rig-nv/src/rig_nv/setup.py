@@ -219,7 +219,8 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
     was given already); it waits until the GPU has done that."""
     path, rm, ffi, memory = d.path, d.path.rm, d.ffi, d.memory
     copy_engine = d.objects.engine
-    timeline.place_word(memory.own(4096, Memory.PINNED))
+    # All of it is the timeline's: a queue's stop gives it back (rig_nv.memory.Heap.disown).
+    timeline.place_word(memory.own(4096, Memory.PINNED, owner=timeline))
 
     tsg = objects.new()
     rm.alloc(
@@ -233,7 +234,7 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
         Params(ffi, "NV_CTXSHARE_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
                flags=NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC).buf,
     )
-    area = memory.own(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True)
+    area = memory.own(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True, owner=timeline)
     assert area.host is not None
     view(area.host, area.length)[:] = bytes(area.length)
     timeline.compute = channel(d, objects, timeline, "compute" + suffix, 0, area, tsg,
@@ -247,7 +248,8 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
                Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
     if copy_engine is not None:
         timeline.copy_channel = copy_group(d, objects, timeline, area, copy_engine, suffix)
-    timeline.place_arenas(memory.own(SLOT_POOL, ARENA_KIND), memory.own(LAUNCH_ARENA, ARENA_KIND))
+    timeline.place_arenas(memory.own(SLOT_POOL, ARENA_KIND, owner=timeline),
+                          memory.own(LAUNCH_ARENA, ARENA_KIND, owner=timeline))
     body = (Push()
             .set_object(SUBC_COMPUTE, d.classes.compute)
             .set_object(SUBC_COPY, d.classes.copy)
@@ -316,10 +318,10 @@ def channel(d: Device, objects: Objects, timeline: Timeline, name: str, index: i
     doorbell = d.objects.doorbell
     assert area.host is not None and doorbell is not None
     # Everything fallible that stop() could not find comes first: memory is the device's own.
-    pb = d.memory.own(PUSHBUFFER, PUSHBUFFER_KIND)
+    pb = d.memory.own(PUSHBUFFER, PUSHBUFFER_KIND, owner=timeline)
     assert pb.host is not None
     notifier = path.alloc_notifier()
-    d.memory.keep(notifier)
+    d.memory.keep(notifier, timeline)
     assert notifier.host is not None
     note = view(notifier.host, 64)
     note[:] = bytes(64)

@@ -90,7 +90,8 @@ class Timeline:
         self.last: Channel | None = None  # the channel of the last submission
         self.profile: Profile | None = None
         self.invalidate = False  # new code loaded: the next launch invalidates the SMs' caches
-        self._after: list[tuple[int, int]] = []  # (word, value): what the next one acquires
+        # (timeline, value): the words of other queues' timelines the next one acquires
+        self._after: list[tuple[Timeline, int]] = []
         self.plain = True  # neither of those: a launch may take the common case
         self._slots: dict[int, Slots] = {}  # a queue's own slots, per configuration (id)
         self.stopped = False
@@ -121,6 +122,14 @@ class Timeline:
         # then the release (the value at [7] and [8]).
         self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
                                          PCAS_INVALIDATE_COPY_SCHEDULE, *self._release))
+
+    def retire(self) -> None:
+        """The word's memory is about to go back (its queue's channels are gone): from now on
+        :attr:`word` is memory of the timeline's own that keeps the last value the GPU wrote.
+        Every reader reads ``word``, so a stopped queue's points still answer from it."""
+        final = memoryview(bytearray(8)).cast("Q")
+        final[0] = self.word[0]
+        self.word = final
 
     def add(self, channel: Channel) -> None:
         self.channels.append(channel)
@@ -158,11 +167,11 @@ class Timeline:
         self.invalidate = True
         self.plain = False
 
-    def after(self, word: int, value: int) -> None:
-        """The next submission waits on the GPU until the 64-bit word at GPU address ``word``
-        reaches ``value`` (another queue's timeline: :meth:`rig_nv.Device.after`)."""
+    def after(self, other: Timeline, value: int) -> None:
+        """The next submission waits on the GPU until ``other``'s word reaches ``value``
+        (another queue's timeline: :meth:`rig_nv.Device.after`), unless it has already."""
         with self.lock:
-            self._after.append((word, value))
+            self._after.append((other, value))
             self.plain = False
 
     def slots_of(self, prep: Prepared) -> Slots:
@@ -194,8 +203,10 @@ class Timeline:
                 health.check()
             value = self.next
             words = array("I")
-            for word, at in self._after:  # Timeline.after's waits, on the GPU
-                words.extend(Push().semaphore_acquire(word, at).words)
+            for other, at in self._after:  # Timeline.after's waits, on the GPU
+                # One the host sees passed needs none: a stopped queue's word may be gone.
+                if other.word[0] < at:
+                    words.extend(Push().semaphore_acquire(other.gpu, at).words)
             if self.last is not channel and self.last is not None:
                 words.extend(Push().semaphore_acquire(self.gpu, value - 1).words)
             if tail is None:
