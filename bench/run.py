@@ -378,7 +378,11 @@ def print_table(table: dict[str, Any], meta: dict[str, Any]) -> None:
 
 
 def tree() -> str:
-    """The commit benchmarked, with "+changes" where the working tree differs from it."""
+    """The commit benchmarked, with "+changes" where the working tree differs from it; or
+    $RIG_TREE where set. (A copy of the tree on another machine may carry stale git data: the
+    device tool's copies all said 41aeb7b on 2026-12-02.)"""
+    if os.environ.get("RIG_TREE"):
+        return os.environ["RIG_TREE"]
     try:
         head = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).stdout.strip()
         dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
