@@ -222,13 +222,10 @@ class Heap:
 
     def _take(self, region: Region) -> Allocation | None:
         """Forget the live ``region`` (under the lock): its memory, or None if it is none."""
-        entry = self._allocs.pop(region.gpu, None)
-        if entry is None:
-            return None
-        if entry[0] is not region and entry[0] != region:  # another region at that address
-            self._allocs[region.gpu] = entry
-            return None
-        return entry[1]
+        a = self._live(region)
+        if a is not None:
+            del self._allocs[region.gpu]
+        return a
 
     def _live(self, region: Region) -> Allocation | None:
         """The memory of the live ``region``, else None (no lock: a dict's lookup is
