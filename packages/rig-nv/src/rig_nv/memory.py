@@ -74,8 +74,8 @@ class Heap:
 
     def own(self, n: int, kind: Memory, *, contiguous: bool = False,
             owner: object = None) -> Allocation:
-        """``n`` bytes for the device's own use, kept for ``owner`` (a queue's timeline, or
-        the device: None) until :meth:`disown` or the device's stop; RigError when none."""
+        """``n`` bytes for the device's own use, kept for ``owner`` (the timeline it serves,
+        or None) until :meth:`disown` or the device's stop; RigError when none."""
         a = self.path.alloc_memory(n, kind, contiguous=contiguous)
         if a is None:
             raise RigError(f"{self.name}: out of {kind.value} memory for the device's own use")
