@@ -9,13 +9,32 @@ carveout encoding KiB/4 + 1) follows Mesa NAK's qmd.rs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import struct
+from dataclasses import dataclass
 
 Field = tuple[int, int]  # (hi, lo) bit numbers, inclusive
 
 
 def _per(hi: int, lo: int, stride: int, count: int) -> list[Field]:
     return [(hi + i * stride, lo + i * stride) for i in range(count)]
+
+
+@dataclass(frozen=True)
+class Release:
+    """Where a QMD's first release lies: its control bits at ``control_at`` (16 bits: enable,
+    size, payload width), the address and the 64-bit payload; the GPU writes the payload there
+    once the grid is done. Written by the timeline into its own copy of each QMD, so a QMD
+    made once (a step's too) releases nothing by itself."""
+
+    control_at: int
+    control: int
+    address_at: int
+    payload_at: int
+
+    def write(self, qmd: memoryview | bytearray, at: int, address: int, value: int) -> None:
+        """Make the QMD at ``qmd[at:]`` release ``value`` at ``address``."""
+        struct.pack_into("<H", qmd, at + self.control_at, self.control)
+        struct.pack_into("<QQ", qmd, at + self.address_at, address, value)
 
 
 @dataclass(frozen=True)
@@ -34,7 +53,7 @@ class Layout:
     program_shift: int  # 0 (V3, V4) or 4 (V5)
     shared_shift: int  # 0 (V3, V4) or 7 (V5)
     local_shift: int  # 0 (V3, V4) or 4 (V5)
-    release: dict[str, Field] = field(default_factory=dict)
+    release: Release | None = None  # where the GPU is known to run it
 
 
 V3 = Layout(
@@ -154,6 +173,14 @@ V4 = Layout(
     program_shift=0,
     shared_shift=0,
     local_shift=0,
+    # clcbc0qmd.h: RELEASE_ENABLE(0) MW(320), RELEASE_STRUCTURE_SIZE(0) MW(322:321)
+    # SEMAPHORE_TWO_WORDS (2) with RELEASE_PAYLOAD64B(0) MW(332): a 64-bit payload (on the
+    # H200, scripts/queue_probe.py: ONE_WORD with PAYLOAD64B faults, Xid 13; ONE_WORD or
+    # TWO_WORDS alone write 32 bits; libcuda's QMDs use ONE_WORD). RELEASE_MEMBAR_TYPE(0)
+    # FE_NONE, as libcuda's (docs/results/cuda-launches-2026-12-01-v2.jsonl): CWD_MEMBAR_TYPE
+    # L1_SYSMEMBAR flushes each CTA's writes. RELEASE_SEMAPHORE0_ADDR MW(696:640), _PAYLOAD
+    # MW(767:704).
+    release=Release(control_at=40, control=1 | 2 << 1 | 1 << 12, address_at=80, payload_at=88),
 )
 
 V5 = Layout(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from rig_edge import Facts, Memory, RigError
 from rig_nv import classes as cls
-from rig_nv import engines
+from rig_nv import engines, qmd
 from rig_nv.channel import Channel, Ring
 from rig_nv.controls import (
     FB_HEAP_SIZE,
@@ -34,6 +34,7 @@ from rig_nv.controls import (
     NV2080_CTRL_CMD_GR_GET_INFO,
     NV2080_CTRL_CMD_PERF_BOOST,
     NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+    NVA06F_CTRL_CMD_GPFIFO_SCHEDULE,
     NVC36F_CTRL_CMD_GPFIFO_GET_WORK_SUBMIT_TOKEN,
     PERF_BOOST_CLEAR,
     PERF_BOOST_CUDA,
@@ -68,6 +69,18 @@ BOOST = True
 # "grce" none of its own (the copy channel in the graphics group, on its GRCE); an LCE index
 # that one (for measuring one against another: the GPU must report it).
 COPY_ENGINE: int | str | None = None
+# Where a queue's compute channel goes: "device" the device's graphics group, with a
+# subcontext of its own, so the GR engine runs both channels' kernels at once (as CUDA's
+# streams of one context); "own" a group of its own, which the scheduler time-slices against
+# the device's (measured on the H200, docs/queues.md).
+QUEUE_GROUP = "device"
+# Whether a launch's QMD releases its value (rig_nv.qmd.Release), not the channel after a wait
+# for idle: that wait holds every channel of the group, so no queue's kernel runs beside it.
+RELEASE_BY_QMD = False
+# How a launch released by its QMD waits for the launch before it on its channel (grids of one
+# channel otherwise overlap): "acquire" the timeline word on the GPU (SWITCH_TSG where it
+# waits), "acquire-stay" without SWITCH_TSG, "wfi" a wait for idle of the subcontext.
+ORDER = "acquire"
 # NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the compute group runs on the GR runlist.
 ENGINE_GRAPHICS = engines.ENGINE_GRAPHICS
 NVB0B5_ALLOCATION_PARAMETERS_VERSION_1 = 1  # clb0b5sw.h: engineType is an NV2080_ENGINE_TYPE
@@ -220,13 +233,18 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
     path, rm, ffi, memory = d.path, d.path.rm, d.ffi, d.memory
     copy_engine = d.objects.engine
     # All of it is the timeline's: a queue's stop gives it back (rig_nv.memory.Heap.disown).
-    timeline.place_word(memory.own(4096, Memory.PINNED, owner=timeline))
+    timeline.place_word(memory.own(4096, Memory.PINNED, owner=timeline), qmd_release(d), ORDER)
 
-    tsg = objects.new()
-    rm.alloc(
-        path.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
-        Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS", engineType=ENGINE_GRAPHICS).buf,
-    )
+    joins = objects is not d.objects and QUEUE_GROUP == "device"
+    if joins:
+        tsg = d.objects.tsg  # the device's: its stop frees it, not the queue's
+    else:
+        tsg = objects.new()
+        rm.alloc(
+            path.h_device, tsg, cls.KEPLER_CHANNEL_GROUP_A,
+            Params(ffi, "NV_CHANNEL_GROUP_ALLOCATION_PARAMETERS",
+                   engineType=ENGINE_GRAPHICS).buf,
+        )
     objects.tsg = tsg
     ctxshare = objects.new()
     rm.alloc(
@@ -244,8 +262,15 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
         # NOT_SUPPORTED): the copy channel joins the graphics group and copies on its GRCE.
         timeline.copy_channel = channel(d, objects, timeline, "copy" + suffix, 1, area, tsg,
                                         ctxshare, d.classes.copy)
-    rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
-               Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
+    if joins:
+        # The group is scheduled already: each new channel is enabled and put on its
+        # runlist by its own schedule, once its objects are made (ctrla06fgpfifo.h).
+        for ch in timeline.channels:
+            rm.control(ch.handle, NVA06F_CTRL_CMD_GPFIFO_SCHEDULE,
+                       Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
+    else:
+        rm.control(tsg, NVA06C_CTRL_CMD_GPFIFO_SCHEDULE,
+                   Params(ffi, "NVA06C_CTRL_GPFIFO_SCHEDULE_PARAMS", bEnable=1).buf)
     if copy_engine is not None:
         timeline.copy_channel = copy_group(d, objects, timeline, area, copy_engine, suffix)
     timeline.place_arenas(memory.own(SLOT_POOL, ARENA_KIND, owner=timeline),
@@ -262,6 +287,15 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
     point = timeline.submit(timeline.copy_channel,
                             Push().set_object(SUBC_COPY, d.classes.copy).words)
     timeline.wait_value(point.value, timeout_s=10.0)
+
+
+def qmd_release(d: Device) -> qmd.Release | None:
+    """How launches release their values: by their QMD where the layout's release is known
+    (:data:`RELEASE_BY_QMD`) and nothing waits on the channel's interrupt (the QMD's release
+    raises none); ``None``: by the channel, after a wait for idle."""
+    if not RELEASE_BY_QMD or d.path.wakes_on_interrupt:
+        return None
+    return qmd.LAYOUTS[d.classes.qmd_version].release
 
 
 def copy_engine_of(d: Device) -> engines.CopyEngine | None:

@@ -27,7 +27,10 @@ from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
     COMPUTE_SEND_PCAS_A,
     COMPUTE_SEND_SIGNALING_PCAS2_B,
+    SEM_ACQUIRE_SWITCH_TSG,
     SUBC_COMPUTE,
+    SUBC_HOST,
+    WFI,
     Push,
     header,
 )
@@ -37,10 +40,12 @@ if TYPE_CHECKING:
     from rig_nv.health import Health
     from rig_nv.launch import Prepared
     from rig_nv.profile import Profile
+    from rig_nv.qmd import Release
     from rig_nv.rm import Allocation, Path
     from rig_nv.step import Step
 
 _new = object.__new__
+_VALUE = struct.Struct("<Q")
 # A step's commands copied into the pushbuffer take at most this part of it (rig_nv.step).
 PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
@@ -97,6 +102,9 @@ class Timeline:
         self.stopped = False
         self.channels: list[Channel] = []
         self.gpu = self.host = 0  # the word's addresses
+        # How a launch's QMD releases its value (place_word); None: the launch ends with the
+        # channel's release, after a wait for idle.
+        self.qmd_release: Release | None = None
         self.word = memoryview(bytearray(8)).cast("Q")
         self.compute: Channel
         self.copy_channel: Channel
@@ -111,17 +119,39 @@ class Timeline:
 
     # ---- made by rig_nv.setup -----------------------------------------------------------
 
-    def place_word(self, a: Allocation) -> None:
-        """Keep the word in ``a`` (pinned memory the GPU writes)."""
+    def place_word(self, a: Allocation, qmd_release: Release | None = None,
+                   order: str = "acquire") -> None:
+        """Keep the word in ``a`` (pinned memory the GPU writes); with ``qmd_release`` (the
+        QMD layout's), launches end with their QMD's release of the value instead of the
+        channel's. Then a launch after one the host has not seen done first waits for it on
+        the GPU, as ``order`` says (rig_nv.setup.ORDER): grids of one channel otherwise run
+        at once, and their releases land out of order."""
         assert a.host is not None
         self.gpu, self.host = a.gpu, a.host
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
         self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
-        # then the release (the value at [7] and [8]).
+        # then the release (the value at [7] and [8]), or none where the QMD releases it.
+        # The channel's release waits for the channel's engine to idle: while it waits, no
+        # other channel of the group is served, so kernels of other queues wait too (the
+        # H200, scripts/queue_probe.py). The QMD's release waits only for its grid.
+        self.qmd_release = qmd_release
         self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
-                                         PCAS_INVALIDATE_COPY_SCHEDULE, *self._release))
+                                         PCAS_INVALIDATE_COPY_SCHEDULE,
+                                         *(() if qmd_release else self._release)))
+        self._launch_tail = array("I") if qmd_release else None
+        self._payload = qmd_release.payload_at if qmd_release else 0
+        # The words that keep a launch behind the one before (value at [3] and [4] where
+        # they acquire), and the launch words behind them (QMD address at [1 + len]).
+        if order == "wfi":
+            self._order = Push().method(SUBC_HOST, WFI, 0).words  # WFI_SCOPE_CURRENT_VEID
+        else:
+            self._order = Push().semaphore_acquire(a.gpu, 0).words
+            if order == "acquire-stay":
+                self._order[5] &= ~SEM_ACQUIRE_SWITCH_TSG
+        self._order_acquires = order != "wfi"
+        self.ordered_words = array("I", (*self._order, *self.launch_words))
 
     def retire(self) -> None:
         """The word's memory is about to go back (its queue's channels are gone): from now on
@@ -209,6 +239,9 @@ class Timeline:
                     words.extend(Push().semaphore_acquire(other.gpu, at).words)
             if self.last is not channel and self.last is not None:
                 words.extend(Push().semaphore_acquire(self.gpu, value - 1).words)
+            elif self.qmd_release is not None and channel is self.last and \
+                    channel is self.compute and self.word[0] < value - 1:
+                words.extend(self._ordered(value)[:len(self._order)])
             if tail is None:
                 tail = self._release
                 tail[3] = value & 0xFFFFFFFF
@@ -258,9 +291,15 @@ class Timeline:
                     value = self.next
                     self.next = value + 1
                     words = self.launch_words
-                    words[1] = (pool.gpu + at) >> 8
-                    words[7] = value & 0xFFFFFFFF
-                    words[8] = value >> 32
+                    if self._payload:  # the slot's release names the word (make_slots)
+                        _VALUE.pack_into(pool.view, at + self._payload, value)
+                        if done < value - 1:
+                            words = self._ordered(value)
+                        words[-3] = (pool.gpu + at) >> 8
+                    else:
+                        words[1] = (pool.gpu + at) >> 8
+                        words[7] = value & 0xFFFFFFFF
+                        words[8] = value >> 32
                     compute.submit(words, value, done)
                     slots.values[k] = value
                     point = _new(Point)  # _point(self.device, value), inline
@@ -269,10 +308,15 @@ class Timeline:
                     return point
         return self.launch_blob(prep, prep.blob, "launch", st, values, params)
 
-    def _send_qmd(self, address: int, name: str, done: int) -> Point:
+    def _send_qmd(self, address: int, name: str, done: int,
+                  qmd: memoryview | None = None) -> Point:
         """Launch the QMD at ``address`` on the compute channel (the lock held; ``done``: the
-        word as read): the launch words after compute work, else :meth:`submit`."""
+        word as read): the launch words after compute work, else :meth:`submit`. ``qmd``:
+        where the host writes it, for its release of the value (:attr:`qmd_release`)."""
         compute = self.compute
+        if self.qmd_release is not None:
+            assert qmd is not None
+            self.qmd_release.write(qmd, 0, self.gpu, self.next)
         if self.last is not compute or not self.plain or self.profile:
             body: tuple[int, ...] = (self.pcas_a, address >> 8, self.pcas2_b,
                                      PCAS_INVALIDATE_COPY_SCHEDULE)
@@ -281,15 +325,29 @@ class Timeline:
                         INVALIDATE_CODE_AND_DATA, *body)
                 self.invalidate = False
                 self.plain = not self._after
-            return self.submit(compute, body, name)
+            # The QMD releases the value, else submit's own release ends the launch.
+            return self.submit(compute, body, name, self._launch_tail)
         value = self.next
         self.next = value + 1
         words = self.launch_words
-        words[1] = address >> 8
-        words[7] = value & 0xFFFFFFFF
-        words[8] = value >> 32
+        if self.qmd_release is None:
+            words[1] = address >> 8
+            words[7] = value & 0xFFFFFFFF
+            words[8] = value >> 32
+        else:
+            if done < value - 1:
+                words = self._ordered(value)
+            words[-3] = address >> 8
         compute.submit(words, value, done)
         return _point(self.device, value)
+
+    def _ordered(self, value: int) -> array[int]:
+        """The launch words behind the order words, which wait for ``value - 1``."""
+        words = self.ordered_words
+        if self._order_acquires:
+            words[3] = (value - 1) & 0xFFFFFFFF
+            words[4] = (value - 1) >> 32
+        return words
 
     def _send_entry(self, channel: Channel, entry: int) -> Point:
         """Send commands that lie in GPU memory and add one to the word themselves (a step's)
@@ -315,6 +373,8 @@ class Timeline:
             self.pool_head = at + size
             pool.view[at : at + len(prep.blob)] = prep.blob
             point_cbuf0(prep, pool.view, at, pool.gpu + at)
+            if self.qmd_release is not None:
+                self.qmd_release.write(pool.view, at, self.gpu, 0)
             slots.at.append(at)
             slots.values.append(0)
 
@@ -340,7 +400,8 @@ class Timeline:
                     at = slots.at[k]
                     st.pack_into(self.pool.view, at + 512 + params, *values)
                     slots.turn = k + 1 if k + 1 < SLOTS else 0
-                    point = self._send_qmd(self.pool.gpu + at, name, done)
+                    point = self._send_qmd(self.pool.gpu + at, name, done,
+                                           self.pool.view[at:at + 512])
                     slots.values[k] = point.value
                     return point
             arena = self.arena
@@ -368,7 +429,7 @@ class Timeline:
                     arena.head = head
                     raise
             point_cbuf0(prep, host, at, ring.gpu + at)
-            point = self._send_qmd(ring.gpu + at, name, done)
+            point = self._send_qmd(ring.gpu + at, name, done, host[at:at + 512])
             inflight.append((point.value, at, end))  # Arena.used
             return point
 

@@ -1,0 +1,221 @@
+"""Where a queue's channels go, and how launches release their values (issue 17, "Queues": "its
+own channels (compute and copy, placed where the GPU runs them beside the device's others)";
+"work of different queues runs concurrently unless ordered"), on the stand-in path.
+
+On the H200 (docs/queues.md) a queue's compute channel in a group of its own was time-sliced
+against the device's, and a spinning kernel's group never gave the GPU up (Xid 109). In the
+device's group, with a subcontext of its own, the channel runs beside the device's; but the
+release after a launch waits for idle, and while it waits no other channel of the group is
+served. A launch released by its QMD (rig_nv.setup.RELEASE_BY_QMD) does not wait; a launch
+behind it on the same channel then waits for its value on the GPU (rig_nv.setup.ORDER).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_device_cpu import commands, methods
+from test_engines import Recording, allocs, made
+
+from rig_nv import push, qmd, setup
+from rig_nv.hostmem import view
+from rig_nv.push import SUBC_HOST
+
+CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
+KEPLER_CHANNEL_GROUP_A, FERMI_CONTEXT_SHARE_A = 0xA06C, 0x9067  # cla06c.h, cl9067.h
+HOPPER_CHANNEL_GPFIFO_A = 0xC86F  # clc86f.h
+GROUP_SCHEDULE, CHANNEL_SCHEDULE = 0xA06C0101, 0xA06F0103  # ctrla06c.h, ctrla06fgpfifo.h
+H_CONTEXT_SHARE = 24  # NV_CHANNEL_ALLOC_PARAMS.hContextShare (alloc_channel.h)
+V4_RELEASE = (40, 80)  # clcbc0qmd.h: RELEASE_ENABLE(0) MW(320); RELEASE_SEMAPHORE0 MW(640)
+TWO_WORDS_64 = 1 | 2 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE TWO_WORDS, PAYLOAD64B
+
+
+def semaphores(words: list[int]) -> list[tuple[int, int, int]]:
+    """(address, value, operation) of each host semaphore method in ``words``."""
+    return [(d[0] | d[1] << 32, d[2] | d[3] << 32, d[4] & 7) for subc, m, d in methods(words)
+            if subc == SUBC_HOST and m == push.SEM_ADDR_LO and len(d) == 5]
+
+
+def qmd_of(words: list[int]) -> memoryview:
+    """The QMD a launch's SEND_PCAS_A names (the stand-in's GPU addresses are the host's)."""
+    (address,) = [d[0] << 8 for _, m, d in methods(words) if m == push.COMPUTE_SEND_PCAS_A]
+    return view(address, 384)
+
+
+def release(q: memoryview) -> tuple[int, int, int]:
+    """(control bits, address, payload) of a V4 QMD's first release."""
+    (control,) = struct.unpack_from("<H", q, V4_RELEASE[0])
+    return (control, *struct.unpack_from("<QQ", q, V4_RELEASE[1]))
+
+
+def vadd(d: Any) -> tuple[Any, tuple[Any, ...]]:
+    img = d.load(CUBIN.read_bytes())
+    a = d.alloc(1 << 16)
+    return img["vadd"], (a, a, a, 1)
+
+
+# ---- where the channels go ------------------------------------------------------------
+
+
+def test_a_queues_compute_channel_joins_the_devices_group_with_a_subcontext_of_its_own() -> None:
+    """Its channel is made in the device's graphics group, naming a context share of its own
+    (so a VEID of its own), and is scheduled by itself: the group is not scheduled again. Its
+    copy channel has a group of its own on the copy engine. Its stop frees its channel and
+    context share, never the device's group, and the device launches on."""
+    with made() as (d, path):
+        q = d.queue()
+        groups = [h for _, h, _ in allocs(path, KEPLER_CHANNEL_GROUP_A)]
+        assert groups == [d.objects.tsg, d.objects.copy_tsg, q.objects.copy_tsg]
+        shares = allocs(path, FERMI_CONTEXT_SHARE_A)
+        assert [parent for parent, _, _ in shares] == [d.objects.tsg, d.objects.tsg]
+        ours = shares[1][1]
+        assert ours in q.objects.handles and ours not in d.objects.handles
+        (parent, _, params), = [c for c in allocs(path, HOPPER_CHANNEL_GPFIFO_A)
+                                if c[1] == q.compute.handle]
+        assert parent == d.objects.tsg
+        assert struct.unpack_from("<I", params, H_CONTEXT_SHARE)[0] == ours
+        assert [o for o, c in path.sent if c == CHANNEL_SCHEDULE] == [q.compute.handle]
+        assert [o for o, c in path.sent if c == GROUP_SCHEDULE] == [
+            d.objects.tsg, d.objects.copy_tsg, q.objects.copy_tsg]
+        q.stop()
+        assert {q.compute.handle, ours} <= set(path.freed)
+        assert d.objects.tsg not in path.freed
+        fn, args = vadd(d)
+        d.launch(fn, (1,), (32,), args).wait()
+
+
+def test_with_queue_group_own_a_queue_has_a_graphics_group_of_its_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(setup, "QUEUE_GROUP", "own")
+    with made() as (d, path):
+        q = d.queue()
+        assert q.objects.tsg not in (0, d.objects.tsg)
+        assert q.objects.tsg in q.objects.handles
+        (parent, _, _), = [c for c in allocs(path, HOPPER_CHANNEL_GPFIFO_A)
+                           if c[1] == q.compute.handle]
+        assert parent == q.objects.tsg
+        assert q.objects.tsg in [o for o, c in path.sent if c == GROUP_SCHEDULE]
+        assert not [o for o, c in path.sent if c == CHANNEL_SCHEDULE]
+
+
+def test_without_a_copy_engine_both_channels_of_a_queue_join_the_devices_group(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(setup, "COPY_ENGINE", "grce")
+    with made() as (d, path):
+        q = d.queue()
+        mine = {q.compute.handle, q.copy_channel.handle}
+        assert {h for p, h, _ in allocs(path, HOPPER_CHANNEL_GPFIFO_A)
+                if p == d.objects.tsg} >= mine
+        assert sorted(o for o, c in path.sent if c == CHANNEL_SCHEDULE) == sorted(mine)
+        assert [o for o, c in path.sent if c == GROUP_SCHEDULE] == [d.objects.tsg]
+
+
+# ---- launches released by their QMD ---------------------------------------------------
+
+
+@contextmanager
+def by_qmd(monkeypatch: pytest.MonkeyPatch, order: str = "acquire") -> Iterator[Any]:
+    monkeypatch.setattr(setup, "RELEASE_BY_QMD", True)
+    monkeypatch.setattr(setup, "ORDER", order)
+    with made(Recording()) as (d, path):
+        yield d, path
+
+
+def test_by_default_a_launch_ends_with_the_channels_release_after_a_wait_for_idle() -> None:
+    """The default stays today's (test_launch_golden.py holds it byte for byte)."""
+    with made() as (d, _path):
+        fn, args = vadd(d)
+        p = d.launch(fn, (1,), (32,), args)
+        words = commands(d, d.compute)[-1]
+        assert semaphores(words)[-1] == (d.timeline.gpu, p.value, push.SEM_OP_RELEASE)
+        assert words[-1] & push.SEM_RELEASE_WFI
+        assert release(qmd_of(words))[0] == 0
+
+
+@pytest.mark.parametrize("queue", [False, True])
+def test_a_launch_released_by_its_qmd_names_its_word_and_value(
+        monkeypatch: pytest.MonkeyPatch, queue: bool) -> None:
+    """The QMD releases the value (64 bits, TWO_WORDS with PAYLOAD64B: the H200's answer in
+    scripts/queue_probe.py) at the word of the launch's own timeline; the channel releases
+    nothing after it. Both the first launch (the arena) and later ones (a slot) do, and a
+    value above 2**32 lands whole."""
+    with by_qmd(monkeypatch) as (d, path):
+        on = d.queue() if queue else d
+        t = on.timeline
+        fn, args = vadd(d)
+        for n in range(3):
+            if n == 2:
+                t.next = (1 << 32) + 7
+            p = on.launch(fn, (1,), (32,), args)
+            words = commands(d, on.compute)[-1]
+            assert release(qmd_of(words)) == (TWO_WORDS_64, t.gpu, p.value)
+            assert all(op != push.SEM_OP_RELEASE for _, _, op in semaphores(words))
+            path.complete()
+
+
+def test_a_launch_behind_an_unfinished_one_acquires_its_value(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Grids of one channel run at once unless told: a launch the host has not seen the one
+    before finish waits for its value on the GPU; one after finished work waits for none."""
+    with by_qmd(monkeypatch) as (d, path):
+        fn, args = vadd(d)
+        first = d.launch(fn, (1,), (32,), args)
+        path.complete()
+        d.launch(fn, (1,), (32,), args)
+        assert semaphores(commands(d, d.compute)[-1]) == []
+        second = d.timeline.next - 1
+        assert first.value < second
+        third = d.launch(fn, (1,), (32,), args)
+        (acquire,) = semaphores(commands(d, d.compute)[-1])
+        assert acquire == (d.timeline.gpu, third.value - 1, push.SEM_OP_ACQ_CIRC_GEQ)
+        assert commands(d, d.compute)[-1][5] & push.SEM_ACQUIRE_SWITCH_TSG
+
+
+@pytest.mark.parametrize("order", ["acquire-stay", "wfi"])
+def test_the_order_words_are_those_setup_order_names(
+        monkeypatch: pytest.MonkeyPatch, order: str) -> None:
+    with by_qmd(monkeypatch, order) as (d, _path):
+        fn, args = vadd(d)
+        d.launch(fn, (1,), (32,), args)
+        d.launch(fn, (1,), (32,), args)
+        words = commands(d, d.compute)[-1]
+        if order == "wfi":
+            assert methods(words)[0][:2] == (SUBC_HOST, push.WFI) and not semaphores(words)
+        else:
+            assert semaphores(words)[0][2] == push.SEM_OP_ACQ_CIRC_GEQ
+            assert not words[5] & push.SEM_ACQUIRE_SWITCH_TSG
+
+
+def test_a_step_behind_a_qmd_released_launch_waits_for_idle_first(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with by_qmd(monkeypatch) as (d, _path):
+        fn, args = vadd(d)
+        s = d.step()
+        s.launch(fn, (1,), (32,), args)
+        s.submit()
+        assert methods(list(s.commands))[0][:2] == (SUBC_HOST, push.WFI)
+
+
+def test_a_qmd_release_is_not_used_where_the_path_wakes_on_the_interrupt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The QMD's release raises no non-stall interrupt: a path whose sleep waits for one keeps
+    the channel's release."""
+    monkeypatch.setattr(setup, "RELEASE_BY_QMD", True)
+    path = Recording()
+    path.wakes_on_interrupt = True
+    with made(path) as (d, _):
+        assert d.timeline.qmd_release is None
+        fn, args = vadd(d)
+        p = d.launch(fn, (1,), (32,), args)
+        assert (d.timeline.gpu, p.value, push.SEM_OP_RELEASE) in semaphores(
+            commands(d, d.compute)[-1])
+
+
+def test_only_a_layout_measured_releases_by_qmd() -> None:
+    assert qmd.LAYOUTS[4].release is not None
+    assert qmd.LAYOUTS[3].release is None and qmd.LAYOUTS[5].release is None
