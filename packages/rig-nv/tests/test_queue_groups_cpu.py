@@ -7,7 +7,8 @@ against the device's, and a spinning kernel's group never gave the GPU up (Xid 1
 device's group, with a subcontext of its own, the channel runs beside the device's; but the
 release after a launch waits for idle, and while it waits no other channel of the group is
 served. A launch released by its QMD (rig_nv.setup.RELEASE_BY_QMD) does not wait; a launch
-behind it on the same channel then waits for its value on the GPU (rig_nv.setup.ORDER).
+behind it on the same channel then waits for its value on the GPU (rig_nv.setup.ORDER). The
+device's own launches switch to it with its first queue: without one they are as they were.
 """
 
 from __future__ import annotations
@@ -120,21 +121,48 @@ def test_without_a_copy_engine_both_channels_of_a_queue_join_the_devices_group(
 
 @contextmanager
 def by_qmd(monkeypatch: pytest.MonkeyPatch, order: str = "acquire") -> Iterator[Any]:
-    monkeypatch.setattr(setup, "RELEASE_BY_QMD", True)
+    """A device with a queue, launches released by their QMD, ``order`` between them."""
     monkeypatch.setattr(setup, "ORDER", order)
     with made(Recording()) as (d, path):
+        d.queue()
+        path.complete()
         yield d, path
 
 
-def test_by_default_a_launch_ends_with_the_channels_release_after_a_wait_for_idle() -> None:
-    """The default stays today's (test_launch_golden.py holds it byte for byte)."""
+def channel_release(d: Any, p: Any) -> bool:
+    """Whether the device's last compute entry ends with the channel's release of ``p``
+    after a wait for idle (and its QMD releases nothing)."""
+    words = commands(d, d.compute)[-1]
+    return (semaphores(words)[-1] == (d.timeline.gpu, p.value, push.SEM_OP_RELEASE)
+            and bool(words[-1] & push.SEM_RELEASE_WFI) and release(qmd_of(words))[0] == 0)
+
+
+def test_a_device_releases_by_qmd_only_once_it_has_a_queue() -> None:
+    """Without a queue the device's launches are as they were (test_launch_golden.py holds
+    them byte for byte); with its first queue, its next launch is released by its QMD."""
+    assert setup.RELEASE_BY_QMD
     with made() as (d, _path):
         fn, args = vadd(d)
         p = d.launch(fn, (1,), (32,), args)
+        assert channel_release(d, p)
+        d.launch(fn, (1,), (32,), args)
+        q = d.queue()
+        assert q.timeline.qmd_release is not None
+        p = d.launch(fn, (1,), (32,), args)  # a slot written before the queue came
         words = commands(d, d.compute)[-1]
-        assert semaphores(words)[-1] == (d.timeline.gpu, p.value, push.SEM_OP_RELEASE)
-        assert words[-1] & push.SEM_RELEASE_WFI
-        assert release(qmd_of(words))[0] == 0
+        assert release(qmd_of(words)) == (TWO_WORDS_64, d.timeline.gpu, p.value)
+        assert not [s for s in semaphores(words) if s[2] == push.SEM_OP_RELEASE]
+
+
+def test_with_release_by_qmd_off_queues_keep_the_channels_release(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(setup, "RELEASE_BY_QMD", False)
+    with made() as (d, path):
+        q = d.queue()
+        path.complete()
+        fn, args = vadd(d)
+        assert channel_release(d, d.launch(fn, (1,), (32,), args))
+        assert q.timeline.qmd_release is None
 
 
 @pytest.mark.parametrize("queue", [False, True])
@@ -191,25 +219,36 @@ def test_the_order_words_are_those_setup_order_names(
             assert not words[5] & push.SEM_ACQUIRE_SWITCH_TSG
 
 
-def test_a_step_behind_a_qmd_released_launch_waits_for_idle_first(
+def test_a_step_behind_unfinished_work_acquires_it_first(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    with by_qmd(monkeypatch) as (d, _path):
+    """A step's grids could overlap a launch before it: behind work not seen done, its
+    commands go through the pushbuffer behind an acquire of the work's value; behind done
+    work, as the entry that names them where they lie."""
+    with by_qmd(monkeypatch) as (d, path):
         fn, args = vadd(d)
         s = d.step()
         s.launch(fn, (1,), (32,), args)
         s.submit()
-        assert methods(list(s.commands))[0][:2] == (SUBC_HOST, push.WFI)
+        path.complete()
+        s.submit()
+        assert commands(d, d.compute)[-1] == list(s.commands)
+        d.launch(fn, (1,), (32,), args)
+        p = s.submit()
+        words = commands(d, d.compute)[-1]
+        assert semaphores(words)[0] == (d.timeline.gpu, p.value - 1, push.SEM_OP_ACQ_CIRC_GEQ)
+        assert words[len(words) - len(s.commands):] == list(s.commands)
 
 
 def test_a_qmd_release_is_not_used_where_the_path_wakes_on_the_interrupt(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The QMD's release raises no non-stall interrupt: a path whose sleep waits for one keeps
     the channel's release."""
-    monkeypatch.setattr(setup, "RELEASE_BY_QMD", True)
     path = Recording()
     path.wakes_on_interrupt = True
     with made(path) as (d, _):
-        assert d.timeline.qmd_release is None
+        q = d.queue()
+        path.complete()
+        assert d.timeline.qmd_release is None and q.timeline.qmd_release is None
         fn, args = vadd(d)
         p = d.launch(fn, (1,), (32,), args)
         assert (d.timeline.gpu, p.value, push.SEM_OP_RELEASE) in semaphores(

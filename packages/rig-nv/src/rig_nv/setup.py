@@ -75,8 +75,9 @@ COPY_ENGINE: int | str | None = None
 # the device's (measured on the H200, docs/queues.md).
 QUEUE_GROUP = "device"
 # Whether a launch's QMD releases its value (rig_nv.qmd.Release), not the channel after a wait
-# for idle: that wait holds every channel of the group, so no queue's kernel runs beside it.
-RELEASE_BY_QMD = False
+# for idle, once the device has a queue: that wait holds every channel of the group, so no
+# other queue's kernel runs beside it (the H200, docs/queues.md).
+RELEASE_BY_QMD = True
 # How a launch released by its QMD waits for the launch before it on its channel (grids of one
 # channel otherwise overlap): "acquire" the timeline word on the GPU (SWITCH_TSG where it
 # waits), "acquire-stay" without SWITCH_TSG, "wfi" a wait for idle of the subcontext.
@@ -233,7 +234,10 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
     path, rm, ffi, memory = d.path, d.path.rm, d.ffi, d.memory
     copy_engine = d.objects.engine
     # All of it is the timeline's: a queue's stop gives it back (rig_nv.memory.Heap.disown).
-    timeline.place_word(memory.own(4096, Memory.PINNED, owner=timeline), qmd_release(d), ORDER)
+    # The device's own launches release by their QMD only once it has a queue: a program
+    # without one shows the GPU what it always did (test_launch_golden.py).
+    release = None if objects is d.objects else qmd_release(d)
+    timeline.place_word(memory.own(4096, Memory.PINNED, owner=timeline), release, ORDER)
 
     joins = objects is not d.objects and QUEUE_GROUP == "device"
     if joins:
@@ -287,6 +291,9 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
     point = timeline.submit(timeline.copy_channel,
                             Push().set_object(SUBC_COPY, d.classes.copy).words)
     timeline.wait_value(point.value, timeout_s=10.0)
+    if release is not None and d.timeline.qmd_release is None:
+        with d.timeline.lock:
+            d.timeline.release_by(release, ORDER)
 
 
 def qmd_release(d: Device) -> qmd.Release | None:

@@ -155,9 +155,6 @@ class Step:
         d = self.device
         layout = qmd.LAYOUTS[d.classes.qmd_version]
         words = Push()
-        if d.timeline.qmd_release is not None:
-            # A launch before the step may still run: its QMD, not a wait, releases it.
-            words.method(SUBC_HOST, WFI, 0)  # WFI_SCOPE_CURRENT_VEID
         words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                      INVALIDATE_CODE_AND_DATA)
         items = self.items

@@ -45,7 +45,6 @@ if TYPE_CHECKING:
     from rig_nv.step import Step
 
 _new = object.__new__
-_VALUE = struct.Struct("<Q")
 # A step's commands copied into the pushbuffer take at most this part of it (rig_nv.step).
 PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
@@ -121,33 +120,37 @@ class Timeline:
 
     def place_word(self, a: Allocation, qmd_release: Release | None = None,
                    order: str = "acquire") -> None:
-        """Keep the word in ``a`` (pinned memory the GPU writes); with ``qmd_release`` (the
-        QMD layout's), launches end with their QMD's release of the value instead of the
-        channel's. Then a launch after one the host has not seen done first waits for it on
-        the GPU, as ``order`` says (rig_nv.setup.ORDER): grids of one channel otherwise run
-        at once, and their releases land out of order."""
+        """Keep the word in ``a`` (pinned memory the GPU writes); launches end as
+        :meth:`release_by` says."""
         assert a.host is not None
         self.gpu, self.host = a.gpu, a.host
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
         self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
+        self.release_by(qmd_release, order)
+
+    def release_by(self, qmd_release: Release | None, order: str = "acquire") -> None:
+        """From the next launch on, with ``qmd_release`` (the QMD layout's), launches end
+        with their QMD's release of the value, not the channel's; a launch after work the
+        host has not seen done then first waits for it on the GPU as ``order`` says
+        (rig_nv.setup.ORDER): grids of one channel otherwise run at once, and their releases
+        land out of order. The lock held, or before any submission."""
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]), or none where the QMD releases it.
         # The channel's release waits for the channel's engine to idle: while it waits, no
         # other channel of the group is served, so kernels of other queues wait too (the
-        # H200, scripts/queue_probe.py). The QMD's release waits only for its grid.
+        # H200, docs/queues.md). The QMD's release waits only for its grid.
         self.qmd_release = qmd_release
         self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
                                          PCAS_INVALIDATE_COPY_SCHEDULE,
                                          *(() if qmd_release else self._release)))
         self._launch_tail = array("I") if qmd_release else None
-        self._payload = qmd_release.payload_at if qmd_release else 0
-        # The words that keep a launch behind the one before (value at [3] and [4] where
-        # they acquire), and the launch words behind them (QMD address at [1 + len]).
+        # The words that keep a launch behind the work before (value at [3] and [4] where
+        # they acquire), and the launch words behind them (QMD address at [-3]).
         if order == "wfi":
             self._order = Push().method(SUBC_HOST, WFI, 0).words  # WFI_SCOPE_CURRENT_VEID
         else:
-            self._order = Push().semaphore_acquire(a.gpu, 0).words
+            self._order = Push().semaphore_acquire(self.gpu, 0).words
             if order == "acquire-stay":
                 self._order[5] &= ~SEM_ACQUIRE_SWITCH_TSG
         self._order_acquires = order != "wfi"
@@ -291,8 +294,9 @@ class Timeline:
                     value = self.next
                     self.next = value + 1
                     words = self.launch_words
-                    if self._payload:  # the slot's release names the word (make_slots)
-                        _VALUE.pack_into(pool.view, at + self._payload, value)
+                    release = self.qmd_release
+                    if release is not None:
+                        release.write(pool.view, at, self.gpu, value)
                         if done < value - 1:
                             words = self._ordered(value)
                         words[-3] = (pool.gpu + at) >> 8
@@ -373,8 +377,6 @@ class Timeline:
             self.pool_head = at + size
             pool.view[at : at + len(prep.blob)] = prep.blob
             point_cbuf0(prep, pool.view, at, pool.gpu + at)
-            if self.qmd_release is not None:
-                self.qmd_release.write(pool.view, at, self.gpu, 0)
             slots.at.append(at)
             slots.values.append(0)
 
@@ -457,8 +459,11 @@ class Timeline:
             if not health.ok:
                 health.check()
             compute = self.compute
+            # Where launches release by their QMD, a step behind work not seen done goes the
+            # way that puts an acquire of it first (submit): its grids could overlap it.
             if (self.last is compute or self.last is None) and self.profile is None and \
-                    not self._after:
+                    not self._after and (self.qmd_release is None
+                                         or self.word[0] >= self.next - 1):
                 if times != 1:
                     return self._send_entries(compute, step.entry, times)
                 # _send_entry, inline: the common case of a step after compute work
