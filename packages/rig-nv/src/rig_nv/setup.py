@@ -7,7 +7,8 @@ that runlist's GR copy engine (GRCE) on subchannel 4 for steps; the copy channel
 its own on the runlist of the asynchronous copy engine :mod:`rig_nv.engines` chooses
 (NV2080_ENGINE_TYPE_COPY(n)), which has more physical copy engines behind it than the GRCE's
 one or two. Where the GPU reports no usable one, the copy channel is made in the graphics
-group, on its GRCE.
+group, on its GRCE. A queue's compute channel joins the device's graphics group with a
+subcontext of its own (:data:`QUEUE_GROUP`); its copy channel gets a group of its own.
 
 Everything made is recorded on the device before the next fallible call, so that its
 ``stop`` gives back exactly what a failed build made.
