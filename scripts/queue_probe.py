@@ -16,6 +16,7 @@ import sys
 import time
 from array import array
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -45,6 +46,25 @@ def no_wfi(words: array[int]) -> array[int]:
     return out
 
 
+def inputs(d: Any, q: Any, n: int) -> tuple[np.ndarray, np.ndarray, Any, Any]:
+    """Fresh a and b, uploaded through ``q`` into new regions (both waited for)."""
+    a, b = (np.random.default_rng().random(n, dtype=np.float32) for _ in range(2))
+    ra, rb = d.alloc(4 * n), d.alloc(4 * n)
+    assert ra and rb
+    q.upload(ra, a)
+    q.upload(rb, b).wait()
+    return a, b, ra, rb
+
+
+def spin_flag(d: Any) -> tuple[Any, ctypes.c_int]:
+    """Pinned memory for the spin's flag, and the flag (0: spin on; 1: end)."""
+    flag = d.alloc(4096, Memory.PINNED)
+    assert flag is not None and flag.host is not None
+    word = ctypes.c_int.from_address(flag.host)
+    word.value = 0
+    return flag, word
+
+
 def probe(variant: str, group: str, same: bool) -> str:
     rig_nv.setup.QUEUE_GROUP = group
     rig_nv.setup.RELEASE_BY_QMD = variant == "qmd"
@@ -60,15 +80,10 @@ def probe(variant: str, group: str, same: bool) -> str:
             t.launch_words = no_wfi(t.launch_words)
             t._release = no_wfi(t._release)
         n = 1 << 20
-        a, b = (np.random.default_rng().random(n, dtype=np.float32) for _ in range(2))
-        ra, rb, out = (d.alloc(4 * n) for _ in range(3))
-        assert ra and rb and out
-        qb.upload(ra, a)
-        qb.upload(rb, b).wait()
-        flag = d.alloc(4096, Memory.PINNED)
-        assert flag is not None and flag.host is not None
-        word = ctypes.c_int.from_address(flag.host)
-        word.value = 0
+        a, b, ra, rb = inputs(d, qb, n)
+        out = d.alloc(4 * n)
+        assert out
+        flag, word = spin_flag(d)
         qa.launch(spin, (1,), (32,), (flag,))
         time.sleep(0.01)
         t0 = time.perf_counter()
@@ -99,15 +114,10 @@ def chain(same: bool) -> str:
         spin = d.load(FAULTS.read_bytes())["spin"]
         qa, qb = d.queue(), d.queue()
         n = 1 << 20
-        a, b = (np.random.default_rng().random(n, dtype=np.float32) for _ in range(2))
-        ra, rb, oa, ob = (d.alloc(4 * n) for _ in range(4))
-        assert ra and rb and oa and ob
-        qb.upload(ra, a)
-        qb.upload(rb, b).wait()
-        flag = d.alloc(4096, Memory.PINNED)
-        assert flag is not None and flag.host is not None
-        word = ctypes.c_int.from_address(flag.host)
-        word.value = 0
+        a, b, ra, rb = inputs(d, qb, n)
+        oa, ob = d.alloc(4 * n), d.alloc(4 * n)
+        assert oa and ob
+        flag, word = spin_flag(d)
         grid = ((n + 255) // 256,)
         ps = qa.launch(spin, (1,), (32,), (flag,))
         pa = qa.launch(img["vadd"], grid, (256,), (ra, rb, oa, n))

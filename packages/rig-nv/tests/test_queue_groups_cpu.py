@@ -21,25 +21,26 @@ from typing import Any
 
 import pytest
 from test_device_cpu import commands, methods
-from test_engines import Recording, allocs, made
+from test_engines import (
+    HOPPER_CHANNEL_GPFIFO_A,
+    KEPLER_CHANNEL_GROUP_A,
+    Recording,
+    allocs,
+    made,
+)
+from test_engines import NVA06C_CTRL_CMD_GPFIFO_SCHEDULE as GROUP_SCHEDULE
+from test_queues_cpu import semaphores
 
 from rig_nv import push, qmd, setup
 from rig_nv.hostmem import view
 from rig_nv.push import SUBC_HOST
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
-KEPLER_CHANNEL_GROUP_A, FERMI_CONTEXT_SHARE_A = 0xA06C, 0x9067  # cla06c.h, cl9067.h
-HOPPER_CHANNEL_GPFIFO_A = 0xC86F  # clc86f.h
-GROUP_SCHEDULE, CHANNEL_SCHEDULE = 0xA06C0101, 0xA06F0103  # ctrla06c.h, ctrla06fgpfifo.h
+FERMI_CONTEXT_SHARE_A = 0x9067  # cl9067.h
+CHANNEL_SCHEDULE = 0xA06F0103  # NVA06F_CTRL_CMD_GPFIFO_SCHEDULE (ctrla06fgpfifo.h)
 H_CONTEXT_SHARE = 24  # NV_CHANNEL_ALLOC_PARAMS.hContextShare (alloc_channel.h)
 V4_RELEASE = (40, 80)  # clcbc0qmd.h: RELEASE_ENABLE(0) MW(320); RELEASE_SEMAPHORE0 MW(640)
 TWO_WORDS_64 = 1 | 2 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE TWO_WORDS, PAYLOAD64B
-
-
-def semaphores(words: list[int]) -> list[tuple[int, int, int]]:
-    """(address, value, operation) of each host semaphore method in ``words``."""
-    return [(d[0] | d[1] << 32, d[2] | d[3] << 32, d[4] & 7) for subc, m, d in methods(words)
-            if subc == SUBC_HOST and m == push.SEM_ADDR_LO and len(d) == 5]
 
 
 def qmd_of(words: list[int]) -> memoryview:

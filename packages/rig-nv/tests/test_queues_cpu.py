@@ -20,14 +20,15 @@ from rig_nv.hostmem import view
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
 
+def semaphores(words: list[int]) -> list[tuple[int, int, int]]:
+    """(address, value, operation) of each semaphore method in ``words``."""
+    return [(d[0] | d[1] << 32, d[2] | d[3] << 32, d[4] & 7) for _, m, d in methods(words)
+            if m == push.SEM_ADDR_LO and len(d) == 5]
+
+
 def acquires(words: list[int]) -> list[tuple[int, int]]:
     """(address, value) of each semaphore acquire in ``words``."""
-    out = []
-    for _, method, data in methods(words):
-        if (method == push.SEM_ADDR_LO and len(data) == 5
-                and data[4] & 7 == push.SEM_OP_ACQ_CIRC_GEQ):
-            out.append((data[0] | data[1] << 32, data[2] | data[3] << 32))
-    return out
+    return [(a, v) for a, v, op in semaphores(words) if op == push.SEM_OP_ACQ_CIRC_GEQ]
 
 
 def last(d: Any, channel: Any) -> list[int]:
