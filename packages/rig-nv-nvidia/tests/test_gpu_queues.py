@@ -188,11 +188,11 @@ def test_without_after_a_queue_completes_while_another_queue_spins(device: Devic
     """Issue 17: "work of different queues runs concurrently unless ordered". Queue A spins
     (until the host ends it); queue B's vadd of fresh data, submitted after it with no
     ``after``, completes while A still spins, and is right. Then the spin ends and A's point
-    completes. Were the queues one timeline (or B's channel never scheduled while A's group
-    holds the GPU), B's wait would time out. The two compute channels are in two channel
-    groups, so B runs only if the scheduler takes the GPU from the spin. Under CTA-level
-    compute preemption (nvgpu's default, ctxsw_prog_gp10b_fusa.c) a spinning CTA does not
-    yield: then B's wait times out, or raises the RM's error if it gives up on the switch."""
+    completes. Were the queues one timeline (or B's channel never served while A's spin
+    runs), B's wait would time out. The two compute channels share the device's channel
+    group, each with a subcontext of its own (rig_nv.setup.QUEUE_GROUP), so the compute
+    engine serves both at once; in two groups they would be time-sliced, and a spinning CTA
+    does not yield (docs/queues.md: Xid 109 on the H200)."""
     img = kernels(device)
     qa, qb = device.queue(), device.queue()
     n = 1 << 20
@@ -210,6 +210,41 @@ def test_without_after_a_queue_completes_while_another_queue_spins(device: Devic
         spin.wait(timeout_s=30)
     np.testing.assert_array_equal(get(qb, out, n), a + b)
     print(f"B's vadd beside A's spin: done {took * 1e3:.2f} ms after its launch")
+
+
+def test_profiles_keep_two_queues_side_by_side(device: Device) -> None:
+    """Issue 17: a queue has every submission the device has, profiles too, and a profile
+    must not change what it measures. Both queues profiled: B's vadd of fresh data completes
+    while A's spin runs, and on the GPU's clock B's span ends inside A's. A wait for idle
+    in a stamp would hold B until A's spin ended (the test would time out); A's end stamp is
+    its QMD's second release (rig_nv.qmd.Release), and lands on the host's clock between the
+    host ending the spin and seeing it done."""
+    img = kernels(device)
+    qa, qb = device.queue(), device.queue()
+    n = 1 << 20
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    ra, rb, out = (alloc(device, 4 * n) for _ in range(3))
+    qb.upload(ra, a)
+    qb.upload(rb, b).wait()
+    with qa.profile() as pa, qb.profile() as pb, spinning(device, qa) as (spin, release):
+        vadd(qb, img, ra, rb, out, n).wait(timeout_s=10)
+        assert not spin.signaled, "the spin ended by itself"
+        ended = time.monotonic_ns()
+        release()
+        spin.wait(timeout_s=30)
+        seen = time.monotonic_ns()
+    np.testing.assert_array_equal(get(qb, out, n), a + b)
+    (ea,), (eb,) = pa.events(), pb.events()
+    # What must hold whatever the channels' timing: each span has a length, and B's ends
+    # before A's (the host ends A's spin only once it has seen B done).
+    assert 0 < ea.start_ns < ea.end_ns and 0 < eb.start_ns < eb.end_ns <= ea.end_ns, (ea, eb)
+    if ea.host_end_ns is not None:
+        slack = 200_000  # the pairs' spread and drift: well under 0.2 ms (test_gpu_clock.py)
+        assert ended - slack <= ea.host_end_ns <= seen + slack, (ended, ea.host_end_ns, seen)
+    print(f"profiled: A's spin {ea.duration_ns / 1e6:.2f} ms; B's vadd {eb.duration_ns / 1e3:.1f}"
+          f" us, from {(eb.start_ns - ea.start_ns) / 1e6:.2f} ms into it")
+    pa.free()
+    pb.free()
 
 
 # ---- 3. do two queues' kernels run at the same time? (a measurement) ---------------------

@@ -510,6 +510,28 @@ def test_every_rig_field_matches_the_full_header(version: int) -> None:
         assert bits == fields[found[0]].bits(), name
 
 
+def test_the_v4_releases_lie_where_the_full_header_puts_them() -> None:
+    """rig_nv.qmd.V4's release (the timeline's value, issue 17) and its second release (a
+    profile's end stamp): control bits, addresses and payloads where clcbc0qmd.h puts
+    RELEASE_*(0), RELEASE_*(1) and RELEASE_SEMAPHORE0/1, with the sizes it names."""
+    fields, values = parse_header(_header(4), HEADERS[4][1])
+    r = qmd.LAYOUTS[4].release
+    assert r is not None
+    for i, at, control in ((0, r.control_at, r.control),
+                           (1, r.control_at + 2, r.stamp_control)):
+        base = fields["RELEASE_ENABLE"].bits(i)[1]
+        assert base == 8 * at
+        assert control & 1 == values["RELEASE_ENABLE_TRUE"]
+        size_hi, size_lo = fields["RELEASE_STRUCTURE_SIZE"].bits(i)
+        size = control >> (size_lo - base) & ((1 << (size_hi - size_lo + 1)) - 1)
+        want = "TWO_WORDS" if i == 0 else "FOUR_WORDS"
+        assert size == values[f"RELEASE_STRUCTURE_SIZE_SEMAPHORE_{want}"]
+        assert control >> (fields["RELEASE_PAYLOAD64B"].bits(i)[1] - base) & 1 == 1
+    assert fields["RELEASE_SEMAPHORE0_ADDR_LOWER"].bits()[1] == 8 * r.address_at
+    assert fields["RELEASE_SEMAPHORE0_PAYLOAD_LOWER"].bits()[1] == 8 * r.payload_at
+    assert fields["RELEASE_SEMAPHORE1_ADDR_LOWER"].bits()[1] == 8 * r.stamp_at
+
+
 # ---- Qmd.set, set_cbuf, set_program: refusals -----------------------------------------------
 
 

@@ -33,6 +33,7 @@ from test_queues_cpu import semaphores
 
 from rig_nv import push, qmd, setup
 from rig_nv.hostmem import view
+from rig_nv.launch import SLOTS
 from rig_nv.push import SUBC_HOST
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
@@ -41,6 +42,8 @@ CHANNEL_SCHEDULE = 0xA06F0103  # NVA06F_CTRL_CMD_GPFIFO_SCHEDULE (ctrla06fgpfifo
 H_CONTEXT_SHARE = 24  # NV_CHANNEL_ALLOC_PARAMS.hContextShare (alloc_channel.h)
 V4_RELEASE = (40, 80)  # clcbc0qmd.h: RELEASE_ENABLE(0) MW(320); RELEASE_SEMAPHORE0 MW(640)
 TWO_WORDS_64 = 1 | 2 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE TWO_WORDS, PAYLOAD64B
+V4_STAMP = (42, 96)  # RELEASE_ENABLE(1) MW(336); RELEASE_SEMAPHORE1 MW(768)
+FOUR_WORDS_64 = 1 | 0 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE FOUR_WORDS, PAYLOAD64B
 
 
 def qmd_of(words: list[int]) -> memoryview:
@@ -53,6 +56,12 @@ def release(q: memoryview) -> tuple[int, int, int]:
     """(control bits, address, payload) of a V4 QMD's first release."""
     (control,) = struct.unpack_from("<H", q, V4_RELEASE[0])
     return (control, *struct.unpack_from("<QQ", q, V4_RELEASE[1]))
+
+
+def stamp(q: memoryview) -> tuple[int, int]:
+    """(control bits, address) of a V4 QMD's second release."""
+    (control,) = struct.unpack_from("<H", q, V4_STAMP[0])
+    return control, struct.unpack_from("<Q", q, V4_STAMP[1])[0]
 
 
 def vadd(d: Any) -> tuple[Any, tuple[Any, ...]]:
@@ -238,6 +247,36 @@ def test_a_step_behind_unfinished_work_acquires_it_first(
         words = commands(d, d.compute)[-1]
         assert semaphores(words)[0] == (d.timeline.gpu, p.value - 1, push.SEM_OP_ACQ_CIRC_GEQ)
         assert words[len(words) - len(s.commands):] == list(s.commands)
+
+
+def test_a_profiled_launch_is_stamped_by_its_qmd_and_waits_for_no_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17: a queue has "every submission the device has (... profiles)", and work of
+    different queues runs concurrently: a profile's wait for idle would hold every queue of
+    the group. Its launch's start stamp waits for no idle and its end is the QMD's second
+    release (FOUR_WORDS: the time at the slot + 8); launches after the profile, from the same
+    slots again, stamp nothing."""
+    with by_qmd(monkeypatch) as (d, path):
+        q = d.queue()
+        path.complete()
+        fn, args = vadd(d)
+        q.launch(fn, (1,), (32,), args)
+        with q.profile() as pr:
+            p = q.launch(fn, (1,), (32,), args)
+        words = commands(d, q.compute)[-1]
+        start, end = pr.memory.gpu, pr.memory.gpu + 16
+        releases = [s for s in semaphores(words) if s[2] == push.SEM_OP_RELEASE]
+        assert releases == [(start, 0, push.SEM_OP_RELEASE)]
+        (op,) = [d_[4] for _, m, d_ in methods(words)
+                 if m == push.SEM_ADDR_LO and d_[4] & 7 == push.SEM_OP_RELEASE]
+        assert op & push.SEM_RELEASE_TIMESTAMP and not op & push.SEM_RELEASE_WFI
+        assert release(qmd_of(words)) == (TWO_WORDS_64, q.timeline.gpu, p.value)
+        assert stamp(qmd_of(words)) == (FOUR_WORDS_64, end)
+        for _ in range(SLOTS + 1):
+            path.complete()
+            q.launch(fn, (1,), (32,), args)
+            assert stamp(qmd_of(commands(d, q.compute)[-1]))[0] == 0
+        pr.free()
 
 
 def test_a_qmd_release_is_not_used_where_the_path_wakes_on_the_interrupt(

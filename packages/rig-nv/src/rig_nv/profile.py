@@ -5,7 +5,10 @@ or download chunk, a step) is bracketed by two host semaphore releases with RELE
 (clc86f.h SEM_EXECUTE): each waits for the engine to be idle, then writes the GPU's nanosecond
 clock (PTIMER) into a slot of pinned memory, 16 bytes a release (payload at +0, time at +8).
 The first stamp falls when the work before it is done, the second when this work is; the
-times are the GPU's own clock, which drifts from the host's.
+times are the GPU's own clock, which drifts from the host's. A launch whose QMD releases its
+value (a queue's, :mod:`rig_nv.setup`) is stamped without a wait for idle, which would hold
+every queue of the group: its start when its channel reaches it (after its order's acquire),
+its end by the QMD's second release (clcbc0qmd.h), once the grid is done.
 
 Where the device reads that clock (``Device.clock``, :mod:`rig_nv.clock`: through BAR 0's
 registers on the PCI path, through the RM on the kernel path), the profile takes a pair of the

@@ -150,11 +150,13 @@ class Push:
         """Raise the channel's non-stall interrupt once the GPU reaches this point."""
         return self.method(SUBC_HOST, NON_STALL_INTERRUPT, 0)
 
-    def timestamp(self, address: int) -> Push:
-        """Once earlier work is idle, write the GPU's nanosecond clock at ``address + 8``."""
+    def timestamp(self, address: int, idle: bool = True) -> Push:
+        """Once earlier work is idle, write the GPU's nanosecond clock at ``address + 8``;
+        with ``idle`` false, once the channel reaches it (earlier work sent, not done: a wait
+        for idle would hold every channel of the group)."""
         return self.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(address), 0, 0,
-                           SEM_OP_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
-                           | SEM_RELEASE_TIMESTAMP)
+                           SEM_OP_RELEASE | (SEM_RELEASE_WFI if idle else 0)
+                           | SEM_PAYLOAD_64BIT | SEM_RELEASE_TIMESTAMP)
 
     def sysmembar(self) -> Push:
         """Make every earlier write visible to the system (MEM_OP_D = MEMBAR, SYS_MEMBAR)."""

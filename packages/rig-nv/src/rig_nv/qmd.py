@@ -21,20 +21,30 @@ def _per(hi: int, lo: int, stride: int, count: int) -> list[Field]:
 
 @dataclass(frozen=True)
 class Release:
-    """Where a QMD's first release lies: its control bits at ``control_at`` (16 bits: enable,
-    size, payload width), the address and the 64-bit payload; the GPU writes the payload there
-    once the grid is done. Written by the timeline into its own copy of each QMD, so a QMD
-    made once (a step's too) releases nothing by itself."""
+    """Where a QMD's first two releases lie: the first's control bits at ``control_at`` (16
+    bits: enable, size, payload width), the second's just after them, each one's address and
+    64-bit payload; the GPU writes the payload there once the grid is done. The first releases
+    the timeline's value; the second, only while a profile stamps the launch, writes the GPU's
+    clock at its address + 8 (a 16-byte semaphore, as the host's timestamp release). Written
+    by the timeline into its own copy of each QMD, so a QMD made once (a step's too) releases
+    nothing by itself."""
 
     control_at: int
     control: int
     address_at: int
     payload_at: int
+    stamp_control: int  # the second release's control bits (at control_at + 2)
+    stamp_at: int  # the second release's address (its payload follows)
 
-    def write(self, qmd: memoryview | bytearray, at: int, address: int, value: int) -> None:
-        """Make the QMD at ``qmd[at:]`` release ``value`` at ``address``."""
-        struct.pack_into("<H", qmd, at + self.control_at, self.control)
+    def write(self, qmd: memoryview | bytearray, at: int, address: int, value: int,
+              stamp: int = 0) -> None:
+        """Make the QMD at ``qmd[at:]`` release ``value`` at ``address``, and with ``stamp``
+        write its end time at ``stamp + 8``; without, its second release is off."""
+        struct.pack_into("<HH", qmd, at + self.control_at, self.control,
+                         self.stamp_control if stamp else 0)
         struct.pack_into("<QQ", qmd, at + self.address_at, address, value)
+        if stamp:
+            struct.pack_into("<QQ", qmd, at + self.stamp_at, stamp, 0)
 
 
 @dataclass(frozen=True)
@@ -179,8 +189,11 @@ V4 = Layout(
     # TWO_WORDS alone write 32 bits; libcuda's QMDs use ONE_WORD). RELEASE_MEMBAR_TYPE(0)
     # FE_NONE, as libcuda's (docs/results/cuda-launches-2026-12-01-v2.jsonl): CWD_MEMBAR_TYPE
     # L1_SYSMEMBAR flushes each CTA's writes. RELEASE_SEMAPHORE0_ADDR MW(696:640), _PAYLOAD
-    # MW(767:704).
-    release=Release(control_at=40, control=1 | 2 << 1 | 1 << 12, address_at=80, payload_at=88),
+    # MW(767:704). The second release, RELEASE_ENABLE(1) MW(336), SEMAPHORE_FOUR_WORDS (0)
+    # with PAYLOAD64B(1) MW(348): payload 0 at +0, the grid's end time at +8; its address
+    # RELEASE_SEMAPHORE1_ADDR MW(824:768).
+    release=Release(control_at=40, control=1 | 2 << 1 | 1 << 12, address_at=80, payload_at=88,
+                    stamp_control=1 | 0 << 1 | 1 << 12, stamp_at=96),
 )
 
 V5 = Layout(

@@ -225,11 +225,14 @@ class Timeline:
     # ---- the primitive ------------------------------------------------------------------
 
     def submit(self, channel: Channel, body: Any, name: str = "work",
-               tail: Any = None) -> Point:
+               tail: Any = None, qmd: memoryview | None = None) -> Point:
         """Submit ``body`` (32-bit words) on ``channel`` as the next value: after the previous
         value when that went to the other channel, ending with ``tail`` (default: the release
-        of the new value). Raises the device's loss or stop, or a full profile's RigError,
-        having taken no value."""
+        of the new value). ``qmd``: the launch's QMD where it releases the value
+        (:attr:`qmd_release`); under a profile its second release stamps the grid's end, and
+        the start stamp waits for no idle, so a profile keeps queues' grids side by side.
+        Raises the device's loss or stop, or a full profile's RigError, having taken no
+        value."""
         with self.lock:
             health = self.health
             if not health.ok:
@@ -250,14 +253,21 @@ class Timeline:
                 tail[3] = value & 0xFFFFFFFF
                 tail[4] = value >> 32
             profile = self.profile
+            stamp = 0
             if profile is not None:
                 start, end = profile.take(name, channel.name)
                 profile.value(value)
-                words.extend(Push().timestamp(start).words)
+                words.extend(Push().timestamp(start, idle=qmd is None).words)
                 words.extend(body)
-                words.extend(Push().timestamp(end).words)
+                if qmd is None:
+                    words.extend(Push().timestamp(end).words)
+                else:
+                    stamp = end
             else:
                 words.extend(body)
+            if qmd is not None:
+                assert self.qmd_release is not None
+                self.qmd_release.write(qmd, 0, self.gpu, value, stamp)
             words.extend(tail)
             # Taken only now that nothing can refuse (a full profile): a value never submitted
             # would leave every later step's addition to the timeline one short.
@@ -318,9 +328,7 @@ class Timeline:
         word as read): the launch words after compute work, else :meth:`submit`. ``qmd``:
         where the host writes it, for its release of the value (:attr:`qmd_release`)."""
         compute = self.compute
-        if self.qmd_release is not None:
-            assert qmd is not None
-            self.qmd_release.write(qmd, 0, self.gpu, self.next)
+        release = self.qmd_release
         if self.last is not compute or not self.plain or self.profile:
             body: tuple[int, ...] = (self.pcas_a, address >> 8, self.pcas2_b,
                                      PCAS_INVALIDATE_COPY_SCHEDULE)
@@ -330,15 +338,18 @@ class Timeline:
                 self.invalidate = False
                 self.plain = not self._after
             # The QMD releases the value, else submit's own release ends the launch.
-            return self.submit(compute, body, name, self._launch_tail)
+            return self.submit(compute, body, name, self._launch_tail,
+                               None if release is None else qmd)
         value = self.next
         self.next = value + 1
         words = self.launch_words
-        if self.qmd_release is None:
+        if release is None:
             words[1] = address >> 8
             words[7] = value & 0xFFFFFFFF
             words[8] = value >> 32
         else:
+            assert qmd is not None
+            release.write(qmd, 0, self.gpu, value)
             if done < value - 1:
                 words = self._ordered(value)
             words[-3] = address >> 8
