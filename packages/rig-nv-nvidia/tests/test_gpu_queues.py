@@ -247,6 +247,66 @@ def test_profiles_keep_two_queues_side_by_side(device: Device) -> None:
     pb.free()
 
 
+def test_a_queues_step_leaves_other_queues_running(device: Device) -> None:
+    """Issue 17: a queue has every submission the device has, a step's too, and queues run
+    concurrently unless ordered. Queue A's step: a vadd of fresh data, then the spin. B's vadd,
+    submitted after it with no ``after``, completes while A's step still spins (a step that
+    ended with a wait for idle held B's channel until the spin ended: the wait would time
+    out), and is right. The spin ended, A's step completes and its vadd is right; submitted
+    again, once and twice (the spin's flag still set), its points complete."""
+    img = kernels(device)
+    qa, qb = device.queue(), device.queue()
+    n = 1 << 20
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    ra, rb, oa, ob = (alloc(device, 4 * n) for _ in range(4))
+    qb.upload(ra, a)
+    qb.upload(rb, b).wait()
+    flag = alloc(device, 4096, Memory.PINNED)
+    assert flag.host is not None
+    word = ctypes.c_int.from_address(flag.host)
+    word.value = 0
+    spin = device.load(FAULTS.read_bytes())["spin"]
+    step = qa.step()
+    step.launch(img["vadd"], ((n + BLOCK - 1) // BLOCK,), (BLOCK,), (ra, rb, oa, n))
+    step.launch(spin, (1,), (32,), (flag,))
+    try:
+        pa = step.submit()
+        vadd(qb, img, ra, rb, ob, n).wait(timeout_s=10)
+        assert not pa.signaled, "the spin ended by itself"
+    finally:
+        word.value = 1
+    pa.wait(timeout_s=30)
+    np.testing.assert_array_equal(get(qb, ob, n), a + b)
+    np.testing.assert_array_equal(get(qa, oa, n), a + b)
+    once = step.submit()
+    twice = step.submit(times=2)
+    twice.wait(timeout_s=30)
+    assert once.signaled and twice.value == once.value + 2
+
+
+def test_a_queues_step_repeated_in_flight_adds_every_repetition(device: Device) -> None:
+    """A queue's step that ends with a launch waits for its last grid by an acquire, not a
+    wait for idle (rig_nv.step): repetitions in flight back to back must still run one after
+    another. 8 dependent saxpys (y += x over 4 Mi whole numbers), submitted 100 times, a
+    saxpy launched alone, then 100 times more, with no wait until the end: y gains x 1,601
+    times exactly. Repetitions that overlapped would race on y and lose some."""
+    img = kernels(device)
+    q = device.queue()
+    n = 1 << 22
+    x, y = whole(n), whole(n)
+    rx, ry = alloc(device, 4 * n), alloc(device, 4 * n)
+    q.upload(rx, x)
+    q.upload(ry, y)
+    grid = ((n + BLOCK - 1) // BLOCK,)
+    step = q.step()
+    for _ in range(8):
+        step.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+    step.submit(times=100)
+    q.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+    step.submit(times=100).wait(timeout_s=60)
+    np.testing.assert_array_equal(get(q, ry, n), y + 1601 * x)
+
+
 # ---- 3. do two queues' kernels run at the same time? (a measurement) ---------------------
 
 

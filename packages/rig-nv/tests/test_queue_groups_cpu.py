@@ -279,6 +279,70 @@ def test_a_profiled_launch_is_stamped_by_its_qmd_and_waits_for_no_idle(
         pr.free()
 
 
+def executes(words: list[int]) -> list[int]:
+    """The SEM_EXECUTE word of each semaphore method in ``words``."""
+    return [d_[4] for _, m, d_ in methods(words) if m == push.SEM_ADDR_LO and len(d_) == 5]
+
+
+def test_a_queues_step_that_ends_with_a_launch_waits_for_it_by_an_acquire(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 17: a step's end waited for idle, which holds every queue's channel of the
+    group until the step's last grid is done. A queue's step that ends with a launch clears
+    a marker of its own as the channel reaches it, its last QMD releases 1 there, and the
+    timeline's reduction follows an acquire of it: no wait for idle anywhere, and the same
+    words every submission. Under a profile its stamps wait for no idle either."""
+    with by_qmd(monkeypatch) as (d, path):
+        q = d.queue()
+        path.complete()
+        fn, args = vadd(d)
+        s = q.step()
+        s.launch(fn, (1,), (32,), args)
+        s.launch(fn, (2,), (32,), args)
+        s.submit()
+        cmds = list(s.commands)
+        assert s.marked
+        assert s.memory is not None
+        marker = s.memory.gpu + s.marker
+        sems = semaphores(cmds)
+        assert sems[0] == (marker, 0, push.SEM_OP_RELEASE)
+        assert sems[-2] == (marker, 1, push.SEM_OP_ACQ_CIRC_GEQ)
+        assert sems[-1][:2] == (q.timeline.gpu, 1)
+        assert not any(op & push.SEM_RELEASE_WFI for op in executes(cmds))
+        assert not [m for _, m, _ in methods(cmds) if m == push.WFI]
+        assert release(view(s.memory.host or 0, 384)) == (0, 0, 0)  # the first QMD's
+        last = s.items[-1].at
+        assert release(view((s.memory.host or 0) + last, 384)) == (TWO_WORDS_64, marker, 1)
+        path.complete()
+        s.submit()
+        assert list(s.commands) == cmds
+        with q.profile():
+            path.complete()
+            s.submit()
+        words = commands(d, q.compute)[-1]
+        stamps = [op for op in executes(words) if op & push.SEM_RELEASE_TIMESTAMP]
+        assert len(stamps) == 2 and not any(op & push.SEM_RELEASE_WFI for op in stamps)
+
+
+def test_a_step_that_ends_with_a_copy_or_on_a_device_without_queues_waits_for_idle(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy's end is no QMD's: such a step keeps the reduction after a wait for idle, as
+    does a step of a device whose launches the channel releases (no queue yet)."""
+    with made() as (d, path):
+        fn, args = vadd(d)
+        s = d.step()
+        s.launch(fn, (1,), (32,), args)
+        s.submit()
+        assert not s.marked and executes(list(s.commands))[-1] & push.SEM_RELEASE_WFI
+        q = d.queue()
+        path.complete()
+        a = d.alloc(4096)
+        c = q.step()
+        c.launch(fn, (1,), (32,), args)
+        c.copy(a, a, 16, dst_offset=64)
+        c.submit()
+        assert not c.marked and executes(list(c.commands))[-1] & push.SEM_RELEASE_WFI
+
+
 def test_a_qmd_release_is_not_used_where_the_path_wakes_on_the_interrupt(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The QMD's release raises no non-stall interrupt: a path whose sleep waits for one keeps

@@ -133,14 +133,15 @@ class Push:
         )
 
     def semaphore_release(self, address: int, value: int, *, timestamp: bool = False,
-                          interrupt: bool = False) -> Push:
-        """Once all earlier work is idle and flushed, write ``value`` (64 bits) at ``address``.
+                          interrupt: bool = False, idle: bool = True) -> Push:
+        """Once all earlier work is idle and flushed, write ``value`` (64 bits) at ``address``;
+        with ``idle`` false, once the channel reaches it (as :meth:`timestamp` says).
 
         With ``timestamp`` the GPU's nanosecond clock lands at ``address + 8`` (16-byte aligned).
         With ``interrupt`` a non-stall interrupt follows, for a waiter whose sleep it ends
         (:attr:`rig_nv.rm.Path.wakes_on_interrupt`).
         """
-        op = SEM_OP_RELEASE | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
+        op = SEM_OP_RELEASE | (SEM_RELEASE_WFI if idle else 0) | SEM_PAYLOAD_64BIT
         if timestamp:
             op |= SEM_RELEASE_TIMESTAMP
         self.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(address), *lo_hi(value), op)

@@ -7,7 +7,11 @@ names the step's commands where they lie; after the copy channel's work, or unde
 it names a copy of them in the compute channel's pushbuffer behind the wait and the stamps.
 The commands end by adding one to the timeline word (a 64-bit unsigned IADD reduction,
 clc56f.h SEM_EXECUTE), so they never change between submissions. Launches inside a step run
-one after another: a host WFI between them waits for the compute engine before the next starts.
+one after another, chained as dependent QMDs; a copy waits for the engine (WFI) first.
+The reduction waits for the last grid: by a WFI, or, on a timeline whose launches release by
+their QMD (a queue's, :mod:`rig_nv.setup`) and for a step that ends with a launch ("marked"),
+by an acquire of a marker in the step's memory that its last QMD releases: a WFI would hold
+every queue's channel of the group until the step's last grid is done.
 """
 
 from __future__ import annotations
@@ -80,6 +84,8 @@ class Step:
         self.entry = 0  # the GPFIFO entry naming them (rig_nv.channel.entry_at)
         self.commands = array("I")  # the commands, for submissions that copy them
         self.stamped_memory: Region | None = None  # see stamped
+        self.marked = False  # its end waits for its last grid by an acquire of its marker
+        self.marker = 0  # offset of that marker (16 bytes) in the step's memory
         self._last: Point | None = None
 
     def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
@@ -127,6 +133,10 @@ class Step:
         for x in launches:
             x.at = at
             at += -(-(512 + len(x.bank)) // 256) * 256
+        self.marked = (self.timeline.qmd_release is not None
+                       and isinstance(self.items[-1], _Launch))
+        if self.marked:
+            self.marker, at = at, at + 16
         n = len(self._commands(0, None))
         if n + AROUND > ENTRY_MOST:
             raise Misuse(f"a step of {len(self.items)} items makes {n} words of commands, more "
@@ -157,6 +167,10 @@ class Step:
         words = Push()
         words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                      INVALIDATE_CODE_AND_DATA)
+        marker = base + self.marker
+        release = self.timeline.qmd_release
+        if self.marked:  # cleared as the channel reaches it: the last grid sets it again
+            words.semaphore_release(marker, 0, idle=False)
         items = self.items
         for n, item in enumerate(items):
             before = items[n - 1] if n else None
@@ -170,6 +184,9 @@ class Step:
                     after = items[n + 1] if n + 1 < len(items) else None
                     if isinstance(after, _Launch) and CHAIN:
                         qmd.chain(layout, q, base + after.at)
+                    if self.marked and after is None:
+                        assert release is not None
+                        release.write(q, 0, marker, 1)
                 if not isinstance(before, _Launch) or not CHAIN:
                     if before is not None:
                         words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
@@ -182,9 +199,11 @@ class Step:
                     words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                                  INVALIDATE_CODE_AND_DATA)
                 words.copy(item.dst, item.src, item.length)
+        if self.marked:
+            words.semaphore_acquire(marker, 1)
         words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(self.timeline.gpu), *lo_hi(1),
-                     SEM_OP_REDUCTION | SEM_RELEASE_WFI | SEM_PAYLOAD_64BIT
-                     | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
+                     SEM_OP_REDUCTION | (0 if self.marked else SEM_RELEASE_WFI)
+                     | SEM_PAYLOAD_64BIT | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)
         if self.timeline.interrupt:
             words.interrupt()
         return words
@@ -239,9 +258,9 @@ class Step:
         no GPU reads that memory while it changes."""
         cmds, memory = self.commands, self.stamped_memory
         assert memory is not None and memory.host is not None
-        last = self.timeline.release_words
-        words = (Push().timestamp(start).words + cmds[:-last]
-                 + Push().timestamp(end).words + cmds[-last:])
+        last, idle = self.timeline.release_words, not self.marked
+        words = (Push().timestamp(start, idle).words + cmds[:-last]
+                 + Push().timestamp(end, idle).words + cmds[-last:])
         view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
         return memory.gpu, len(words)
 

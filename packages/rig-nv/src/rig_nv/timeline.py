@@ -225,12 +225,13 @@ class Timeline:
     # ---- the primitive ------------------------------------------------------------------
 
     def submit(self, channel: Channel, body: Any, name: str = "work",
-               tail: Any = None, qmd: memoryview | None = None) -> Point:
+               tail: Any = None, qmd: memoryview | None = None, idle: bool = True) -> Point:
         """Submit ``body`` (32-bit words) on ``channel`` as the next value: after the previous
         value when that went to the other channel, ending with ``tail`` (default: the release
         of the new value). ``qmd``: the launch's QMD where it releases the value
         (:attr:`qmd_release`); under a profile its second release stamps the grid's end, and
-        the start stamp waits for no idle, so a profile keeps queues' grids side by side.
+        the start stamp waits for no idle, so a profile keeps queues' grids side by side;
+        with ``idle`` false (a marked step's, :mod:`rig_nv.step`) neither stamp does.
         Raises the device's loss or stop, or a full profile's RigError, having taken no
         value."""
         with self.lock:
@@ -257,10 +258,11 @@ class Timeline:
             if profile is not None:
                 start, end = profile.take(name, channel.name)
                 profile.value(value)
-                words.extend(Push().timestamp(start, idle=qmd is None).words)
+                idle = idle and qmd is None
+                words.extend(Push().timestamp(start, idle).words)
                 words.extend(body)
                 if qmd is None:
-                    words.extend(Push().timestamp(end).words)
+                    words.extend(Push().timestamp(end, idle).words)
                 else:
                     stamp = end
             else:
@@ -512,7 +514,8 @@ class Timeline:
         cmds = step.commands
         if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
             last = self.release_words
-            return self.submit(compute, cmds[:-last], "step", tail=cmds[-last:])
+            return self.submit(compute, cmds[:-last], "step", tail=cmds[-last:],
+                               idle=not step.marked)
         if self._after:  # its waits on other queues go first, in a submission of their own
             self.submit(compute, ())
         # Waited for before the value is taken: a wait may raise.
