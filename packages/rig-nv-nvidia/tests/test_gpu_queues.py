@@ -21,7 +21,7 @@ from test_gpu_faults import CUBIN, FAULTS, REOPEN, faulting_child
 
 from rig_edge import Memory, Region
 from rig_nv import Device, Queue
-from rig_nv.launch import Image
+from rig_nv.launch import Function, Image
 from rig_nv.queues import Submits
 from rig_nv.timeline import Point
 
@@ -51,24 +51,40 @@ def whole(rows: int) -> np.ndarray:
     return rng.integers(0, 8, rows, dtype=np.int32).astype(np.float32)
 
 
-@contextmanager
-def spinning(device: Device, q: Queue) -> Iterator[tuple[Point, Callable[[], None]]]:
-    """faults.cu's spin on ``q`` (one warp, until its flag in pinned memory is nonzero): the
-    spin's point and the call that ends it. The spin is ended on leaving, whatever happened,
-    so a failed test cannot leave it to hang_ms."""
+def spin_kernel(device: Device) -> tuple[Function, Region, Callable[[], None]]:
+    """faults.cu's spin (launch it as one warp with the flag: it runs until the flag, in
+    pinned memory, is nonzero), its flag, cleared, and the call that ends it."""
     flag = alloc(device, 4096, Memory.PINNED)
     assert flag.host is not None
     word = ctypes.c_int.from_address(flag.host)
     word.value = 0
-    spin = device.load(FAULTS.read_bytes())["spin"]
 
     def release() -> None:
         word.value = 1
 
+    return device.load(FAULTS.read_bytes())["spin"], flag, release
+
+
+@contextmanager
+def spinning(device: Device, q: Queue) -> Iterator[tuple[Point, Callable[[], None]]]:
+    """The spin on ``q``: its point and the call that ends it. The spin is ended on leaving,
+    whatever happened, so a failed test cannot leave it to hang_ms."""
+    spin, flag, release = spin_kernel(device)
     try:
         yield q.launch(spin, (1,), (32,), (flag,)), release
     finally:
         release()
+
+
+def vadd_inputs(device: Device, q: Queue, n: int,
+                outs: int) -> tuple[np.ndarray, np.ndarray, list[Region]]:
+    """Fresh a and b of ``n`` floats, uploaded through ``q`` (done), and their regions
+    followed by ``outs`` more for results."""
+    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    regions = [alloc(device, 4 * n) for _ in range(2 + outs)]
+    q.upload(regions[0], a)
+    q.upload(regions[1], b).wait()
+    return a, b, regions
 
 
 def saxpy_chain(q: Submits, img: Image, x: Region, y: Region, n: int,
@@ -196,10 +212,7 @@ def test_without_after_a_queue_completes_while_another_queue_spins(device: Devic
     img = kernels(device)
     qa, qb = device.queue(), device.queue()
     n = 1 << 20
-    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-    ra, rb, out = (alloc(device, 4 * n) for _ in range(3))
-    qb.upload(ra, a)
-    qb.upload(rb, b).wait()
+    a, b, (ra, rb, out) = vadd_inputs(device, qb, n, 1)
     with spinning(device, qa) as (spin, release):
         t = time.perf_counter()
         pb = vadd(qb, img, ra, rb, out, n)
@@ -222,10 +235,7 @@ def test_profiles_keep_two_queues_side_by_side(device: Device) -> None:
     img = kernels(device)
     qa, qb = device.queue(), device.queue()
     n = 1 << 20
-    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-    ra, rb, out = (alloc(device, 4 * n) for _ in range(3))
-    qb.upload(ra, a)
-    qb.upload(rb, b).wait()
+    a, b, (ra, rb, out) = vadd_inputs(device, qb, n, 1)
     with qa.profile() as pa, qb.profile() as pb, spinning(device, qa) as (spin, release):
         vadd(qb, img, ra, rb, out, n).wait(timeout_s=10)
         assert not spin.signaled, "the spin ended by itself"
@@ -258,15 +268,8 @@ def test_a_queues_step_leaves_other_queues_running(device: Device) -> None:
     img = kernels(device)
     qa, qb = device.queue(), device.queue()
     n = 1 << 20
-    a, b = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
-    ra, rb, oa, ob = (alloc(device, 4 * n) for _ in range(4))
-    qb.upload(ra, a)
-    qb.upload(rb, b).wait()
-    flag = alloc(device, 4096, Memory.PINNED)
-    assert flag.host is not None
-    word = ctypes.c_int.from_address(flag.host)
-    word.value = 0
-    spin = device.load(FAULTS.read_bytes())["spin"]
+    a, b, (ra, rb, oa, ob) = vadd_inputs(device, qb, n, 2)
+    spin, flag, release = spin_kernel(device)
     step = qa.step()
     step.launch(img["vadd"], ((n + BLOCK - 1) // BLOCK,), (BLOCK,), (ra, rb, oa, n))
     step.launch(spin, (1,), (32,), (flag,))
@@ -275,7 +278,7 @@ def test_a_queues_step_leaves_other_queues_running(device: Device) -> None:
         vadd(qb, img, ra, rb, ob, n).wait(timeout_s=10)
         assert not pa.signaled, "the spin ended by itself"
     finally:
-        word.value = 1
+        release()
     pa.wait(timeout_s=30)
     np.testing.assert_array_equal(get(qb, ob, n), a + b)
     np.testing.assert_array_equal(get(qa, oa, n), a + b)

@@ -64,6 +64,11 @@ def stamp(q: memoryview) -> tuple[int, int]:
     return control, struct.unpack_from("<Q", q, V4_STAMP[1])[0]
 
 
+def executes(words: list[int]) -> list[int]:
+    """The SEM_EXECUTE word of each semaphore method in ``words``."""
+    return [d_[4] for _, m, d_ in methods(words) if m == push.SEM_ADDR_LO and len(d_) == 5]
+
+
 def vadd(d: Any) -> tuple[Any, tuple[Any, ...]]:
     img = d.load(CUBIN.read_bytes())
     a = d.alloc(1 << 16)
@@ -267,8 +272,7 @@ def test_a_profiled_launch_is_stamped_by_its_qmd_and_waits_for_no_idle(
         start, end = pr.memory.gpu, pr.memory.gpu + 16
         releases = [s for s in semaphores(words) if s[2] == push.SEM_OP_RELEASE]
         assert releases == [(start, 0, push.SEM_OP_RELEASE)]
-        (op,) = [d_[4] for _, m, d_ in methods(words)
-                 if m == push.SEM_ADDR_LO and d_[4] & 7 == push.SEM_OP_RELEASE]
+        (op,) = [op for op in executes(words) if op & 7 == push.SEM_OP_RELEASE]
         assert op & push.SEM_RELEASE_TIMESTAMP and not op & push.SEM_RELEASE_WFI
         assert release(qmd_of(words)) == (TWO_WORDS_64, q.timeline.gpu, p.value)
         assert stamp(qmd_of(words)) == (FOUR_WORDS_64, end)
@@ -277,11 +281,6 @@ def test_a_profiled_launch_is_stamped_by_its_qmd_and_waits_for_no_idle(
             q.launch(fn, (1,), (32,), args)
             assert stamp(qmd_of(commands(d, q.compute)[-1]))[0] == 0
         pr.free()
-
-
-def executes(words: list[int]) -> list[int]:
-    """The SEM_EXECUTE word of each semaphore method in ``words``."""
-    return [d_[4] for _, m, d_ in methods(words) if m == push.SEM_ADDR_LO and len(d_) == 5]
 
 
 def test_a_queues_step_that_ends_with_a_launch_waits_for_it_by_an_acquire(
