@@ -41,8 +41,9 @@ def _acquire(d: Any, value: int) -> list[int]:
             *push.lo_hi(value), ACQUIRE]
 
 
-def _stamp(address: int) -> list[int]:
-    return [push.header(push.SUBC_HOST, push.SEM_ADDR_LO, 5), *push.lo_hi(address), 0, 0, STAMP]
+def _stamp(address: int, idle: bool = True) -> list[int]:
+    op = STAMP if idle else STAMP & ~push.SEM_RELEASE_WFI
+    return [push.header(push.SUBC_HOST, push.SEM_ADDR_LO, 5), *push.lo_hi(address), 0, 0, op]
 
 
 def _in_pushbuffer(d: Any, address: int) -> bool:
@@ -95,18 +96,21 @@ def test_each_step_submission_is_one_gpfifo_entry(dev: tuple[Any, Any]) -> None:
     p, address, words = _submit(d, s)
     assert words == _acquire(d, prior.value) + cmds and p.value == prior.value + 1
     # under a profile: the stamps bracket the commands in the same entry, the end stamp before
-    # the release, so the step's point is done only once both stamps are written
+    # the release, so the step's point is done only once both stamps are written; a step that
+    # ends with a launch waits for its grid by its marker, so its stamps wait for no idle
+    assert s.marked
     with d.profile(capacity=4) as prof:
         p, address, words = _submit(d, s)  # after compute
         base = prof.memory.gpu
         release = cmds[-d.timeline.release_words:]  # the reduction (no interrupt: issue 23)
         assert release[0] == push.header(push.SUBC_HOST, push.SEM_ADDR_LO, 5)
         assert release[5] & 7 == step_module.SEM_OP_REDUCTION and len(release) == 6
-        assert words == _stamp(base) + cmds[:-len(release)] + _stamp(base + 16) + release
+        assert words == (_stamp(base, False) + cmds[:-len(release)] + _stamp(base + 16, False)
+                         + release)
         prior = d.copy(b, a, 64)
         p, address, words = _submit(d, s)
-        assert words == (_acquire(d, prior.value) + _stamp(base + 64) + cmds[:-len(release)]
-                         + _stamp(base + 80) + release)
+        assert words == (_acquire(d, prior.value) + _stamp(base + 64, False)
+                         + cmds[:-len(release)] + _stamp(base + 80, False) + release)
     path.complete()
     assert [(e.name, e.value) for e in prof.events()] == [
         ("step", prior.value - 1), ("copy", prior.value), ("step", p.value)]

@@ -122,14 +122,19 @@ class Push:
         """Bind class ``cls`` to ``subchannel`` of this channel."""
         return self.method(subchannel, SET_OBJECT, cls)
 
-    def semaphore_acquire(self, address: int, value: int) -> Push:
-        """Wait until the 64-bit word at ``address`` is >= ``value`` (wrapping compare)."""
+    def semaphore_acquire(self, address: int, value: int, *, switch: bool = True) -> Push:
+        """Wait until the 64-bit word at ``address`` is >= ``value`` (wrapping compare).
+
+        While it fails, the channel's other channels of its group are served; with ``switch``
+        the group gives way to other groups once all of them wait. Without it the group stays
+        on until its timeslice ends: for waits on the group's own short work, which a switch
+        away and back slows (dev_pbdma.ref.txt, "Semaphore switch option")."""
         return self.method(
             SUBC_HOST,
             SEM_ADDR_LO,
             *lo_hi(address),
             *lo_hi(value),
-            SEM_OP_ACQ_CIRC_GEQ | SEM_PAYLOAD_64BIT | SEM_ACQUIRE_SWITCH_TSG,
+            SEM_OP_ACQ_CIRC_GEQ | SEM_PAYLOAD_64BIT | (SEM_ACQUIRE_SWITCH_TSG if switch else 0),
         )
 
     def semaphore_release(self, address: int, value: int, *, timestamp: bool = False,

@@ -8,10 +8,11 @@ it names a copy of them in the compute channel's pushbuffer behind the wait and 
 The commands end by adding one to the timeline word (a 64-bit unsigned IADD reduction,
 clc56f.h SEM_EXECUTE), so they never change between submissions. Launches inside a step run
 one after another, chained as dependent QMDs; a copy waits for the engine (WFI) first.
-The reduction waits for the last grid: by a WFI, or, on a timeline whose launches release by
-their QMD (a queue's, :mod:`rig_nv.setup`) and for a step that ends with a launch ("marked"),
-by an acquire of a marker in the step's memory that its last QMD releases: a WFI would hold
-every queue's channel of the group until the step's last grid is done.
+The reduction waits for the last grid. A step that ends with a launch ("marked", wherever
+QMDs release, :func:`rig_nv.setup.qmd_release`) acquires a marker in its memory that its last
+QMD releases, without a switch of channel group: a WFI would hold every queue's channel of the
+group until the grid is done, and a switch away and back costs ~6 us a step (the H200,
+docs/queues.md). Other steps wait for idle.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from rig_nv.push import (
     Push,
     lo_hi,
 )
-from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
+from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE, qmd_release
 from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ class Step:
         self.stamped_memory: Region | None = None  # see stamped
         self.marked = False  # its end waits for its last grid by an acquire of its marker
         self.marker = 0  # offset of that marker (16 bytes) in the step's memory
+        self._release: qmd.Release | None = None  # the QMD release that sets it
         self._last: Point | None = None
 
     def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
@@ -133,8 +135,10 @@ class Step:
         for x in launches:
             x.at = at
             at += -(-(512 + len(x.bank)) // 256) * 256
-        self.marked = (self.timeline.qmd_release is not None
-                       and isinstance(self.items[-1], _Launch))
+        # The marker needs the QMD's release (any timeline's: the device's own too, where it
+        # is faster than a wait for idle, docs/queues.md); a copy's end is no QMD's.
+        self._release = qmd_release(d) if isinstance(self.items[-1], _Launch) else None
+        self.marked = self._release is not None
         if self.marked:
             self.marker, at = at, at + 16
         n = len(self._commands(0, None))
@@ -168,7 +172,7 @@ class Step:
         words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                      INVALIDATE_CODE_AND_DATA)
         marker = base + self.marker
-        release = self.timeline.qmd_release
+        release = self._release
         if self.marked:  # cleared as the channel reaches it: the last grid sets it again
             words.semaphore_release(marker, 0, idle=False)
         items = self.items
@@ -199,8 +203,8 @@ class Step:
                     words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                                  INVALIDATE_CODE_AND_DATA)
                 words.copy(item.dst, item.src, item.length)
-        if self.marked:
-            words.semaphore_acquire(marker, 1)
+        if self.marked:  # the group stays on: the wait is for its own grid, a switch is slow
+            words.semaphore_acquire(marker, 1, switch=False)
         words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(self.timeline.gpu), *lo_hi(1),
                      SEM_OP_REDUCTION | (0 if self.marked else SEM_RELEASE_WFI)
                      | SEM_PAYLOAD_64BIT | SEM_REDUCTION_IADD | SEM_REDUCTION_UNSIGNED)

@@ -1,0 +1,241 @@
+"""Probe (issue 23, rows 1, 3 and 5): what each part of a submission costs on the GPU. Each
+configuration is a fresh open; it prints a line per configuration and a table last.
+
+- ``latency``: launch+wait of a one-thread vadd, median of 3,000 after 300, on the device's
+  timeline as it opens (the channel's release after a wait for idle) and after a queue
+  switched it to QMD releases.
+- ``d2d``: a 256 MiB copy inside the GPU and its wait, median of 30, the same two ways.
+- ``order``: saxpys in flight on a queue, per way a launch waits for the one before.
+- ``steps``: a one-launch step submitted 10,000 times in one ``submit(times=)``, per step,
+  with parts of its commands left out or put back: the cache invalidate at its start, its
+  marker (``marked`` false: the reduction waits for idle), the marker acquire's switch of
+  channel group (``switch`` true, as before 2026-12-02).
+
+Run on the GPU machine: python3 scripts/submit_variants_probe.py [latency] [d2d] [order] [steps]."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rig_nv.push
+import rig_nv.setup
+import rig_nv.step
+import rig_nv_nvidia
+
+CUBIN = Path(__file__).resolve().parents[1] / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin"
+FLIGHT = 10_000
+ROWS: list[tuple[str, str, float, str]] = []
+
+
+@contextmanager
+def patched(invalidate: bool = True, wfi: bool = True, switch: bool = False,
+            marked: bool = True) -> Any:
+    """Steps sealed inside leave out their first method (the cache invalidate) or the
+    reduction's wait for idle, switch channel group on the marker's acquire (as before
+    2026-12-02), or have no marker (``marked`` false: the reduction waits for idle)."""
+    seal, commands = rig_nv.step.Step._seal, rig_nv.step.Step._commands
+    acquire = rig_nv.push.Push.semaphore_acquire
+
+    def trimmed(self: Any, base: int, host: Any) -> Any:
+        words = commands(self, base, host)
+        if not invalidate:
+            del words.words[:2]  # header and data of INVALIDATE_SHADER_CACHES_NO_WFI
+        return words
+
+    def switching(self: Any, address: int, value: int, **_: bool) -> Any:
+        return acquire(self, address, value, switch=True)
+
+    def sealed(self: Any) -> None:
+        flag, qmd_release = rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release
+        if not marked:
+            rig_nv.step.qmd_release = lambda d: None
+        if not wfi:
+            rig_nv.step.SEM_RELEASE_WFI = 0
+        if switch:
+            rig_nv.push.Push.semaphore_acquire = switching  # type: ignore[method-assign]
+        try:
+            seal(self)
+        finally:
+            rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release = flag, qmd_release
+            rig_nv.push.Push.semaphore_acquire = acquire  # type: ignore[method-assign]
+
+    rig_nv.step.Step._commands = trimmed  # type: ignore[method-assign]
+    rig_nv.step.Step._seal = sealed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        rig_nv.step.Step._commands = commands  # type: ignore[method-assign]
+        rig_nv.step.Step._seal = seal  # type: ignore[method-assign]
+
+
+def opened(queue: bool) -> tuple[Any, Any]:
+    """(device, where to submit): the device, after a queue when ``queue``."""
+    d = rig_nv_nvidia.gpu(0).open()
+    if not queue:
+        return d, d
+    q = d.queue()
+    return d, q
+
+
+def latency(queue_first: bool) -> None:
+    d, _ = opened(queue_first)
+    try:
+        fn = d.load(CUBIN.read_bytes())["vadd"]
+        rng = np.random.default_rng()
+        a, b = rng.random(1, dtype=np.float32), rng.random(1, dtype=np.float32)
+        ra, rb, rc = (d.alloc(4096) for _ in range(3))
+        d.upload(ra, a.tobytes())
+        d.upload(rb, b.tobytes()).wait()
+        for _ in range(300):
+            d.launch(fn, (1,), (1,), (ra, rb, rc, 1)).wait()
+        s = []
+        clock = time.perf_counter
+        for _ in range(3000):
+            t = clock()
+            d.launch(fn, (1,), (1,), (ra, rb, rc, 1)).wait()
+            s.append(clock() - t)
+        got = np.frombuffer(bytes(d.download(rc, 4)), dtype=np.float32)[0]
+        ok = got == np.float32(a[0] + b[0])
+        s.sort()
+        note = f"p99 {s[len(s) * 99 // 100] * 1e6:.2f} us, correct {ok}"
+        ROWS.append(("latency", "after a queue" if queue_first else "as opened",
+                     statistics.median(s) * 1e6, note))
+    finally:
+        d.stop()
+
+
+def d2d(queue_first: bool) -> None:
+    d, _ = opened(queue_first)
+    try:
+        n = 256 << 20
+        src, dst = d.alloc(n), d.alloc(n)
+        data = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
+        d.upload(src, data).wait()
+        for _ in range(3):
+            d.copy(dst, src).wait()
+        s = []
+        for _ in range(30):
+            t = time.perf_counter()
+            d.copy(dst, src).wait()
+            s.append(time.perf_counter() - t)
+        with d.profile(capacity=64) as prof:
+            for _ in range(10):
+                d.copy(dst, src).wait()
+        gpu = statistics.median(e.duration_ns for e in prof.events()) / 1e3
+        ok = bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
+        us = statistics.median(s) * 1e6
+        ROWS.append(("d2d", "after a queue" if queue_first else "as opened", us,
+                     f"{n / us / 1e3:.0f} GB/s, kernel {gpu:.1f} us on the GPU's clock, "
+                     f"correct {ok}"))
+    finally:
+        d.stop()
+
+
+def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
+    """``where``: "device", "device after a queue" (its launches release by their QMD, its
+    steps are marked), "queue"."""
+    d, q = opened(where != "device")
+    on = q if where == "queue" else d
+    try:
+        fn = d.load(CUBIN.read_bytes())["vadd"]
+        rc, rb = d.alloc(4096), d.alloc(4096)
+        rng = np.random.default_rng()
+        # Multiples of 2^-10 below 2^13: every partial sum is exact in float32.
+        c0 = (rng.integers(0, 1024, 1) / 1024).astype(np.float32)
+        b0 = (rng.integers(1, 8, 1) / 1024).astype(np.float32)
+        d.upload(rc, c0.tobytes())
+        d.upload(rb, b0.tobytes()).wait()
+        with patched(**patch):
+            st = on.step()
+            for _ in range(launches):
+                st.launch(fn, (1,), (1,), (rc, rb, rc, 1))
+            st.submit().wait()
+        times = FLIGHT // launches
+        best = float("inf")
+        for _ in range(3):
+            t = time.perf_counter()
+            st.submit(times=times).wait()
+            best = min(best, time.perf_counter() - t)
+        got = np.frombuffer(bytes(on.download(rc, 4)), dtype=np.float32)[0]
+        want = c0[0] + b0[0] * launches * (1 + 3 * times)
+        ROWS.append(("steps", f"{where}: {name}", best / times * 1e6,
+                     f"{launches} launch(es)/step, correct {bool(got == want)}"))
+    finally:
+        d.stop()
+
+
+def order(kind: str, launches: int = 2000) -> None:
+    """Saxpys of 1M floats (a few us each: the GPU, not the host, sets the pace) launched one
+    after another on a queue whose launches wait for the one before as ``kind`` says."""
+    before, rig_nv.setup.ORDER = rig_nv.setup.ORDER, kind
+    try:
+        d, q = opened(True)
+    finally:
+        rig_nv.setup.ORDER = before
+    try:
+        fn = d.load(CUBIN.read_bytes())["saxpy"]
+        n = 1 << 20
+        rng = np.random.default_rng()
+        x = rng.integers(0, 8, n).astype(np.float32)
+        y = rng.integers(0, 8, n).astype(np.float32)
+        rx, ry = d.alloc(4 * n), d.alloc(4 * n)
+        d.upload(rx, x)
+        d.upload(ry, y).wait()
+        grid, args = (n // 256,), (1.0, rx, ry, n)
+        for _ in range(100):
+            q.launch(fn, grid, (256,), args)
+        q.synchronize()
+        with q.profile(capacity=64) as prof:
+            for _ in range(20):
+                q.launch(fn, grid, (256,), args).wait()
+        kernel = statistics.median(e.duration_ns for e in prof.events()) / 1e3
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            p = q.launch(fn, grid, (256,), args)
+        t1 = time.perf_counter()
+        p.wait(timeout_s=60)
+        t2 = time.perf_counter()
+        got = np.frombuffer(bytes(q.download(ry)), np.float32)
+        ok = bool(np.array_equal(got, y + np.float32(120 + launches) * x))
+        ROWS.append(("order", f"queue: {kind}", (t2 - t0) / launches * 1e6,
+                     f"submit {(t1 - t0) / launches * 1e6:.2f} us, kernel {kernel:.2f} us "
+                     f"alone, correct {ok}"))
+    finally:
+        d.stop()
+
+
+GROUPS: dict[str, list[Callable[[], None]]] = {
+    "latency": [lambda: latency(False), lambda: latency(True)],
+    "d2d": [lambda: d2d(False), lambda: d2d(True)],
+    "order": [lambda: order("acquire"), lambda: order("acquire-stay"), lambda: order("wfi")],
+    "steps": [
+        lambda: steps("shipped", "device"),
+        lambda: steps("no invalidate", "device", invalidate=False),
+        lambda: steps("unmarked", "device", marked=False),
+        lambda: steps("shipped, 2 launches", "device", 2),
+        lambda: steps("shipped", "device after a queue"),
+        lambda: steps("shipped", "queue"),
+        lambda: steps("unmarked", "queue", marked=False),
+        lambda: steps("switch (as before)", "queue", switch=True),
+        lambda: steps("shipped, 2 launches", "queue", 2),
+    ],
+}
+
+if __name__ == "__main__":
+    for run in [r for g in sys.argv[1:] or GROUPS for r in GROUPS[g]]:
+        try:
+            run()
+        except Exception as e:  # one configuration's failure is a line, not the end
+            ROWS.append(("error", repr(e)[:80], float("nan"), ""))
+        print(ROWS[-1], flush=True)
+    print(f"\n{'what':8} {'configuration':34} {'us':>8}  note", file=sys.stdout)
+    for what, name, us, note in ROWS:
+        print(f"{what:8} {name:34} {us:8.2f}  {note}")
