@@ -135,9 +135,11 @@ def test_without_a_copy_engine_both_channels_of_a_queue_join_the_devices_group(
 
 
 @contextmanager
-def by_qmd(monkeypatch: pytest.MonkeyPatch, order: str = "acquire") -> Iterator[Any]:
-    """A device with a queue, launches released by their QMD, ``order`` between them."""
-    monkeypatch.setattr(setup, "ORDER", order)
+def by_qmd(monkeypatch: pytest.MonkeyPatch, order: str | None = None) -> Iterator[Any]:
+    """A device with a queue, launches released by their QMD, ``order`` between them (the
+    shipped rig_nv.setup.ORDER when None)."""
+    if order is not None:
+        monkeypatch.setattr(setup, "ORDER", order)
     with made(Recording()) as (d, path):
         d.queue()
         path.complete()
@@ -216,10 +218,11 @@ def test_a_launch_behind_an_unfinished_one_acquires_its_value(
         third = d.launch(fn, (1,), (32,), args)
         (acquire,) = semaphores(commands(d, d.compute)[-1])
         assert acquire == (d.timeline.gpu, third.value - 1, push.SEM_OP_ACQ_CIRC_GEQ)
-        assert commands(d, d.compute)[-1][5] & push.SEM_ACQUIRE_SWITCH_TSG
+        # the group stays on: the wait is for the channel's own grid (issue 23)
+        assert not commands(d, d.compute)[-1][5] & push.SEM_ACQUIRE_SWITCH_TSG
 
 
-@pytest.mark.parametrize("order", ["acquire-stay", "wfi"])
+@pytest.mark.parametrize("order", ["acquire", "acquire-stay", "wfi"])
 def test_the_order_words_are_those_setup_order_names(
         monkeypatch: pytest.MonkeyPatch, order: str) -> None:
     with by_qmd(monkeypatch, order) as (d, _path):
@@ -231,7 +234,7 @@ def test_the_order_words_are_those_setup_order_names(
             assert methods(words)[0][:2] == (SUBC_HOST, push.WFI) and not semaphores(words)
         else:
             assert semaphores(words)[0][2] == push.SEM_OP_ACQ_CIRC_GEQ
-            assert not words[5] & push.SEM_ACQUIRE_SWITCH_TSG
+            assert bool(words[5] & push.SEM_ACQUIRE_SWITCH_TSG) == (order == "acquire")
 
 
 def test_a_step_behind_unfinished_work_acquires_it_first(

@@ -80,9 +80,11 @@ QUEUE_GROUP = "device"
 # other queue's kernel runs beside it (the H200, docs/queues.md).
 RELEASE_BY_QMD = True
 # How a launch released by its QMD waits for the launch before it on its channel (grids of one
-# channel otherwise overlap): "acquire" the timeline word on the GPU (SWITCH_TSG where it
-# waits), "acquire-stay" without SWITCH_TSG, "wfi" a wait for idle of the subcontext.
-ORDER = "acquire"
+# channel otherwise overlap): "acquire-stay" the timeline word on the GPU, the group staying on
+# while it waits; "acquire" with SWITCH_TSG; "wfi" a wait for idle of the subcontext, which
+# holds other queues too. Saxpys of 4.5 us in flight on a queue took 9.3, 10.5 and 8.6 us
+# each (the H200, docs/results/submit-variants-2026-12-02.txt).
+ORDER = "acquire-stay"
 # NV2080_ENGINE_TYPE_GRAPHICS (cl2080_notification.h): the compute group runs on the GR runlist.
 ENGINE_GRAPHICS = engines.ENGINE_GRAPHICS
 NVB0B5_ALLOCATION_PARAMETERS_VERSION_1 = 1  # clb0b5sw.h: engineType is an NV2080_ENGINE_TYPE

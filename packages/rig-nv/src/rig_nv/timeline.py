@@ -119,7 +119,7 @@ class Timeline:
     # ---- made by rig_nv.setup -----------------------------------------------------------
 
     def place_word(self, a: Allocation, qmd_release: Release | None = None,
-                   order: str = "acquire") -> None:
+                   order: str = "acquire-stay") -> None:
         """Keep the word in ``a`` (pinned memory the GPU writes); launches end as
         :meth:`release_by` says."""
         assert a.host is not None
@@ -129,7 +129,7 @@ class Timeline:
         self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
         self.release_by(qmd_release, order)
 
-    def release_by(self, qmd_release: Release | None, order: str = "acquire") -> None:
+    def release_by(self, qmd_release: Release | None, order: str = "acquire-stay") -> None:
         """From the next launch on, with ``qmd_release`` (the QMD layout's), launches end
         with their QMD's release of the value, not the channel's; a launch after work the
         host has not seen done then first waits for it on the GPU as ``order`` says
