@@ -76,6 +76,7 @@ def test_times_after_the_copy_channel_acquires_once_then_goes_as_one(
     of the commands, through the pushbuffer); the other N-1 follow as one doorbell."""
     d, path = dev
     _, a, s = _one_kernel_step(d, path)
+    s.submit()  # takes the load's invalidate of the SMs' caches
     b = d.alloc(1 << 16, Memory.PINNED)
     copied = d.copy(b, a, 4096)
     bells, put = _Doorbells(monkeypatch), d.compute.put

@@ -168,9 +168,10 @@ class Step:
         as soon as the one before completes. A copy waits for the engine (WFI) first."""
         d = self.device
         layout = qmd.LAYOUTS[d.classes.qmd_version]
+        # No invalidate of the SMs' caches first: each QMD invalidates the data and constant
+        # caches, and a submission after new code invalidates (Timeline.submit_step). It cost
+        # 0.18 us a step on the H200 (docs/results/submit-variants-2026-12-02.txt).
         words = Push()
-        words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
-                     INVALIDATE_CODE_AND_DATA)
         marker = base + self.marker
         release = self._release
         if self.marked:  # cleared as the channel reaches it: the last grid sets it again

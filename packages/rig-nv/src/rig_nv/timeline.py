@@ -332,13 +332,8 @@ class Timeline:
         compute = self.compute
         release = self.qmd_release
         if self.last is not compute or not self.plain or self.profile:
-            body: tuple[int, ...] = (self.pcas_a, address >> 8, self.pcas2_b,
-                                     PCAS_INVALIDATE_COPY_SCHEDULE)
-            if self.invalidate:  # new code: the SMs' caches must not hold old bytes
-                body = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                        INVALIDATE_CODE_AND_DATA, *body)
-                self.invalidate = False
-                self.plain = not self._after
+            body = (*self._invalidation(), self.pcas_a, address >> 8, self.pcas2_b,
+                    PCAS_INVALIDATE_COPY_SCHEDULE)
             # The QMD releases the value, else submit's own release ends the launch.
             return self.submit(compute, body, name, self._launch_tail,
                                None if release is None else qmd)
@@ -357,6 +352,17 @@ class Timeline:
             words[-3] = address >> 8
         compute.submit(words, value, done)
         return _point(self.device, value)
+
+    def _invalidation(self) -> tuple[int, ...]:
+        """The invalidate of the SMs' caches where new code lies in memory since the last one
+        (then taken: the lock held), else nothing. A QMD invalidates the data and constant
+        caches itself (INVALIDATE_SHADER_DATA_CACHE, as libcuda's), not the code's."""
+        if not self.invalidate:
+            return ()
+        self.invalidate = False
+        self.plain = not self._after
+        return (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+                INVALIDATE_CODE_AND_DATA)
 
     def _ordered(self, value: int) -> array[int]:
         """The launch words behind the order words, which wait for ``value - 1``."""
@@ -475,7 +481,7 @@ class Timeline:
             # Where launches release by their QMD, a step behind work not seen done goes the
             # way that puts an acquire of it first (submit): its grids could overlap it.
             if (self.last is compute or self.last is None) and self.profile is None and \
-                    not self._after and (self.qmd_release is None
+                    self.plain and (self.qmd_release is None
                                          or self.word[0] >= self.next - 1):
                 if times != 1:
                     return self._send_entries(compute, step.entry, times)
@@ -514,10 +520,10 @@ class Timeline:
         cmds = step.commands
         if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
             last = self.release_words
-            return self.submit(compute, cmds[:-last], "step", tail=cmds[-last:],
-                               idle=not step.marked)
-        if self._after:  # its waits on other queues go first, in a submission of their own
-            self.submit(compute, ())
+            return self.submit(compute, (*self._invalidation(), *cmds[:-last]), "step",
+                               tail=cmds[-last:], idle=not step.marked)
+        if self._after or self.invalidate:  # these go first, in a submission of their own
+            self.submit(compute, self._invalidation())
         # Waited for before the value is taken: a wait may raise.
         self.wait_value(self.next - 1)
         if profile is None:
