@@ -7,9 +7,10 @@ configuration is a fresh open; it prints a line per configuration and a table la
 - ``d2d``: a 256 MiB copy inside the GPU and its wait, median of 30, the same two ways.
 - ``order``: saxpys in flight on a queue, per way a launch waits for the one before.
 - ``steps``: a one-launch step submitted 10,000 times in one ``submit(times=)``, per step,
-  with parts of its commands left out or put back: the cache invalidate at its start, its
-  marker (``marked`` false: the reduction waits for idle), the marker acquire's switch of
-  channel group (``switch`` true, as before 2026-12-02).
+  with parts of its commands left out or put back: its marker (``marked`` false: the
+  reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
+  as before 2026-12-02). (Before a5afa91 a step began with an invalidate of the SMs' caches,
+  and a variant left it out.)
 
 Run on the GPU machine: python3 scripts/submit_variants_probe.py [latency] [d2d] [order] [steps]."""
 
@@ -36,19 +37,12 @@ ROWS: list[tuple[str, str, float, str]] = []
 
 
 @contextmanager
-def patched(invalidate: bool = True, wfi: bool = True, switch: bool = False,
-            marked: bool = True) -> Any:
-    """Steps sealed inside leave out their first method (the cache invalidate) or the
-    reduction's wait for idle, switch channel group on the marker's acquire (as before
-    2026-12-02), or have no marker (``marked`` false: the reduction waits for idle)."""
-    seal, commands = rig_nv.step.Step._seal, rig_nv.step.Step._commands
+def patched(wfi: bool = True, switch: bool = False, marked: bool = True) -> Any:
+    """Steps sealed inside leave out the reduction's wait for idle, switch channel group on
+    the marker's acquire (as before 2026-12-02), or have no marker (``marked`` false: the
+    reduction waits for idle)."""
+    seal = rig_nv.step.Step._seal
     acquire = rig_nv.push.Push.semaphore_acquire
-
-    def trimmed(self: Any, base: int, host: Any) -> Any:
-        words = commands(self, base, host)
-        if not invalidate:
-            del words.words[:2]  # header and data of INVALIDATE_SHADER_CACHES_NO_WFI
-        return words
 
     def switching(self: Any, address: int, value: int, **_: bool) -> Any:
         return acquire(self, address, value, switch=True)
@@ -67,12 +61,10 @@ def patched(invalidate: bool = True, wfi: bool = True, switch: bool = False,
             rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release = flag, qmd_release
             rig_nv.push.Push.semaphore_acquire = acquire  # type: ignore[method-assign]
 
-    rig_nv.step.Step._commands = trimmed  # type: ignore[method-assign]
     rig_nv.step.Step._seal = sealed  # type: ignore[method-assign]
     try:
         yield
     finally:
-        rig_nv.step.Step._commands = commands  # type: ignore[method-assign]
         rig_nv.step.Step._seal = seal  # type: ignore[method-assign]
 
 
@@ -218,7 +210,6 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
     "order": [lambda: order("acquire"), lambda: order("acquire-stay"), lambda: order("wfi")],
     "steps": [
         lambda: steps("shipped", "device"),
-        lambda: steps("no invalidate", "device", invalidate=False),
         lambda: steps("unmarked", "device", marked=False),
         lambda: steps("shipped, 2 launches", "device", 2),
         lambda: steps("shipped", "device after a queue"),

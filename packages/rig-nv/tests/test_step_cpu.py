@@ -12,6 +12,7 @@ import pytest
 from rig_edge import Memory, Misuse, RigError
 from rig_nv import push, setup
 from rig_nv import step as step_module
+from rig_nv import timeline as timeline_module
 from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
@@ -49,6 +50,7 @@ def _stamp(address: int, idle: bool = True) -> list[int]:
 # The invalidate of the SMs' caches that a submission after new code puts first.
 INVALIDATE = [push.header(push.SUBC_COMPUTE, push.COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
               setup.INVALIDATE_CODE_AND_DATA]
+assert tuple(INVALIDATE) == timeline_module.INVALIDATE
 
 
 def _in_pushbuffer(d: Any, address: int) -> bool:
@@ -94,10 +96,44 @@ def test_a_step_after_new_code_invalidates_the_sms_caches_first_once(
     path.complete()
     _, address, words = _submit(d, s)
     assert (address, words) == (s.address, list(s.commands))
-    d.timeline.code_loaded()  # new code after compute work (as the timeline is told of it)
-    s.submit()
-    _, words = _entry(d.compute, d.compute.put - 1)
-    assert words == INVALIDATE + list(s.commands)
+    # New code after compute work (as the timeline is told of it): the entry names the
+    # step's commands from the invalidate that lies before them, once; with times= the
+    # other repetitions name the commands alone.
+    d.timeline.code_loaded()
+    put = d.compute.put
+    s.submit(times=3)
+    assert d.compute.put == put + 3
+    address, words = _entry(d.compute, put)
+    assert (address, words) == (s.address - 4 * len(INVALIDATE), INVALIDATE + list(s.commands))
+    assert [_entry(d.compute, put + i)[0] for i in (1, 2)] == [s.address] * 2
+    path.complete()
+
+
+def test_a_large_step_after_new_code_is_still_one_entry(
+        dev: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step too large to copy into the pushbuffer (the CPU waits for the work before it,
+    then names the step's own memory) after new code: still one entry, from the invalidate
+    before its commands; under a profile, the invalidate first in the stamped copy."""
+    monkeypatch.setattr(timeline_module, "PUSHBUFFER_SHARE", 1 << 40)
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    s = d.step()
+    s.launch(img["vadd"], (1,), (32,), (a, a, a, 1))
+    path.complete()
+    _, address, words = _submit(d, s)
+    assert (address, words) == (s.address - 4 * len(INVALIDATE), INVALIDATE + list(s.commands))
+    path.complete()
+    _, address, words = _submit(d, s)
+    assert (address, words) == (s.address, list(s.commands))
+    d.load(CUBIN.read_bytes())
+    path.complete()
+    with d.profile(capacity=4) as prof:
+        _, address, words = _submit(d, s)
+    assert words[:2] == INVALIDATE and words[2:8] == _stamp(prof.memory.gpu, False)
+    assert words[8:8 + len(s.commands) - d.timeline.release_words] == \
+        list(s.commands)[:-d.timeline.release_words]
+    path.complete()
 
 
 def test_each_step_submission_is_one_gpfifo_entry(dev: tuple[Any, Any]) -> None:

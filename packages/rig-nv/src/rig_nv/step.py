@@ -41,7 +41,7 @@ from rig_nv.push import (
     lo_hi,
 )
 from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE, qmd_release
-from rig_nv.timeline import AROUND, PUSHBUFFER_SHARE  # noqa: F401 (tests')
+from rig_nv.timeline import AROUND, INVALIDATE, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
     from rig_nv.device import Device
@@ -83,6 +83,7 @@ class Step:
         self.address = 0  # GPU address of the commands in the step's memory, once sealed
         self.dwords = 0  # and their number of words
         self.entry = 0  # the GPFIFO entry naming them (rig_nv.channel.entry_at)
+        self.fresh_entry = 0  # the same from the invalidate before them, after new code
         self.commands = array("I")  # the commands, for submissions that copy them
         self.stamped_memory: Region | None = None  # see stamped
         self.marked = False  # its end waits for its last grid by an acquire of its marker
@@ -141,6 +142,7 @@ class Step:
         self.marked = self._release is not None
         if self.marked:
             self.marker, at = at, at + 16
+        at += 4 * len(INVALIDATE)  # the invalidate of the SMs' caches, before the commands
         n = len(self._commands(0, None))
         if n + AROUND > ENTRY_MOST:
             raise Misuse(f"a step of {len(self.items)} items makes {n} words of commands, more "
@@ -156,9 +158,12 @@ class Step:
         words = self._commands(memory.gpu, host)
         data = memoryview(words.words).cast("B")
         host[at : at + len(data)] = data
+        host[at - 4 * len(INVALIDATE) : at] = array("I", INVALIDATE).tobytes()
         self.address = memory.gpu + at
         self.dwords = len(words)
         self.entry = entry_at(self.address, self.dwords)
+        self.fresh_entry = entry_at(self.address - 4 * len(INVALIDATE),
+                                    self.dwords + len(INVALIDATE))
         self.commands = words.words
 
     def _commands(self, base: int, host: memoryview | None) -> Push:
@@ -248,23 +253,24 @@ class Step:
         """Make sure of the memory :meth:`stamped` writes: mapped memory of the step's own
         for its commands and two stamps. Raises :class:`RigError` when there is none."""
         if self.stamped_memory is None:
-            d, n = self.device, (len(self.commands) + 12) * 4
+            d, n = self.device, (len(self.commands) + 12 + len(INVALIDATE)) * 4
             memory = d.alloc(n, Memory.MAPPED)
             if memory is None:
                 raise RigError(f"{d.facts.name}: no mapped memory for a profiled step of "
                                f"{n} bytes")
             self.stamped_memory = memory
 
-    def stamped(self, start: int, end: int) -> tuple[int, int]:
+    def stamped(self, start: int, end: int, first: Sequence[int] = ()) -> tuple[int, int]:
         """(GPU address, dwords) of the step's commands between a start and an end stamp
         (GPU addresses of a profile's slots), the end stamp before their release, in the
         memory :meth:`stamp_room` made: for a step whose commands are too many to copy into
-        the pushbuffer. The device calls it only once every earlier submission is done, so
-        no GPU reads that memory while it changes."""
+        the pushbuffer; ``first``: words before them all (an invalidate). The device calls
+        it only once every earlier submission is done, so no GPU reads that memory while it
+        changes."""
         cmds, memory = self.commands, self.stamped_memory
         assert memory is not None and memory.host is not None
         last, idle = self.timeline.release_words, not self.marked
-        words = (Push().timestamp(start, idle).words + cmds[:-last]
+        words = (array("I", first) + Push().timestamp(start, idle).words + cmds[:-last]
                  + Push().timestamp(end, idle).words + cmds[-last:])
         view(memory.host, len(words) * 4)[:] = memoryview(words).cast("B")
         return memory.gpu, len(words)

@@ -50,6 +50,9 @@ PUSHBUFFER_SHARE = 2
 AROUND = 18  # words a submission may put around a step's commands: an acquire and two stamps
 RELEASE_WORDS = 6  # a step's commands' last words: the timeline's reduction ...
 INTERRUPT_WORDS = 2  # ... and, where the path wakes on it, the non-stall interrupt
+# The invalidate of the SMs' caches (code, data, constants) before the first work after new code.
+INVALIDATE = (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
+              INVALIDATE_CODE_AND_DATA)
 
 
 @dataclass(frozen=True)
@@ -361,8 +364,7 @@ class Timeline:
             return ()
         self.invalidate = False
         self.plain = not self._after
-        return (header(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI, 1),
-                INVALIDATE_CODE_AND_DATA)
+        return INVALIDATE
 
     def _ordered(self, value: int) -> array[int]:
         """The launch words behind the order words, which wait for ``value - 1``."""
@@ -481,10 +483,14 @@ class Timeline:
             # Where launches release by their QMD, a step behind work not seen done goes the
             # way that puts an acquire of it first (submit): its grids could overlap it.
             if (self.last is compute or self.last is None) and self.profile is None and \
-                    self.plain and (self.qmd_release is None
+                    not self._after and (self.qmd_release is None
                                          or self.word[0] >= self.next - 1):
+                if self.invalidate:  # new code: the first from the invalidate before it
+                    self._send_entry(compute, self._entry_of(step))
+                    times -= 1
                 if times != 1:
-                    return self._send_entries(compute, step.entry, times)
+                    return self._send_entries(compute, step.entry, times) if times else \
+                        _point(self.device, self.next - 1)
                 # _send_entry, inline: the common case of a step after compute work
                 value = self.next
                 self.next = value + 1
@@ -522,13 +528,19 @@ class Timeline:
             last = self.release_words
             return self.submit(compute, (*self._invalidation(), *cmds[:-last]), "step",
                                tail=cmds[-last:], idle=not step.marked)
-        if self._after or self.invalidate:  # these go first, in a submission of their own
-            self.submit(compute, self._invalidation())
+        if self._after:  # its waits on other queues go first, in a submission of their own
+            self.submit(compute, ())
         # Waited for before the value is taken: a wait may raise.
         self.wait_value(self.next - 1)
         if profile is None:
-            return self._send_entry(compute, step.entry)
+            return self._send_entry(compute, self._entry_of(step))
         step.stamp_room()
         start, end = profile.take("step", "compute")
         profile.value(self.next)
-        return self._send_entry(compute, entry_at(*step.stamped(start, end)))
+        return self._send_entry(compute, entry_at(*step.stamped(start, end,
+                                                                self._invalidation())))
+
+    def _entry_of(self, step: Step) -> int:
+        """The GPFIFO entry of ``step``'s commands where they lie, from the invalidate before
+        them where new code is owed one (then taken; the lock held)."""
+        return step.fresh_entry if self._invalidation() else step.entry
