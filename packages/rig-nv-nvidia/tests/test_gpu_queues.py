@@ -311,6 +311,34 @@ def test_a_queues_step_repeated_in_flight_adds_every_repetition(device: Device) 
     np.testing.assert_array_equal(get(q, ry, n), y + 1601 * x)
 
 
+@pytest.mark.parametrize("on", ["device", "queue"])
+def test_a_step_repeated_in_flight_waits_for_its_grid_without_leaving_the_group(
+        device: Device, on: str) -> None:
+    """Issue 23 (row 3): a marked step's end acquires its marker without SWITCH_TSG. With the
+    switch, the failed acquire sent the group away and back: 8.2 us a step of one vadd in one
+    submit(times=10_000) on the H200, against 1.7-2.0 without (2.4 behind a wait for idle;
+    docs/results/submit-variants-2026-12-02.txt). Asserted under 4 us a step, best of three,
+    and every repetition's c += b landed (whole numbers: sums exact in float32)."""
+    img = kernels(device)
+    where: Submits = device.queue() if on == "queue" else device
+    c, b = whole(1), whole(1) + 1
+    rc, rb = alloc(device, 4), alloc(device, 4)
+    where.upload(rc, c)
+    where.upload(rb, b)
+    step = where.step()
+    step.launch(img["vadd"], (1,), (1,), (rc, rb, rc, 1))
+    step.submit().wait(timeout_s=30)
+    times, best = 10_000, float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        step.submit(times=times).wait(timeout_s=60)
+        best = min(best, time.perf_counter() - t)
+    assert step.marked
+    np.testing.assert_array_equal(get(where, rc, 1), c + (1 + 3 * times) * b)
+    print(f"{on}: {best / times * 1e6:.2f} us a step")
+    assert best / times < 4e-6, f"{best / times * 1e6:.2f} us a step (8.2 with SWITCH_TSG)"
+
+
 # ---- 3. do two queues' kernels run at the same time? (a measurement) ---------------------
 
 
