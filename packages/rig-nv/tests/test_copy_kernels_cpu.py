@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cffi import FFI
+from test_queue_groups_cpu import qmd_of
 
 from rig_edge import Memory
-from rig_nv import copies
+from rig_nv import copies, qmd, queues
 from rig_nv.hostmem import view
 
 KERNELS = Path(copies.__file__).resolve().parent / "kernels" / "copy.cu"
@@ -71,16 +73,32 @@ def launches(dev: tuple[Any, Any], kernels: Any,
              monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, tuple[int, int, int]]]:
     """Every copy kernel launch (kernel, blocks, args), each also run on the CPU."""
     made: list[tuple[str, int, tuple[int, int, int]]] = []
-    launch = copies._launch
+    launch = queues.Submits.launch_own
 
-    def run(d: Any, fn: Any, blocks: int, args: tuple[int, int, int]) -> Any:
-        made.append((fn.name, blocks, args))
-        point = launch(d, fn, blocks, args)
-        kernels.run(fn.name == "copy16", blocks, copies.COPY_BLOCK, *args)
+    def run(q: Any, fn: Any, blocks: int, block: int, args: Any, name: str) -> Any:
+        assert block == copies.COPY_BLOCK and name == "copy"
+        point = launch(q, fn, blocks, block, args, name)
+        got = launched(q.owner, fn)  # what the GPU reads, not what was asked
+        made.append((fn.name, *got))
+        kernels.run(fn.name == "copy16", *got[:1], copies.COPY_BLOCK, *got[1])
         return point
 
-    monkeypatch.setattr(copies, "_launch", run)
+    monkeypatch.setattr(queues.Submits, "launch_own", run)
     return made
+
+
+def launched(d: Any, fn: Any) -> tuple[int, tuple[int, int, int]]:
+    """(blocks, (dst, src, count)) of the launch the compute channel's last entry holds: the
+    grid its QMD names and the arguments in the bank it points at."""
+    compute = d.compute
+    entry = int(compute.entries[(compute.put - 1) % compute.count])
+    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
+    words = list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))
+    q = qmd.Qmd(qmd.LAYOUTS[d.classes.qmd_version], bytes(qmd_of(words)))
+    bank, _, valid = q.cbuf(0)
+    assert valid
+    args = struct.unpack_from("<3Q", view(bank + fn.kernel.param_offset, 24))
+    return q.get("GRID_WIDTH"), args
 
 
 GUARD = 4096

@@ -16,7 +16,6 @@ from rig_nv.push import Push
 
 if TYPE_CHECKING:
     from rig_edge import Region
-    from rig_nv.launch import Function
     from rig_nv.queues import Submits
     from rig_nv.rm import Allocation
     from rig_nv.timeline import Point, Timeline
@@ -96,15 +95,6 @@ class Staging:
         copy(out[off : off + size], view(s.host + slot * (STAGING // 2), size))
 
 
-def _launch(q: Submits, fn: Function, blocks: int, args: tuple[int, int, int]) -> Point:
-    """Launch a copy kernel: the launch fast path, or, under a profile, named "copy" there
-    (the user asked for a copy, not for rig's kernel)."""
-    if q.timeline.profile is None:
-        return q.launch(fn, (blocks,), (COPY_BLOCK,), args)
-    return launching.launch(q.owner, fn, (blocks,), (COPY_BLOCK,), args, name="copy",
-                            timeline=q.timeline)
-
-
 def _grid(chunks: int) -> int:
     """``chunks`` rounded up to a number of at most 5 significant bits: 16 grids an octave, so
     copies of every size prepare a bounded set of launch configurations (a function caches
@@ -118,6 +108,8 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
     block a chunk of COPY16_CHUNK units, at most COPY16_MOST blocks a launch. The one place
     that picks copy16's geometry, for every size."""
     most = COPY16_MOST * COPY16_CHUNK
+    if count <= most:  # one launch (any copy below 16 TiB), without the loop's cost
+        return [(0, _grid(-(-count // COPY16_CHUNK)), count)]
     return [(first, _grid(-(-min(most, count - first) // COPY16_CHUNK)),
              min(most, count - first)) for first in range(0, count, most)]
 
@@ -133,12 +125,13 @@ def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
     if not (dst | src) & 15 and n >= 16:
         count = n // 16
         for first, blocks, units in copy16_launches(count):
-            point = _launch(q, img["copy16"], blocks, (dst + first * 16, src + first * 16, units))
+            point = q.launch_own(img["copy16"], blocks, COPY_BLOCK,
+                                 (dst + first * 16, src + first * 16, units), "copy")
         done = count * 16
     if n > done:
         rest = n - done
-        point = _launch(q, img["copy1"], min(-(-rest // COPY_BLOCK),
-                                             q.owner.sm_count * COPY1_PER_SM),
-                        (dst + done, src + done, rest))
+        point = q.launch_own(img["copy1"], min(-(-rest // COPY_BLOCK),
+                                               q.owner.sm_count * COPY1_PER_SM),
+                             COPY_BLOCK, (dst + done, src + done, rest), "copy")
     assert point is not None
     return point

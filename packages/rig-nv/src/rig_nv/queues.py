@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rig_nv.device import Device
 
 KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
+_WHOLE = [(int,) * n for n in range(8)]  # the argument types of launch_own's packers
 
 
 class Submits:
@@ -142,6 +143,23 @@ class Submits:
         else:  # launching.arg_values' common case: a tuple, in the parameters' order
             st, values = packer[0], list(map(operator.call, packer[2], args))
         return t.launch_prepared(prep, st, values, fn.kernel.param_offset)
+
+    def launch_own(self, fn: Function, blocks: int, block: int, args: tuple[int, ...],
+                   name: str) -> Point:
+        """Launch one of rig's own kernels (the copy kernels) on ``blocks`` blocks of
+        ``block`` threads with whole-number ``args`` rig computed: :meth:`launch`'s common
+        case without the checks and conversions a caller's arguments need. Under a profile
+        its event is ``name`` (the user asked for a copy, not for rig's kernel)."""
+        t = self.timeline
+        if t.profile is None:
+            # launch's own key and packer, made by the first launch of this configuration
+            prep = fn.prepared.get(((blocks,), (block,), 0, self.owner.loader.slm))
+            packer = fn.packers.get(_WHOLE[len(args)])
+            if prep is not None and packer is not None and packer[1] is None:
+                return t.launch_prepared(prep, packer[0], args, fn.kernel.param_offset)
+            return self.launch(fn, (blocks,), (block,), args)
+        return launching.launch(self.owner, fn, (blocks,), (block,), args, name=name,
+                                timeline=t)
 
     def copy(self, dst: Region, src: Region, n: int | None = None, *, dst_offset: int = 0,
              src_offset: int = 0, engine: str = "auto") -> Point:
