@@ -1,18 +1,14 @@
-"""Steps: launches and copies recorded once and submitted again and again (what CUDA graphs
-are for).
+"""Steps: launches and copies recorded once and submitted again and again (CUDA's graphs).
 
-A step's commands, QMDs and constant banks are written once into memory the GPU reads. Each
-submission is one GPFIFO entry (:meth:`rig_nv.timeline.Timeline.submit_step`): after compute work it
-names the step's commands where they lie; after the copy channel's work, or under a profile,
-it names a copy of them in the compute channel's pushbuffer behind the wait and the stamps.
-The commands end by adding one to the timeline word (a 64-bit unsigned IADD reduction,
-clc56f.h SEM_EXECUTE), so they never change between submissions. Launches inside a step run
-one after another, chained as dependent QMDs; a copy waits for the engine (WFI) first.
-The reduction waits for the last grid. A step that ends with a launch ("marked", wherever
-QMDs release, :func:`rig_nv.setup.qmd_release`) acquires a marker in its memory that its last
-QMD releases, without a switch of channel group: a WFI would hold every queue's channel of the
-group until the grid is done, and a switch away and back costs ~6 us a step (the H200,
-docs/queues.md). Other steps wait for idle.
+A step's commands, QMDs and banks are written once into memory the GPU reads. Each submission
+is one GPFIFO entry (:meth:`rig_nv.timeline.Timeline.submit_step`): after compute work it names
+the commands where they lie (after new code, from an invalidate laid just before them), else a
+copy of them in the pushbuffer behind the wait and stamps. The commands end by adding one to
+the timeline word (an IADD reduction, clc56f.h SEM_EXECUTE), so they never change. Launches run
+one after another as chained QMDs; a copy waits for idle (WFI) first. A step that ends with a
+launch ("marked", wherever QMDs release: :func:`rig_nv.setup.qmd_release`) acquires a marker its
+last QMD releases, the channel group staying on: a WFI would hold every queue of the group,
+and a switch away and back costs ~6 us a step (docs/queues.md). Other steps wait for idle.
 """
 
 from __future__ import annotations
