@@ -526,8 +526,11 @@ class Timeline:
         cmds = step.commands
         if (len(cmds) + AROUND) * 4 <= compute.pb.length // PUSHBUFFER_SHARE:
             last = self.release_words
-            return self.submit(compute, (*self._invalidation(), *cmds[:-last]), "step",
-                               tail=cmds[-last:], idle=not step.marked)
+            body = cmds[:-last]
+            first = self._invalidation()
+            if first:
+                body = array("I", first) + body
+            return self.submit(compute, body, "step", tail=cmds[-last:], idle=not step.marked)
         if self._after:  # its waits on other queues go first, in a submission of their own
             self.submit(compute, ())
         # Waited for before the value is taken: a wait may raise.
