@@ -65,6 +65,7 @@ ROWS = (
     Row("3_launch_flight", "3' 10,000 launches, per launch", "us"),
     Row("3_flight_batched", "3' 10,000 steps, one submit(times=)", "us", ("<=", 1.0),
         "3_flight"),
+    Row("3_flight_queue", "3' the same on a queue", "us", ("<=", 1.0), "3_flight"),
     Row("4_h2d_pinned", "4 H2D 256 MiB pinned", "GB/s", (">=", 0.98)),
     Row("4_d2h_pinned", "4 D2H 256 MiB pinned", "GB/s", (">=", 0.98)),
     Row("4_h2d_pageable", "4 H2D 256 MiB pageable", "GB/s", (">=", 1.5)),
@@ -139,6 +140,8 @@ NOTES = {
     "6_alloc_64k_raw": "cupy.cuda.memory.Memory: cudaMalloc+cudaFree",
     "4_h2d_map_host": "rig only: map the caller's pages, copy, unmap, every time",
     "3_launch_flight": "plain launches (not steps/graphs) submitted, then one wait",
+    "3_flight_queue": "rig only: a step of one vadd on a d.queue(), submit(times=10_000) then "
+    "one wait, against CUDA's graph replays on its stream (row 3)",
     "9_peer_01": "rig: GPU 1's d1.copy from d1.map_peer(d0, r0) (GPU1->GPU0: into it), the "
     "better of engine='copy' and 'sm' (9'); CUDA: cuMemcpyPeerAsync on the source GPU's stream "
     "+ cuStreamSynchronize, primary contexts with peer access both ways; torch: tensor.to() "

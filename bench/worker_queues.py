@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from common import Recorder, fresh_bytes, same
+from common import FLIGHT, Accumulator, Recorder, flight_batched, fresh_bytes, same
 
 UPLOAD = 1 << 30
 VADDS = 48  # ~0.4 ms each on the H200, so about the upload's ~20 ms
@@ -24,6 +24,7 @@ WORK = 64 << 20  # floats each vadd of the kernels' work adds (768 MiB of traffi
 THREADS = (1, 2, 4)
 OVERLAP_KEYS = ("13_overlap", "13_overlap_upload", "13_overlap_kernels", "13_overlap_both")
 THREAD_KEYS = tuple(f"14_threads_{n}" for n in THREADS)
+QUEUE_KEYS = ("3_flight_queue", *OVERLAP_KEYS, *THREAD_KEYS)  # every row needing a queue
 
 
 def overlap_samples(upload: Callable[[], Any], kernels: Callable[[], Any],
@@ -91,8 +92,30 @@ def thread_samples(launcher: Callable[[int], Callable[[], None]], count: int,
 
 def queues_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
                host: Callable[[Any], Any], fn: Any) -> None:
-    """Rows 13 and 14 for rig: ``fn`` is the cubin's vadd."""
+    """Rows 13 and 14 for rig, and row 3's steps on a queue: ``fn`` is the cubin's vadd.
+    They run last: a device's first queue switches its launches to QMD releases."""
     from rig_edge import Memory
+
+    if rec.wants("3_flight_queue"):
+        with rec.row("3_flight_queue"):
+            q = d.queue()
+            acc = Accumulator(rng)
+            c0, b0 = acc.arrays()
+            rc, rb = alloc(4096), alloc(4096)
+            q.upload(rc, c0.tobytes())
+            q.upload(rb, b0.tobytes()).wait()
+            one = q.step()
+            one.launch(fn, (1,), (1,), (rc, rb, rc, 1))
+            n = rec.reps(8)
+            s = flight_batched(lambda times: one.submit(times=times), n)
+            acc.count += (n + 1) * FLIGHT
+            import numpy as np
+
+            acc.check(np.frombuffer(bytes(q.download(rc, 4)), dtype=np.float32)[0],
+                      "3 steps on a queue")
+            rec.add("3_flight_queue", s)
+            one.free()
+            q.stop()
 
     if rec.wants(*OVERLAP_KEYS):
         with rec.row(*OVERLAP_KEYS):

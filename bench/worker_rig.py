@@ -29,7 +29,7 @@ from common import (
     timed,
     too_few_gpus,
 )
-from worker_queues import OVERLAP_KEYS, THREAD_KEYS, queues_rig
+from worker_queues import QUEUE_KEYS, queues_rig
 
 # ---- the rig worker ----------------------------------------------------------------------------
 
@@ -242,7 +242,7 @@ def worker_rig(rec: Recorder, cubin: Path) -> None:
         with rec.row("12_matmul"):
             matmul_rig(rec, d, rng, alloc)
 
-    if rec.wants(*OVERLAP_KEYS, *THREAD_KEYS):
+    if rec.wants(*QUEUE_KEYS):
         if fn is None:
             fn = d.load(cubin.read_bytes())["vadd"]
         queues_rig(rec, d, rng, alloc, host, fn)
