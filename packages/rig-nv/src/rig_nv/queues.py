@@ -148,8 +148,9 @@ class Submits:
                    name: str) -> Point:
         """Launch one of rig's own kernels (the copy kernels) on ``blocks`` blocks of
         ``block`` threads with whole-number ``args`` rig computed: :meth:`launch`'s common
-        case without the checks and conversions a caller's arguments need. Under a profile
-        its event is ``name`` (the user asked for a copy, not for rig's kernel)."""
+        case without the checks and conversions a caller's arguments need, so for rig's own
+        use. Under a profile its event is ``name`` (the user asked for a copy, not for rig's
+        kernel). Raises the device's loss or stop, as :meth:`launch` does."""
         t = self.timeline
         if t.profile is None:
             # launch's own key and packer, made by the first launch of this configuration
