@@ -9,14 +9,15 @@ configuration is a fresh open; it prints a line per configuration and a table la
 - ``steps``: a one-launch step submitted 10,000 times in one ``submit(times=)``, per step,
   with parts of its commands left out or put back: its marker (``marked`` false: the
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
-  as before 2026-12-02). (Before a5afa91 a step began with an invalidate of the SMs' caches,
-  and a variant left it out.)
+  as before 2026-12-02), or the last QMD adding to the timeline word itself (``qmd_adds``).
+  (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
 
 Run on the GPU machine: python3 scripts/submit_variants_probe.py [latency] [d2d] [order] [steps]."""
 
 from __future__ import annotations
 
 import statistics
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -29,7 +30,10 @@ import numpy as np
 import rig_nv.push
 import rig_nv.setup
 import rig_nv.step
+import rig_nv.timeline
 import rig_nv_nvidia
+from rig_nv.channel import entry_at
+from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parents[1] / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin"
 FLIGHT = 10_000
@@ -37,10 +41,13 @@ ROWS: list[tuple[str, str, float, str]] = []
 
 
 @contextmanager
-def patched(wfi: bool = True, switch: bool = False, marked: bool = True) -> Any:
+def patched(wfi: bool = True, switch: bool = False, marked: bool = True,
+            qmd_adds: bool = False) -> Any:
     """Steps sealed inside leave out the reduction's wait for idle, switch channel group on
     the marker's acquire (as before 2026-12-02), or have no marker (``marked`` false: the
-    reduction waits for idle)."""
+    reduction waits for idle); with ``qmd_adds`` the last QMD's second release adds one to
+    the timeline word (RED_ADD, 64 bits: clcbc0qmd.h RELEASE_REDUCTION_*) and the commands
+    end at the marker's acquire, with no reduction of their own (untried on a GPU)."""
     seal = rig_nv.step.Step._seal
     acquire = rig_nv.push.Push.semaphore_acquire
 
@@ -60,6 +67,22 @@ def patched(wfi: bool = True, switch: bool = False, marked: bool = True) -> Any:
         finally:
             rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release = flag, qmd_release
             rig_nv.push.Push.semaphore_acquire = acquire  # type: ignore[method-assign]
+        if qmd_adds:
+            adding(self)
+
+    def adding(self: Any) -> None:
+        assert self.marked and not self.timeline.interrupt
+        release, last = self._release, self.items[-1]
+        host = view(self.memory.host, self.memory.length)
+        q = host[last.at : last.at + 512]
+        # ENABLE, STRUCTURE_SIZE TWO_WORDS, REDUCTION_ENABLE, OP RED_ADD, UNSIGNED, PAYLOAD64B
+        struct.pack_into("<H", q, release.control_at + 2, 1 | 2 << 1 | 1 << 4 | 1 << 12)
+        struct.pack_into("<QQ", q, release.stamp_at, self.timeline.gpu, 1)
+        cut = rig_nv.timeline.RELEASE_WORDS  # the commands' own reduction, last
+        self.commands = self.commands[:-cut]
+        self.dwords -= cut
+        self.entry = entry_at(self.address, self.dwords)
+        self.fresh_entry = entry_at(self.address - 8, self.dwords + 2)
 
     rig_nv.step.Step._seal = sealed  # type: ignore[method-assign]
     try:
@@ -217,6 +240,8 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
         lambda: steps("unmarked", "queue", marked=False),
         lambda: steps("switch (as before)", "queue", switch=True),
         lambda: steps("shipped, 2 launches", "queue", 2),
+        lambda: steps("the QMD adds (untried)", "device", qmd_adds=True),
+        lambda: steps("the QMD adds (untried)", "queue", qmd_adds=True),
     ],
 }
 
