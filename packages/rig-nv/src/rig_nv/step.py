@@ -82,10 +82,14 @@ class Step:
         self.fresh_entry = 0  # the same from the invalidate before them, after new code
         self.commands = array("I")  # the commands, for submissions that copy them
         self.stamped_memory: Region | None = None  # see stamped
-        self.marked = False  # its end waits for its last grid by an acquire of its marker
         self.marker = 0  # offset of that marker (16 bytes) in the step's memory
-        self._release: qmd.Release | None = None  # the QMD release that sets it
+        self._release: qmd.Release | None = None  # the QMD release that sets it (marked)
         self._last: Point | None = None
+
+    @property
+    def marked(self) -> bool:
+        """Whether its end waits for its last grid by an acquire of its marker (once sealed)."""
+        return self._release is not None
 
     def launch(self, fn: launching.Function, grid: Sequence[int], block: Sequence[int],
                args: Sequence[Any] = (), shared: int = 0, *,
@@ -135,10 +139,10 @@ class Step:
         # The marker needs the QMD's release (any timeline's: the device's own too, where it
         # is faster than a wait for idle, docs/queues.md); a copy's end is no QMD's.
         self._release = qmd_release(d) if isinstance(self.items[-1], _Launch) else None
-        self.marked = self._release is not None
         if self.marked:
             self.marker, at = at, at + 16
-        at += 4 * len(INVALIDATE)  # the invalidate of the SMs' caches, before the commands
+        lead = 4 * len(INVALIDATE)  # the invalidate of the SMs' caches, before the commands
+        at += lead
         n = len(self._commands(0, None))
         if n + AROUND > ENTRY_MOST:
             raise Misuse(f"a step of {len(self.items)} items makes {n} words of commands, more "
@@ -154,12 +158,11 @@ class Step:
         words = self._commands(memory.gpu, host)
         data = memoryview(words.words).cast("B")
         host[at : at + len(data)] = data
-        host[at - 4 * len(INVALIDATE) : at] = array("I", INVALIDATE).tobytes()
+        host[at - lead : at] = array("I", INVALIDATE).tobytes()
         self.address = memory.gpu + at
         self.dwords = len(words)
         self.entry = entry_at(self.address, self.dwords)
-        self.fresh_entry = entry_at(self.address - 4 * len(INVALIDATE),
-                                    self.dwords + len(INVALIDATE))
+        self.fresh_entry = entry_at(self.address - lead, self.dwords + len(INVALIDATE))
         self.commands = words.words
 
     def _commands(self, base: int, host: memoryview | None) -> Push:

@@ -486,11 +486,12 @@ class Timeline:
                     not self._after and (self.qmd_release is None
                                          or self.word[0] >= self.next - 1):
                 if self.invalidate:  # new code: the first from the invalidate before it
-                    self._send_entry(compute, self._entry_of(step))
+                    point = self._send_entry(compute, self._entry_of(step))
                     times -= 1
+                    if not times:
+                        return point
                 if times != 1:
-                    return self._send_entries(compute, step.entry, times) if times else \
-                        _point(self.device, self.next - 1)
+                    return self._send_entries(compute, step.entry, times)
                 # _send_entry, inline: the common case of a step after compute work
                 value = self.next
                 self.next = value + 1
