@@ -6,13 +6,17 @@ configuration is a fresh open; it prints a line per configuration and a table la
   switched it to QMD releases.
 - ``d2d``: a 256 MiB copy inside the GPU and its wait, median of 30, the same two ways.
 - ``order``: saxpys in flight on a queue, per way a launch waits for the one before.
+- ``parts``: launch+wait of a one-thread vadd and of a 256 MiB copy inside the GPU, each
+  cut in four on the host's clock through a profile: the call, from its return to the GPU's
+  start stamp, the GPU's span, and from the end stamp to the wait's return (medians of 30).
 - ``steps``: a one-launch step submitted 10,000 times in one ``submit(times=)``, per step,
   with parts of its commands left out or put back: its marker (``marked`` false: the
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
   as before 2026-12-02), or the last QMD adding to the timeline word itself (``qmd_adds``).
   (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
 
-Run on the GPU machine: python3 scripts/submit_variants_probe.py [latency] [d2d] [order] [steps]."""
+Run on the GPU machine:
+python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [order] [steps]."""
 
 from __future__ import annotations
 
@@ -154,6 +158,58 @@ def d2d(queue_first: bool) -> None:
         d.stop()
 
 
+def parts(what: str, queue_first: bool) -> None:
+    d, on = opened(queue_first)
+    try:
+        rng = np.random.default_rng()
+        if what == "d2d":
+            n = 256 << 20
+            src, dst = d.alloc(n), d.alloc(n)
+            data = rng.integers(0, 256, n, dtype=np.uint8)
+            d.upload(src, data).wait()
+
+            def go() -> Any:
+                return on.copy(dst, src)
+        else:
+            fn = d.load(CUBIN.read_bytes())["vadd"]
+            a, b = rng.random(1, dtype=np.float32), rng.random(1, dtype=np.float32)
+            ra, rb, rc = (d.alloc(4096) for _ in range(3))
+            d.upload(ra, a.tobytes())
+            d.upload(rb, b.tobytes()).wait()
+
+            def go() -> Any:
+                return on.launch(fn, (1,), (1,), (ra, rb, rc, 1))
+        for _ in range(5):
+            go().wait()
+        hosts = []
+        clock = time.monotonic_ns
+        with on.profile(capacity=64) as prof:
+            for _ in range(30):
+                t0 = clock()
+                p = go()
+                t1 = clock()
+                p.wait()
+                hosts.append((t0, t1, clock()))
+        events = prof.events()
+        cuts: list[list[float]] = [[], [], [], [], []]
+        for (t0, t1, t2), e in zip(hosts, events, strict=True):
+            assert e.host_start_ns is not None and e.host_end_ns is not None
+            for i, v in enumerate((t1 - t0, e.host_start_ns - t1, e.duration_ns,
+                                   t2 - e.host_end_ns, t2 - t0)):
+                cuts[i].append(v / 1e3)
+        m = [statistics.median(c) for c in cuts]
+        if what == "d2d":
+            ok = bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
+        else:
+            got = np.frombuffer(bytes(d.download(rc, 4)), dtype=np.float32)[0]
+            ok = bool(got == np.float32(a[0] + b[0]))
+        ROWS.append(("parts", f"{what} {'on a queue' if queue_first else 'as opened'}", m[4],
+                     f"call {m[0]:.2f}, to start {m[1]:.2f}, GPU {m[2]:.2f}, end to return "
+                     f"{m[3]:.2f} us; correct {ok}"))
+    finally:
+        d.stop()
+
+
 def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
     """``where``: "device", "device after a queue" (its launches release by their QMD, its
     steps are marked), "queue"."""
@@ -230,6 +286,8 @@ def order(kind: str, launches: int = 2000) -> None:
 GROUPS: dict[str, list[Callable[[], None]]] = {
     "latency": [lambda: latency(False), lambda: latency(True)],
     "d2d": [lambda: d2d(False), lambda: d2d(True)],
+    "parts": [lambda: parts("vadd", False), lambda: parts("vadd", True),
+              lambda: parts("d2d", False), lambda: parts("d2d", True)],
     "order": [lambda: order("acquire"), lambda: order("acquire-stay"), lambda: order("wfi")],
     "steps": [
         lambda: steps("shipped", "device"),
