@@ -9,6 +9,9 @@ configuration is a fresh open; it prints a line per configuration and a table la
 - ``parts``: launch+wait of a one-thread vadd and of a 256 MiB copy inside the GPU, each
   cut in four on the host's clock through a profile: the call, from its return to the GPU's
   start stamp, the GPU's span, and from the end stamp to the wait's return (medians of 30).
+- ``cuts``: the same without a profile: the call and launch to wait's return, for a vadd, a
+  copy, and copy16 launched as a caller's kernel (``Device.launch``), medians of 200; with
+  ``parts``' GPU spans they say what the call and the wait cost the copy.
 - ``steps``: a one-launch step submitted 10,000 times in one ``submit(times=)``, per step,
   with parts of its commands left out or put back: its marker (``marked`` false: the
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
@@ -16,7 +19,7 @@ configuration is a fresh open; it prints a line per configuration and a table la
   (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
 
 Run on the GPU machine:
-python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [order] [steps]."""
+python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] [steps]."""
 
 from __future__ import annotations
 
@@ -210,6 +213,45 @@ def parts(what: str, queue_first: bool) -> None:
         d.stop()
 
 
+def cuts() -> None:
+    d, _ = opened(False)
+    try:
+        rng = np.random.default_rng()
+        n = 256 << 20
+        src, dst = d.alloc(n), d.alloc(n)
+        data = rng.integers(0, 256, n, dtype=np.uint8)
+        d.upload(src, data).wait()
+        fn = d.load(CUBIN.read_bytes())["vadd"]
+        r = d.alloc(4096)
+        img = d.loader.copy_kernels()
+        ways: dict[str, Callable[[], Any]] = {
+            "vadd": lambda: d.launch(fn, (1,), (1,), (r, r, r, 1)),
+            "d2d copy": lambda: d.copy(dst, src),
+            "d2d launch": lambda: d.launch(img["copy16"], (n // 16384,), (256,),
+                                           (dst.gpu, src.gpu, n // 16)),
+        }
+        clock = time.perf_counter_ns
+        for name, go in ways.items():
+            for _ in range(5):
+                go().wait()
+            calls, walls = [], []
+            for _ in range(200):
+                t0 = clock()
+                p = go()
+                t1 = clock()
+                p.wait()
+                t2 = clock()
+                calls.append(t1 - t0)
+                walls.append(t2 - t0)
+            m = [statistics.median(x) / 1e3 for x in (calls, walls)]
+            ROWS.append(("cuts", name, m[1], f"call {m[0]:.2f} us"))
+            print(ROWS[-1], flush=True)
+        ok = bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
+        ROWS.append(("cuts", "d2d correct", float(ok), ""))
+    finally:
+        d.stop()
+
+
 def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
     """``where``: "device", "device after a queue" (its launches release by their QMD, its
     steps are marked), "queue"."""
@@ -288,6 +330,7 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
     "d2d": [lambda: d2d(False), lambda: d2d(True)],
     "parts": [lambda: parts("vadd", False), lambda: parts("vadd", True),
               lambda: parts("d2d", False), lambda: parts("d2d", True)],
+    "cuts": [cuts],
     "order": [lambda: order("acquire"), lambda: order("acquire-stay"), lambda: order("wfi")],
     "steps": [
         lambda: steps("shipped", "device"),
