@@ -74,7 +74,7 @@ ROWS = (
         "4_h2d_pageable"),
     Row("4_d2h_map_host", "4' D2H pageable, map_host+copy+free", "GB/s", (">=", 1.5),
         "4_d2h_pageable"),
-    Row("5_d2d", "5 D2D 256 MiB", "GB/s", (">=", 0.9)),
+    Row("5_d2d", "5 D2D 256 MiB", "GB/s", (">=", 0.95)),  # issue 23's faster copy kernel
     # Row 6 (issue 23): rig's reuse cache against CuPy's pool (torch's caching allocator in its
     # column); rig with its cache left out (trim after each free) against cuMemAlloc+cuMemFree.
     *(Row(k, f"6 alloc+free {size_text(n)}, pools", "us", ("<=", 1.0), ref="cupy")
@@ -342,7 +342,7 @@ def self_check() -> list[str]:
     d2d = table["5_d2d"]
     expect("5_d2d rig GB/s", d2d["peers"]["rig"]["value"], 5.0)
     expect("5_d2d ratio (bandwidth over bandwidth)", d2d["ratio"], 0.5)
-    expect("5_d2d target (>= 0.9x) missed", d2d["met"], False)
+    expect("5_d2d target (>= 0.95x) missed", d2d["met"], False)
     expect("6_alloc_64k ratio against cupy's pool", table["6_alloc_64k"]["ratio"], 3.0)
     expect("13_overlap rig, its own ratio", table["13_overlap"]["peers"]["rig"]["value"], 1.05)
     expect("13_overlap target (<= 1.1 of rig's own) met", table["13_overlap"]["met"], True)

@@ -5,6 +5,7 @@ here."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -114,24 +115,32 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
              min(most, count - first)) for first in range(0, count, most)]
 
 
-def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
-    """Copy within the GPU's memory on the SMs: where both ends are 16-byte aligned, 16 bytes
-    a load, COPY16_LOADS loads in flight a thread, a block a chunk (copy16_launches); then the
-    rest byte by byte."""
-    img = q.owner.loader.copy_kernels()
-    assert img is not None
-    point = None
-    done = 0
-    if not (dst | src) & 15 and n >= 16:
+@functools.lru_cache(maxsize=256)
+def copy_plan(n: int, aligned: bool, sm_count: int) -> tuple[tuple[str, int, int, int], ...]:
+    """The launches of a copy of ``n`` bytes inside the GPU, each (kernel, byte offset,
+    blocks, count): where both ends are 16-byte ``aligned``, copy16's (copy16_launches), then
+    copy1's for the rest, bytes, on at most COPY1_PER_SM blocks an SM. Kept for the sizes
+    last copied: a copy's call then costs a launch's."""
+    plan, done = [], 0
+    if aligned and n >= 16:
         count = n // 16
-        for first, blocks, units in copy16_launches(count):
-            point = q.launch_own(img["copy16"], blocks, COPY_BLOCK,
-                                 (dst + first * 16, src + first * 16, units), "copy")
+        plan = [("copy16", first * 16, blocks, units)
+                for first, blocks, units in copy16_launches(count)]
         done = count * 16
     if n > done:
         rest = n - done
-        point = q.launch_own(img["copy1"], min(-(-rest // COPY_BLOCK),
-                                               q.owner.sm_count * COPY1_PER_SM),
-                             COPY_BLOCK, (dst + done, src + done, rest), "copy")
+        plan.append(("copy1", done, min(-(-rest // COPY_BLOCK), sm_count * COPY1_PER_SM), rest))
+    return tuple(plan)
+
+
+def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
+    """Copy ``n`` bytes (at least one) within the GPU's memory on the SMs, as copy_plan
+    says: 16 bytes a load, COPY16_LOADS loads in flight a thread, a block a chunk, where both
+    ends are 16-byte aligned; then the rest byte by byte."""
+    img = q.owner.loader.copy_kernels()
+    assert img is not None
+    point = None
+    for name, at, blocks, count in copy_plan(n, not (dst | src) & 15, q.owner.sm_count):
+        point = q.launch_own(img[name], blocks, COPY_BLOCK, (dst + at, src + at, count), "copy")
     assert point is not None
     return point
