@@ -229,6 +229,7 @@ def cuts() -> None:
             "d2d copy": lambda: d.copy(dst, src),
             "d2d launch": lambda: d.launch(img["copy16"], (n // 16384,), (256,),
                                            (dst.gpu, src.gpu, n // 16)),
+            "d2d x2 (two back to back)": lambda: (d.copy(dst, src), d.copy(dst, src))[1],
         }
         clock = time.perf_counter_ns
         for name, go in ways.items():
