@@ -255,9 +255,10 @@ def cuts() -> None:
 
 def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
     """``where``: "device", "device after a queue" (its launches release by their QMD, its
-    steps are marked), "queue"."""
+    steps are marked), "queue", "queue, its uploads" (the step's inputs uploaded through the
+    queue, as bench row 3_flight_queue does)."""
     d, q = opened(where != "device")
-    on = q if where == "queue" else d
+    on = q if where.startswith("queue") else d
     try:
         fn = d.load(CUBIN.read_bytes())["vadd"]
         rc, rb = d.alloc(4096), d.alloc(4096)
@@ -265,8 +266,9 @@ def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
         # Multiples of 2^-10 below 2^13: every partial sum is exact in float32.
         c0 = (rng.integers(0, 1024, 1) / 1024).astype(np.float32)
         b0 = (rng.integers(1, 8, 1) / 1024).astype(np.float32)
-        d.upload(rc, c0.tobytes())
-        d.upload(rb, b0.tobytes()).wait()
+        up = q if where == "queue, its uploads" else d  # the bench's row 3 on a queue
+        up.upload(rc, c0.tobytes())
+        up.upload(rb, b0.tobytes()).wait()
         with patched(**patch):
             st = on.step()
             for _ in range(launches):
@@ -339,6 +341,7 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
         lambda: steps("shipped, 2 launches", "device", 2),
         lambda: steps("shipped", "device after a queue"),
         lambda: steps("shipped", "queue"),
+        lambda: steps("shipped", "queue, its uploads"),
         lambda: steps("unmarked", "queue", marked=False),
         lambda: steps("switch (as before)", "queue", switch=True),
         lambda: steps("shipped, 2 launches", "queue", 2),
