@@ -108,9 +108,7 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
     """copy16's launches for ``count`` 16-byte units, each (first unit, blocks, units): one
     block a chunk of COPY16_CHUNK units, at most COPY16_MOST blocks a launch. The one place
     that picks copy16's geometry, for every size."""
-    most = COPY16_MOST * COPY16_CHUNK
-    if count <= most:  # one launch (any copy below 16 TiB), without the loop's cost
-        return [(0, _grid(-(-count // COPY16_CHUNK)), count)]
+    most = COPY16_MOST * COPY16_CHUNK  # one launch for any copy below 16 TiB
     return [(first, _grid(-(-min(most, count - first) // COPY16_CHUNK)),
              min(most, count - first)) for first in range(0, count, most)]
 
