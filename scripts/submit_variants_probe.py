@@ -40,6 +40,7 @@ import rig_nv.step
 import rig_nv.timeline
 import rig_nv_nvidia
 from rig_nv.channel import entry_at
+from rig_nv.copies import COPY16_CHUNK, COPY_BLOCK
 from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parents[1] / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin"
@@ -107,15 +108,34 @@ def opened(queue: bool) -> tuple[Any, Any]:
     return d, q
 
 
+def vadd_inputs(d: Any) -> tuple[Any, Any, Any, Any, Any, Any]:
+    """(vadd, ra, rb, rc, a, b): one-element float32 inputs a and b uploaded to ra and rb."""
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    rng = np.random.default_rng()
+    a, b = rng.random(1, dtype=np.float32), rng.random(1, dtype=np.float32)
+    ra, rb, rc = (d.alloc(4096) for _ in range(3))
+    d.upload(ra, a.tobytes())
+    d.upload(rb, b.tobytes()).wait()
+    return fn, ra, rb, rc, a, b
+
+
+def copy_pair(d: Any, n: int = 256 << 20) -> tuple[Any, Any, Any]:
+    """(src, dst, data): ``n`` fresh random bytes uploaded to src, and dst to copy them to."""
+    src, dst = d.alloc(n), d.alloc(n)
+    data = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
+    d.upload(src, data).wait()
+    return src, dst, data
+
+
+def copied(d: Any, dst: Any, data: Any) -> bool:
+    """Whether ``dst`` holds ``data``, byte for byte."""
+    return bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
+
+
 def latency(queue_first: bool) -> None:
     d, _ = opened(queue_first)
     try:
-        fn = d.load(CUBIN.read_bytes())["vadd"]
-        rng = np.random.default_rng()
-        a, b = rng.random(1, dtype=np.float32), rng.random(1, dtype=np.float32)
-        ra, rb, rc = (d.alloc(4096) for _ in range(3))
-        d.upload(ra, a.tobytes())
-        d.upload(rb, b.tobytes()).wait()
+        fn, ra, rb, rc, a, b = vadd_inputs(d)
         for _ in range(300):
             d.launch(fn, (1,), (1,), (ra, rb, rc, 1)).wait()
         s = []
@@ -137,10 +157,8 @@ def latency(queue_first: bool) -> None:
 def d2d(queue_first: bool) -> None:
     d, _ = opened(queue_first)
     try:
-        n = 256 << 20
-        src, dst = d.alloc(n), d.alloc(n)
-        data = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
-        d.upload(src, data).wait()
+        src, dst, data = copy_pair(d)
+        n = src.length
         for _ in range(3):
             d.copy(dst, src).wait()
         s = []
@@ -152,7 +170,7 @@ def d2d(queue_first: bool) -> None:
             for _ in range(10):
                 d.copy(dst, src).wait()
         gpu = statistics.median(e.duration_ns for e in prof.events()) / 1e3
-        ok = bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
+        ok = copied(d, dst, data)
         us = statistics.median(s) * 1e6
         ROWS.append(("d2d", "after a queue" if queue_first else "as opened", us,
                      f"{n / us / 1e3:.0f} GB/s, kernel {gpu:.1f} us on the GPU's clock, "
@@ -164,21 +182,13 @@ def d2d(queue_first: bool) -> None:
 def parts(what: str, queue_first: bool) -> None:
     d, on = opened(queue_first)
     try:
-        rng = np.random.default_rng()
         if what == "d2d":
-            n = 256 << 20
-            src, dst = d.alloc(n), d.alloc(n)
-            data = rng.integers(0, 256, n, dtype=np.uint8)
-            d.upload(src, data).wait()
+            src, dst, data = copy_pair(d)
 
             def go() -> Any:
                 return on.copy(dst, src)
         else:
-            fn = d.load(CUBIN.read_bytes())["vadd"]
-            a, b = rng.random(1, dtype=np.float32), rng.random(1, dtype=np.float32)
-            ra, rb, rc = (d.alloc(4096) for _ in range(3))
-            d.upload(ra, a.tobytes())
-            d.upload(rb, b.tobytes()).wait()
+            fn, ra, rb, rc, a, b = vadd_inputs(d)
 
             def go() -> Any:
                 return on.launch(fn, (1,), (1,), (ra, rb, rc, 1))
@@ -202,7 +212,7 @@ def parts(what: str, queue_first: bool) -> None:
                 cuts[i].append(v / 1e3)
         m = [statistics.median(c) for c in cuts]
         if what == "d2d":
-            ok = bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
+            ok = copied(d, dst, data)
         else:
             got = np.frombuffer(bytes(d.download(rc, 4)), dtype=np.float32)[0]
             ok = bool(got == np.float32(a[0] + b[0]))
@@ -216,18 +226,16 @@ def parts(what: str, queue_first: bool) -> None:
 def cuts() -> None:
     d, _ = opened(False)
     try:
-        rng = np.random.default_rng()
-        n = 256 << 20
-        src, dst = d.alloc(n), d.alloc(n)
-        data = rng.integers(0, 256, n, dtype=np.uint8)
-        d.upload(src, data).wait()
+        src, dst, data = copy_pair(d)
+        n = src.length
         fn = d.load(CUBIN.read_bytes())["vadd"]
         r = d.alloc(4096)
         img = d.loader.copy_kernels()
+        chunk = COPY16_CHUNK * 16  # bytes a block of copy16, as Device.copy launches it
         ways: dict[str, Callable[[], Any]] = {
             "vadd": lambda: d.launch(fn, (1,), (1,), (r, r, r, 1)),
             "d2d copy": lambda: d.copy(dst, src),
-            "d2d launch": lambda: d.launch(img["copy16"], (n // 16384,), (256,),
+            "d2d launch": lambda: d.launch(img["copy16"], (n // chunk,), (COPY_BLOCK,),
                                            (dst.gpu, src.gpu, n // 16)),
             "d2d x2 (two back to back)": lambda: (d.copy(dst, src), d.copy(dst, src))[1],
         }
@@ -247,8 +255,7 @@ def cuts() -> None:
             m = [statistics.median(x) / 1e3 for x in (calls, walls)]
             ROWS.append(("cuts", name, m[1], f"call {m[0]:.2f} us"))
             print(ROWS[-1], flush=True)
-        ok = bool(np.array_equal(np.frombuffer(bytes(d.download(dst)), np.uint8), data))
-        ROWS.append(("cuts", "d2d correct", float(ok), ""))
+        ROWS.append(("cuts", "d2d correct", float(copied(d, dst, data)), ""))
     finally:
         d.stop()
 
