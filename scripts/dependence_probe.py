@@ -1,0 +1,263 @@
+"""Probe (issue 23; docs/queues.md): whether a queue's grids can wait for the grid before them
+as libcuda's do, by a dependence counter, with no host method between them. An experiment.
+
+libcuda's launches (docs/results/cuda-launches-2026-12-01-v2.jsonl) lie in its pushbuffer:
+inline QMDs (clcbc0.h SET_INLINE_QMD_ADDRESS_A/B, LOAD_INLINE_QMD_DATA), each naming the slot
+2 KiB on as DEPENDENT_QMD0 with ACTION 4, QMD_DECREMENT_DEPENDENCE (clcbc0qmd.h), counter 0.
+Here each launch takes a slot of a ring of QMDs in video memory, written by the host and sent
+by PCAS ("ring") or written by the channel ("inline"); each QMD adds one to the queue's
+timeline word as it ends (RELEASE0 RED_ADD), so the host sees each grid done in turn. A run of
+2,000 saxpys in flight is right only if each grid waited for the one before. Against rig's
+shipped queue launches (an acquire of the value before). Each variant runs in a process of its
+own with a timeout: a grid that never starts is a line "hung".
+(2026-12-03 14:00: host-written slots with the next slot's counter set to 1 hung at once.)
+
+    python3 scripts/dependence_probe.py            # every variant, a table last
+"""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+import time
+from array import array
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+CUBIN = ROOT / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin"
+RING = 64  # QMD slots
+SLOT = 2048  # bytes a slot: the QMD's 512-byte place, then its bank (libcuda's stride)
+ACTION_DECREMENT = 4  # DEPENDENT_QMD0_ACTION_QMD_DECREMENT_DEPENDENCE (clcbc0qmd.h)
+RED_ADD_ENABLE = 1 << 4  # RELEASE0_REDUCTION_ENABLE (V04 bit 324), OP RED_ADD (0), UNSIGNED
+# clcbc0.h: SET_INLINE_QMD_ADDRESS_A (upper bits 8:0, INLINE_SIZE_384 at 30), then _B;
+# LOAD_INLINE_QMD_DATA(0).
+SET_INLINE_QMD_ADDRESS_A, LOAD_INLINE_QMD_DATA, INLINE_384 = 0x0318, 0x0320, 1 << 30
+
+
+def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: int = 0,
+            action: int = ACTION_DECREMENT, pcas: int = 3, prefetch: int = 0,
+            first: int = 0) -> str:
+    """``mode``: "ring" the host writes each QMD into its slot and sends it by PCAS; "inline"
+    the channel writes it there (SET_INLINE_QMD_ADDRESS, LOAD_INLINE_QMD_DATA: libcuda's
+    way, clcbc0.h). ``action`` 0: no dependent; else DEPENDENT_QMD0's action on the next
+    slot, with ``prefetch``. ``counter``: each QMD's DEPENDENCE_COUNTER but the first's
+    (ring: set by the host in the next slot before a launch is sent). ``first``: a PCAS
+    action sent for the next slot before each launch (INCREMENT_DEPENDENCE 0xC: the next
+    grid then waits for this one's decrement, if the counter lives in the scheduler)."""
+    import rig_nv_nvidia
+    from rig_edge import Memory
+    from rig_nv import launch as launching
+    from rig_nv import qmd
+    from rig_nv.channel import entry_at
+    from rig_nv.hostmem import view
+    from rig_nv.push import (
+        COMPUTE_SEND_PCAS_A,
+        COMPUTE_SEND_SIGNALING_PCAS2_B,
+        SUBC_COMPUTE,
+        header,
+    )
+
+    d = rig_nv_nvidia.gpu(0).open()
+    try:
+        q = d.queue()
+        t = q.timeline
+        fn = d.load(CUBIN.read_bytes())["saxpy"]
+        rng = np.random.default_rng()
+        x = rng.integers(0, 8, n_floats).astype(np.float32)
+        y = rng.integers(0, 8, n_floats).astype(np.float32)
+        rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
+        d.upload(rx, x)
+        d.upload(ry, y).wait()
+        grid, block, args = (-(-n_floats // 256),), (256,), (1.0, rx, ry, n_floats)
+        q.launch(fn, grid, block, args).wait()  # prepares the configuration: its QMD, bank
+        prep = fn.prepared[(grid, block, 0, d.loader.slm)]
+        layout = qmd.LAYOUTS[d.classes.qmd_version]
+        release = layout.release
+        assert release is not None
+        st, values = launching.arg_values(fn, args)
+        ring = d.alloc(RING * SLOT, Memory.MAPPED)
+        pcas_words = d.alloc(RING * 16, Memory.MAPPED)
+        assert ring and pcas_words and ring.host and pcas_words.host
+        host = view(ring.host, ring.length)
+        words = view(pcas_words.host, pcas_words.length).cast("I")
+        entries, inline = [], []
+        for s in range(RING):
+            at, gpu = s * SLOT, ring.gpu + s * SLOT
+            slot = bytearray(prep.blob)
+            launching.point_cbuf0(prep, memoryview(slot), 0, gpu)
+            st.pack_into(slot, 512 + fn.kernel.param_offset, *values)
+            body = qmd.Qmd(layout, bytes(slot[: layout.size]))
+            if action:
+                body.set("DEPENDENT_QMD0_POINTER", (ring.gpu + (s + 1) % RING * SLOT) >> 8)
+                body.set("DEPENDENT_QMD0_ACTION", action)
+                body.set("DEPENDENT_QMD0_ENABLE", 1)
+                body.set("DEPENDENT_QMD0_PREFETCH", prefetch)
+            body.set("DEPENDENCE_COUNTER", counter if s else 0)
+            slot[: layout.size] = body.data
+            struct.pack_into("<HH", slot, release.control_at,
+                             release.control | RED_ADD_ENABLE, 0)
+            struct.pack_into("<QQ", slot, release.address_at, t.gpu, 1)
+            host[at : at + len(slot)] = slot
+            if mode == "ring" and s:
+                host[at : at + 2] = b"\0\0"
+            words[4 * s : 4 * s + 4] = memoryview(struct.pack(
+                "<4I", header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), gpu >> 8,
+                header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), pcas)).cast("I")
+            entries.append(entry_at(pcas_words.gpu + 16 * s, 4))
+            qmd_words = struct.unpack(f"<{layout.size // 4}I", bytes(slot[: layout.size]))
+            nxt_gpu = ring.gpu + (s + 1) % RING * SLOT
+            lead = (header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), nxt_gpu >> 8,
+                    header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), first) if first \
+                else ()
+            inline.append(array("I", (*lead,
+                header(SUBC_COMPUTE, SET_INLINE_QMD_ADDRESS_A, 2),
+                INLINE_384 | (gpu >> 40), (gpu >> 8) & 0xFFFFFFFF,
+                header(SUBC_COMPUTE, LOAD_INLINE_QMD_DATA, len(qmd_words)), *qmd_words)))
+        count = struct.pack("<H", counter)
+
+        def send(i: int) -> int:
+            """Launch i (slot i % RING); returns its value."""
+            s = i % RING
+            with t.lock:
+                value = t.next
+                deadline = time.perf_counter() + 3
+                while t.word[0] < value + 1 - RING:  # the next slot's last grid is done
+                    if time.perf_counter() > deadline:
+                        raise TimeoutError(f"hung at launch {i}: word {t.word[0]}; {health(t)}")
+                if mode == "ring":
+                    if counter:
+                        nxt = (s + 1) % RING * SLOT
+                        host[nxt : nxt + 2] = count
+                    t._send_entry(t.compute, entries[s])
+                else:
+                    t.next = value + 1
+                    t.compute.submit(inline[s], value, int(t.word[0]))
+                    t.last = t.compute
+            return value
+
+        try:
+            return run(send, t, q, x, y, ry, launches, wait_each)
+        except TimeoutError as e:
+            return str(e)
+    finally:
+        d.stop()
+
+
+def run(send: Any, t: Any, q: Any, x: Any, y: Any, ry: Any, launches: int,
+        wait_each: bool) -> str:
+    send(0)
+    t0 = time.perf_counter()
+    last = 0
+    for i in range(1, launches + 1):
+        last = send(i)
+        if wait_each:
+            deadline = time.perf_counter() + 3
+            while t.word[0] < last:
+                if time.perf_counter() > deadline:
+                    return f"hung at launch {i}: word {t.word[0]} < {last}; {health(t)}"
+    t1 = time.perf_counter()
+    deadline = t1 + 3
+    while t.word[0] < last:
+        if time.perf_counter() > deadline:
+            return f"hung: word {t.word[0]} < {last} after all were sent; {health(t)}"
+    t2 = time.perf_counter()
+    got = np.frombuffer(bytes(q.download(ry)), np.float32)
+    ok = bool(np.array_equal(got, y + np.float32(2 + launches) * x))
+    return (f"{(t2 - t0) / launches * 1e6:.2f} us a launch (sending "
+            f"{(t1 - t0) / launches * 1e6:.2f}), correct {ok}")
+
+
+def health(t: Any) -> str:
+    try:
+        t.health.check()
+    except Exception as e:  # the device's loss: what the GPU said
+        return f"{type(e).__name__}: {str(e)[:160]}"
+    return "no fault seen"
+
+
+def shipped(n_floats: int, launches: int, wait_each: bool) -> str:
+    import rig_nv_nvidia
+
+    d = rig_nv_nvidia.gpu(0).open()
+    try:
+        q = d.queue()
+        fn = d.load(CUBIN.read_bytes())["saxpy"]
+        rng = np.random.default_rng()
+        x = rng.integers(0, 8, n_floats).astype(np.float32)
+        y = rng.integers(0, 8, n_floats).astype(np.float32)
+        rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
+        d.upload(rx, x)
+        d.upload(ry, y).wait()
+        grid, block, args = (-(-n_floats // 256),), (256,), (1.0, rx, ry, n_floats)
+        q.launch(fn, grid, block, args).wait()
+        q.launch(fn, grid, block, args).wait()
+        t0 = time.perf_counter()
+        for _ in range(launches):
+            p = q.launch(fn, grid, block, args)
+            if wait_each:
+                p.wait()
+        t1 = time.perf_counter()
+        p.wait(timeout_s=20)
+        t2 = time.perf_counter()
+        got = np.frombuffer(bytes(q.download(ry)), np.float32)
+        ok = bool(np.array_equal(got, y + np.float32(2 + launches) * x))
+        return (f"{(t2 - t0) / launches * 1e6:.2f} us a launch (sending "
+                f"{(t1 - t0) / launches * 1e6:.2f}), correct {ok}")
+    finally:
+        d.stop()
+
+
+# (name, call): saxpys of 1M floats (~4.5 us alone) or 64K; each hypothesis first with a wait
+# after each launch (a hang shows in 3 s), then, where that was right, 2,000 in flight; a
+# hypothesis named "in flight" goes straight to 2,000 in flight.
+VARIANTS: dict[str, str] = {
+    "shipped 1M": "shipped(1 << 20, 2000, False)",
+    "inline, no dependent 1M": "chained('inline', 1 << 20, 2000, False, action=0)",
+    "inline, decrement, prefetch": "chained('inline', 1 << 16, {n}, {w}, prefetch=1)",
+    "inline, decrement, increment first": "chained('inline', 1 << 16, {n}, {w}, first=12)",
+    "inline, decrement, prefetch, increment first":
+        "chained('inline', 1 << 16, {n}, {w}, prefetch=1, first=12)",
+    "ring, decrement, increment first": "chained('ring', 1 << 16, {n}, {w}, first=12)",
+    "inline, decrement, count 1, increment first":
+        "chained('inline', 1 << 16, {n}, {w}, 1, first=12)",
+    "in flight, inline, decrement, increment first 1M":
+        "chained('inline', 1 << 20, 2000, False, first=12)",
+    "in flight, inline, decrement, prefetch, increment first 1M":
+        "chained('inline', 1 << 20, 2000, False, prefetch=1, first=12)",
+    "in flight, ring, decrement, increment first 1M":
+        "chained('ring', 1 << 20, 2000, False, first=12)",
+}
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--one":
+        print(eval(sys.argv[2]))
+        sys.exit(0)
+    rows: list[tuple[str, str]] = []
+    start = time.perf_counter()
+    def one(name: str, call: str) -> str:
+        try:
+            r = subprocess.run([sys.executable, __file__, "--one", call], capture_output=True,
+                               text=True, timeout=25)
+            out = r.stdout.strip().splitlines()[-1] if r.stdout.strip() else \
+                f"rc {r.returncode}: {r.stderr.strip().splitlines()[-1] if r.stderr else ''}"
+        except subprocess.TimeoutExpired:
+            out = "hung (timeout 25 s)"
+        rows.append((name, out))
+        print(name, "|", out, flush=True)
+        return out
+
+    for name, call in VARIANTS.items():
+        if time.perf_counter() - start > 240:  # hangs cost 25 s each: leave the rest
+            rows.append((name, "not run (240 s spent)"))
+            continue
+        if "{n}" not in call:
+            one(name, call)
+        elif "correct True" in one(f"{name}, wait each", call.format(n=100, w=True)):
+            one(f"{name} 1M", call.format(n=2000, w=False).replace("1 << 16", "1 << 20"))
+    print()
+    for name, out in rows:
+        print(f"{name:34} {out}")
