@@ -40,14 +40,17 @@ SET_INLINE_QMD_ADDRESS_A, LOAD_INLINE_QMD_DATA, INLINE_384 = 0x0318, 0x0320, 1 <
 
 def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: int = 0,
             action: int = ACTION_DECREMENT, pcas: int = 3, prefetch: int = 0,
-            first: int = 0) -> str:
+            first: int = 0, latch: bool = False) -> str:
     """``mode``: "ring" the host writes each QMD into its slot and sends it by PCAS; "inline"
     the channel writes it there (SET_INLINE_QMD_ADDRESS, LOAD_INLINE_QMD_DATA: libcuda's
     way, clcbc0.h). ``action`` 0: no dependent; else DEPENDENT_QMD0's action on the next
     slot, with ``prefetch``. ``counter``: each QMD's DEPENDENCE_COUNTER but the first's
     (ring: set by the host in the next slot before a launch is sent). ``first``: a PCAS
     action sent for the next slot before each launch (INCREMENT_DEPENDENCE 0xC: the next
-    grid then waits for this one's decrement, if the counter lives in the scheduler)."""
+    grid then waits for this one's decrement, if the counter lives in the scheduler).
+    ``latch`` (inline only, no dependent): each grid arrives at latch 0x38 + slot % 8 and
+    waits on the one before's, as libcuda's programmatic dependent launch does (its QMDs in
+    docs/hopper-launch.md). ``n_floats`` 1: a one-thread vadd (y += x) instead of a saxpy."""
     import rig_nv_nvidia
     from rig_edge import Memory
     from rig_nv import launch as launching
@@ -65,14 +68,18 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
     try:
         q = d.queue()
         t = q.timeline
-        fn = d.load(CUBIN.read_bytes())["saxpy"]
+        img = d.load(CUBIN.read_bytes())
         rng = np.random.default_rng()
         x = rng.integers(0, 8, n_floats).astype(np.float32)
         y = rng.integers(0, 8, n_floats).astype(np.float32)
         rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
         d.upload(rx, x)
         d.upload(ry, y).wait()
-        grid, block, args = (-(-n_floats // 256),), (256,), (1.0, rx, ry, n_floats)
+        if n_floats == 1:  # c = a + b with c = a: one thread, y += x
+            fn, grid, block, args = img["vadd"], (1,), (1,), (ry, rx, ry, 1)
+        else:
+            fn, grid, block = img["saxpy"], (-(-n_floats // 256),), (256,)
+            args = (1.0, rx, ry, n_floats)
         q.launch(fn, grid, block, args).wait()  # prepares the configuration: its QMD, bank
         prep = fn.prepared[(grid, block, 0, d.loader.slm)]
         layout = qmd.LAYOUTS[d.classes.qmd_version]
@@ -97,6 +104,15 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
                 body.set("DEPENDENT_QMD0_ENABLE", 1)
                 body.set("DEPENDENT_QMD0_PREFETCH", prefetch)
             body.set("DEPENDENCE_COUNTER", counter if s else 0)
+            if latch:
+                body.set("ARRIVE_AT_LATCH_VALID", 1)
+                body.set("ARRIVE_AT_LATCH_ID", 0x38 + s % 8)
+                body.set("WAIT_ON_LATCH_VALID", 1)
+                body.set("WAIT_ON_LATCH_ID", 0x38 + (s - 1) % 8)
+                body.set("REQUIRE_SCHEDULING_PCAS", 1)
+                body.set("ENABLE_PROGRAM_PRE_EXIT", 1)
+                # LATCH_ACQUIRE_INVALIDATE_SHADER_DATA_CACHE, _TEXTURE_DATA_CACHE (clcbc0qmd.h)
+                body.value |= 1 << 1406 | 1 << 1407
             slot[: layout.size] = body.data
             struct.pack_into("<HH", slot, release.control_at,
                              release.control | RED_ADD_ENABLE, 0)
@@ -118,6 +134,9 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
                 INLINE_384 | (gpu >> 40), (gpu >> 8) & 0xFFFFFFFF,
                 header(SUBC_COMPUTE, LOAD_INLINE_QMD_DATA, len(qmd_words)), *qmd_words)))
         count = struct.pack("<H", counter)
+        if latch:  # the first launch waits on no latch: WAIT_ON_LATCH_VALID (bit 29) off
+            first_words = array("I", inline[0])
+            first_words[len(first_words) - layout.size // 4] &= ~(1 << 29)
 
         def send(i: int) -> int:
             """Launch i (slot i % RING); returns its value."""
@@ -135,7 +154,8 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
                     t._send_entry(t.compute, entries[s])
                 else:
                     t.next = value + 1
-                    t.compute.submit(inline[s], value, int(t.word[0]))
+                    t.compute.submit(first_words if latch and not i else inline[s], value,
+                                     int(t.word[0]))
                     t.last = t.compute
             return value
 
@@ -185,14 +205,18 @@ def shipped(n_floats: int, launches: int, wait_each: bool) -> str:
     d = rig_nv_nvidia.gpu(0).open()
     try:
         q = d.queue()
-        fn = d.load(CUBIN.read_bytes())["saxpy"]
+        img = d.load(CUBIN.read_bytes())
         rng = np.random.default_rng()
         x = rng.integers(0, 8, n_floats).astype(np.float32)
         y = rng.integers(0, 8, n_floats).astype(np.float32)
         rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
         d.upload(rx, x)
         d.upload(ry, y).wait()
-        grid, block, args = (-(-n_floats // 256),), (256,), (1.0, rx, ry, n_floats)
+        if n_floats == 1:
+            fn, grid, block, args = img["vadd"], (1,), (1,), (ry, rx, ry, 1)
+        else:
+            fn, grid, block = img["saxpy"], (-(-n_floats // 256),), (256,)
+            args = (1.0, rx, ry, n_floats)
         q.launch(fn, grid, block, args).wait()
         q.launch(fn, grid, block, args).wait()
         t0 = time.perf_counter()
@@ -216,20 +240,13 @@ def shipped(n_floats: int, launches: int, wait_each: bool) -> str:
 # hypothesis named "in flight" goes straight to 2,000 in flight.
 VARIANTS: dict[str, str] = {
     "shipped 1M": "shipped(1 << 20, 2000, False)",
+    "shipped vadd": "shipped(1, 10000, False)",
     "inline, no dependent 1M": "chained('inline', 1 << 20, 2000, False, action=0)",
-    "inline, decrement, prefetch": "chained('inline', 1 << 16, {n}, {w}, prefetch=1)",
-    "inline, decrement, increment first": "chained('inline', 1 << 16, {n}, {w}, first=12)",
-    "inline, decrement, prefetch, increment first":
-        "chained('inline', 1 << 16, {n}, {w}, prefetch=1, first=12)",
-    "ring, decrement, increment first": "chained('ring', 1 << 16, {n}, {w}, first=12)",
-    "inline, decrement, count 1, increment first":
-        "chained('inline', 1 << 16, {n}, {w}, 1, first=12)",
-    "in flight, inline, decrement, increment first 1M":
-        "chained('inline', 1 << 20, 2000, False, first=12)",
-    "in flight, inline, decrement, prefetch, increment first 1M":
-        "chained('inline', 1 << 20, 2000, False, prefetch=1, first=12)",
-    "in flight, ring, decrement, increment first 1M":
-        "chained('ring', 1 << 20, 2000, False, first=12)",
+    "inline, no dependent, vadd": "chained('inline', 1, 10000, False, action=0)",
+    "inline, latches": "chained('inline', 1 << 16, {n}, {w}, action=0, latch=True)",
+    "in flight, inline, latches, vadd": "chained('inline', 1, 10000, False, action=0, latch=True)",
+    "in flight, inline, latches, vadd again":
+        "chained('inline', 1, 10000, False, action=0, latch=True)",
 }
 
 if __name__ == "__main__":
@@ -258,6 +275,7 @@ if __name__ == "__main__":
             one(name, call)
         elif "correct True" in one(f"{name}, wait each", call.format(n=100, w=True)):
             one(f"{name} 1M", call.format(n=2000, w=False).replace("1 << 16", "1 << 20"))
+            one(f"{name} 1M again", call.format(n=2000, w=False).replace("1 << 16", "1 << 20"))
     print()
     for name, out in rows:
         print(f"{name:34} {out}")
