@@ -140,6 +140,31 @@ def test_a_gigabyte_block_is_kept_and_the_limit_gives_it_back(
     assert seen[-1] == one.gpu and d.memory.kept() == []
 
 
+@pytest.mark.parametrize("size", SIZES, ids=["64k", "64m", "1g"])
+def test_round_trips_through_the_cache_leave_its_limit_whole(
+        loaded: tuple[Any, Any, Any], monkeypatch: Any, size: int) -> None:
+    """Issue 23, row 6: the cache keeps up to ``cache_limit`` bytes, however often a block
+    went round (each reuse gives back the room its free took). With room for exactly two
+    blocks, one block taken and freed again 50 times, then two blocks at once: both are kept,
+    and a third goes to the path."""
+    d, path, _img = loaded
+    seen = freed_to_path(monkeypatch, path)
+    d.cache_limit = 2 * size
+    first = d.alloc(size)
+    for _ in range(50):
+        d.free(first)
+        again = d.alloc(size)
+        assert again is not None and again.gpu == first.gpu
+        first = again
+    second, third = d.alloc(size), d.alloc(size)
+    d.free(first)
+    d.free(second)
+    assert seen == [] and sorted(a.gpu for a in d.memory.kept()) == sorted(
+        [first.gpu, second.gpu])
+    d.free(third)
+    assert seen == [third.gpu]
+
+
 def test_the_limit_starts_at_a_quarter_of_the_budget_and_refuses_bad_values(
         loaded: tuple[Any, Any, Any]) -> None:
     """``cache_limit`` is a quarter of ``facts.budget`` from the open; anything but a whole

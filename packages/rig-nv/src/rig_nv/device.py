@@ -48,18 +48,19 @@ class _Progress:
 
     def __init__(self, device: Device) -> None:
         self.device = device
+        self.timeline = device.timeline
 
     def now(self) -> tuple[tuple[Timeline, int], ...]:
-        d = self.device
-        t = d.timeline
+        t = self.timeline
+        # The common case, first and in one test (each free asks): the device's own queue
+        # alone, and its work done.
+        if not self.device._queues and t.word[0] >= t.next - 1:
+            return ()
         value = t.next - 1
-        queues = d._queues
-        if not queues:  # the common case: the device's own queue alone
-            return () if t.word[0] >= value else ((t, value),)
         mark = [(t, value)] if t.word[0] < value else []
         # A copy of the list, not timelines()'s lock: tuple() copies it in one step, and a
         # queue added or forgotten meanwhile has no work in flight (stop waits for it first).
-        for q in tuple(queues):
+        for q in tuple(self.device._queues):
             t = q.timeline
             value = t.next - 1
             if not t.stopped and t.word[0] < value:

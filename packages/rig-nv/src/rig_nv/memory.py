@@ -8,9 +8,10 @@ every queue has passed the values that were current at the free (``progress``:
 :class:`Progress`); a free to the path waits for that. Memory whose bus addresses another
 device was given (``Allocation.held``) never goes to another allocation. The cache keeps
 blocks of any size, up to :attr:`Heap.limit` bytes in all; those of one size leave oldest
-first. A queue's own memory goes back at its stop (:meth:`Heap.disown`) under the same rule;
-what this part holds at the device's stop is given back by :meth:`Heap.release` only if the
-RM freed the channels.
+first; a round trip through the cache changes no table but a bin (:class:`_Block`). A
+queue's own memory goes back at its stop (:meth:`Heap.disown`) under the same rule; what this
+part holds at the device's stop is given back by :meth:`Heap.release` only if the RM freed
+the channels.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from rig_nv.hostmem import round_up
 from rig_nv.rm import SMALL_PAGE, Allocation
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from cffi import FFI
 
     from rig_nv.health import Health
@@ -33,8 +36,10 @@ if TYPE_CHECKING:
 
 CACHE_BYTES = 1 << 30  # freed Device memory kept for reuse, in all, until the device's build
 STAGING = 32 << 20  # pinned staging for copies through the host (rig_nv.copies)
-_new = object.__new__
 _DEVICE = Memory.DEVICE
+_PAGE_SHIFT = SMALL_PAGE.bit_length() - 1
+_PAGE_ROUND = SMALL_PAGE - 1
+_new = object.__new__
 
 
 class Progress(Protocol):
@@ -48,6 +53,56 @@ class Progress(Protocol):
     def wait(self, mark: Any) -> None: ...
 
 
+class _Unset:
+    """The progress before the timeline exists: no work in flight, and no mark, so that a
+    free gives its memory to the path."""
+
+    def now(self) -> None:
+        return None
+
+    def passed(self, mark: Any) -> bool:
+        return True
+
+    def wait(self, mark: Any) -> None:
+        pass
+
+
+def _pages(n: int) -> int:
+    """``n`` bytes in small pages, rounded up (a shift: cheaper than a division where n is
+    a long int, from 1 GiB up)."""
+    return (n + _PAGE_ROUND) >> _PAGE_SHIFT
+
+
+class _Block:
+    """One region the device made or mapped, and its memory: live (``live``), or kept by the
+    reuse cache (in the bin of ``key`` since the free that left ``mark``, the progress then).
+    A kept block stays in the table of blocks at its GPU address, so a round trip through the
+    cache changes no table but its bin.
+
+    ``key``, the cache's: the region's length in small pages, which the path rounded the
+    memory up to at least (rm.page_rounded), so the block fits any length of its key; 0 for
+    memory the cache never keeps. ``pages``: the memory's length in small pages, what it
+    counts against the cache's limit."""
+
+    __slots__ = ("key", "live", "mark", "memory", "pages", "region")
+
+    def __init__(self, region: Region, memory: Allocation, key: int = 0) -> None:
+        self.region = region
+        self.memory = memory
+        self.key = key
+        self.pages = _pages(memory.length)
+        self.live = True
+        self.mark: Any = None
+
+
+def _resized(region: Region, n: int) -> Region:
+    """``region`` at length ``n``, a positive int: Region(gpu, host, n, kind) without the
+    frozen dataclass's __init__ and check, for a length checked already."""
+    out = _new(Region)
+    out.__dict__.update(gpu=region.gpu, host=region.host, length=n, kind=region.kind)
+    return out
+
+
 class Heap:
     """The memory of one device over ``path``."""
 
@@ -56,19 +111,23 @@ class Heap:
         self.name = path.name
         self.ffi = ffi
         self.health = health
-        self.progress: Progress | None = None  # set once the timeline exists
+        self.progress: Progress = _Unset()  # the timeline's once it exists
         self._lock = threading.Lock()
-        # The live regions by GPU address (unique in the device's address space; an int's hash
-        # is C's, a Region's Python's): address -> (region, memory).
-        self._allocs: dict[int, tuple[Region, Allocation]] = {}
+        # Every block by GPU address (unique in the device's address space; an int's hash is
+        # C's, a Region's Python's): the live regions, peers' mapped here included, and the
+        # blocks the reuse cache keeps.
+        self._blocks: dict[int, _Block] = {}
         self._own: dict[object, list[Allocation]] = {}  # the device's own memory, by owner
-        # The reuse cache: length in small pages -> (mark, memory, region), oldest first.
-        self._cache: dict[int, deque[tuple[Any, Allocation, Region]]] = {}
-        self._cached_bytes = 0
+        # The reuse cache: a bin of kept blocks for each key (_Block.key), oldest first.
+        self._bins: dict[int, deque[_Block]] = {}
         self._limit = CACHE_BYTES
+        # The limit less what is kept, in small pages: one test on a free, of an int small
+        # enough for Python's fast arithmetic (the limit in bytes is a long int).
+        self._room = CACHE_BYTES >> _PAGE_SHIFT
         self._staging: Allocation | None = None
         self._peer_in: dict[Region, Heap] = {}  # others' regions mapped here (peers.py)
         self._peer_out: dict[Region, set[Heap]] = {}  # regions of this device mapped there
+        self._peered = False  # any record in either: free asks them only then
 
     # ---- the device's own -----------------------------------------------------------------
 
@@ -92,8 +151,7 @@ class Heap:
         freed), once every queue has passed the values current now: another queue's acquire
         may still read that queue's word. It waits for that, as a free to the path does.
         Returns the first failure of a free; what failed stays for :meth:`release`."""
-        progress = self.progress
-        mark = progress.now() if progress is not None else None
+        mark = self.progress.now()
         with self._lock:
             memory = self._own.pop(owner, [])
         self._settle(mark)
@@ -129,36 +187,43 @@ class Heap:
 
     def alloc(self, n: int, kind: Memory = Memory.DEVICE) -> Region | None:
         """As :meth:`rig_nv.Device.alloc`."""
+        if kind is _DEVICE and type(n) is int and self.health.ok:
+            # The common case of a caching allocator: a block of this size freed earlier, the
+            # GPU past every value current at its free. Blocks of a size leave in the order
+            # they came (marks only grow), so only the oldest needs asking. Every step counts
+            # here: each costs a few percent of a round trip, all Python.
+            lock = self._lock
+            lock.acquire()  # not `with`: its protocol costs as much as the rest
+            try:
+                try:  # a subscript, not get(): a method's call costs twice as much
+                    kept = self._bins[(n + _PAGE_ROUND) >> _PAGE_SHIFT]  # _pages(n), inline
+                except KeyError:  # no block of its key was kept; n <= 0 has no key
+                    kept = None
+                if kept:
+                    block = kept[0]
+                    mark = block.mark
+                    if not mark or self.progress.passed(mark):
+                        kept.popleft()
+                        self._room += block.pages
+                        region = block.region
+                        if region.length != n:  # another length of the same pages
+                            block.region = region = _resized(region, n)
+                        # live last: holds(), which takes no lock, never sees a freed region
+                        # live again unless alloc hands out that very region
+                        block.live = True
+                        return region
+            finally:
+                lock.release()
+        return self._alloc_new(n, kind)
+
+    def _alloc_new(self, n: int, kind: Memory) -> Region | None:
+        """:meth:`alloc` of memory the path makes now (the cache holds none for it)."""
         if type(n) is not int or type(kind) is not Memory or n <= 0:
             n = checks.whole("an allocation's size", n)
             if not isinstance(kind, Memory):
                 raise Misuse(f"an allocation's kind must be a rig_edge.Memory, not {kind!r}")
             if n <= 0:
                 raise Misuse(f"an allocation's size must be positive, not {n}")
-        if kind is _DEVICE and self.health.ok:
-            # The common case of a caching allocator: a block of this size freed earlier, the
-            # GPU past every value current at its free. Blocks of a size leave in the order
-            # they came (marks only grow), so only the oldest needs asking.
-            progress = self.progress
-            lock = self._lock
-            lock.acquire()  # not `with`: on this path its protocol costs as much as the rest
-            try:
-                # The cache's key: the length in small pages, which the path rounded the
-                # block up to at least (rm.page_rounded), so any length of that key fits.
-                kept = self._cache.get((n + SMALL_PAGE - 1) // SMALL_PAGE)
-                if kept:
-                    mark, a, region = kept[0]
-                    if not mark or (progress is not None and progress.passed(mark)):
-                        kept.popleft()
-                        self._cached_bytes -= a.length
-                        if region.length != n:
-                            host = region.host  # Region(a.gpu, host, n, kind), n checked
-                            region = _new(Region)
-                            region.__dict__.update(gpu=a.gpu, host=host, length=n, kind=kind)
-                        self._allocs[a.gpu] = (region, a)
-                        return region
-            finally:
-                lock.release()
         self.health.check()
         got = self.path.alloc_memory(n, kind, contiguous=False)
         if got is None:
@@ -168,47 +233,42 @@ class Heap:
                 return None
         region = Region(got.gpu, got.host, n, kind)
         with self._lock:
-            self._allocs[region.gpu] = (region, got)
+            self._blocks[region.gpu] = _Block(region, got, _pages(n) if kind is _DEVICE else 0)
         return region
 
     def free(self, region: Region) -> bool:
         """As :meth:`rig_nv.Device.free`; False, having done nothing, for a peer's region
         mapped here (:func:`rig_nv.peers.unmap_peer` frees those)."""
-        progress = self.progress
-        mark = progress.now() if progress is not None else None
+        mark = self.progress.now()
         lock = self._lock
         lock.acquire()  # as alloc's
         try:
-            if self._peer_in or self._peer_out:  # peer mappings, rare: peers.py
+            if self._peered:
                 if region in self._peer_in:
                     return False
-                mappers = self._peer_out.get(region)
-                if mappers:
-                    raise Misuse(f"{region} of {self.name} is mapped into "
-                                 f"{', '.join(sorted(m.name for m in mappers))}: free those "
-                                 "mappings (their free of it) first")
-            entry = self._allocs.get(region.gpu)
-            if entry is not None and entry[0] is region:  # the very region alloc gave
-                del self._allocs[region.gpu]
-                a = entry[1]
-            else:
-                got = self._take(region)
-                if got is None:
-                    raise Misuse(f"{region} is not a live region of {self.name} (freed, "
-                                 "or another device's)")
-                a = got
+                self._refuse_lent(region)
+            try:  # as alloc's
+                block = self._blocks[region.gpu]
+            except KeyError:
+                raise self._not_live(region) from None
+            if block.region is not region or not block.live:
+                block = self._live_block(region)  # an equal region, or Misuse
+            a = block.memory
+            key = block.key
             # Memory whose bus addresses another device was given (held) must never go to
             # another allocation: the path keeps it for the process.
-            if (a.kind is _DEVICE and not a.held and mark is not None
-                    and self._cached_bytes + a.length <= self._limit
-                    and not self.health.stopped):
-                key = (region.length + SMALL_PAGE - 1) // SMALL_PAGE  # as alloc's
-                kept = self._cache.get(key)
-                if kept is None:
-                    kept = self._cache[key] = deque()
-                kept.append((mark, a, region))
-                self._cached_bytes += a.length
-                return True
+            if key and not a.held and mark is not None and not self.health.stopped:
+                room = self._room - block.pages
+                if room >= 0:
+                    self._room = room
+                    block.live = False
+                    block.mark = mark
+                    try:
+                        self._bins[key].append(block)
+                    except KeyError:  # the first of its key, or the first since a trim
+                        self._bins[key] = deque((block,))
+                    return True
+            del self._blocks[region.gpu]
         finally:
             lock.release()
         try:
@@ -216,30 +276,56 @@ class Heap:
             self.path.free_memory(a)
         except BaseException:
             with self._lock:  # still the device's: release() gives it back
-                self._allocs[region.gpu] = (region, a)
+                self._blocks[region.gpu] = block
             raise
         return True
 
-    def _take(self, region: Region) -> Allocation | None:
-        """Forget the live ``region`` (under the lock): its memory, or None if it is none."""
-        a = self._live(region)
-        if a is not None:
-            del self._allocs[region.gpu]
-        return a
+    def _refuse_lent(self, region: Region) -> None:
+        """Misuse for a region of this device that others map (under the lock)."""
+        mappers = self._peer_out.get(region)
+        if mappers:
+            raise Misuse(f"{region} of {self.name} is mapped into "
+                         f"{', '.join(sorted(m.name for m in mappers))}: free those "
+                         "mappings (their free of it) first")
 
-    def _live(self, region: Region) -> Allocation | None:
-        """The memory of the live ``region``, else None (no lock: a dict's lookup is
+    def _live_block(self, region: Region) -> _Block:
+        """The block of the live ``region`` (under the lock), else Misuse."""
+        block = self._block(region)
+        if block is None:
+            raise self._not_live(region)
+        return block
+
+    def _not_live(self, region: Region) -> Misuse:
+        """The Misuse of a free of what is not a live region here."""
+        return Misuse(f"{region} is not a live region of {self.name} (freed, or another "
+                      "device's)")
+
+    def _take(self, region: Region) -> _Block | None:
+        """Forget the live ``region`` (under the lock): its block, or None if it is none."""
+        block = self._block(region)
+        if block is not None:
+            del self._blocks[region.gpu]
+        return block
+
+    def _block(self, region: Region) -> _Block | None:
+        """The block of the live ``region``, else None (no lock: a dict's lookup is
         atomic)."""
-        entry = self._allocs.get(region.gpu)
-        if entry is None or (entry[0] is not region and entry[0] != region):
+        block = self._blocks.get(region.gpu)
+        if (block is None or not block.live
+                or (block.region is not region and block.region != region)):
             return None
-        return entry[1]
+        return block
+
+    def _memory(self, region: Region) -> Allocation | None:
+        """The memory of the live ``region``, else None (no lock, as :meth:`_block`)."""
+        block = self._block(region)
+        return None if block is None else block.memory
 
     def _settle(self, mark: Any) -> None:
         """Wait until every queue has passed ``mark``, before memory goes back to the path
         (which may hand it out again); a lost device's work ended with its channels."""
         progress = self.progress
-        if progress is not None and mark and not progress.passed(mark):
+        if mark and not progress.passed(mark):
             with contextlib.suppress(Lost):
                 progress.wait(mark)
 
@@ -248,14 +334,14 @@ class Heap:
         operation took. Where the free fails the region stays the device's, for
         :meth:`release` to try again."""
         with self._lock:
-            a = self._take(region)
-        if a is None:
+            block = self._take(region)
+        if block is None:
             return
         try:
-            self.path.free_memory(a)
+            self.path.free_memory(block.memory)
         except BaseException:
             with self._lock:
-                self._allocs[region.gpu] = (region, a)
+                self._blocks[region.gpu] = block
             raise
 
     @property
@@ -269,8 +355,9 @@ class Heap:
         if n < 0:
             raise Misuse(f"the reuse cache's limit must be 0 or more bytes, not {n}")
         with self._lock:
+            self._room += (n >> _PAGE_SHIFT) - (self._limit >> _PAGE_SHIFT)
             self._limit = n
-            over = self._cached_bytes > n
+            over = self._room < 0
         if over:
             self.trim()
 
@@ -278,18 +365,21 @@ class Heap:
         """Give the RM back the Device memory :meth:`free` kept for reuse, each block once
         every queue passed its free."""
         with self._lock:
-            kept = [(key, entry) for key, entries in self._cache.items() for entry in entries]
-            self._cache.clear()
-            self._cached_bytes = 0
-        for i, (_, (mark, a, _)) in enumerate(kept):
+            kept = [block for blocks in self._bins.values() for block in blocks]
+            self._bins.clear()
+            self._room = self._limit >> _PAGE_SHIFT
+            for block in kept:
+                del self._blocks[block.region.gpu]
+        for i, block in enumerate(kept):
             try:
-                self._settle(mark)
-                self.path.free_memory(a)
+                self._settle(block.mark)
+                self.path.free_memory(block.memory)
             except BaseException:
                 with self._lock:  # what was not given back stays kept, for release()
-                    for key, entry in kept[i:]:
-                        self._cache.setdefault(key, deque()).append(entry)
-                        self._cached_bytes += entry[1].length
+                    for left in kept[i:]:
+                        self._bins.setdefault(left.key, deque()).append(left)
+                        self._blocks[left.region.gpu] = left
+                        self._room -= left.pages
                 raise
 
     def map_host(self, buffer: Any) -> Region | Refusal:
@@ -309,7 +399,7 @@ class Heap:
             return a
         region = Region(a.gpu + (address - base), address, length, Memory.PINNED)
         with self._lock:
-            self._allocs[region.gpu] = (region, a)
+            self._blocks[region.gpu] = _Block(region, a)
         return region
 
     # ---- what is live ----------------------------------------------------------------------
@@ -317,29 +407,34 @@ class Heap:
     def holds(self, region: Region) -> bool:
         """Whether ``region`` is one this device made and has not freed (no lock: a dict's
         lookup is atomic)."""
-        return self._live(region) is not None
+        return self._block(region) is not None
 
     def contains(self, region: Region) -> bool:
         """Whether ``region`` is, or lies inside, a live region (at the same host address)."""
         with self._lock:
-            if self._live(region) is not None:
+            if self._block(region) is not None:
                 return True
             return any(r.kind is region.kind and r.gpu <= region.gpu
                        and region.gpu + region.length <= r.gpu + r.length
                        and region.host == (None if r.host is None
                                            else r.host + region.gpu - r.gpu)
-                       for r, _ in self._allocs.values())
+                       for r in self._live_regions())
+
+    def _live_regions(self) -> Iterator[Region]:
+        """The live regions (under the lock)."""
+        return (block.region for block in self._blocks.values() if block.live)
 
     def allocation(self, region: Region) -> Allocation | None:
         """The memory of ``region``, a live region this device made (not a peer's mapped
         here), else ``None``."""
         with self._lock:
-            return None if region in self._peer_in else self._live(region)
+            return None if region in self._peer_in else self._memory(region)
 
     def regions(self) -> dict[Region, Allocation]:
         """A copy of the live regions and their memory (peers' mapped here included)."""
         with self._lock:
-            return dict(self._allocs.values())
+            return {block.region: block.memory for block in self._blocks.values()
+                    if block.live}
 
     def owned(self) -> list[Allocation]:
         """The device's own memory, every owner's (a copy)."""
@@ -349,7 +444,7 @@ class Heap:
     def kept(self) -> list[Allocation]:
         """The memory the reuse cache holds (a copy)."""
         with self._lock:
-            return [a for entries in self._cache.values() for _, a, _ in entries]
+            return [block.memory for blocks in self._bins.values() for block in blocks]
 
     # ---- peer records (rig_nv.peers) -------------------------------------------------------
 
@@ -357,9 +452,10 @@ class Heap:
         """Record that ``mapper`` maps ``region`` (whose memory is ``a``), if it is still live
         and the device not stopped; whether it was."""
         with self._lock:
-            alive = not self.health.stopped and self._live(region) is a
+            alive = not self.health.stopped and self._memory(region) is a
             if alive:
                 self._peer_out.setdefault(region, set()).add(mapper)
+                self._peered = True
             return alive
 
     def unlend(self, region: Region, mapper: Heap) -> None:
@@ -370,14 +466,16 @@ class Heap:
                 mappers.discard(mapper)
                 if not mappers:
                     del self._peer_out[region]
+                    self._peered = bool(self._peer_in or self._peer_out)
 
     def borrow(self, region: Region, p: Allocation, owner: Heap) -> bool:
         """Record ``region`` of ``owner`` as mapped here (``p``); False if it is already."""
         with self._lock:
-            if region in self._peer_in or region.gpu in self._allocs:
+            if region in self._peer_in or region.gpu in self._blocks:
                 return False
-            self._allocs[region.gpu] = (region, p)
+            self._blocks[region.gpu] = _Block(region, p)
             self._peer_in[region] = owner
+            self._peered = True
             return True
 
     def borrowed(self, region: Region) -> bool:
@@ -389,7 +487,8 @@ class Heap:
         with self._lock:
             owner = self._peer_in.pop(region, None)
             p = self._take(region) if owner is not None else None
-        return None if owner is None or p is None else (owner, p)
+            self._peered = bool(self._peer_in or self._peer_out)
+        return None if owner is None or p is None else (owner, p.memory)
 
     def peers_in(self) -> dict[Region, Heap]:
         """Others' regions mapped here and their owners (a copy)."""
@@ -404,6 +503,7 @@ class Heap:
     def forget_lent(self) -> None:
         with self._lock:
             self._peer_out.clear()
+            self._peered = bool(self._peer_in)
 
     # ---- the stop --------------------------------------------------------------------------
 
@@ -413,12 +513,13 @@ class Heap:
         others (a path's free goes on from the step that failed); the first failure of a
         second try, the rest still tried."""
         with self._lock:
-            kept = [a for entries in self._cache.values() for _, a, _ in entries]
-            self._cache.clear()
-            self._cached_bytes = 0
             own = [a for mine in self._own.values() for a in mine]
-            memory = [*(a for _, a in self._allocs.values()), *own, *kept]
-            self._allocs.clear()
+            kept = [block.memory for blocks in self._bins.values() for block in blocks]
+            live = [block.memory for block in self._blocks.values() if block.live]
+            memory = [*live, *own, *kept]
+            self._blocks.clear()
+            self._bins.clear()
+            self._room = self._limit >> _PAGE_SHIFT
             self._own.clear()
         failed = self._free_each(memory)
         stayed: BaseException | None = None
