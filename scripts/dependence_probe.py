@@ -38,6 +38,26 @@ RED_ADD_ENABLE = 1 << 4  # RELEASE0_REDUCTION_ENABLE (V04 bit 324), OP RED_ADD (
 SET_INLINE_QMD_ADDRESS_A, LOAD_INLINE_QMD_DATA, INLINE_384 = 0x0318, 0x0320, 1 << 30
 
 
+def work(d: Any, q: Any, n_floats: int) -> tuple[Any, ...]:
+    """The kernel and inputs: a saxpy of ``n_floats`` (y += 1.0 x), or for 1 a one-thread vadd
+    (y += x), fresh small whole numbers; launched once on ``q`` and waited for, which makes
+    its configuration's QMD and bank. (fn, grid, block, args, x, y, y's region)."""
+    img = d.load(CUBIN.read_bytes())
+    rng = np.random.default_rng()
+    x = rng.integers(0, 8, n_floats).astype(np.float32)
+    y = rng.integers(0, 8, n_floats).astype(np.float32)
+    rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
+    d.upload(rx, x)
+    d.upload(ry, y).wait()
+    if n_floats == 1:  # c = a + b with c = a
+        fn, grid, block, args = img["vadd"], (1,), (1,), (ry, rx, ry, 1)
+    else:
+        fn, grid, block = img["saxpy"], (-(-n_floats // 256),), (256,)
+        args = (1.0, rx, ry, n_floats)
+    q.launch(fn, grid, block, args).wait()
+    return fn, grid, block, args, x, y, ry
+
+
 def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: int = 0,
             action: int = ACTION_DECREMENT, pcas: int = 3, prefetch: int = 0,
             first: int = 0, latch: bool = False) -> str:
@@ -68,19 +88,7 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
     try:
         q = d.queue()
         t = q.timeline
-        img = d.load(CUBIN.read_bytes())
-        rng = np.random.default_rng()
-        x = rng.integers(0, 8, n_floats).astype(np.float32)
-        y = rng.integers(0, 8, n_floats).astype(np.float32)
-        rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
-        d.upload(rx, x)
-        d.upload(ry, y).wait()
-        if n_floats == 1:  # c = a + b with c = a: one thread, y += x
-            fn, grid, block, args = img["vadd"], (1,), (1,), (ry, rx, ry, 1)
-        else:
-            fn, grid, block = img["saxpy"], (-(-n_floats // 256),), (256,)
-            args = (1.0, rx, ry, n_floats)
-        q.launch(fn, grid, block, args).wait()  # prepares the configuration: its QMD, bank
+        fn, grid, block, args, x, y, ry = work(d, q, n_floats)
         prep = fn.prepared[(grid, block, 0, d.loader.slm)]
         layout = qmd.LAYOUTS[d.classes.qmd_version]
         release = layout.release
@@ -205,20 +213,8 @@ def shipped(n_floats: int, launches: int, wait_each: bool) -> str:
     d = rig_nv_nvidia.gpu(0).open()
     try:
         q = d.queue()
-        img = d.load(CUBIN.read_bytes())
-        rng = np.random.default_rng()
-        x = rng.integers(0, 8, n_floats).astype(np.float32)
-        y = rng.integers(0, 8, n_floats).astype(np.float32)
-        rx, ry = d.alloc(4 * n_floats), d.alloc(4 * n_floats)
-        d.upload(rx, x)
-        d.upload(ry, y).wait()
-        if n_floats == 1:
-            fn, grid, block, args = img["vadd"], (1,), (1,), (ry, rx, ry, 1)
-        else:
-            fn, grid, block = img["saxpy"], (-(-n_floats // 256),), (256,)
-            args = (1.0, rx, ry, n_floats)
-        q.launch(fn, grid, block, args).wait()
-        q.launch(fn, grid, block, args).wait()
+        fn, grid, block, args, x, y, ry = work(d, q, n_floats)
+        q.launch(fn, grid, block, args).wait()  # as chained's first, by the channel
         t0 = time.perf_counter()
         for _ in range(launches):
             p = q.launch(fn, grid, block, args)

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import dependence_probe  # the saxpys' inputs (scripts/, the script's own folder)
 import numpy as np
 
 import rig_nv.push
@@ -304,16 +305,8 @@ def order(kind: str, launches: int = 2000) -> None:
     finally:
         rig_nv.setup.ORDER = before
     try:
-        fn = d.load(CUBIN.read_bytes())["saxpy"]
-        n = 1 << 20
-        rng = np.random.default_rng()
-        x = rng.integers(0, 8, n).astype(np.float32)
-        y = rng.integers(0, 8, n).astype(np.float32)
-        rx, ry = d.alloc(4 * n), d.alloc(4 * n)
-        d.upload(rx, x)
-        d.upload(ry, y).wait()
-        grid, args = (n // 256,), (1.0, rx, ry, n)
-        for _ in range(100):
+        fn, grid, _, args, x, y, ry = dependence_probe.work(d, q, 1 << 20)  # one saxpy
+        for _ in range(99):
             q.launch(fn, grid, (256,), args)
         q.synchronize()
         with q.profile(capacity=64) as prof:
