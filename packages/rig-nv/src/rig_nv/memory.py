@@ -2,16 +2,14 @@
 memory, the device's own memory (rings, pushbuffers, timeline, staging), and the records of
 peer mappings (:mod:`rig_nv.peers`).
 
-Rules: every table here is guarded by this part's own lock, and no other lock is taken while
-it is held. A freed region is handed out again, by the reuse cache or to the path, only once
-every queue has passed the values that were current at the free (``progress``:
-:class:`Progress`); a free to the path waits for that. Memory whose bus addresses another
-device was given (``Allocation.held``) never goes to another allocation. The cache keeps
-blocks of any size, up to :attr:`Heap.limit` bytes in all; those of one size leave oldest
-first; a round trip through the cache changes no table but a bin (:class:`_Block`). A
-queue's own memory goes back at its stop (:meth:`Heap.disown`) under the same rule; what this
-part holds at the device's stop is given back by :meth:`Heap.release` only if the RM freed
-the channels.
+Rules: every table is guarded by this part's own lock; no other lock is taken while it is
+held. A freed region is handed out again, by the cache or the path, only once every queue
+passed the values current at the free (``progress``); a free to the path waits for that.
+Memory whose bus addresses another device was given (``Allocation.held``) never goes to
+another allocation. The cache keeps blocks of any size up to :attr:`Heap.limit` bytes, oldest
+first per size, in the table of blocks (:class:`_Block`). A queue's own memory goes back at
+its stop (:meth:`Heap.disown`); :meth:`Heap.release` gives back the rest at the device's stop
+only if the RM freed the channels.
 """
 
 from __future__ import annotations
