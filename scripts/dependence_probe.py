@@ -77,12 +77,7 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
     from rig_nv import qmd
     from rig_nv.channel import entry_at
     from rig_nv.hostmem import view
-    from rig_nv.push import (
-        COMPUTE_SEND_PCAS_A,
-        COMPUTE_SEND_SIGNALING_PCAS2_B,
-        SUBC_COMPUTE,
-        header,
-    )
+    from rig_nv.push import SUBC_COMPUTE, header
 
     d = rig_nv_nvidia.gpu(0).open()
     try:
@@ -106,8 +101,9 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
             launching.point_cbuf0(prep, memoryview(slot), 0, gpu)
             st.pack_into(slot, 512 + fn.kernel.param_offset, *values)
             body = qmd.Qmd(layout, bytes(slot[: layout.size]))
+            nxt_gpu = ring.gpu + (s + 1) % RING * SLOT
             if action:
-                body.set("DEPENDENT_QMD0_POINTER", (ring.gpu + (s + 1) % RING * SLOT) >> 8)
+                body.set("DEPENDENT_QMD0_POINTER", nxt_gpu >> 8)
                 body.set("DEPENDENT_QMD0_ACTION", action)
                 body.set("DEPENDENT_QMD0_ENABLE", 1)
                 body.set("DEPENDENT_QMD0_PREFETCH", prefetch)
@@ -128,15 +124,10 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
             host[at : at + len(slot)] = slot
             if mode == "ring" and s:
                 host[at : at + 2] = b"\0\0"
-            words[4 * s : 4 * s + 4] = memoryview(struct.pack(
-                "<4I", header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), gpu >> 8,
-                header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), pcas)).cast("I")
+            words[4 * s : 4 * s + 4] = array("I", send_pcas(gpu, pcas))
             entries.append(entry_at(pcas_words.gpu + 16 * s, 4))
             qmd_words = struct.unpack(f"<{layout.size // 4}I", bytes(slot[: layout.size]))
-            nxt_gpu = ring.gpu + (s + 1) % RING * SLOT
-            lead = (header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), nxt_gpu >> 8,
-                    header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), first) if first \
-                else ()
+            lead = send_pcas(nxt_gpu, first) if first else ()
             inline.append(array("I", (*lead,
                 header(SUBC_COMPUTE, SET_INLINE_QMD_ADDRESS_A, 2),
                 INLINE_384 | (gpu >> 40), (gpu >> 8) & 0xFFFFFFFF,
@@ -151,10 +142,7 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
             s = i % RING
             with t.lock:
                 value = t.next
-                deadline = time.perf_counter() + 3
-                while t.word[0] < value + 1 - RING:  # the next slot's last grid is done
-                    if time.perf_counter() > deadline:
-                        raise TimeoutError(f"hung at launch {i}: word {t.word[0]}; {health(t)}")
+                wait(t, value + 1 - RING, f"at launch {i}")  # the next slot's last grid
                 if mode == "ring":
                     if counter:
                         nxt = (s + 1) % RING * SLOT
@@ -170,7 +158,7 @@ def chained(mode: str, n_floats: int, launches: int, wait_each: bool, counter: i
         try:
             return run(send, t, q, x, y, ry, launches, wait_each)
         except TimeoutError as e:
-            return str(e)
+            return f"hung {e}"
     finally:
         d.stop()
 
@@ -183,20 +171,37 @@ def run(send: Any, t: Any, q: Any, x: Any, y: Any, ry: Any, launches: int,
     for i in range(1, launches + 1):
         last = send(i)
         if wait_each:
-            deadline = time.perf_counter() + 3
-            while t.word[0] < last:
-                if time.perf_counter() > deadline:
-                    return f"hung at launch {i}: word {t.word[0]} < {last}; {health(t)}"
+            wait(t, last, f"at launch {i}")
     t1 = time.perf_counter()
-    deadline = t1 + 3
-    while t.word[0] < last:
-        if time.perf_counter() > deadline:
-            return f"hung: word {t.word[0]} < {last} after all were sent; {health(t)}"
+    wait(t, last, "after all were sent")
     t2 = time.perf_counter()
     got = np.frombuffer(bytes(q.download(ry)), np.float32)
     ok = bool(np.array_equal(got, y + np.float32(2 + launches) * x))
     return (f"{(t2 - t0) / launches * 1e6:.2f} us a launch (sending "
             f"{(t1 - t0) / launches * 1e6:.2f}), correct {ok}")
+
+
+def send_pcas(address: int, action: int) -> tuple[int, ...]:
+    """The words that send the QMD at ``address`` with PCAS ``action`` (clcbc0.h SEND_PCAS_A,
+    SEND_SIGNALING_PCAS2_B)."""
+    from rig_nv.push import (
+        COMPUTE_SEND_PCAS_A,
+        COMPUTE_SEND_SIGNALING_PCAS2_B,
+        SUBC_COMPUTE,
+        header,
+    )
+
+    return (header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), address >> 8,
+            header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), action)
+
+
+def wait(t: Any, value: int, where: str) -> None:
+    """The timeline's own wait for ``value``, 3 s at most; TimeoutError saying ``where`` the
+    word stopped and what the device's health says."""
+    try:
+        t.wait_value(value, timeout_s=3)
+    except TimeoutError:
+        raise TimeoutError(f"{where}: word {t.word[0]} < {value}; {health(t)}") from None
 
 
 def health(t: Any) -> str:
