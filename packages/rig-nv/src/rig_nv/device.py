@@ -96,6 +96,10 @@ class Device(Submits):
         self._queues_made = 0  # queues are numbered from 1, never twice
         self._queues_lock = threading.Lock()
         self.memory.progress = _Progress(self)
+        # alloc and free are the heap's own (bound methods in the instance's dict, found
+        # before the class's): a Python frame less on each, a tenth of a cache's round trip
+        # (bench row 6). The class's methods say what they promise and make the same call.
+        vars(self).update(alloc=self.memory.alloc, free=self.memory.free)
         self.loader = Loader(self)
         self.objects = setup.Objects(path, self.ffi)
         self._staging = copies.Staging(self.memory.staging, self.timeline)
@@ -251,10 +255,7 @@ class Device(Submits):
         allocation gets it once every queue has passed the values submitted before the free.
         :meth:`trim` gives what is kept back to the RM, as does an allocation the RM refuses.
         """
-        if type(region) is not Region:
-            checks.region_of("free's region", region)
-        if not self.memory.free(region):
-            peers.unmap_peer(self.memory, region)
+        self.memory.free(region)
 
     def trim(self) -> None:
         """Give the RM back the Device memory :meth:`free` kept for reuse, each block once

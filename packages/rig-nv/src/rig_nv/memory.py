@@ -20,7 +20,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rig_edge import Lost, Memory, Misuse, Refusal, Region, RigError
-from rig_nv import checks
+from rig_nv import checks, peers
 from rig_nv.hostmem import round_up
 from rig_nv.rm import SMALL_PAGE, Allocation
 
@@ -234,16 +234,19 @@ class Heap:
             self._blocks[region.gpu] = _Block(region, got, _pages(n) if kind is _DEVICE else 0)
         return region
 
-    def free(self, region: Region) -> bool:
-        """As :meth:`rig_nv.Device.free`; False, having done nothing, for a peer's region
-        mapped here (:func:`rig_nv.peers.unmap_peer` frees those)."""
+    def free(self, region: Region) -> None:
+        """As :meth:`rig_nv.Device.free`, a peer's region mapped here included
+        (:func:`rig_nv.peers.unmap_peer`)."""
+        if type(region) is not Region:
+            checks.region_of("free's region", region)
+        if self._peered and region in self._peer_in:  # a dict's lookup: no lock needed
+            peers.unmap_peer(self, region)  # which takes the lock itself
+            return
         mark = self.progress.now()
         lock = self._lock
         lock.acquire()  # as alloc's
         try:
             if self._peered:
-                if region in self._peer_in:
-                    return False
                 self._refuse_lent(region)
             try:  # as alloc's
                 block = self._blocks[region.gpu]
@@ -265,7 +268,7 @@ class Heap:
                         self._bins[key].append(block)
                     except KeyError:  # the first of its key, or the first since a trim
                         self._bins[key] = deque((block,))
-                    return True
+                    return
             del self._blocks[region.gpu]
         finally:
             lock.release()
@@ -276,7 +279,6 @@ class Heap:
             with self._lock:  # still the device's: release() gives it back
                 self._blocks[region.gpu] = block
             raise
-        return True
 
     def _refuse_lent(self, region: Region) -> None:
         """Misuse for a region of this device that others map (under the lock)."""
