@@ -41,7 +41,7 @@ import rig_nv.step
 import rig_nv.timeline
 import rig_nv_nvidia
 from rig_nv.channel import entry_at
-from rig_nv.copies import COPY16_CHUNK, COPY_BLOCK
+from rig_nv.copies import COPY16_CHUNK, COPY16_THREADS
 from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parents[1] / "packages/rig-nv/tests/cubins/kernels.sm_90.cubin"
@@ -236,7 +236,7 @@ def cuts() -> None:
         ways: dict[str, Callable[[], Any]] = {
             "vadd": lambda: d.launch(fn, (1,), (1,), (r, r, r, 1)),
             "d2d copy": lambda: d.copy(dst, src),
-            "d2d launch": lambda: d.launch(img["copy16"], (n // chunk,), (COPY_BLOCK,),
+            "d2d launch": lambda: d.launch(img["copy16"], (n // chunk,), (COPY16_THREADS,),
                                            (dst.gpu, src.gpu, n // 16)),
             "d2d x2 (two back to back)": lambda: (d.copy(dst, src), d.copy(dst, src))[1],
         }

@@ -5,12 +5,13 @@ own source, compiled for the host with CUDA's built-ins played by a loop over ev
 thread of the launch's grid, copies there. Each copy must match byte for byte and write
 nothing outside its destination: odd sizes, odd offsets, grids rounded up past the data, copies
 split over several launches. copy16's geometry (one block a chunk) is checked at its edges,
-16 TiB copies included, without the memory. (The GPU's speed is not measured here; the SM
+32 TiB copies included, without the memory. (The GPU's speed is not measured here; the SM
 copies' exact bytes on a GPU are the GPU tests'.)"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -22,7 +23,8 @@ from cffi import FFI
 from test_queue_groups_cpu import qmd_of
 
 from rig_edge import Memory
-from rig_nv import copies, qmd, queues
+from rig_nv import copies, cubin, qmd, queues
+from rig_nv import launch as launching
 from rig_nv.hostmem import view
 
 KERNELS = Path(copies.__file__).resolve().parent / "kernels" / "copy.cu"
@@ -76,20 +78,21 @@ def launches(dev: tuple[Any, Any], kernels: Any,
     launch = queues.Submits.launch_own
 
     def run(q: Any, fn: Any, blocks: int, block: int, args: Any, name: str) -> Any:
-        assert block == copies.COPY_BLOCK and name == "copy"
+        assert name == "copy"
         point = launch(q, fn, blocks, block, args, name)
-        got = launched(q.owner, fn)  # what the GPU reads, not what was asked
-        made.append((fn.name, *got))
-        kernels.run(fn.name == "copy16", *got[:1], copies.COPY_BLOCK, *got[1])
+        grid, threads, got = launched(q.owner, fn)  # what the GPU reads, not what was asked
+        assert threads == (1024 if fn.name == "copy16" else 256)  # copy.cu's blocks
+        made.append((fn.name, grid, got))
+        kernels.run(fn.name == "copy16", grid, threads, *got)
         return point
 
     monkeypatch.setattr(queues.Submits, "launch_own", run)
     return made
 
 
-def launched(d: Any, fn: Any) -> tuple[int, tuple[int, int, int]]:
-    """(blocks, (dst, src, count)) of the launch the compute channel's last entry holds: the
-    grid its QMD names and the arguments in the bank it points at."""
+def launched(d: Any, fn: Any) -> tuple[int, int, tuple[int, int, int]]:
+    """(blocks, threads, (dst, src, count)) of the launch the compute channel's last entry
+    holds: the grid and block its QMD names and the arguments in the bank it points at."""
     compute = d.compute
     entry = int(compute.entries[(compute.put - 1) % compute.count])
     address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
@@ -98,11 +101,11 @@ def launched(d: Any, fn: Any) -> tuple[int, tuple[int, int, int]]:
     bank, _, valid = q.cbuf(0)
     assert valid
     args = struct.unpack_from("<3Q", view(bank + fn.kernel.param_offset, 24))
-    return q.get("GRID_WIDTH"), args
+    return q.get("GRID_WIDTH"), q.get("CTA_THREAD_DIMENSION0"), args
 
 
 GUARD = 4096
-CHUNK = 256 * 4 * 16  # bytes a block of copy16 copies (copy.cu: 256 threads, 4 loads)
+CHUNK = 1024 * 2 * 16  # bytes a block of copy16 copies (copy.cu: 1024 threads, 2 loads)
 
 
 def copy_and_check(d: Any, n: int, dst_off: int, src_off: int) -> tuple[int, int]:
@@ -166,33 +169,49 @@ def test_copies_past_a_launchs_grid_take_several_launches(
     path.complete()
 
 
-TIB16 = (1 << 30) * 1024  # 16-byte units in the most chunks one launch takes (16 TiB)
+C = 2048  # 16-byte units a chunk: copy.cu's 1024 threads of 2 loads
+TIB32 = (1 << 30) * C  # 16-byte units in the most chunks one launch takes (32 TiB)
 
 
 @pytest.mark.parametrize(("count", "expected"), [
-    (1, [(0, 1, 1)]), (1024, [(0, 1, 1024)]), (1025, [(0, 2, 1025)]),  # tiny
-    (31 * 1024 + 1, [(0, 32, 31 * 1024 + 1)]), (33 * 1024, [(0, 34, 33 * 1024)]),  # rounded
-    (1 << 24, [(0, 16384, 1 << 24)]),  # 256 MiB: the measured flat4 grid
-    (TIB16 - 1, [(0, 1 << 30, TIB16 - 1)]), (TIB16, [(0, 1 << 30, TIB16)]),  # the most
-    (2 * TIB16 + 5, [(0, 1 << 30, TIB16), (TIB16, 1 << 30, TIB16), (2 * TIB16, 1, 5)]),
-    (TIB16 + 33 * 1024 + 1, [(0, 1 << 30, TIB16), (TIB16, 34, 33 * 1024 + 1)]),  # huge
+    (1, [(0, 1, 1)]), (C, [(0, 1, C)]), (C + 1, [(0, 2, C + 1)]),  # tiny
+    (31 * C + 1, [(0, 32, 31 * C + 1)]), (33 * C, [(0, 34, 33 * C)]),  # rounded
+    (1 << 24, [(0, 8192, 1 << 24)]),  # 256 MiB: the measured flat2_1024 grid
+    (TIB32 - 1, [(0, 1 << 30, TIB32 - 1)]), (TIB32, [(0, 1 << 30, TIB32)]),  # the most
+    (2 * TIB32 + 5, [(0, 1 << 30, TIB32), (TIB32, 1 << 30, TIB32), (2 * TIB32, 1, 5)]),
+    (TIB32 + 33 * C + 1, [(0, 1 << 30, TIB32), (TIB32, 34, 33 * C + 1)]),  # huge
 ])
 def test_copy16_geometry_at_the_edges(count: int, expected: list[tuple[int, int, int]]) -> None:
-    """copy16's launches cover every unit once, one block a chunk of 1024 units, no grid past
+    """copy16's launches cover every unit once, one block a chunk of 2048 units, no grid past
     the hardware's 2^31-1 blocks (rig_nv.launch.MAX_GRID): more takes several launches."""
     got = copies.copy16_launches(count)
     assert got == expected
-    assert all(blocks <= (1 << 31) - 1 and blocks * 1024 >= units for _, blocks, units in got)
+    assert all(blocks <= (1 << 31) - 1 and blocks * C >= units for _, blocks, units in got)
 
 
 def test_copy16_grids_are_few_and_rounded_up_little() -> None:
     """The prepared launch configurations stay bounded (each function caches one a grid):
-    every copy up to 64 Mi chunks (1 TiB) needs at most 16 grids an octave, each fewer than
+    every copy up to 64 Mi chunks (2 TiB) needs at most 16 grids an octave, each fewer than
     1 in 16 blocks over the chunks."""
     grids = set()
     for chunks in [*range(1, 1 << 12), *range(1 << 12, 1 << 26, 997)]:
-        [(_, blocks, _)] = copies.copy16_launches(chunks * 1024)
+        [(_, blocks, _)] = copies.copy16_launches(chunks * C)
         assert chunks <= blocks < chunks * 17 / 16 + 1
         grids.add(blocks)
     assert len([g for g in grids if g < 32]) == 31
     assert len([g for g in grids if g >= 32]) <= 16 * 21
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90", "sm_100", "sm_120"])
+def test_shipped_copy16_cubins_have_the_block_rig_launches(arch: str) -> None:
+    """copy16's shape is written twice, in copy.cu's #defines and rig_nv.copies; the cubins
+    build.sh made from copy.cu carry its __launch_bounds__, which must be the block rig
+    launches and the chunk its geometry assumes: a stale cubin or a changed constant fails."""
+    text = KERNELS.read_text()
+    defines = {name: int(value) for name, value in
+               re.findall(r"#define (COPY16_THREADS|COPY16_LOADS) (\d+)", text)}
+    assert defines == {"COPY16_THREADS": copies.COPY16_THREADS,
+                       "COPY16_LOADS": copies.COPY16_LOADS}
+    data = launching.builtin_cubin("copy", arch)
+    assert data is not None
+    assert cubin.parse(data).kernel("copy16").max_threads == copies.COPY16_THREADS

@@ -21,14 +21,16 @@ if TYPE_CHECKING:
     from rig_nv.rm import Allocation
     from rig_nv.timeline import Point, Timeline
 
-COPY_BLOCK = 256  # threads a block of either kernel (copy.cu COPY16_THREADS for copy16)
-# copy16 copies COPY16_LOADS 16-byte units a thread, one chunk a block, no loop (copy.cu): rig
-# launches a block a chunk. That shape ran fastest on an H200 ("flat4", 2018 GB/s on its clock
-# at 256 MiB, docs/results/copy-variants-2026-12-01.txt).
-COPY16_LOADS = 4
-COPY16_CHUNK = COPY_BLOCK * COPY16_LOADS  # 16-byte units a block of copy16
+# copy16 copies COPY16_LOADS 16-byte units a thread of COPY16_THREADS, one chunk a block, no
+# loop (copy.cu, whose #defines these follow): rig launches a block a chunk. That shape came
+# closest to cuMemcpyDtoD on an H200 (0.987x, docs/results/copy-variants-2026-12-03.txt).
+COPY16_THREADS = 1024
+COPY16_LOADS = 2
+COPY16_CHUNK = COPY16_THREADS * COPY16_LOADS  # 16-byte units a block of copy16
+COPY1_THREADS = 256  # threads a block of copy1, a grid-stride byte loop
+THREADS = {"copy16": COPY16_THREADS, "copy1": COPY1_THREADS}  # a block, by kernel
 # Blocks a launch at most: the largest power of two in the grid's limit (2^31-1), so that the
-# rounding of _grid never passes it; a copy of more (16 TiB) takes several launches.
+# rounding of _grid never passes it; a copy of more (32 TiB) takes several launches.
 COPY16_MOST = 1 << (launching.MAX_GRID[0].bit_length() - 1)
 COPY1_PER_SM = 8
 
@@ -108,7 +110,7 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
     """copy16's launches for ``count`` 16-byte units, each (first unit, blocks, units): one
     block a chunk of COPY16_CHUNK units, at most COPY16_MOST blocks a launch. The one place
     that picks copy16's geometry, for every size."""
-    most = COPY16_MOST * COPY16_CHUNK  # one launch for any copy below 16 TiB
+    most = COPY16_MOST * COPY16_CHUNK  # one launch for any copy below 32 TiB
     return [(first, _grid(-(-min(most, count - first) // COPY16_CHUNK)),
              min(most, count - first)) for first in range(0, count, most)]
 
@@ -127,7 +129,7 @@ def copy_plan(n: int, aligned: bool, sm_count: int) -> tuple[tuple[str, int, int
         done = count * 16
     if n > done:
         rest = n - done
-        plan.append(("copy1", done, min(-(-rest // COPY_BLOCK), sm_count * COPY1_PER_SM), rest))
+        plan.append(("copy1", done, min(-(-rest // COPY1_THREADS), sm_count * COPY1_PER_SM), rest))
     return tuple(plan)
 
 
@@ -139,6 +141,6 @@ def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
     assert img is not None
     point = None
     for name, at, blocks, count in copy_plan(n, not (dst | src) & 15, q.owner.sm_count):
-        point = q.launch_own(img[name], blocks, COPY_BLOCK, (dst + at, src + at, count), "copy")
+        point = q.launch_own(img[name], blocks, THREADS[name], (dst + at, src + at, count), "copy")
     assert point is not None
     return point

@@ -3,16 +3,16 @@
 // launches on; the cubins ship in the package. Each takes (dst, src, count): 16-byte units for
 // copy16, bytes for copy1.
 //
-// copy16: one block of COPY16_THREADS threads a chunk of COPY16_LOADS x 256 units, every load
-// of a thread in flight before its stores, and no loop: rig launches one block a chunk
-// (rig_nv.copies.copy16_launches), several launches where a grid would pass 2^31-1 blocks.
-// That shape ("flat4") ran at 2018 GB/s on an H200's clock for 256 MiB and 2056 for 1 GiB,
-// against 1934 / 1954 for the looped copy16 it replaced (16 blocks an SM, 8 loads a thread)
-// and cuMemcpyDtoD's 2045 at 256 MiB (scripts/copy_variants/run3.py,
-// docs/results/copy-variants-2026-12-01.txt). Its code is variants3.cu's flat4.
+// copy16: one block of COPY16_THREADS threads a chunk of COPY16_LOADS x COPY16_THREADS units,
+// every load of a thread in flight before its stores, and no loop: rig launches one block a
+// chunk (rig_nv.copies.copy16_launches), several launches where a grid would pass 2^31-1
+// blocks. Of the shapes measured beside cuMemcpyDtoD in one process on an H200, 1024 threads
+// of 2 loads ("flat2_1024") came closest: 0.987x its GPU time at 256 MiB and at 1 GiB, against
+// 0.964x for 256 threads of 4 loads, the shape it replaced; cache hints and prefetches were
+// slower (scripts/copy_variants/under_cuda2.py, docs/results/copy-variants-2026-12-03.txt).
 
-#define COPY16_THREADS 256
-#define COPY16_LOADS 4
+#define COPY16_THREADS 1024
+#define COPY16_LOADS 2
 
 extern "C" __global__ void __launch_bounds__(COPY16_THREADS)
 copy16(uint4* __restrict__ dst, const uint4* __restrict__ src, unsigned long long count) {
