@@ -2,7 +2,7 @@
 finds, -lcuda or the driver's libcuda.so.1) and run it on rig's shipped copy cubin and the
 variants (an experiment, not a test).
 
-    python3 scripts/copy_variants/under_cuda2.py
+    python3 scripts/copy_variants/under_cuda2.py [CUBIN NAME:THREADS:UNITS...]
 """
 
 from __future__ import annotations
@@ -41,7 +41,10 @@ def main() -> int:
                "flat4_pfef:256:4", "flat4_stef:256:4", "flat4_bothef:256:4", "flat4_stna:256:4",
                "flat4_cs:256:4", "flat8_pf256:256:8", "flat2_512:512:2", "flat4_512:512:4",
                "flat2_1024:1024:2", "flat1_1024:1024:1", "flat8_128:128:8"]
-    return subprocess.run([str(exe), str(HERE / "variants5.sm_90.cubin"), *kernels]).returncode
+    cubin = HERE / "variants5.sm_90.cubin"
+    if len(sys.argv) > 2:  # a cubin and its kernels instead (rig's: copy.sm_90.cubin copy16:1024:2)
+        cubin, kernels = Path(sys.argv[1]), sys.argv[2:]
+    return subprocess.run([str(exe), str(cubin), *kernels]).returncode
 
 
 if __name__ == "__main__":
