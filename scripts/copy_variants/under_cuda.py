@@ -19,9 +19,11 @@ sys.path.insert(0, str(ROOT / "bench"))
 import run as bench  # noqa: E402
 
 
-def main() -> int:
-    exe = Path(tempfile.mkdtemp()) / "under_cuda"
-    src = HERE / "under_cuda.c"
+def build(name: str) -> Path | None:
+    """Build ``name``.c of this folder (as bench/run.py builds cuda_bench.c); its program's
+    path, or None (said on stderr) where no compiler and libcuda made it."""
+    exe = Path(tempfile.mkdtemp()) / name
+    src = HERE / f"{name}.c"
     links = bench.libcuda_args()
     tries = []
     nvcc = bench.find_nvcc()
@@ -33,9 +35,14 @@ def main() -> int:
                   for inc in bench.cuda_include_dirs() for link in links]
     for cmd in tries:
         if subprocess.run(cmd, capture_output=True).returncode == 0:
-            break
-    else:
-        print("could not build under_cuda.c", file=sys.stderr)
+            return exe
+    print(f"could not build {name}.c", file=sys.stderr)
+    return None
+
+
+def main() -> int:
+    exe = build("under_cuda")
+    if exe is None:
         return 1
     cubin = ROOT / "packages/rig-nv/src/rig_nv/kernels/copy.sm_90.cubin"
     return subprocess.run([str(exe), str(cubin), str(HERE / "variants.sm_90.cubin")]).returncode
