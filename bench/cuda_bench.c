@@ -338,7 +338,7 @@ static void row_flight(void) {
     const int per = 10000;
     int r, i, n = reps(8);
     double *s = samples(n), *sl = samples(n), t;
-    if (!g1) fail("no one-kernel graph (row 2 failed)");
+    if (!g1) g1 = capture(1); /* row 2 not asked for: its graph of one, made here */
     acc_start();
     for (r = -1; r < n; r++) { /* r = -1: warm-up */
         t = now();

@@ -57,7 +57,9 @@ def worker_torch(rec: Recorder, cubin: Path) -> None:
             rec.add("1_launch", s)
 
     g1 = tc = tb = None
-    if rec.wants("2_step64", "2_step1"):
+    # Row 3 replays row 2's graph of one: asking for row 3 runs row 2 too (the table shows
+    # what --rows asked for).
+    if rec.wants("2_step64", "2_step1", "3_flight", "3_launch_flight"):
         with rec.row("2_step64", "2_step1"):
             tc, tb = torch.zeros(1, dtype=torch.float32, device=dev), f32([0.5])
             side = torch.cuda.Stream()
@@ -302,7 +304,7 @@ def worker_cupy(rec: Recorder, cubin: Path) -> None:
             rec.add("1_launch", s)
 
     g1 = cc = cb = None
-    if rec.wants("2_step64", "2_step1"):
+    if rec.wants("2_step64", "2_step1", "3_flight", "3_launch_flight"):  # as torch's
         with rec.row("2_step64", "2_step1"):
             acc = Accumulator(rng)
             c0, b0 = acc.arrays()
