@@ -33,7 +33,7 @@ from rows import (
     IMPORTS,
     NOTES,
     PEERS,
-    ROWS,
+    Row,
     combine,
     fmt,
     selected_rows,
@@ -344,10 +344,12 @@ def import_rows(peers: list[str], env: dict[str, str], reps: int
     return rows
 
 
-def print_table(table: dict[str, Any], meta: dict[str, Any]) -> None:
+def print_table(table: dict[str, Any], meta: dict[str, Any], rows: list[Row]) -> None:
+    """The table of ``rows`` (those --rows asked for: a peer may measure more, as row 2 for
+    row 3's graph), a line each that has a value."""
     head = ("row", "rig", "CUDA-C", "torch", "cupy", "rig/ref", "min-max", "target")
     lines = []
-    for row in ROWS:
+    for row in rows:
         e = table.get(row.key)
         if not e or not e["peers"]:
             continue
@@ -355,7 +357,7 @@ def print_table(table: dict[str, Any], meta: dict[str, Any]) -> None:
         for peer in PEERS:
             cells.append(fmt(e["peers"].get(peer, {}).get("value")))
         ratio = e["ratio"]
-        cells.append("n/a" if ratio is None else f"{ratio:.2f}x")
+        cells.append("n/a" if ratio is None else f"{ratio:.3f}x")  # 0.946x is no 0.95x
         lo, hi = e.get("ratio_min"), e.get("ratio_max")
         cells.append("" if lo is None or hi is None else f"{lo:.2f}-{hi:.2f}")
         flag = {True: " met", False: " MISSED", None: ""}[e["met"]]
@@ -531,7 +533,7 @@ def harness(args: argparse.Namespace) -> int:
             log(f"{peer}: {meta['peers'][peer]['error'][:300]}")
     log(f"wrote {out / 'bench.json'}; plots: {meta['plot']}, {meta['plots']}; "
         f"{meta['seconds']} s")
-    print_table(table, meta)
+    print_table(table, meta, selected_rows(args.rows))
     return 0
 
 

@@ -152,3 +152,21 @@ def test_queue_rows_run_on_the_stand_in(tmp_path: Path) -> None:
                                                                  "_kernels"))
     assert rows["13_overlap"]["samples_s"] == [b / max(u, x)
                                                for b, u, x in zip(both, up, k, strict=True)]
+
+
+def test_the_table_shows_only_the_rows_asked_for(rows: ModuleType,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Row 3 replays row 2's graph, so the Python peers measure row 2 when --rows 3 asks for
+    row 3 alone; the table still shows only what was asked (2026-12-03 23:43 showed row 2's
+    lines, n/a for rig and CUDA)."""
+    run = importlib.import_module("run")
+    sample = {"samples_s": [2e-6, 3e-6, 4e-6], "bytes": 0}
+    results = {peer: {"rows": {"3_flight": sample} | ({"2_step1": sample, "2_step64": sample}
+                                                      if peer == "torch" else {})}
+               for peer in ("rig", "cuda", "torch")}
+    table = rows.combine([rows.summarise(results)])
+    assert "2_step1" in table and table["2_step1"]["peers"]  # measured, so in the JSON
+    run.print_table(table, {}, rows.selected_rows("3"))
+    out = capsys.readouterr().out
+    assert "3 10,000 1-kernel steps" in out
+    assert "2 step of" not in out
