@@ -2,7 +2,8 @@
  * interleaved: 6 rounds, each timing every kernel 10 times after 2 (CUDA events around the
  * copy, the GPU's clock; and the wall clock around launch + cuCtxSynchronize, as bench row 5).
  * Medians of all rounds; each result checked byte-exact once. Built and run by
- * under_cuda2.py; argv: the cubin, then kernels as name:threads:units. */
+ * under_cuda2.py; argv: the cubin, then kernels as name:threads:units[:grid] (a fixed grid
+ * for looped kernels; else a block a chunk of threads x units). */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,9 +20,13 @@ static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
 static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 static double median(double *v, int n) { qsort(v, n, sizeof v[0], cmp); return v[n / 2]; }
 
+static unsigned blocks_of(unsigned long long count, int threads, int units, int grid) {
+    return grid ? (unsigned)grid : (unsigned)((count + threads * units - 1) / (threads * units));
+}
+
 int main(int argc, char **argv) {
     CUdevice dev; CUcontext ctx; CUmodule mod;
-    CUfunction fn[MAXK] = {0}; int threads[MAXK] = {0}, units[MAXK] = {0};
+    CUfunction fn[MAXK] = {0}; int threads[MAXK] = {0}, units[MAXK] = {0}, grids[MAXK] = {0};
     char *names[MAXK] = {"memcpy"};
     int k, nk = argc - 1;  /* kernel 0 is cuMemcpyDtoDAsync */
     static double wall[MAXK][ROUNDS * REPS], gpu[MAXK][ROUNDS * REPS];
@@ -33,6 +38,8 @@ int main(int argc, char **argv) {
         names[k] = strtok(spec, ":");
         threads[k] = atoi(strtok(NULL, ":"));
         units[k] = atoi(strtok(NULL, ":"));
+        char *grid = strtok(NULL, ":");
+        grids[k] = grid ? atoi(grid) : 0;
         CK(cuModuleGetFunction(&fn[k], mod, names[k]));
     }
     size_t sizes[] = {256u << 20, 1u << 30};
@@ -52,7 +59,7 @@ int main(int argc, char **argv) {
         int ok[MAXK];
         for (k = 0; k < nk; k++) {  /* each checked once, on a cleared destination */
             CK(cuMemsetD8(dst, 0, N));
-            if (k) CK(cuLaunchKernel(fn[k], (unsigned)((count + threads[k] * units[k] - 1) / (threads[k] * units[k])),
+            if (k) CK(cuLaunchKernel(fn[k], blocks_of(count, threads[k], units[k], grids[k]),
                                      1, 1, threads[k], 1, 1, 0, 0, args, 0));
             else CK(cuMemcpyDtoDAsync(dst, src, N, 0));
             CK(cuCtxSynchronize());
@@ -64,7 +71,7 @@ int main(int argc, char **argv) {
                 for (int i = -2; i < REPS; i++) {
                     double t = now();
                     CK(cuEventRecord(e0, 0));
-                    if (k) CK(cuLaunchKernel(fn[k], (unsigned)((count + threads[k] * units[k] - 1) / (threads[k] * units[k])),
+                    if (k) CK(cuLaunchKernel(fn[k], blocks_of(count, threads[k], units[k], grids[k]),
                                              1, 1, threads[k], 1, 1, 0, 0, args, 0));
                     else CK(cuMemcpyDtoDAsync(dst, src, N, 0));
                     CK(cuEventRecord(e1, 0));
@@ -82,7 +89,7 @@ int main(int argc, char **argv) {
             double g = median(gpu[k], ROUNDS * REPS), w = median(wall[k], ROUNDS * REPS);
             if (!k) base = g;
             printf("%-14s %5zu %6llu %9.0f %8.1f %9.0f %8.3fx  %s\n", names[k], N >> 20,
-                   k ? (count + threads[k] * units[k] - 1) / (threads[k] * units[k]) : 0ull,
+                   k ? (unsigned long long)blocks_of(count, threads[k], units[k], grids[k]) : 0ull,
                    N / g / 1e9, g * 1e6, N / w / 1e9, base / g, ok[k] ? "True" : "FALSE");
         }
         CK(cuMemFree(src)); CK(cuMemFree(dst)); free(want); free(got);
