@@ -11,8 +11,9 @@ If the GPU span is near CUDA's kernel time, the gap is the host's; if not, the l
 from __future__ import annotations
 
 import statistics
-import time
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,16 +21,8 @@ import numpy as np
 import rig_nv_nvidia
 from rig_nv import copies
 
-
-def median_us(go: Callable[[], Any], reps: int = 30) -> float:
-    for _ in range(3):
-        go().wait()
-    walls = []
-    for _ in range(reps):
-        t = time.perf_counter_ns()
-        go().wait()
-        walls.append(time.perf_counter_ns() - t)
-    return statistics.median(walls) / 1000
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from common import timed  # the bench's own timing: row 5 is what this explains
 
 
 def one_size(d: Any, img: Any, n: int) -> None:
@@ -38,18 +31,18 @@ def one_size(d: Any, img: Any, n: int) -> None:
     data = np.random.default_rng().integers(0, 256, n, dtype=np.uint8)
     d.upload(src, data).wait()
     [(_, blocks, units)] = copies.copy16_launches(n // 16)
-    ways: dict[str, Callable[[], Any]] = {
-        "d.copy": lambda: d.copy(dst, src),
+    ways: dict[str, Callable[[], None]] = {  # each submits and waits
+        "d.copy": lambda: d.copy(dst, src).wait(),
         "d.launch(copy16)": lambda: d.launch(img["copy16"], (blocks,),
                                              (copies.COPY16_THREADS,),
-                                             (dst.gpu, src.gpu, units)),
-        "d.copy engine=copy": lambda: d.copy(dst, src, engine="copy"),
+                                             (dst.gpu, src.gpu, units)).wait(),
+        "d.copy engine=copy": lambda: d.copy(dst, src, engine="copy").wait(),
     }
     for name, go in ways.items():
-        wall = median_us(go)
+        wall = statistics.median(timed(go, 30, 3)) * 1e6
         with d.profile() as p:
             for _ in range(30):
-                go().wait()
+                go()
         gpu = statistics.median(e.duration_ns / 1000 for e in p.events())
         print(f"{name:28} {n >> 20:5} {wall:9.1f} {n / wall / 1e3:10.0f} {gpu:8.1f} "
               f"{n / gpu / 1e3:9.0f}")
