@@ -28,7 +28,6 @@ COPY16_THREADS = 1024
 COPY16_LOADS = 2
 COPY16_CHUNK = COPY16_THREADS * COPY16_LOADS  # 16-byte units a block of copy16
 COPY1_THREADS = 256  # threads a block of copy1, a grid-stride byte loop
-THREADS = {"copy16": COPY16_THREADS, "copy1": COPY1_THREADS}  # a block, by kernel
 # Blocks a launch at most: the largest power of two in the grid's limit (2^31-1), so that the
 # rounding of _grid never passes it; a copy of more (32 TiB) takes several launches.
 COPY16_MOST = 1 << (launching.MAX_GRID[0].bit_length() - 1)
@@ -116,20 +115,22 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
 
 
 @functools.lru_cache(maxsize=256)
-def copy_plan(n: int, aligned: bool, sm_count: int) -> tuple[tuple[str, int, int, int], ...]:
+def copy_plan(n: int, aligned: bool,
+              sm_count: int) -> tuple[tuple[str, int, int, int, int], ...]:
     """The launches of a copy of ``n`` bytes inside the GPU, each (kernel, byte offset,
-    blocks, count): where both ends are 16-byte ``aligned``, copy16's (copy16_launches), then
-    copy1's for the rest, bytes, on at most COPY1_PER_SM blocks an SM. Kept for the sizes
-    last copied: a copy's call then costs a launch's."""
+    blocks, threads a block, count): where both ends are 16-byte ``aligned``, copy16's
+    (copy16_launches), then copy1's for the rest, bytes, on at most COPY1_PER_SM blocks an SM.
+    Kept for the sizes last copied: a copy's call then costs a launch's."""
     plan, done = [], 0
     if aligned and n >= 16:
         count = n // 16
-        plan = [("copy16", first * 16, blocks, units)
+        plan = [("copy16", first * 16, blocks, COPY16_THREADS, units)
                 for first, blocks, units in copy16_launches(count)]
         done = count * 16
     if n > done:
         rest = n - done
-        plan.append(("copy1", done, min(-(-rest // COPY1_THREADS), sm_count * COPY1_PER_SM), rest))
+        blocks = min(-(-rest // COPY1_THREADS), sm_count * COPY1_PER_SM)
+        plan.append(("copy1", done, blocks, COPY1_THREADS, rest))
     return tuple(plan)
 
 
@@ -140,7 +141,7 @@ def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
     img = q.owner.loader.copy_kernels()
     assert img is not None
     point = None
-    for name, at, blocks, count in copy_plan(n, not (dst | src) & 15, q.owner.sm_count):
-        point = q.launch_own(img[name], blocks, THREADS[name], (dst + at, src + at, count), "copy")
+    for name, at, blocks, threads, count in copy_plan(n, not (dst | src) & 15, q.owner.sm_count):
+        point = q.launch_own(img[name], blocks, threads, (dst + at, src + at, count), "copy")
     assert point is not None
     return point
