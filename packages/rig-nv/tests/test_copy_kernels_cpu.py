@@ -20,10 +20,11 @@ from typing import Any
 
 import pytest
 from cffi import FFI
+from test_device_cpu import methods
 from test_queue_groups_cpu import qmd_of
 
 from rig_edge import Memory
-from rig_nv import copies, cubin, qmd, queues
+from rig_nv import channel, copies, cubin, push, qmd, queues
 from rig_nv import launch as launching
 from rig_nv.hostmem import view
 
@@ -73,35 +74,43 @@ def kernels(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture
 def launches(dev: tuple[Any, Any], kernels: Any,
              monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, tuple[int, int, int]]]:
-    """Every copy kernel launch (kernel, blocks, args), each also run on the CPU."""
+    """Every copy kernel launch (kernel, blocks, args) the device's compute channel is given,
+    each also run on the CPU: read from the GPFIFO entry's words and the QMD they name, so
+    every path that launches (a first copy of a size, a copy of one copied before) is seen."""
     made: list[tuple[str, int, tuple[int, int, int]]] = []
-    launch = queues.Submits.launch_own
+    d = dev[0]
+    img = d.loader.copy_kernels()  # loaded now: a submission holds its timeline's lock
+    submit = channel.Channel.submit
 
-    def run(q: Any, fn: Any, blocks: int, block: int, args: Any, name: str) -> Any:
-        assert name == "copy"
-        point = launch(q, fn, blocks, block, args, name)
-        grid, threads, got = launched(q.owner, fn)  # what the GPU reads, not what was asked
-        assert threads == (1024 if fn.name == "copy16" else 256)  # copy.cu's blocks
-        made.append((fn.name, grid, got))
-        kernels.run(fn.name == "copy16", grid, threads, *got)
-        return point
+    def run(ch: Any, words: Any, value: int, completed: int = -1) -> None:
+        submit(ch, words, value, completed)
+        got = launched(d, ch, list(memoryview(words).cast("B").cast("I")), img)
+        if got is not None:
+            name, grid, threads, args = got
+            assert threads == (1024 if name == "copy16" else 256)  # copy.cu's blocks
+            made.append((name, grid, args))
+            kernels.run(name == "copy16", grid, threads, *args)
 
-    monkeypatch.setattr(queues.Submits, "launch_own", run)
+    monkeypatch.setattr(channel.Channel, "submit", run)
     return made
 
 
-def launched(d: Any, fn: Any) -> tuple[int, int, tuple[int, int, int]]:
-    """(blocks, threads, (dst, src, count)) of the launch the compute channel's last entry
-    holds: the grid and block its QMD names and the arguments in the bank it points at."""
-    compute = d.compute
-    entry = int(compute.entries[(compute.put - 1) % compute.count])
-    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-    words = list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))
+def launched(d: Any, ch: Any, words: list[int],
+             img: Any) -> tuple[str, int, int, tuple[int, int, int]] | None:
+    """(kernel, blocks, threads, (dst, src, count)) of the copy kernel launch in ``words``,
+    submitted on ``ch``: the kernel whose code the QMD points at, the grid and block it names
+    and the arguments in the bank it points at; None for any other submission."""
+    sends = [m for _, m, _ in methods(words) if m == push.COMPUTE_SEND_PCAS_A]
+    if ch is not d.compute or not sends:
+        return None
     q = qmd.Qmd(qmd.LAYOUTS[d.classes.qmd_version], bytes(qmd_of(words)))
+    fns = [fn for fn in (img["copy16"], img["copy1"]) if fn.program == q.program()]
+    if not fns:
+        return None
     bank, _, valid = q.cbuf(0)
     assert valid
-    args = struct.unpack_from("<3Q", view(bank + fn.kernel.param_offset, 24))
-    return q.get("GRID_WIDTH"), q.get("CTA_THREAD_DIMENSION0"), args
+    args = struct.unpack_from("<3Q", view(bank + fns[0].kernel.param_offset, 24))
+    return fns[0].name, q.get("GRID_WIDTH"), q.get("CTA_THREAD_DIMENSION0"), args
 
 
 GUARD = 4096
@@ -166,6 +175,45 @@ def test_copies_past_a_launchs_grid_take_several_launches(
         assert (dst, src) == (to + at, fro + at)
         at += count * 16
     assert at == n - 7 and launches[4][2] == (to + at, fro + at, 7)
+    path.complete()
+
+
+def test_a_size_copied_before_copies_exactly_on_its_resolved_launches(
+        dev: tuple[Any, Any], launches: list[Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23's cheaper copy call: a copy of a size copied before launches what its plan
+    resolved to (rig_nv.copies.kernel_copy), with no launch through launch_own, never a
+    stale address, count or kernel: each copy again at other regions and offsets, fresh
+    bytes, several launches and a tail, an unaligned copy of an aligned one's size, and a
+    copy after local memory grew (its QMD names the new size, as a first launch's would)."""
+    d, path = dev
+    monkeypatch.setattr(copies, "COPY16_MOST", 3)
+    slow: list[int] = []  # launches through launch_own, the first copy of a size's
+    own = queues.Submits.launch_own
+
+    def counted(q: Any, fn: Any, blocks: int, block: int, args: Any, name: str) -> Any:
+        slow.append(blocks)
+        return own(q, fn, blocks, block, args, name)
+
+    monkeypatch.setattr(queues.Submits, "launch_own", counted)
+    cases = [(10 * CHUNK + 87, 16, 32), (CHUNK, 0, 0), ((1 << 20) + 3, 0, 5)]
+    for again, (n, dst_off, src_off) in enumerate([*cases, *cases, (CHUNK, 1, 0)]):
+        first, before = len(launches), len(slow)
+        to, fro = copy_and_check(d, n, dst_off, src_off)
+        assert (len(slow) == before) == (again in (3, 4, 5))
+        at = 0
+        for name, _, (dst, src, count) in launches[first:]:
+            assert (dst, src) == (to + at, fro + at)
+            assert name == ("copy16" if not (dst | src) & 15 and count * 16 <= n - at
+                            else "copy1")
+            at += count * 16 if name == "copy16" else count
+        assert at == n
+    d.loader.ensure_local(4096)
+    copy_and_check(d, CHUNK, 0, 0)
+    entry = int(d.compute.entries[(d.compute.put - 1) % d.compute.count])
+    n = (entry >> 42) & 0x1FFFFF
+    words = list(struct.unpack_from(f"<{n}I", view(entry & 0xFF_FFFF_FFFC, 4 * n)))
+    q = qmd.Qmd(qmd.LAYOUTS[d.classes.qmd_version], bytes(qmd_of(words)))
+    assert q.get("SHADER_LOCAL_MEMORY_HIGH_SIZE") == 4096 >> q.layout.local_shift
     path.complete()
 
 

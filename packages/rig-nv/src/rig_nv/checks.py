@@ -96,3 +96,24 @@ def span(memory: Heap, what: str, region: Any, offset: Any, n: Any) -> tuple[Reg
     if not memory.holds(region):
         live(memory, region, what)
     return region, offset, n
+
+
+def copy_spans(memory: Heap, dst: Any, dst_offset: Any, src: Any, src_offset: Any,
+               n: Any) -> tuple[Region, int, Region, int, int]:
+    """Both ends of a copy of ``n`` bytes (None: the rest of ``src`` from ``src_offset``), as
+    :func:`span` checks each; returns (dst, dst_offset, src, src_offset, n). Its common case
+    (regions, whole numbers, inside both, both live) is tested inline, since every copy pays
+    for it; anything else goes through :func:`span` for its :class:`Misuse`."""
+    if type(dst) is Region and type(src) is Region and type(dst_offset) is int \
+            and type(src_offset) is int:
+        if n is None:
+            n = src.length - src_offset
+        if type(n) is int and n > 0 and dst_offset >= 0 and src_offset >= 0 \
+                and dst_offset + n <= dst.length and src_offset + n <= src.length \
+                and memory.holds(dst) and memory.holds(src):
+            return dst, dst_offset, src, src_offset, n
+    if n is None:
+        n = region_of("source", src).length - whole("src_offset", src_offset)
+    dst, dst_offset, n = span(memory, "destination", dst, dst_offset, n)
+    src, src_offset, n = span(memory, "source", src, src_offset, n)
+    return dst, dst_offset, src, src_offset, n

@@ -17,6 +17,8 @@ from rig_nv.push import Push
 
 if TYPE_CHECKING:
     from rig_edge import Region
+    from rig_nv.launch import Image
+    from rig_nv.loader import Loader
     from rig_nv.queues import Submits
     from rig_nv.rm import Allocation
     from rig_nv.timeline import Point, Timeline
@@ -32,6 +34,7 @@ COPY1_THREADS = 256  # threads a block of copy1, a grid-stride byte loop
 # rounding of _grid never passes it; a copy of more (32 TiB) takes several launches.
 COPY16_MOST = 1 << (launching.MAX_GRID[0].bit_length() - 1)
 COPY1_PER_SM = 8
+COPY_SIZES_KEPT = 256  # copy sizes whose launches stay resolved, as copy_plan's cache
 
 
 class Staging:
@@ -114,7 +117,7 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
              min(most, count - first)) for first in range(0, count, most)]
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=COPY_SIZES_KEPT)
 def copy_plan(n: int, aligned: bool,
               sm_count: int) -> tuple[tuple[str, int, int, int, int], ...]:
     """The launches of a copy of ``n`` bytes inside the GPU, each (kernel, byte offset,
@@ -134,14 +137,45 @@ def copy_plan(n: int, aligned: bool,
     return tuple(plan)
 
 
-def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point:
+def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point | None:
     """Copy ``n`` bytes (at least one) within the GPU's memory on the SMs, as copy_plan
     says: 16 bytes a load, COPY16_LOADS loads in flight a thread, a block a chunk, where both
-    ends are 16-byte aligned; then the rest byte by byte."""
-    img = q.owner.loader.copy_kernels()
-    assert img is not None
+    ends are 16-byte aligned; then the rest byte by byte. Returns None, having done nothing,
+    where rig ships no copy kernels for the GPU.
+
+    The plan's launches, once prepared, are kept resolved (:attr:`rig_nv.loader.Loader.
+    copy_launches`): a copy of a size copied before then costs its bare launches."""
+    t, loader = q.timeline, q.owner.loader
+    aligned = not (dst | src) & 15
+    ready = loader.copy_launches.get((n, aligned, loader.slm))
     point = None
-    for name, at, blocks, threads, count in copy_plan(n, not (dst | src) & 15, q.owner.sm_count):
+    if ready is not None and t.profile is None:
+        for prep, st, params, at, count in ready:
+            point = t.launch_prepared(prep, st, (dst + at, src + at, count), params)
+        return point
+    img = loader.copy_kernels()
+    if img is None:
+        return None
+    plan = copy_plan(n, aligned, q.owner.sm_count)
+    for name, at, blocks, threads, count in plan:
         point = q.launch_own(img[name], blocks, threads, (dst + at, src + at, count), "copy")
-    assert point is not None
+    _resolve(loader, (n, aligned, loader.slm), img, plan)
     return point
+
+
+def _resolve(loader: Loader, key: tuple[int, bool, int], img: Image,
+             plan: tuple[tuple[str, int, int, int, int], ...]) -> None:
+    """Keep ``plan``'s launches resolved under ``key`` once each is prepared (its launch
+    configuration and a packer of its arguments in their own order)."""
+    ready = []
+    for name, at, blocks, threads, count in plan:
+        fn = img[name]
+        prep = fn.prepared.get(((blocks,), (threads,), 0, key[2]))
+        packer = fn.packers.get((int, int, int))
+        if prep is None or packer is None or packer[1] is not None:
+            return
+        ready.append((prep, packer[0], fn.kernel.param_offset, at, count))
+    kept = loader.copy_launches
+    if len(kept) >= COPY_SIZES_KEPT:
+        kept.clear()
+    kept[key] = tuple(ready)

@@ -11,7 +11,7 @@ submitted, so no launch that needs it runs before them. Growth takes this part's
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rig_edge import Memory, Region, RigError
 from rig_nv import grids
@@ -39,6 +39,9 @@ class Loader:
         self._given: tuple[int, int] | None = None  # the last local memory: (address, per TPC)
         self._builtins: Image | None = None
         self._workspace: Region | None = None
+        # rig_nv.copies.kernel_copy's launches, resolved for the sizes last copied:
+        # (bytes, aligned, slm) -> ((prepared, packer, parameter offset, at, count), ...).
+        self.copy_launches: dict[tuple[int, bool, int], tuple[tuple[Any, ...], ...]] = {}
         self._lock = threading.Lock()
 
     def load(self, cubin: bytes) -> Image:

@@ -174,11 +174,8 @@ class Submits:
         live one of this device (freed, or another device's), or another ``engine``.
         """
         d = self.owner
-        memory = d.memory
-        if n is None:
-            n = checks.region_of("source", src).length - checks.whole("src_offset", src_offset)
-        dst, dst_offset, n = checks.span(memory, "destination", dst, dst_offset, n)
-        src, src_offset, n = checks.span(memory, "source", src, src_offset, n)
+        dst, dst_offset, src, src_offset, n = checks.copy_spans(d.memory, dst, dst_offset, src,
+                                                                src_offset, n)
         to, fro = dst.gpu + dst_offset, src.gpu + src_offset
         if engine != "copy":
             if engine not in ("auto", "sm"):
@@ -188,8 +185,9 @@ class Submits:
                 raise Misuse("engine='sm' copies GPU memory (Device or Mapped) only, not "
                              f"{src.kind.value} to {dst.kind.value}")
             if engine == "sm" or (video and n >= KERNEL_COPY_LEAST):
-                if d.loader.copy_kernels() is not None:
-                    return copies.kernel_copy(self, to, fro, n)
+                point = copies.kernel_copy(self, to, fro, n)
+                if point is not None:
+                    return point
                 if engine == "sm":
                     raise Misuse(f"rig ships no copy kernels for {d.arch}: use "
                                  "engine='copy'")
