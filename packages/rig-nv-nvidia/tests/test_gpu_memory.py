@@ -209,11 +209,12 @@ def test_dma_buf_export_has_the_objects_size(device: Device) -> None:
     (16, 48, (64 << 20) + 5),  # vectors, then 5 bytes
     (32, 16, (3 << 20) + 4096 + 48),  # a grid rounded up (200 blocks for 193 chunks)
     (3, 1, (32 << 20) + 1),  # unaligned: byte by byte
+    (16, 0, 4096 + 7), (0, 5, 3),  # small copies run on the SMs too
 ])
 def test_copies_inside_the_gpu_run_on_the_sms(device: Device, dst_off: int, src_off: int,
                                               n: int) -> None:
-    """Copies of 1 MiB and more between video memory use rig's copy kernels (issue 23: one
-    block a chunk): the destination gets the bytes, and the bytes around it stay."""
+    """Copies between video memory, of any size, use rig's copy kernels (issue 23: one block
+    a chunk): the destination gets the bytes, and the bytes around it stay."""
     data = random_bytes(n)
     a = device.alloc(n + 64, Memory.DEVICE)
     b = device.alloc(n + 64, Memory.MAPPED)
@@ -223,7 +224,9 @@ def test_copies_inside_the_gpu_run_on_the_sms(device: Device, dst_off: int, src_
         device.upload(b, guard[:dst_off], 0)
     device.upload(b, guard[dst_off:], dst_off + n)
     device.upload(a, data, src_off)
+    put = device.copy_channel.put
     device.copy(b, a, n, dst_offset=dst_off, src_offset=src_off).wait()
+    assert device.copy_channel.put == put  # the SMs copied, not the copy engine
     assert bytes(device.download(b, n, dst_off)) == data
     if dst_off:
         assert bytes(device.download(b, dst_off, 0)) == guard[:dst_off]

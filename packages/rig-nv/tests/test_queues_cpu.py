@@ -71,7 +71,7 @@ def test_after_writes_an_acquire_of_the_other_queues_word(two: Any) -> None:
     d, _path, q, img, a = two
     q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
     p = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
-    copied = d.copy(a, a, 64, dst_offset=128)
+    copied = d.copy(a, a, 64, dst_offset=128, engine="copy")
     q.after(p, copied)
     assert d.completed() < copied.value  # no host wait
     q.launch(img["vadd"], (4,), (256,), (a, a, a, 3))
@@ -85,7 +85,7 @@ def test_after_orders_a_queues_copy_too(two: Any) -> None:
     d, _path, q, img, a = two
     p = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
     q.after(p)
-    q.copy(a, a, 64, dst_offset=256)
+    q.copy(a, a, 64, dst_offset=256, engine="copy")
     assert (d.timeline.gpu, p.value) in acquires(last(d, q.copy_channel))
 
 
@@ -95,9 +95,9 @@ def test_unordered_queues_put_no_acquire_between_them(two: Any) -> None:
     q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
     for i in range(3):
         d.launch(img["vadd"], (4,), (256,), (a, a, a, i))
-        d.copy(a, a, 64, dst_offset=128)
+        d.copy(a, a, 64, dst_offset=128, engine="copy")
         q.launch(img["vadd"], (4,), (256,), (a, a, a, i))
-        q.copy(a, a, 64, dst_offset=256)
+        q.copy(a, a, 64, dst_offset=256, engine="copy")
     for channel in (q.compute, q.copy_channel):
         for words in commands(d, channel):
             assert all(address == q.timeline.gpu for address, _ in acquires(words))
@@ -180,27 +180,27 @@ def test_after_refuses_bad_points_having_changed_nothing(two: Any) -> None:
     other = open_on(other_path)
     try:
         x, y = other.alloc(4096, Memory.PINNED), other.alloc(4096, Memory.PINNED)
-        foreign = other.copy(x, y, 64)
+        foreign = other.copy(x, y, 64, engine="copy")
         with pytest.raises(Misuse, match="another device"):
             q.after(foreign)
     finally:
         other.stop()
     stopped = d.queue()
-    sp = stopped.copy(a, a, 64, dst_offset=512)
+    sp = stopped.copy(a, a, 64, dst_offset=512, engine="copy")
     path.complete()
     stopped.stop()
     with pytest.raises(Misuse, match="stopped queue"):
         q.after(sp)
     with pytest.raises(Misuse, match="needs a Point"):
         q.after(5)  # type: ignore[arg-type]
-    good = d.copy(a, a, 64, dst_offset=640)
+    good = d.copy(a, a, 64, dst_offset=640, engine="copy")
     with pytest.raises(Misuse, match="never submitted"):
         q.after(good, type(good)(d, d.timeline.next + 3))
     q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
     # nothing of the refused calls stayed: no wait on another queue's word
     assert all(address == q.timeline.gpu for address, _ in acquires(last(d, q.compute)))
     with pytest.raises(RigError, match="queue 2 is stopped"):
-        stopped.copy(a, a, 64)
+        stopped.copy(a, a, 64, engine="copy")
 
 
 def test_a_fault_on_a_queues_channel_loses_the_device(two: Any) -> None:
@@ -215,7 +215,7 @@ def test_a_fault_on_a_queues_channel_loses_the_device(two: Any) -> None:
     with pytest.raises(Fault, match=r"compute 1|copy 1"):
         p.wait(timeout_s=5)
     for use in (lambda: d.launch(img["vadd"], (4,), (256,), (a, a, a, 1)),
-                lambda: q.copy(a, a, 64), d.queue):
+                lambda: q.copy(a, a, 64, engine="copy"), d.queue):
         with pytest.raises(Lost):
             use()
 
@@ -228,7 +228,7 @@ def test_a_queue_submits_while_another_holds_its_lock(two: Any) -> None:
     with held_elsewhere(d.timeline.lock):
         done = []
         worker = threading.Thread(target=lambda: done.append(
-            (q.launch(img["vadd"], (4,), (256,), (a, a, a, 2)), q.copy(a, a, 64))))
+            (q.launch(img["vadd"], (4,), (256,), (a, a, a, 2)), q.copy(a, a, 64, engine="copy"))))
         worker.start()
         worker.join(2.0)
         assert done, "a queue's submission waited for the device's lock"
@@ -244,7 +244,7 @@ def test_stop_gives_back_every_queues_channels(dev: tuple[Any, Any]) -> None:
     d.stop()
     assert handles.isdisjoint(path.rm.objects)
     with pytest.raises(RigError, match="the device is stopped"):
-        q.copy(q.owner.alloc(64), q.owner.alloc(64), 64)
+        q.copy(q.owner.alloc(64), q.owner.alloc(64), 64, engine="copy")
 
 
 def test_synchronize_waits_for_every_queue(two: Any) -> None:
@@ -272,8 +272,9 @@ def test_a_queues_profile_stamps_its_own_submissions(two: Any) -> None:
     profile brackets the queue's submissions, on its channels' tracks, and not the device's."""
     d, path, q, img, a = two
     with q.profile(capacity=4) as prof:
-        q.copy(a, a, 64, dst_offset=128)
-        d.copy(a, a, 64, dst_offset=256)  # the device's own: not in the queue's profile
+        q.copy(a, a, 64, dst_offset=128, engine="copy")
+        # the device's own: not in the queue's profile
+        d.copy(a, a, 64, dst_offset=256, engine="copy")
         q.launch(img["vadd"], (4,), (256,), (a, a, a, 1))
     path.complete()
     events = prof.events()
@@ -312,8 +313,8 @@ def test_a_refused_queue_gives_back_its_rm_objects_and_the_device_goes_on(
     again = d.queue()
     assert again.number == 3 and again.compute.name == "compute 3"
     a = d.alloc(4096, Memory.PINNED)
-    first.copy(a, a, 64, dst_offset=128)
-    again.copy(a, a, 64, dst_offset=256)
+    first.copy(a, a, 64, dst_offset=128, engine="copy")
+    again.copy(a, a, 64, dst_offset=256, engine="copy")
     d.synchronize()
 
 
@@ -331,7 +332,7 @@ def test_making_and_stopping_50_queues_gives_all_their_memory_back(dev: tuple[An
     for i in range(50):
         q = d.queue()
         q.upload(a, bytes([i]) * a.length)
-        q.copy(a, a, 64, dst_offset=128)
+        q.copy(a, a, 64, dst_offset=128, engine="copy")
         if i == 0:
             assert path.in_use() > in_use + (8 << 20)
         q.stop()
@@ -346,7 +347,7 @@ def test_a_stopped_queues_points_answer_from_its_last_value(two: Any) -> None:
     d, path, q, _img, a = two
     region = d.alloc(1 << 20, Memory.DEVICE)
     assert region is not None
-    first = q.copy(a, a, 64, dst_offset=128)
+    first = q.copy(a, a, 64, dst_offset=128, engine="copy")
     p = q.copy(region, a, 4096)
     d.free(region)  # kept for reuse until the queue passes p
     word = next(m for m in path.live.values() if m.host == q.timeline.host)
@@ -368,9 +369,9 @@ def test_a_stopped_queues_word_stays_until_an_acquire_of_it_is_passed(
     d, path, q, _img, a = two
     other = d.queue()
     path.complete()
-    p = q.copy(a, a, 64, dst_offset=128)
+    p = q.copy(a, a, 64, dst_offset=128, engine="copy")
     other.after(p)
-    waiting = other.copy(a, a, 64, dst_offset=256)
+    waiting = other.copy(a, a, 64, dst_offset=256, engine="copy")
     assert (q.timeline.gpu, p.value) in acquires(last(d, other.copy_channel))
     q.timeline.word[0] = p.value  # the queue is done; the other's acquire not yet run
     word = next(m for m in path.live.values() if m.host == q.timeline.host)
@@ -390,7 +391,7 @@ def test_an_after_pending_when_its_queue_stops_acquires_nothing(two: Any) -> Non
     """An ``after`` given before the queue of its point stopped acquires nothing: that
     queue's work is done and its word's memory gone (the GPU would read freed memory)."""
     d, _path, q, img, a = two
-    p = q.copy(a, a, 64, dst_offset=128)
+    p = q.copy(a, a, 64, dst_offset=128, engine="copy")
     d.after(p)
     q.stop()
     d.launch(img["vadd"], (4,), (256,), (a, a, a, 1))

@@ -367,14 +367,17 @@ def test_walks_reach_the_fallible_calls() -> None:
 
 
 def test_launch_again_makes_no_fallible_call() -> None:
-    """A launch of a configuration launched before, and a copy, make no ioctl and no mmap."""
+    """A launch of a configuration launched before, and a copy on either engine (the SMs'
+    once rig's copy kernels are loaded), make no ioctl and no mmap."""
     with made("make") as (_, path, _s):
         d = make(path)
         try:
             img, r = _launched(d, path)
+            d.copy(r, r, 1024, dst_offset=3072).wait()  # loads the copy kernels
             with inject.counting() as seen:
                 d.launch(img["vadd"], (1,), (32,), (r, r, r, 32)).wait()
                 d.copy(r, r, 1024, dst_offset=2048).wait()
+                d.copy(r, r, 1024, dst_offset=2048, engine="copy").wait()
             assert seen.calls == []
         finally:
             d.stop()

@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from rig_nv.checks import HostData
     from rig_nv.device import Device
 
-KERNEL_COPY_LEAST = 1 << 20  # copies inside the GPU from this size run on the SMs
 _WHOLE = [(int,) * n for n in range(8)]  # the argument types of launch_own's packers
 
 
@@ -169,7 +168,7 @@ class Submits:
         the copy's point.
 
         ``engine``: "copy" the copy engine, "sm" rig's copy kernels (GPU memory at both ends),
-        "auto" the kernels for 1 MiB or more of GPU memory, else the copy engine. Raises
+        "auto" the kernels where both ends are GPU memory, else the copy engine. Raises
         :class:`Misuse` for a length or offset outside either region, a region that is not a
         live one of this device (freed, or another device's), or another ``engine``.
         """
@@ -184,7 +183,10 @@ class Submits:
             if engine == "sm" and not video:
                 raise Misuse("engine='sm' copies GPU memory (Device or Mapped) only, not "
                              f"{src.kind.value} to {dst.kind.value}")
-            if engine == "sm" or (video and n >= KERNEL_COPY_LEAST):
+            # The SMs copy inside the GPU faster than a copy engine at every size: 4 KiB to
+            # 4 MiB took 0.55-0.81x the copy engine's time, 0.44-0.61x behind a kernel
+            # (scripts/small_copy_probe.py, docs/results/small-copies-2026-12-04.txt).
+            if engine == "sm" or video:
                 point = copies.kernel_copy(self, to, fro, n)
                 if point is not None:
                     return point
