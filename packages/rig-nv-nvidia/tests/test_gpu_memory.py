@@ -224,6 +224,7 @@ def test_copies_inside_the_gpu_run_on_the_sms(device: Device, dst_off: int, src_
         device.upload(b, guard[:dst_off], 0)
     device.upload(b, guard[dst_off:], dst_off + n)
     device.upload(a, data, src_off)
+    device.loader.copy_kernels()  # loaded first: a load uploads the code on the copy channel
     put = device.copy_channel.put
     device.copy(b, a, n, dst_offset=dst_off, src_offset=src_off).wait()
     assert device.copy_channel.put == put  # the SMs copied, not the copy engine
