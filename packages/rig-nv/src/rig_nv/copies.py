@@ -143,8 +143,8 @@ def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point | None:
     ends are 16-byte aligned; then the rest byte by byte. Returns None, having done nothing,
     where rig ships no copy kernels for the GPU.
 
-    The plan's launches, once prepared, are kept resolved (:attr:`rig_nv.loader.Loader.
-    copy_launches`): a copy of a size copied before then costs its bare launches."""
+    The plan's launches, once prepared, are kept resolved (the Loader's ``copy_launches``):
+    a copy of a size copied before then costs its bare launches."""
     t, loader = q.timeline, q.owner.loader
     aligned = not (dst | src) & 15
     ready = loader.copy_launches.get((n, aligned, loader.slm))
