@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from cffi import FFI
-from test_device_cpu import methods
+from test_device_cpu import commands, methods
 from test_queue_groups_cpu import qmd_of
 
 from rig_edge import Memory
@@ -231,10 +231,7 @@ def test_a_size_copied_before_copies_exactly_on_its_resolved_launches(
         assert at == n
     d.loader.ensure_local(4096)
     copy_and_check(d, CHUNK, 0, 0)
-    entry = int(d.compute.entries[(d.compute.put - 1) % d.compute.count])
-    n = (entry >> 42) & 0x1FFFFF
-    words = list(struct.unpack_from(f"<{n}I", view(entry & 0xFF_FFFF_FFFC, 4 * n)))
-    q = qmd.Qmd(qmd.LAYOUTS[d.classes.qmd_version], bytes(qmd_of(words)))
+    q = qmd.Qmd(qmd.LAYOUTS[d.classes.qmd_version], bytes(qmd_of(commands(d, d.compute)[-1])))
     assert q.get("SHADER_LOCAL_MEMORY_HIGH_SIZE") == 4096 >> q.layout.local_shift
     path.complete()
 

@@ -5,7 +5,6 @@ here."""
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -34,7 +33,7 @@ COPY1_THREADS = 256  # threads a block of copy1, a grid-stride byte loop
 # rounding of _grid never passes it; a copy of more (32 TiB) takes several launches.
 COPY16_MOST = 1 << (launching.MAX_GRID[0].bit_length() - 1)
 COPY1_PER_SM = 8
-COPY_SIZES_KEPT = 256  # copy sizes whose launches stay resolved, as copy_plan's cache
+COPY_SIZES_KEPT = 256  # copy sizes whose launches stay resolved (Loader.copy_launches)
 
 
 class Staging:
@@ -117,13 +116,12 @@ def copy16_launches(count: int) -> list[tuple[int, int, int]]:
              min(most, count - first)) for first in range(0, count, most)]
 
 
-@functools.lru_cache(maxsize=COPY_SIZES_KEPT)
 def copy_plan(n: int, aligned: bool,
               sm_count: int) -> tuple[tuple[str, int, int, int, int], ...]:
     """The launches of a copy of ``n`` bytes inside the GPU, each (kernel, byte offset,
     blocks, threads a block, count): where both ends are 16-byte ``aligned``, copy16's
     (copy16_launches), then copy1's for the rest, bytes, on at most COPY1_PER_SM blocks an SM.
-    Kept for the sizes last copied: a copy's call then costs a launch's."""
+    Made at a size's first copy only: kernel_copy keeps its launches resolved."""
     plan, done = [], 0
     if aligned and n >= 16:
         count = n // 16
@@ -166,7 +164,8 @@ def kernel_copy(q: Submits, dst: int, src: int, n: int) -> Point | None:
 def _resolve(loader: Loader, key: tuple[int, bool, int], img: Image,
              plan: tuple[tuple[str, int, int, int, int], ...]) -> None:
     """Keep ``plan``'s launches resolved under ``key`` once each is prepared (its launch
-    configuration and a packer of its arguments in their own order)."""
+    configuration and a packer of its arguments in their own order), found under the keys
+    :meth:`rig_nv.queues.Submits.launch` made them with."""
     ready = []
     for name, at, blocks, threads, count in plan:
         fn = img[name]

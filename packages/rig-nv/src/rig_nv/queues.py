@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from rig_nv.checks import HostData
     from rig_nv.device import Device
 
-_WHOLE = [(int,) * n for n in range(8)]  # the argument types of launch_own's packers
 
 
 class Submits:
@@ -146,17 +145,12 @@ class Submits:
     def launch_own(self, fn: Function, blocks: int, block: int, args: tuple[int, ...],
                    name: str) -> Point:
         """Launch one of rig's own kernels (the copy kernels) on ``blocks`` blocks of
-        ``block`` threads with whole-number ``args`` rig computed: :meth:`launch`'s common
-        case without the checks and conversions a caller's arguments need, so for rig's own
-        use. Under a profile its event is ``name`` (the user asked for a copy, not for rig's
-        kernel). Raises the device's loss or stop, as :meth:`launch` does."""
+        ``block`` threads with whole-number ``args`` rig computed, as :meth:`launch` does;
+        under a profile its event is ``name`` (the user asked for a copy, not for rig's
+        kernel). A size copied before skips this (:func:`rig_nv.copies.kernel_copy`). Raises
+        the device's loss or stop, as :meth:`launch` does."""
         t = self.timeline
         if t.profile is None:
-            # launch's own key and packer, made by the first launch of this configuration
-            prep = fn.prepared.get(((blocks,), (block,), 0, self.owner.loader.slm))
-            packer = fn.packers.get(_WHOLE[len(args)])
-            if prep is not None and packer is not None and packer[1] is None:
-                return t.launch_prepared(prep, packer[0], args, fn.kernel.param_offset)
             return self.launch(fn, (blocks,), (block,), args)
         return launching.launch(self.owner, fn, (blocks,), (block,), args, name=name,
                                 timeline=t)
