@@ -15,7 +15,8 @@ configuration is a fresh open; it prints a line per configuration and a table la
 - ``steps``: a one-launch step submitted 10,000 times in one ``submit(times=)``, per step,
   with parts of its commands left out or put back: its marker (``marked`` false: the
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
-  as before 2026-12-02), or the last QMD adding to the timeline word itself (``qmd_adds``).
+  as before 2026-12-02), or its runs (``runs`` false: an entry a repetition).
+- ``carry``: whether a QMD's release that adds (a run's copies') carries into the high word.
   (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
 
 Run on the GPU machine:
@@ -36,11 +37,12 @@ import dependence_probe  # the saxpys' inputs (scripts/, the script's own folder
 import numpy as np
 
 import rig_nv.push
+import rig_nv.qmd
 import rig_nv.setup
 import rig_nv.step
 import rig_nv.timeline
 import rig_nv_nvidia
-from rig_nv.channel import entry_at
+from rig_edge import Memory
 from rig_nv.copies import COPY16_CHUNK, COPY16_THREADS
 from rig_nv.hostmem import view
 
@@ -51,14 +53,13 @@ ROWS: list[tuple[str, str, float, str]] = []
 
 @contextmanager
 def patched(wfi: bool = True, switch: bool = False, marked: bool = True,
-            qmd_adds: bool = False) -> Any:
+            runs: bool = True) -> Any:
     """Steps sealed inside leave out the reduction's wait for idle, switch channel group on
-    the marker's acquire (as before 2026-12-02), or have no marker (``marked`` false: the
-    reduction waits for idle); with ``qmd_adds`` the last QMD's second release adds one to
-    the timeline word (RED_ADD, 64 bits: clcbc0qmd.h RELEASE_REDUCTION_*) and the commands
-    end at the marker's acquire, with no reduction of their own (untried on a GPU)."""
+    the marker's acquire (as before 2026-12-02), have no marker (``marked`` false: the
+    reduction waits for idle) or, without ``runs``, go as an entry a repetition."""
     seal = rig_nv.step.Step._seal
     acquire = rig_nv.push.Push.semaphore_acquire
+    most = rig_nv.step.RUN_MOST
 
     def switching(self: Any, address: int, value: int, **_: bool) -> Any:
         return acquire(self, address, value, switch=True)
@@ -76,28 +77,15 @@ def patched(wfi: bool = True, switch: bool = False, marked: bool = True,
         finally:
             rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release = flag, qmd_release
             rig_nv.push.Push.semaphore_acquire = acquire  # type: ignore[method-assign]
-        if qmd_adds:
-            adding(self)
-
-    def adding(self: Any) -> None:
-        assert self.marked and not self.timeline.interrupt
-        release, last = self._release, self.items[-1]
-        host = view(self.memory.host, self.memory.length)
-        q = host[last.at : last.at + 512]
-        # ENABLE, STRUCTURE_SIZE TWO_WORDS, REDUCTION_ENABLE, OP RED_ADD, UNSIGNED, PAYLOAD64B
-        struct.pack_into("<H", q, release.control_at + 2, 1 | 2 << 1 | 1 << 4 | 1 << 12)
-        struct.pack_into("<QQ", q, release.stamp_at, self.timeline.gpu, 1)
-        cut = rig_nv.timeline.RELEASE_WORDS  # the commands' own reduction, last
-        self.commands = self.commands[:-cut]
-        self.dwords -= cut
-        self.entry = entry_at(self.address, self.dwords)
-        self.fresh_entry = entry_at(self.address - 8, self.dwords + 2)
 
     rig_nv.step.Step._seal = sealed  # type: ignore[method-assign]
+    if not runs:
+        rig_nv.step.RUN_MOST = 1
     try:
         yield
     finally:
         rig_nv.step.Step._seal = seal  # type: ignore[method-assign]
+        rig_nv.step.RUN_MOST = most
 
 
 def opened(queue: bool) -> tuple[Any, Any]:
@@ -282,6 +270,7 @@ def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
             for _ in range(launches):
                 st.launch(fn, (1,), (1,), (rc, rb, rc, 1))
             st.submit().wait()
+            st.lay_runs()
         times = FLIGHT // launches
         best = float("inf")
         for _ in range(3):
@@ -292,6 +281,37 @@ def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
         want = c0[0] + b0[0] * launches * (1 + 3 * times)
         ROWS.append(("steps", f"{where}: {name}", best / times * 1e6,
                      f"{launches} launch(es)/step, correct {bool(got == want)}"))
+    finally:
+        d.stop()
+
+
+def carry() -> None:
+    """Whether a QMD's release that adds (a run's copies', clcbc0qmd.h RELEASE_REDUCTION_*
+    with PAYLOAD64B) adds all 64 bits: the last copy of a one-launch step's runs is pointed
+    at a word holding 2^32 - 1, a run of two sent; 2^32 there means 64 bits, 0 means 32.
+    The timeline then lacks that copy's one, which the host adds back before the stop."""
+    d = rig_nv_nvidia.gpu(0).open()
+    try:
+        fn = d.load(CUBIN.read_bytes())["vadd"]
+        rc = d.alloc(4096)
+        st = d.step()
+        st.launch(fn, (1,), (1,), (rc, rc, rc, 1))
+        st.submit(times=2).wait()
+        word = d.alloc(4096, Memory.MAPPED)
+        w = view(word.host, 8).cast("Q")
+        w[0] = 0xFFFF_FFFF
+        release = rig_nv.qmd.LAYOUTS[d.classes.qmd_version].release
+        assert release is not None and st.run_memory is not None
+        at = (len(st.runs) - 2) * 512 + release.address_at  # the last copy: 512 bytes each
+        struct.pack_into("<Q", view(st.run_memory.host, st.run_memory.length), at, word.gpu)
+        p = st.submit(times=2)
+        d.timeline.point(p.value - 1).wait(timeout_s=10)
+        time.sleep(0.01)
+        got = int(w[0])
+        d.timeline.word[0] += 1
+        p.wait(timeout_s=10)
+        kind = {1 << 32: "64 bits", 0: "32 bits"}.get(got, "neither")
+        ROWS.append(("carry", "a QMD's add at 2^32 - 1", float(got), f"0x{got:x}: {kind}"))
     finally:
         d.stop()
 
@@ -345,9 +365,11 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
         lambda: steps("unmarked", "queue", marked=False),
         lambda: steps("switch (as before)", "queue", switch=True),
         lambda: steps("shipped, 2 launches", "queue", 2),
-        lambda: steps("the QMD adds (untried)", "device", qmd_adds=True),
-        lambda: steps("the QMD adds (untried)", "queue", qmd_adds=True),
+        lambda: steps("an entry each", "device", runs=False),
+        lambda: steps("an entry each", "queue", runs=False),
+        lambda: steps("an entry each, 2 launches", "queue", 2, runs=False),
     ],
+    "carry": [carry],
 }
 
 if __name__ == "__main__":

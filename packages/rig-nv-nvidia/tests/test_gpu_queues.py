@@ -339,6 +339,39 @@ def test_a_step_repeated_in_flight_waits_for_its_grid_without_leaving_the_group(
     assert best / times < 4e-6, f"{best / times * 1e6:.2f} us a step (8.2 with SWITCH_TSG)"
 
 
+@pytest.mark.parametrize("launches", [1, 3])
+def test_a_step_repeated_as_runs_goes_at_the_chained_grids_pace(
+        device: Device, launches: int) -> None:
+    """Issue 23 (row 3): repetitions of a marked step of launches alone go as runs, copies of
+    its QMDs chained into its own (rig_nv.step.Step.lay_runs), so the GPU goes from one
+    repetition to the next as from one launch of a step to the next. One vadd (c += b) a
+    launch, submit(times=) of 10,000 launches, odd counts so a run of the rest goes too:
+    every launch landed in order (whole numbers, exact in float32), and a launch took under
+    1.5 us, best of three (an entry a repetition: 1.8-1.9 us a step of one, 1.1 more a
+    launch; docs/results/submit-variants-2026-12-03.txt)."""
+    img = kernels(device)
+    q = device.queue()
+    c, b = whole(1), whole(1) + 1
+    rc, rb = alloc(device, 4), alloc(device, 4)
+    q.upload(rc, c)
+    q.upload(rb, b)
+    step = q.step()
+    for _ in range(launches):
+        step.launch(img["vadd"], (1,), (1,), (rc, rb, rc, 1))
+    step.submit().wait(timeout_s=30)
+    times, best, done = 10_001 // launches, float("inf"), 1
+    for _ in range(3):
+        t = time.perf_counter()
+        step.submit(times=times).wait(timeout_s=60)
+        best = min(best, time.perf_counter() - t)
+        done += times
+    assert len(step.runs) > 1
+    np.testing.assert_array_equal(get(q, rc, 1), c + done * launches * b)
+    per = best / (times * launches)
+    print(f"{launches} launch(es) a step: {per * 1e6:.2f} us a launch in runs")
+    assert per < 1.5e-6, f"{per * 1e6:.2f} us a launch"
+
+
 # ---- 3. do two queues' kernels run at the same time? (a measurement) ---------------------
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -183,12 +183,13 @@ class Channel:
         self.doorbell[DOORBELL >> 2] = self.token
         pending.append(value)
 
-    def submit_entries(self, entry: int, value: int, times: int,
+    def submit_entries(self, entries: array[int], ends: Sequence[int],
                        completed: Callable[[], int]) -> int:
-        """Send up to ``times`` copies of ``entry`` (as :meth:`submit_entry`), the i-th that of
-        timeline value ``value + i``, with one GP_PUT write and one doorbell: as many as the
-        ring has room for once submissions up to ``completed()`` are forgotten, after waiting
-        for room for one where there is none. Returns how many it sent."""
+        """Send the first of ``entries`` (GPFIFO entries, as :meth:`submit_entry`'s), the
+        i-th done once timeline value ``ends[i]`` is, with one GP_PUT write and one doorbell:
+        as many as the ring has room for once submissions up to ``completed()`` are
+        forgotten, after waiting for room for one where there is none. Returns how many it
+        sent."""
         pending, count = self.pending, self.count
         done = completed()
         while True:
@@ -198,18 +199,18 @@ class Channel:
                 break
             self._wait(pending[0])
             done = completed()  # the wait may have seen more than the one value done
-        n = min(times, count - 1 - len(pending))
-        put, entries = self.put, self.entries
+        n = min(len(entries), count - 1 - len(pending))
+        put, ring = self.put, self.entries
         at = put % count
         first = min(n, count - at)  # the ring's end, then its start
-        entries[at : at + first] = array("Q", (entry,)) * first
+        ring[at : at + first] = entries[:first]
         if n > first:
-            entries[: n - first] = array("Q", (entry,)) * (n - first)
+            ring[: n - first] = entries[first:n]
         self.put = put = put + n
         self.gpput[0] = put % count
         fence()
         self.doorbell[DOORBELL >> 2] = self.token
-        pending.extend(range(value, value + n))
+        pending.extend(ends[:n])
         return n
 
     def retire(self, completed: int) -> None:

@@ -35,12 +35,15 @@ class Release:
     payload_at: int
     stamp_control: int  # the second release's control bits (at control_at + 2)
     stamp_at: int  # the second release's address (its payload follows)
+    add_control: int  # the first's control bits to add its payload to the word instead
 
     def write(self, qmd: memoryview | bytearray, at: int, address: int, value: int,
-              stamp: int = 0) -> None:
-        """Make the QMD at ``qmd[at:]`` release ``value`` at ``address``, and with ``stamp``
-        write its end time at ``stamp + 8``; without, its second release is off."""
-        struct.pack_into("<HH", qmd, at + self.control_at, self.control,
+              stamp: int = 0, *, add: bool = False) -> None:
+        """Make the QMD at ``qmd[at:]`` release ``value`` at ``address`` (with ``add``: add
+        it to the 64-bit word there), and with ``stamp`` write its end time at ``stamp + 8``;
+        without, its second release is off."""
+        struct.pack_into("<HH", qmd, at + self.control_at,
+                         self.add_control if add else self.control,
                          self.stamp_control if stamp else 0)
         struct.pack_into("<QQ", qmd, at + self.address_at, address, value)
         if stamp:
@@ -191,9 +194,12 @@ V4 = Layout(
     # L1_SYSMEMBAR flushes each CTA's writes. RELEASE_SEMAPHORE0_ADDR MW(696:640), _PAYLOAD
     # MW(767:704). The second release, RELEASE_ENABLE(1) MW(336), SEMAPHORE_FOUR_WORDS (0)
     # with PAYLOAD64B(1) MW(348): payload 0 at +0, the grid's end time at +8; its address
-    # RELEASE_SEMAPHORE1_ADDR MW(824:768).
+    # RELEASE_SEMAPHORE1_ADDR MW(824:768). Adding: RELEASE_REDUCTION_ENABLE(0) MW(324), OP
+    # RED_ADD (0) MW(327:325), FORMAT UNSIGNED (0) MW(329:328); with PAYLOAD64B the H200 adds
+    # 64 bits (scripts/submit_variants_probe.py carry, docs/results/step-runs-2026-12-04.txt).
     release=Release(control_at=40, control=1 | 2 << 1 | 1 << 12, address_at=80, payload_at=88,
-                    stamp_control=1 | 0 << 1 | 1 << 12, stamp_at=96),
+                    stamp_control=1 | 0 << 1 | 1 << 12, stamp_at=96,
+                    add_control=1 | 2 << 1 | 1 << 4 | 1 << 12),
 )
 
 V5 = Layout(

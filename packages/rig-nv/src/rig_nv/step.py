@@ -9,6 +9,8 @@ one after another as chained QMDs; a copy waits for idle (WFI) first. A step tha
 launch ("marked", wherever QMDs release: :func:`rig_nv.setup.qmd_release`) acquires a marker its
 last QMD releases, the channel group staying on: a WFI would hold every queue of the group,
 and a switch away and back costs ~6 us a step (docs/queues.md). Other steps wait for idle.
+A marked step of launches alone repeated goes as runs: copies of its QMDs chained into its
+own, each repetition's last adding one to the timeline word (:meth:`Step.lay_runs`).
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ SEM_REDUCTION_UNSIGNED = 1 << 31
 WFI_SCOPE_ALL = 1
 CHAIN = True  # consecutive launches chained as dependent QMDs (False: each sent, unordered)
 ENTRY_MOST = 0x1FFFFF  # dwords one GPFIFO entry names (clc86f.h NVC86F_GP_ENTRY1_LENGTH 30:10)
+RUN_MOST = 64  # repetitions one GPFIFO entry may run (Step.lay_runs): its acquire paid once
+RUN_BYTES = 1 << 20  # the most memory a step's copies of its QMDs take
 
 
 @dataclass
@@ -83,6 +87,9 @@ class Step:
         self.commands = array("I")  # the commands, for submissions that copy them
         self.stamped_memory: Region | None = None  # see stamped
         self.marker = 0  # offset of that marker (16 bytes) in the step's memory
+        # runs[r - 1]: the GPFIFO entry of r repetitions (lay_runs); () before, (entry,) for none
+        self.runs: tuple[int, ...] = ()
+        self.run_memory: Region | None = None
         self._release: qmd.Release | None = None  # the QMD release that sets it (marked)
         self._last: Point | None = None
 
@@ -199,15 +206,19 @@ class Step:
                 if not isinstance(before, _Launch) or not CHAIN:
                     if before is not None:
                         words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
-                    words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, (base + item.at) >> 8)
-                    words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B,
-                                 PCAS_INVALIDATE_COPY_SCHEDULE)
+                    _send(words, base + item.at)
             else:
                 if before is not None:
                     words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
                     words.method(SUBC_COMPUTE, COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
                                  INVALIDATE_CODE_AND_DATA)
                 words.copy(item.dst, item.src, item.length)
+        return self._end(words, marker)
+
+    def _end(self, words: Push, marker: int) -> Push:
+        """End ``words`` as every submission of the step ends: the wait for its last grid (the
+        acquire of its marker at GPU address ``marker``, or a wait for idle) and one added to
+        the timeline word."""
         if self.marked:  # the group stays on: the wait is for its own grid, a switch is slow
             words.semaphore_acquire(marker, 1, switch=False)
         words.method(SUBC_HOST, SEM_ADDR_LO, *lo_hi(self.timeline.gpu), *lo_hi(1),
@@ -216,6 +227,62 @@ class Step:
         if self.timeline.interrupt:
             words.interrupt()
         return words
+
+    def lay_runs(self) -> None:
+        """Make ``runs``: ``runs[r - 1]`` names commands that run ``r`` repetitions as one
+        GPFIFO entry, up to :data:`RUN_MOST`. Copies of the step's QMDs, one set a repetition,
+        are chained into the step's own (the last set): each set's last QMD adds one to the
+        timeline word by its release and schedules the next set's first, so the GPU goes from
+        repetition to repetition with no host work. The entry clears the marker, sends the
+        first set ``r`` before the end and ends as the step does (the marker's acquire, then
+        the last repetition's one added). Only for a sealed marked step of launches alone
+        where :data:`CHAIN` holds; otherwise, or where mapped memory is short, ``runs`` is
+        the step's own entry alone."""
+        assert self.memory is not None and self.memory.host is not None
+        launches = [i for i in self.items if isinstance(i, _Launch)]
+        d, release = self.device, self._release
+        self.runs = (self.entry,)
+        if release is None or not CHAIN or len(launches) != len(self.items):
+            return
+        layout = qmd.LAYOUTS[d.classes.qmd_version]
+        slot = -(-layout.size // 256) * 256  # a QMD is 256-byte aligned (qmd.chain)
+        per = slot * len(launches)
+        sets = min(RUN_MOST - 1, RUN_BYTES // per)
+        if not sets:
+            return
+        n = len(self._run_commands(0, 0))
+        memory = d.alloc(sets * per + sets * n * 4, Memory.MAPPED)
+        if memory is None:
+            return
+        own, host = self.memory, view(memory.host or 0, memory.length)
+        step_host = view(own.host or 0, own.length)
+
+        def first_of(k: int, i: int) -> int:  # GPU address of set k's i-th QMD
+            return memory.gpu + k * per + i * slot if k < sets else own.gpu + launches[i].at
+
+        for k in range(sets):
+            for i, item in enumerate(launches):
+                q = bytearray(step_host[item.at : item.at + layout.size])
+                if i + 1 < len(launches):
+                    qmd.chain(layout, q, first_of(k, i + 1))
+                else:
+                    qmd.chain(layout, q, first_of(k + 1, 0))
+                    release.write(q, 0, self.timeline.gpu, 1, add=True)
+                host[k * per + i * slot : k * per + i * slot + layout.size] = q
+        entries = [self.entry]
+        for r in range(2, sets + 2):  # r repetitions: from set sets + 1 - r
+            at = sets * per + (r - 2) * n * 4
+            words = self._run_commands(own.gpu + self.marker, first_of(sets + 1 - r, 0))
+            host[at : at + n * 4] = memoryview(words.words).cast("B")
+            entries.append(entry_at(memory.gpu + at, n))
+        self.run_memory = memory
+        self.runs = tuple(entries)
+
+    def _run_commands(self, marker: int, first: int) -> Push:
+        """A run's commands (:meth:`lay_runs`): the QMD at ``first`` sent between the marker's
+        clearing and the step's end."""
+        words = Push().semaphore_release(marker, 0, idle=False)
+        return self._end(_send(words, first), marker)
 
     def set_args(self, index: int, args: Sequence[Any]) -> None:
         """Give launch ``index`` new arguments for the next submissions.
@@ -235,16 +302,20 @@ class Step:
             host[item.at + 512 : item.at + 512 + len(item.bank)] = item.bank
 
     def submit(self, times: int = 1) -> Point:
-        """Run the step ``times`` more times, each as one GPFIFO entry with its own value on
-        the device's timeline (after compute work, all of them with one doorbell as far as
-        the ring has room); returns the last one's point. Raises :class:`Misuse` for
-        ``times`` that is no whole number of at least 1, having submitted nothing."""
+        """Run the step ``times`` more times, each with its own value on the device's
+        timeline, in order; returns the last one's point. After compute work they go with one
+        doorbell as far as the ring has room, a marked step of launches alone as runs of up to
+        :data:`RUN_MOST` an entry (:meth:`lay_runs`, at the first ``times`` above 1), others
+        one entry each. Raises :class:`Misuse` for ``times`` that is no whole number of at
+        least 1, having submitted nothing."""
         if times != 1:
             times = checks.whole("times", times)
             if times < 1:
                 raise Misuse(f"a step is submitted at least once, not times={times}")
         if self.memory is None:
             self._seal()
+        if times > 1 and not self.runs:
+            self.lay_runs()
         self._last = point = self.timeline.submit_step(self, times)
         return point
 
@@ -278,7 +349,14 @@ class Step:
         """Give back the step's memory once its submissions are done."""
         if self._last is not None:
             self._last.wait()
-        for memory in (self.memory, self.stamped_memory):
+        for memory in (self.memory, self.stamped_memory, self.run_memory):
             if memory is not None:
                 self.device.free(memory)
-        self.memory = self.stamped_memory = None
+        self.memory = self.stamped_memory = self.run_memory = None
+
+
+def _send(words: Push, address: int) -> Push:
+    """Send the QMD at GPU ``address`` to the compute engine, invalidating its copy of it."""
+    words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, address >> 8)
+    return words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B,
+                        PCAS_INVALIDATE_COPY_SCHEDULE)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import struct
 import threading
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -491,7 +492,7 @@ class Timeline:
                     if not times:
                         return point
                 if times != 1:
-                    return self._send_entries(compute, step.entry, times)
+                    return self._send_entries(compute, step, times)
                 # _send_entry, inline: the common case of a step after compute work
                 value = self.next
                 self.next = value + 1
@@ -503,20 +504,31 @@ class Timeline:
                 return point
             point = self._step_alone(step)
             if times > 1 and self.profile is None:
-                return self._send_entries(compute, step.entry, times - 1)
+                return self._send_entries(compute, step, times - 1)
             for _ in range(times - 1):
                 point = self._step_alone(step)
             return point
 
-    def _send_entries(self, channel: Channel, entry: int, times: int) -> Point:
-        """Send ``entry`` (a step's) ``times`` times as the next values, as many at once as
-        the ring holds (the lock held); the last one's point."""
+    def _send_entries(self, channel: Channel, step: Step, times: int) -> Point:
+        """Send ``times`` repetitions of ``step`` as the next values, as many entries at once
+        as the ring holds (the lock held): whole runs of the most its runs hold, then one of
+        the rest (:attr:`rig_nv.step.Step.runs`; its own entry alone where it has none). The
+        last one's point."""
+        runs = step.runs or (step.entry,)
+        most = len(runs)
         while times:
             value = self.next
-            n = channel.submit_entries(entry, value, times, self.completed)
-            self.next = value + n
+            whole, rest = divmod(times, most)
+            entries = array("Q", runs[-1:]) * whole
+            ends: Sequence[int] = range(value + most - 1, value + whole * most, most)
+            if rest:
+                entries.append(runs[rest - 1])
+                ends = [*ends, value + times - 1]
+            n = channel.submit_entries(entries, ends, self.completed)
+            sent = ends[n - 1] + 1 - value
+            self.next = value + sent
             self.last = channel
-            times -= n
+            times -= sent
         return _point(self.device, self.next - 1)
 
     def _step_alone(self, step: Step) -> Point:
