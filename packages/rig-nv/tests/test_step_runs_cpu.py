@@ -168,6 +168,22 @@ def test_runs_fall_back_to_an_entry_each_where_memory_is_short(
     assert d.path.in_use() < in_use and t.run_memory is None
 
 
+def test_a_freed_step_submitted_again_runs_from_its_new_memory(dev: tuple[Any, Any]) -> None:
+    """After free, a submission seals the step again and lays its runs again: every run it
+    sends starts at a QMD in memory it holds now, none in what free gave back."""
+    d, path = dev
+    s, _ = _step(d, path, 1)
+    s.submit(times=3)
+    path.complete()
+    s.free()
+    s.submit(times=3)
+    assert s.memory is not None and s.run_memory is not None
+    held = [(m.gpu, m.gpu + m.length) for m in (s.memory, s.run_memory)]
+    ran, _ = play(int(d.compute.entries[(d.compute.put - 1) % d.compute.count]))
+    assert len(ran) == 3 and all(any(lo <= x.address < hi for lo, hi in held) for x in ran)
+    path.complete()
+
+
 def test_runs_beyond_the_rings_room_go_in_ring_sized_batches(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """More whole runs than the GPFIFO holds: as many at once as it has room for, the next

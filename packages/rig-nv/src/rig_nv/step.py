@@ -237,8 +237,10 @@ class Step:
         first set ``r`` before the end and ends as the step does (the marker's acquire, then
         the last repetition's one added). Only for a sealed marked step of launches alone
         where :data:`CHAIN` holds; otherwise, or where mapped memory is short, ``runs`` is
-        the step's own entry alone."""
+        the step's own entry alone. Once laid (until :meth:`free`), a call does nothing."""
         assert self.memory is not None and self.memory.host is not None
+        if self.runs:
+            return
         launches = [i for i in self.items if isinstance(i, _Launch)]
         d, release = self.device, self._release
         self.runs = (self.entry,)
@@ -353,6 +355,7 @@ class Step:
             if memory is not None:
                 self.device.free(memory)
         self.memory = self.stamped_memory = self.run_memory = None
+        self.runs = ()  # a submission after this lays them again, in the memory it seals
 
 
 def _send(words: Push, address: int) -> Push:

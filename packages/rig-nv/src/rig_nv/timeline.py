@@ -473,9 +473,10 @@ class Timeline:
         stamps in memory of the step's own (:meth:`rig_nv.step.Step.stamped`).
 
         Repetitions after compute work (all but the first after the copy channel's; none
-        under a profile, where each has its stamps) go as many entries at once as the ring
-        has room for, with one GP_PUT write and one doorbell (:meth:`_send_entries`). A wait
-        for room may raise; the repetitions before it stay submitted."""
+        under a profile, where each has its stamps) go as the step's runs where it has them
+        (:meth:`rig_nv.step.Step.lay_runs`), as many entries at once as the ring has room
+        for, with one GP_PUT write and one doorbell (:meth:`_send_entries`). A wait for room
+        may raise; the repetitions before it stay submitted."""
         with self.lock:
             health = self.health
             if not health.ok:
