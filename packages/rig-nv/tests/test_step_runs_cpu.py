@@ -132,6 +132,24 @@ def test_each_run_plays_its_repetitions_in_order_adding_one_each(
         assert ran[-launches:] == own  # the last repetition is the step's own QMDs
 
 
+def test_set_args_reaches_every_repetition_of_a_run(dev: tuple[Any, Any]) -> None:
+    """The copies read the step's own banks: after set_args, every QMD a run sends reads a
+    bank that holds the new arguments (fresh ones, at the kernel's parameter offset)."""
+    d, path = dev
+    s, img = _step(d, path, 1)
+    s.submit(times=3)
+    path.complete()
+    b = d.alloc(1 << 16, Memory.DEVICE)
+    count = 0x1234_5678
+    s.set_args(0, (b, b, b, count))
+    offset = img["vadd"].kernel.param_offset
+    ran, _ = play(s.runs[-1])
+    assert len(ran) == RUN_MOST
+    for x in ran:
+        got = struct.unpack_from("<QQQI", view(x.bank + offset, 28))
+        assert got == (b.gpu, b.gpu, b.gpu, count)
+
+
 def test_only_marked_steps_of_launches_alone_have_runs(dev: tuple[Any, Any]) -> None:
     """A step that ends with a copy, or has one between launches, waits for idle between
     them: no chain of QMDs holds it, so each repetition stays an entry of its own."""
