@@ -233,11 +233,12 @@ class Step:
         GPFIFO entry, up to :data:`RUN_MOST`. Copies of the step's QMDs, one set a repetition,
         are chained into the step's own (the last set): each set's last QMD adds one to the
         timeline word by its release and schedules the next set's first, so the GPU goes from
-        repetition to repetition with no host work. The entry clears the marker, sends the
-        first set ``r`` before the end and ends as the step does (the marker's acquire, then
-        the last repetition's one added). Only for a sealed marked step of launches alone
-        where :data:`CHAIN` holds; otherwise, or where mapped memory is short, ``runs`` is
-        the step's own entry alone. Once laid (until :meth:`free`), a call does nothing."""
+        repetition to repetition with no host work. The entry of ``r`` clears the marker,
+        sends the first QMD of the set ``r - 1`` sets before the step's own, and ends as the
+        step does (the marker's acquire, then the last repetition's one added). Only for a
+        sealed marked step of launches alone where :data:`CHAIN` holds; otherwise, or where
+        mapped memory is short, ``runs`` is the step's own entry alone. Once laid (until
+        :meth:`free`), a call does nothing."""
         assert self.memory is not None and self.memory.host is not None
         if self.runs:
             return
