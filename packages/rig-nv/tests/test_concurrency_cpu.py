@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +83,54 @@ def test_eight_threads_share_one_device(dev: tuple[Any, Any]) -> None:
     d.synchronize()
     assert d.completed() == max(values)
     assert d.memory.regions() == before  # every region freed, none lost to a race
+
+
+def test_threads_submit_steps_and_launches_side_by_side() -> None:
+    """Device: "Any thread may call any method at the same time as others", for steps too:
+    each thread submits a step of its own once and three times over, and launches between,
+    waiting for each. Every submission gets its own values, with no gaps, and every thread
+    ends (a submission that kept the timeline's lock would hold the others forever: the
+    device of its own is then left unstopped, since its stop would wait for that lock too)."""
+    from fake_gpu import open_fake
+
+    d, _ = open_fake()
+    vadd = d.load(CUBIN.read_bytes())["vadd"]
+    values: list[int] = []
+    book = threading.Lock()
+    errors: list[BaseException] = []
+    start = threading.Barrier(THREADS)
+
+    def work() -> None:
+        r = d.alloc(4096, Memory.DEVICE)
+        assert r is not None
+        s = d.step()
+        s.launch(vadd, (1,), (32,), (r, r, r, 1))
+        start.wait()
+        for _ in range(ROUNDS // 4):
+            once, launched, thrice = s.submit(), d.launch(vadd, (2,), (64,), (r, r, r, 2)), \
+                s.submit(times=3)
+            thrice.wait(timeout_s=10)
+            assert once.signaled and launched.signaled
+            with book:
+                values.extend((once.value, launched.value, *range(thrice.value - 2,
+                                                                     thrice.value + 1)))
+
+    def run() -> None:
+        try:
+            work()
+        except BaseException as e:  # reported by the test's thread below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, daemon=True) for _ in range(THREADS)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    assert not any(t.is_alive() for t in threads), "a thread never ended"
+    assert not errors, errors[0]
+    assert sorted(values) == list(range(min(values), min(values) + len(values)))
+    d.stop()
 
 
 def test_keyboard_interrupt_in_a_wait_loses_nothing(dev: tuple[Any, Any]) -> None:

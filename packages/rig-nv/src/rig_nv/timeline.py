@@ -295,7 +295,9 @@ class Timeline:
         :meth:`launch_blob`."""
         slots = prep.slots if self.primary else self.slots_of(prep)
         if slots.at:
-            with self.lock:
+            lock = self.lock
+            lock.acquire()  # not `with`: its protocol cost 0.1 us a call (stand-in), as memory's
+            try:
                 health = self.health
                 if not health.ok:
                     health.check()
@@ -326,6 +328,8 @@ class Timeline:
                     fields = point.__dict__
                     fields["device"], fields["value"] = self.device, value
                     return point
+            finally:
+                lock.release()
         return self.launch_blob(prep, prep.blob, "launch", st, values, params)
 
     def _send_qmd(self, address: int, name: str, done: int,
@@ -477,7 +481,9 @@ class Timeline:
         (:meth:`rig_nv.step.Step.lay_runs`), as many entries at once as the ring has room
         for, with one GP_PUT write and one doorbell (:meth:`_send_entries`). A wait for room
         may raise; the repetitions before it stay submitted."""
-        with self.lock:
+        lock = self.lock
+        lock.acquire()  # as launch_prepared's
+        try:
             health = self.health
             if not health.ok:
                 health.check()
@@ -509,6 +515,8 @@ class Timeline:
             for _ in range(times - 1):
                 point = self._step_alone(step)
             return point
+        finally:
+            lock.release()
 
     def _send_entries(self, channel: Channel, step: Step, times: int) -> Point:
         """Send ``times`` repetitions of ``step`` as the next values, as many entries at once
