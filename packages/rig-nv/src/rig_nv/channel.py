@@ -185,7 +185,7 @@ class Channel:
 
     def submit_entries(self, entries: array[int], ends: Sequence[int],
                        completed: Callable[[], int]) -> int:
-        """Send the first of ``entries`` (GPFIFO entries, as :meth:`submit_entry`'s), the
+        """Send ``entries`` from the first (GPFIFO entries, as :meth:`submit_entry`'s), the
         i-th done once timeline value ``ends[i]`` is, with one GP_PUT write and one doorbell:
         as many as the ring has room for once submissions up to ``completed()`` are
         forgotten, after waiting for room for one where there is none. Returns how many it
