@@ -11,6 +11,7 @@ import os
 import random
 import threading
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +132,48 @@ def test_threads_submit_steps_and_launches_side_by_side() -> None:
     assert not errors, errors[0]
     assert sorted(values) == list(range(min(values), min(values) + len(values)))
     d.stop()
+
+
+def test_threads_submitting_a_new_step_at_once_make_its_memory_once(
+        dev: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eight threads submit one unsealed step, three times over each, at once: its memory and
+    its runs' are made once (a slow allocation widens the race), and all 24 repetitions get
+    values of their own."""
+    d, path = dev
+    vadd = d.load(CUBIN.read_bytes())["vadd"]
+    path.complete()
+    r = d.alloc(4096, Memory.DEVICE)
+    s = d.step()
+    s.launch(vadd, (1,), (32,), (r, r, r, 1))
+    alloc, made = d.alloc, []
+
+    def slow(n: int, kind: Memory = Memory.DEVICE) -> Any:
+        if kind is Memory.MAPPED:
+            made.append(n)
+            time.sleep(0.02)  # while the others get here
+        return alloc(n, kind)
+
+    monkeypatch.setattr(d, "alloc", slow)
+    start, points, errors = threading.Barrier(THREADS), [], []
+
+    def run() -> None:
+        try:
+            start.wait()
+            points.append(s.submit(times=3))
+        except BaseException as e:  # reported by the test's thread below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run) for _ in range(THREADS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert not errors, errors[0]
+    assert len(made) == 2  # the step's memory, then its runs'
+    ends = sorted(p.value for p in points)
+    assert [b - a for a, b in pairwise(ends)] == [3] * (THREADS - 1)
+    path.complete()
+    s.free()
 
 
 def test_keyboard_interrupt_in_a_wait_loses_nothing(dev: tuple[Any, Any]) -> None:

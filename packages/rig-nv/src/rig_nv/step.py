@@ -15,6 +15,7 @@ own, each repetition's last adding one to the timeline word (:meth:`Step.lay_run
 
 from __future__ import annotations
 
+import threading
 from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -92,6 +93,7 @@ class Step:
         self.run_memory: Region | None = None
         self._release: qmd.Release | None = None  # the QMD release that sets it (marked)
         self._last: Point | None = None
+        self._laying = threading.Lock()  # one thread seals and lays runs, once
 
     @property
     def marked(self) -> bool:
@@ -315,10 +317,12 @@ class Step:
             times = checks.whole("times", times)
             if times < 1:
                 raise Misuse(f"a step is submitted at least once, not times={times}")
-        if self.memory is None:
-            self._seal()
-        if times > 1 and not self.runs:
-            self.lay_runs()
+        if self.memory is None or (times != 1 and not self.runs):
+            with self._laying:  # threads submitting it at once make its memory once
+                if self.memory is None:
+                    self._seal()
+                if times != 1:
+                    self.lay_runs()
         self._last = point = self.timeline.submit_step(self, times)
         return point
 
