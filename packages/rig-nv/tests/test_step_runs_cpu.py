@@ -17,7 +17,7 @@ import pytest
 from rig_edge import Memory
 from rig_nv import push
 from rig_nv.hostmem import view
-from rig_nv.step import RUN_MOST
+from rig_nv.step import RUN_BYTES, RUN_MOST
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 QMD_BYTES = 384  # V04_00
@@ -82,7 +82,7 @@ def _step(d: Any, path: Any, launches: int = 2) -> tuple[Any, Any]:
     path.complete()
     a = d.alloc(1 << 16, Memory.DEVICE)
     s = d.step()
-    kernels = ["vadd", "saxpy"]
+    kernels = ["vadd", "saxpy"]  # alternately
     for i in range(launches):
         args = (a, a, a, i + 1) if i % 2 == 0 else (2.0, a, a, i + 1)
         s.launch(img[kernels[i % 2]], (1,), (32,), args)
@@ -94,14 +94,15 @@ def _word(sem: list[int]) -> tuple[int, int, int]:
     return sem[0] | sem[1] << 32, sem[2] | sem[3] << 32, sem[4]
 
 
-@pytest.mark.parametrize("launches", [1, 2])
+@pytest.mark.parametrize("launches", [1, 2, 8])
 def test_each_run_plays_its_repetitions_in_order_adding_one_each(
         dev: tuple[Any, Any], launches: int) -> None:
     """Each entry of runs[r - 1] runs the step's QMDs r times over, each repetition's programs
     and banks the step's own in order; each repetition but the last adds one to the timeline
     word by its last QMD's release, the last releases the marker the entry then acquires,
-    and the entry's own reduction adds the last one: r in all. submit(times=150) goes as two
-    whole runs and one of the rest, and its points keep their values."""
+    and the entry's own reduction adds the last one: r in all. submit(times=150) goes as
+    whole runs and one of the rest, and its points keep their values. Runs hold up to
+    RUN_MOST repetitions, fewer where the copies would pass RUN_BYTES (8 launches)."""
     d, path = dev
     s, _ = _step(d, path, launches)
     s.submit()
@@ -110,12 +111,14 @@ def test_each_run_plays_its_repetitions_in_order_adding_one_each(
     assert len(own) == launches
     put, value = d.compute.put, d.timeline.current()
     p = s.submit(times=150)
-    assert len(s.runs) == RUN_MOST and s.runs[0] == s.entry
-    whole, rest = divmod(150, RUN_MOST)
+    most = len(s.runs)
+    assert s.runs[0] == s.entry and 1 < most <= RUN_MOST
+    assert (most - 1) * launches * 512 <= RUN_BYTES < most * launches * 512 or most == RUN_MOST
+    whole, rest = divmod(150, most)
     sent = [int(d.compute.entries[i % d.compute.count]) for i in range(put, d.compute.put)]
-    assert sent == [s.runs[-1]] * whole + [s.runs[rest - 1]]
+    assert sent == [s.runs[-1]] * whole + ([s.runs[rest - 1]] if rest else [])
     assert p.value == value + 150
-    for r in range(1, RUN_MOST + 1):
+    for r in range(1, most + 1):
         ran, sems = play(s.runs[r - 1])
         assert len(ran) == r * launches
         marker = _word(sems[0][1])
