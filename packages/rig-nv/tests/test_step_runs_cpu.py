@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_device_cpu import methods
 
 from rig_edge import Memory
 from rig_nv import push
@@ -53,20 +54,16 @@ def _qmd(address: int) -> tuple[Ran, int | None]:
 
 
 def _methods(entry: int) -> list[tuple[int, list[int]]]:
+    """(method, data) of each method header in the words GPFIFO ``entry`` names."""
     address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-    words = struct.unpack_from(f"<{n}I", view(address, 4 * n))
-    out, i = [], 0
-    while i < n:
-        count, method = (words[i] >> 16) & 0x1FFF, (words[i] & 0xFFF) << 2
-        out.append((method, list(words[i + 1 : i + 1 + count])))
-        i += 1 + count
-    return out
+    words = list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))
+    return [(method, data) for _, method, data in methods(words)]
 
 
 def play(entry: int) -> tuple[list[Ran], list[tuple[int, list[int]]]]:
     """The QMDs one entry runs, in order, and its host methods (the semaphores)."""
-    methods = _methods(entry)
-    sent = [data[0] << 8 for m, data in methods if m == push.COMPUTE_SEND_PCAS_A]
+    sent_methods = _methods(entry)
+    sent = [data[0] << 8 for m, data in sent_methods if m == push.COMPUTE_SEND_PCAS_A]
     assert len(sent) == 1
     ran: list[Ran] = []
     at: int | None = sent[0]
@@ -74,7 +71,7 @@ def play(entry: int) -> tuple[list[Ran], list[tuple[int, list[int]]]]:
         one, at = _qmd(at)
         ran.append(one)
         assert len(ran) <= 4 * RUN_MOST, "the chain does not end"
-    return ran, [(m, data) for m, data in methods if m == push.SEM_ADDR_LO]
+    return ran, [(m, data) for m, data in sent_methods if m == push.SEM_ADDR_LO]
 
 
 def _step(d: Any, path: Any, launches: int = 2) -> tuple[Any, Any]:
