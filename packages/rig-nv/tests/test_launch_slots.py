@@ -12,7 +12,7 @@ from fake_gpu import FakePath
 
 from rig_edge import Memory
 from rig_nv import launch as launching
-from rig_nv import qmd
+from rig_nv import push, qmd
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
@@ -21,12 +21,13 @@ def sent_qmds(d: Any, since: int) -> list[int]:
     """The QMD addresses of the compute channel's GPFIFO entries from ``since`` on (each
     entry's SEND_PCAS_A: the word after its header, shifted by 8)."""
     ch, out = d.compute, []
+    send = push.header(push.SUBC_COMPUTE, push.COMPUTE_SEND_PCAS_A, 1)
     for i in range(since, ch.put):
         entry = ch.entries[i % ch.count]
         address, dwords = entry & ((1 << 40) - 1) & ~3, (entry >> 42) & 0x1FFFFF
         start = address - ch.pb.gpu
         body = ch.pb_words[start >> 2 : (start >> 2) + dwords]
-        out.append(body[list(body).index(d.timeline.pcas_a) + 1] << 8)
+        out.append(body[list(body).index(send) + 1] << 8)
     return out
 
 

@@ -79,6 +79,8 @@ COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x2E4
 COMPUTE_SET_SHADER_LOCAL_MEMORY_A = 0x790
 COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x7B0
 COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI = 0x1698
+# SEND_SIGNALING_PCAS2_B PCAS_ACTION INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK launches.
+PCAS_INVALIDATE_COPY_SCHEDULE = 3
 
 
 def header(subchannel: int, method: int, count: int, op: int = INCREMENTING) -> int:
@@ -103,6 +105,15 @@ def lo_hi(value: int) -> tuple[int, int]:
     return value & 0xFFFFFFFF, (value >> 32) & 0xFFFFFFFF
 
 
+def send_qmd_words(address: int) -> tuple[int, int, int, int]:
+    """The words that send the QMD at GPU ``address`` (256-byte aligned) to the compute
+    engine, invalidating the engine's copy of it: SEND_PCAS_A with the address (at [1]), then
+    SEND_SIGNALING_PCAS2_B. The one home of how rig launches a QMD."""
+    return (header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), address >> 8,
+            header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1),
+            PCAS_INVALIDATE_COPY_SCHEDULE)
+
+
 class Push:
     """Words of a pushbuffer being built."""
 
@@ -116,6 +127,11 @@ class Push:
         """An incrementing method: ``data[i]`` goes to ``method + 4*i``."""
         self.words.append(header(subchannel, method, len(data)))
         self.words.extend(data)
+        return self
+
+    def send_qmd(self, address: int) -> Push:
+        """Send the QMD at GPU ``address`` (:func:`send_qmd_words`)."""
+        self.words.extend(send_qmd_words(address))
         return self
 
     def set_object(self, subchannel: int, cls: int) -> Push:

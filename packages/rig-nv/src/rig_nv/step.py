@@ -28,8 +28,6 @@ from rig_nv.channel import entry_at
 from rig_nv.hostmem import view
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
-    COMPUTE_SEND_PCAS_A,
-    COMPUTE_SEND_SIGNALING_PCAS2_B,
     SEM_ADDR_LO,
     SEM_PAYLOAD_64BIT,
     SEM_RELEASE_WFI,
@@ -39,7 +37,7 @@ from rig_nv.push import (
     Push,
     lo_hi,
 )
-from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE, qmd_release
+from rig_nv.setup import INVALIDATE_CODE_AND_DATA, qmd_release
 from rig_nv.timeline import AROUND, INVALIDATE, PUSHBUFFER_SHARE  # noqa: F401 (tests')
 
 if TYPE_CHECKING:
@@ -211,7 +209,7 @@ class Step:
                 if not isinstance(before, _Launch) or not CHAIN:
                     if before is not None:
                         words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
-                    _send(words, base + item.at)
+                    words.send_qmd(base + item.at)
             else:
                 if before is not None:
                     words.method(SUBC_HOST, WFI, WFI_SCOPE_ALL)
@@ -290,7 +288,7 @@ class Step:
         """A run's commands (:meth:`lay_runs`): the QMD at ``first`` sent between the marker's
         clearing and the step's end."""
         words = Push().semaphore_release(marker, 0, idle=False)
-        return self._end(_send(words, first), marker)
+        return self._end(words.send_qmd(first), marker)
 
     def set_args(self, index: int, args: Sequence[Any]) -> None:
         """Give launch ``index`` new arguments for the next submissions.
@@ -365,9 +363,3 @@ class Step:
         self.memory = self.stamped_memory = self.run_memory = None
         self.runs = ()  # a submission after this lays them again, in the memory it seals
 
-
-def _send(words: Push, address: int) -> Push:
-    """Send the QMD at GPU ``address`` to the compute engine, invalidating its copy of it."""
-    words.method(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, address >> 8)
-    return words.method(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B,
-                        PCAS_INVALIDATE_COPY_SCHEDULE)

@@ -26,16 +26,15 @@ from rig_nv.hostmem import view
 from rig_nv.launch import SLOTS, Slots, point_cbuf0
 from rig_nv.push import (
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
-    COMPUTE_SEND_PCAS_A,
-    COMPUTE_SEND_SIGNALING_PCAS2_B,
     SEM_ACQUIRE_SWITCH_TSG,
     SUBC_COMPUTE,
     SUBC_HOST,
     WFI,
     Push,
     header,
+    send_qmd_words,
 )
-from rig_nv.setup import INVALIDATE_CODE_AND_DATA, PCAS_INVALIDATE_COPY_SCHEDULE
+from rig_nv.setup import INVALIDATE_CODE_AND_DATA
 
 if TYPE_CHECKING:
     from rig_nv.health import Health
@@ -114,8 +113,6 @@ class Timeline:
         self.arena: Arena
         self.pool: Ring  # launch configurations' slots (rig_nv.launch.Slots), bump-allocated
         self.pool_head = 0
-        self.pcas_a = header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1)
-        self.pcas2_b = header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1)
         self._release = array("I")
         # A launch after a launch (:meth:`place_word`); scripts/latency_probe.py varies it.
         self.launch_words = array("I")
@@ -145,8 +142,7 @@ class Timeline:
         # other channel of the group is served, so kernels of other queues wait too (the
         # H200, docs/queues.md). The QMD's release waits only for its grid.
         self.qmd_release = qmd_release
-        self.launch_words = array("I", (self.pcas_a, 0, self.pcas2_b,
-                                         PCAS_INVALIDATE_COPY_SCHEDULE,
+        self.launch_words = array("I", (*send_qmd_words(0),
                                          *(() if qmd_release else self._release)))
         self._launch_tail = array("I") if qmd_release else None
         # The words that keep a launch behind the work before (value at [3] and [4] where
@@ -340,8 +336,7 @@ class Timeline:
         compute = self.compute
         release = self.qmd_release
         if self.last is not compute or not self.plain or self.profile:
-            body = (*self._invalidation(), self.pcas_a, address >> 8, self.pcas2_b,
-                    PCAS_INVALIDATE_COPY_SCHEDULE)
+            body = (*self._invalidation(), *send_qmd_words(address))
             # The QMD releases the value, else submit's own release ends the launch.
             return self.submit(compute, body, name, self._launch_tail,
                                None if release is None else qmd)
