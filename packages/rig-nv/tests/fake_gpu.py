@@ -297,6 +297,16 @@ class FakePath:
             mmap(at, mine.length, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE | MAP_NORESERVE)
 
+    def read(self, address: int, n: int) -> bytes:
+        """The ``n`` bytes the GPU reads at GPU ``address``; an AssertionError where they do
+        not lie inside one allocation given and not freed (the GPU would fault there)."""
+        for a in self.live.values():
+            if a.gpu <= address and address + n <= a.gpu + a.length:
+                return bytes(view(a.host if a.host is not None else a.gpu, a.length)
+                             [address - a.gpu : address - a.gpu + n])
+        raise AssertionError(f"the GPU reads {n} bytes at 0x{address:x}, outside any memory "
+                             "given and not freed: it would fault")
+
     def in_use(self) -> int:
         """Bytes of memory given and not freed."""
         return sum(a.length for a in self.live.values())

@@ -17,7 +17,6 @@ from test_device_cpu import methods
 
 from rig_edge import Memory
 from rig_nv import push
-from rig_nv.hostmem import view
 from rig_nv.step import RUN_BYTES, RUN_MOST
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
@@ -38,9 +37,9 @@ def _bits(raw: bytes, hi: int, lo: int) -> int:
     return (int.from_bytes(raw, "little") >> lo) & ((1 << (hi - lo + 1)) - 1)
 
 
-def _qmd(address: int) -> tuple[Ran, int | None]:
+def _qmd(path: Any, address: int) -> tuple[Ran, int | None]:
     """The QMD at ``address`` and the one it schedules once its grid completes (or None)."""
-    raw = bytes(view(address, QMD_BYTES))
+    raw = path.read(address, QMD_BYTES)
     release = None
     if _bits(raw, 320, 320):  # RELEASE_ENABLE(0)
         assert _bits(raw, 322, 321) == 2 and _bits(raw, 332, 332) == 1  # TWO_WORDS, 64 bits
@@ -53,22 +52,23 @@ def _qmd(address: int) -> tuple[Ran, int | None]:
     return ran, _bits(raw, 479, 448) << 8
 
 
-def _methods(entry: int) -> list[tuple[int, list[int]]]:
+def _methods(path: Any, entry: int) -> list[tuple[int, list[int]]]:
     """(method, data) of each method header in the words GPFIFO ``entry`` names."""
     address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-    words = list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))
+    words = list(struct.unpack_from(f"<{n}I", path.read(address, 4 * n)))
     return [(method, data) for _, method, data in methods(words)]
 
 
-def play(entry: int) -> tuple[list[Ran], list[tuple[int, list[int]]]]:
-    """The QMDs one entry runs, in order, and its host methods (the semaphores)."""
-    sent_methods = _methods(entry)
+def play(path: Any, entry: int) -> tuple[list[Ran], list[tuple[int, list[int]]]]:
+    """The QMDs one entry runs, in order, and its host methods (the semaphores), read
+    through the stand-in: a read outside its live memory fails the test."""
+    sent_methods = _methods(path, entry)
     sent = [data[0] << 8 for m, data in sent_methods if m == push.COMPUTE_SEND_PCAS_A]
     assert len(sent) == 1
     ran: list[Ran] = []
     at: int | None = sent[0]
     while at is not None:
-        one, at = _qmd(at)
+        one, at = _qmd(path, at)
         ran.append(one)
         assert len(ran) <= 4 * RUN_MOST, "the chain does not end"
     return ran, [(m, data) for m, data in sent_methods if m == push.SEM_ADDR_LO]
@@ -104,7 +104,7 @@ def test_each_run_plays_its_repetitions_in_order_adding_one_each(
     s, _ = _step(d, path, launches)
     s.submit()
     path.complete()
-    own, _ = play(s.entry)
+    own, _ = play(path, s.entry)
     assert len(own) == launches
     put, value = d.compute.put, d.timeline.current()
     p = s.submit(times=150)
@@ -116,7 +116,7 @@ def test_each_run_plays_its_repetitions_in_order_adding_one_each(
     assert sent == [s.runs[-1]] * whole + ([s.runs[rest - 1]] if rest else [])
     assert p.value == value + 150
     for r in range(1, most + 1):
-        ran, sems = play(s.runs[r - 1])
+        ran, sems = play(path, s.runs[r - 1])
         assert len(ran) == r * launches
         marker = _word(sems[0][1])
         assert marker[1] == 0 and marker[2] & 7 == push.SEM_OP_RELEASE  # cleared first
@@ -143,10 +143,10 @@ def test_set_args_reaches_every_repetition_of_a_run(dev: tuple[Any, Any]) -> Non
     count = 0x1234_5678
     s.set_args(0, (b, b, b, count))
     offset = img["vadd"].kernel.param_offset
-    ran, _ = play(s.runs[-1])
+    ran, _ = play(path, s.runs[-1])
     assert len(ran) == RUN_MOST
     for x in ran:
-        got = struct.unpack_from("<QQQI", view(x.bank + offset, 28))
+        got = struct.unpack_from("<QQQI", path.read(x.bank + offset, 28))
         assert got == (b.gpu, b.gpu, b.gpu, count)
 
 
@@ -197,7 +197,7 @@ def test_a_freed_step_submitted_again_runs_from_its_new_memory(dev: tuple[Any, A
     s.submit(times=3)
     assert s.memory is not None and s.run_memory is not None
     held = [(m.gpu, m.gpu + m.length) for m in (s.memory, s.run_memory)]
-    ran, _ = play(int(d.compute.entries[(d.compute.put - 1) % d.compute.count]))
+    ran, _ = play(path, int(d.compute.entries[(d.compute.put - 1) % d.compute.count]))
     assert len(ran) == 3 and all(any(lo <= x.address < hi for lo, hi in held) for x in ran)
     path.complete()
 
