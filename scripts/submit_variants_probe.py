@@ -17,13 +17,17 @@ configuration is a fresh open; it prints a line per configuration and a table la
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
   as before 2026-12-02), or its runs (``runs`` false: an entry a repetition).
 - ``carry``: whether a QMD's release that adds (a run's copies') carries into the high word.
+- ``pcas``: a step's entry each repetition, its QMD sent with other PCAS actions;
+  ``pcas_all``: latency, steps, order and d2d with every QMD sent with action 3 or 9.
   (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
 
 Run on the GPU machine:
-python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] [steps]."""
+python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] [steps]
+[carry] [pcas] [pcas_all]."""
 
 from __future__ import annotations
 
+import functools
 import statistics
 import struct
 import sys
@@ -53,10 +57,11 @@ ROWS: list[tuple[str, str, float, str]] = []
 
 @contextmanager
 def patched(wfi: bool = True, switch: bool = False, marked: bool = True,
-            runs: bool = True) -> Any:
+            runs: bool = True, pcas: int = rig_nv.push.PCAS_ACTION) -> Any:
     """Steps sealed inside leave out the reduction's wait for idle, switch channel group on
     the marker's acquire (as before 2026-12-02), have no marker (``marked`` false: the
-    reduction waits for idle) or, without ``runs``, go as an entry a repetition."""
+    reduction waits for idle), send their QMD with another PCAS action (``pcas``, clcbc0.h
+    SEND_SIGNALING_PCAS2_B) or, without ``runs``, go as an entry a repetition."""
     seal = rig_nv.step.Step._seal
     acquire = rig_nv.push.Push.semaphore_acquire
     most = rig_nv.step.RUN_MOST
@@ -66,6 +71,8 @@ def patched(wfi: bool = True, switch: bool = False, marked: bool = True,
 
     def sealed(self: Any) -> None:
         flag, qmd_release = rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release
+        action = rig_nv.push.PCAS_ACTION
+        rig_nv.push.PCAS_ACTION = pcas
         if not marked:
             rig_nv.step.qmd_release = lambda d: None
         if not wfi:
@@ -77,6 +84,7 @@ def patched(wfi: bool = True, switch: bool = False, marked: bool = True,
         finally:
             rig_nv.step.SEM_RELEASE_WFI, rig_nv.step.qmd_release = flag, qmd_release
             rig_nv.push.Push.semaphore_acquire = acquire  # type: ignore[method-assign]
+            rig_nv.push.PCAS_ACTION = action
 
     rig_nv.step.Step._seal = sealed  # type: ignore[method-assign]
     if not runs:
@@ -249,7 +257,7 @@ def cuts() -> None:
         d.stop()
 
 
-def steps(name: str, where: str, launches: int = 1, **patch: bool) -> None:
+def steps(name: str, where: str, launches: int = 1, **patch: Any) -> None:
     """``where``: "device", "device after a queue" (its launches release by their QMD, its
     steps are marked), "queue", "queue, its uploads" (the step's inputs uploaded through the
     queue, as bench row 3_flight_queue does)."""
@@ -348,6 +356,21 @@ def order(kind: str, launches: int = 2000) -> None:
         d.stop()
 
 
+def everywhere(action: int, run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` with every QMD sent with PCAS action ``action`` (the device opened inside
+    builds its launch words with it), its row named so."""
+    def patched_run() -> None:
+        before = rig_nv.push.PCAS_ACTION
+        rig_nv.push.PCAS_ACTION = action
+        try:
+            run()
+        finally:
+            rig_nv.push.PCAS_ACTION = before
+            what, name, us, note = ROWS[-1]
+            ROWS[-1] = (what, f"{name}, PCAS {action}", us, note)
+    return patched_run
+
+
 GROUPS: dict[str, list[Callable[[], None]]] = {
     "latency": [lambda: latency(False), lambda: latency(True)],
     "d2d": [lambda: d2d(False), lambda: d2d(True)],
@@ -368,6 +391,24 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
         lambda: steps("an entry each", "device", runs=False),
         lambda: steps("an entry each", "queue", runs=False),
         lambda: steps("an entry each, 2 launches", "queue", 2, runs=False),
+    ],
+    # The PCAS action a step's entry sends its QMD with (clcbc0.h): SCHEDULE (2) without the
+    # invalidate and copy, PREFETCH_SCHEDULE (9), INVALIDATE_PREFETCH_COPY_SCHEDULE (10).
+    "pcas": [
+        functools.partial(steps, name, where, runs=False, pcas=action)
+        for _ in range(3) for where in ("device", "queue")
+        for action, name in ((3, "an entry each"), (2, "an entry each, PCAS 2"),
+                             (9, "an entry each, PCAS 9"), (10, "an entry each, PCAS 10"))
+    ],
+    # Every QMD sent with action 3 (as NVK, rig before 2026-12-04) or 9 (PREFETCH_SCHEDULE,
+    # as tinygrad, rig since).
+    "pcas_all": [
+        everywhere(action, run) for _ in range(2) for action in (3, 9)
+        for run in (functools.partial(latency, False), functools.partial(latency, True),
+                    functools.partial(steps, "shipped", "device"),
+                    functools.partial(steps, "shipped", "queue"),
+                    functools.partial(order, "acquire-stay"),
+                    functools.partial(d2d, False))
     ],
     "carry": [carry],
 }

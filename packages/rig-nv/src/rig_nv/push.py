@@ -79,8 +79,13 @@ COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x2E4
 COMPUTE_SET_SHADER_LOCAL_MEMORY_A = 0x790
 COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x7B0
 COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI = 0x1698
-# SEND_SIGNALING_PCAS2_B PCAS_ACTION INVALIDATE_COPY_SCHEDULE (clcbc0.h), as NVK launches.
+# SEND_SIGNALING_PCAS2_B PCAS_ACTION values (clcbc0.h): NVK sends INVALIDATE_COPY_SCHEDULE,
+# tinygrad (runtime/ops_nv.py) PREFETCH_SCHEDULE, as rig does. On the H200 PREFETCH_SCHEDULE
+# took a one-thread launch+wait from 7.3-8.0 to 7.0 us and a step's entry from 1.79-1.88 to
+# 1.72, QMDs rewritten in place included (docs/results/pcas-2026-12-04.txt).
 PCAS_INVALIDATE_COPY_SCHEDULE = 3
+PCAS_PREFETCH_SCHEDULE = 9
+PCAS_ACTION = PCAS_PREFETCH_SCHEDULE
 
 
 def header(subchannel: int, method: int, count: int, op: int = INCREMENTING) -> int:
@@ -107,11 +112,10 @@ def lo_hi(value: int) -> tuple[int, int]:
 
 def send_qmd_words(address: int) -> tuple[int, int, int, int]:
     """The words that send the QMD at GPU ``address`` (256-byte aligned) to the compute
-    engine, invalidating the engine's copy of it: SEND_PCAS_A with the address (at [1]), then
-    SEND_SIGNALING_PCAS2_B. The one home of how rig launches a QMD."""
+    engine to fetch and schedule: SEND_PCAS_A with the address (at [1]), then
+    SEND_SIGNALING_PCAS2_B with :data:`PCAS_ACTION`. The one home of how rig launches a QMD."""
     return (header(SUBC_COMPUTE, COMPUTE_SEND_PCAS_A, 1), address >> 8,
-            header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1),
-            PCAS_INVALIDATE_COPY_SCHEDULE)
+            header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION)
 
 
 class Push:
