@@ -161,3 +161,35 @@ def test_profile_stamps_each_submission_and_writes_a_chrome_trace(
         ("vadd", 0.0, 3.0), ("copy", 4.0, 4.0)]
     assert trace["otherData"]["clock"].startswith("GPU PTIMER through the RM")
     assert d.timeline.profile is None  # the profile stopped with its block
+
+
+# clcbc0.h NVCBC0_SEND_SIGNALING_PCAS2_B_PCAS_ACTION_PREFETCH_SCHEDULE, re-typed here.
+PREFETCH_SCHEDULE = 0x9
+SEND_SIGNALING_PCAS2_B = 0x2C0
+
+
+def test_every_qmd_goes_with_prefetch_schedule(dev: tuple[Any, Any]) -> None:
+    """Each SEND_PCAS_A, a launch's first and through the prepared path, a step's and a run's,
+    is followed by SEND_SIGNALING_PCAS2_B with PREFETCH_SCHEDULE, as tinygrad sends: on the
+    H200 it cost a step's entry 1.72 us of GPU against 1.79-1.88 with NVK's
+    INVALIDATE_COPY_SCHEDULE (docs/results/pcas-2026-12-04.txt)."""
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    path.complete()
+    a = d.alloc(4096, Memory.DEVICE)
+    d.launch(img["vadd"], (1,), (32,), (a, a, a, 1))
+    d.launch(img["vadd"], (1,), (32,), (a, a, a, 2))
+    step = d.step()
+    step.launch(img["vadd"], (1,), (32,), (a, a, a, 3))
+    step.submit(times=3)  # the step's own entry, then a run of two
+    entries = [int(d.compute.entries[i]) for i in range(d.compute.put)]
+    entries += [int(r) for r in step.runs]
+    sends = 0
+    for entry in entries:
+        address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
+        words = methods(list(struct.unpack_from(f"<{n}I", _view(address, 4 * n))))
+        for i, (_, m, _) in enumerate(words):
+            if m == push.COMPUTE_SEND_PCAS_A:
+                sends += 1
+                assert words[i + 1] == (1, SEND_SIGNALING_PCAS2_B, [PREFETCH_SCHEDULE])
+    assert sends >= 4 + len(step.runs) - 1
