@@ -257,6 +257,44 @@ def test_a_step_behind_unfinished_work_acquires_it_first(
         assert words[len(words) - len(s.commands):] == list(s.commands)
 
 
+def test_work_behind_a_marked_step_acquires_nothing_the_step_waits_for_its_grid(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A marked step's entry ends only once its last grid released its marker, so work behind
+    it on its channel cannot overlap it, done or not: a step submitted again goes as the entry
+    that names its commands where they lie, a launch goes with no acquire. Behind that
+    launch, not seen done, a step and a launch acquire its value again."""
+    with by_qmd(monkeypatch) as (d, path):
+        fn, args = vadd(d)
+        for _ in range(2):  # the configuration prepared, its slots made: the inline path next
+            d.launch(fn, (1,), (32,), args)
+        s = d.step()
+        s.launch(fn, (1,), (32,), args)
+        path.complete()
+        s.submit()
+        put = d.compute.put
+        s.submit()  # the one before not seen done
+        s.submit()
+        assert [int(d.compute.entries[i % d.compute.count]) for i in (put, put + 1)] == \
+            [s.entry, s.entry]
+        assert d.compute.put == put + 2
+        d.launch(fn, (1,), (32,), args)
+        assert semaphores(commands(d, d.compute)[-1]) == []
+        p = s.submit()
+        words = commands(d, d.compute)[-1]
+        assert semaphores(words)[0] == (d.timeline.gpu, p.value - 1, push.SEM_OP_ACQ_CIRC_GEQ)
+        d.launch(fn, (1,), (32,), args)
+        launched = d.launch(fn, (1,), (32,), args)
+        (acquire,) = semaphores(commands(d, d.compute)[-1])
+        assert acquire == (d.timeline.gpu, launched.value - 1, push.SEM_OP_ACQ_CIRC_GEQ)
+        s.submit(times=3)  # behind the launch, then two repetitions as runs
+        d.launch(fn, (1,), (32,), args)
+        assert semaphores(commands(d, d.compute)[-1]) == []
+        path.complete()
+        s.submit(times=3)  # behind done work: runs alone
+        d.launch(fn, (1,), (32,), args)
+        assert semaphores(commands(d, d.compute)[-1]) == []
+
+
 def test_a_profiled_launch_is_stamped_by_its_qmd_and_waits_for_no_idle(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 17: a queue has "every submission the device has (... profiles)", and work of

@@ -95,6 +95,11 @@ class Timeline:
         self.lock = threading.RLock()  # held by every submission
         self.next = 1  # the value the next submission gets
         self.last: Channel | None = None  # the channel of the last submission
+        # Whether the last submission's entry ends only once its work is done (a channel's
+        # release after a wait for idle, a step's acquire of its marker): compute work after
+        # it on its channel needs no acquire of it. A launch whose QMD releases its value
+        # ends as the QMD is sent.
+        self.settled = True
         self.profile: Profile | None = None
         self.invalidate = False  # new code loaded: the next launch invalidates the SMs' caches
         # (timeline, value): the words of other queues' timelines the next one acquires
@@ -132,10 +137,11 @@ class Timeline:
 
     def release_by(self, qmd_release: Release | None, order: str = "acquire-stay") -> None:
         """From the next launch on, with ``qmd_release`` (the QMD layout's), launches end
-        with their QMD's release of the value, not the channel's; a launch after work the
-        host has not seen done then first waits for it on the GPU as ``order`` says
-        (rig_nv.setup.ORDER): grids of one channel otherwise run at once, and their releases
-        land out of order. The lock held, or before any submission."""
+        with their QMD's release of the value, not the channel's; a launch after such a
+        launch the host has not seen done then first waits for it on the GPU as ``order``
+        says (rig_nv.setup.ORDER): grids of one channel otherwise run at once, and their
+        releases land out of order (:attr:`settled`). The lock held, or before any
+        submission."""
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]), or none where the QMD releases it.
         # The channel's release waits for the channel's engine to idle: while it waits, no
@@ -247,7 +253,7 @@ class Timeline:
             if self.last is not channel and self.last is not None:
                 words.extend(Push().semaphore_acquire(self.gpu, value - 1).words)
             elif self.qmd_release is not None and channel is self.last and \
-                    channel is self.compute and self.word[0] < value - 1:
+                    channel is self.compute and not self.settled and self.word[0] < value - 1:
                 words.extend(self._ordered(value)[:len(self._order)])
             if tail is None:
                 tail = self._release
@@ -280,6 +286,7 @@ class Timeline:
             channel.retire(int(self.word[0]))
             channel.submit(words, value)
             self.last = channel
+            self.settled = qmd is None
             return Point(self.device, value)
 
     # ---- its common cases, inlined --------------------------------------------------------
@@ -311,9 +318,10 @@ class Timeline:
                     release = self.qmd_release
                     if release is not None:
                         release.write(pool.view, at, self.gpu, value)
-                        if done < value - 1:
+                        if done < value - 1 and not self.settled:
                             words = self._ordered(value)
                         words[-3] = (pool.gpu + at) >> 8
+                        self.settled = False
                     else:
                         words[1] = (pool.gpu + at) >> 8
                         words[7] = value & 0xFFFFFFFF
@@ -350,9 +358,10 @@ class Timeline:
         else:
             assert qmd is not None
             release.write(qmd, 0, self.gpu, value)
-            if done < value - 1:
+            if done < value - 1 and not self.settled:
                 words = self._ordered(value)
             words[-3] = address >> 8
+            self.settled = False
         compute.submit(words, value, done)
         return _point(self.device, value)
 
@@ -381,6 +390,7 @@ class Timeline:
         self.next = value + 1
         channel.submit_entry(entry, value, self.word[0])
         self.last = channel
+        self.settled = True
         return _point(self.device, value)
 
     # ---- launches -----------------------------------------------------------------------
@@ -483,11 +493,10 @@ class Timeline:
             if not health.ok:
                 health.check()
             compute = self.compute
-            # Where launches release by their QMD, a step behind work not seen done goes the
-            # way that puts an acquire of it first (submit): its grids could overlap it.
+            # A step behind a launch its QMD releases, not seen done, goes the way that puts
+            # an acquire of it first (submit): its grids could overlap the launch's.
             if (self.last is compute or self.last is None) and self.profile is None and \
-                    not self._after and (self.qmd_release is None
-                                         or self.word[0] >= self.next - 1):
+                    not self._after and (self.settled or self.word[0] >= self.next - 1):
                 if self.invalidate:  # new code: the first from the invalidate before it
                     point = self._send_entry(compute, self._entry_of(step))
                     times -= 1
@@ -500,6 +509,7 @@ class Timeline:
                 self.next = value + 1
                 compute.submit_entry(step.entry, value, self.word[0])
                 self.last = compute
+                self.settled = True
                 point = _new(Point)
                 fields = point.__dict__
                 fields["device"], fields["value"] = self.device, value
@@ -532,6 +542,7 @@ class Timeline:
             sent = ends[n - 1] + 1 - value
             self.next = value + sent
             self.last = channel
+            self.settled = True
             times -= sent
         return _point(self.device, self.next - 1)
 
