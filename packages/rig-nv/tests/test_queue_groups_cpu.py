@@ -293,6 +293,12 @@ def test_work_behind_a_marked_step_acquires_nothing_the_step_waits_for_its_grid(
         s.submit(times=3)  # behind done work: runs alone
         d.launch(fn, (1,), (32,), args)
         assert semaphores(commands(d, d.compute)[-1]) == []
+        path.complete()
+        d.timeline.code_loaded()  # as a load does: the step's next entry invalidates first
+        s.submit()
+        assert int(d.compute.entries[(d.compute.put - 1) % d.compute.count]) == s.fresh_entry
+        d.launch(fn, (1,), (32,), args)
+        assert semaphores(commands(d, d.compute)[-1]) == []
 
 
 def test_a_profiled_launch_is_stamped_by_its_qmd_and_waits_for_no_idle(
