@@ -311,6 +311,34 @@ def test_a_queues_step_repeated_in_flight_adds_every_repetition(device: Device) 
     np.testing.assert_array_equal(get(q, ry, n), y + 1601 * x)
 
 
+def test_a_queues_steps_submitted_one_at_a_time_in_flight_add_every_one(device: Device) -> None:
+    """A queue's marked step submitted while the one before runs goes as its own entry, and a
+    launch behind it with no acquire: the entry before ends only once its grids are done
+    (rig_nv.timeline.Timeline.settled). Two dependent saxpys (y += x over 4 Mi whole
+    numbers) a step, submitted 200 times one at a time, a saxpy launched after every tenth
+    (the step after it acquires the launch's value), no wait until the end: y gains x 420
+    times exactly. Work that overlapped would race on y and lose some."""
+    img = kernels(device)
+    q = device.queue()
+    n = 1 << 22
+    x, y = whole(n), whole(n)
+    rx, ry = alloc(device, 4 * n), alloc(device, 4 * n)
+    q.upload(rx, x)
+    q.upload(ry, y)
+    grid = ((n + BLOCK - 1) // BLOCK,)
+    step = q.step()
+    for _ in range(2):
+        step.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+    t = time.perf_counter()
+    for i in range(200):
+        step.submit()
+        if i % 10 == 9:
+            q.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+    q.synchronize()
+    print(f"{(time.perf_counter() - t) / 220 * 1e6:.1f} us a submission, the GPU's pace")
+    np.testing.assert_array_equal(get(q, ry, n), y + 420 * x)
+
+
 @pytest.mark.parametrize("on", ["device", "queue"])
 def test_a_step_repeated_in_flight_waits_for_its_grid_without_leaving_the_group(
         device: Device, on: str) -> None:
