@@ -23,6 +23,7 @@ from rig_edge import Memory, Region
 from rig_nv import Device, Queue
 from rig_nv.launch import Function, Image
 from rig_nv.queues import Submits
+from rig_nv.step import Step
 from rig_nv.timeline import Point
 
 pytestmark = pytest.mark.gpu
@@ -288,12 +289,11 @@ def test_a_queues_step_leaves_other_queues_running(device: Device) -> None:
     assert once.signaled and twice.value == once.value + 2
 
 
-def test_a_queues_step_repeated_in_flight_adds_every_repetition(device: Device) -> None:
-    """A queue's step that ends with a launch waits for its last grid by an acquire, not a
-    wait for idle (rig_nv.step): repetitions in flight back to back must still run one after
-    another. 8 dependent saxpys (y += x over 4 Mi whole numbers), submitted 100 times, a
-    saxpy launched alone, then 100 times more, with no wait until the end: y gains x 1,601
-    times exactly. Repetitions that overlapped would race on y and lose some."""
+def saxpys(device: Device) -> tuple[Queue, Callable[[Submits | Step], object], np.ndarray,
+                                     np.ndarray, Region]:
+    """(queue, saxpy, x, y, y's region): a new queue, x and y 4 Mi whole numbers uploaded
+    through it, and ``saxpy(on)`` that records or launches y += x on ``on`` (the queue or a
+    step of it)."""
     img = kernels(device)
     q = device.queue()
     n = 1 << 22
@@ -302,13 +302,23 @@ def test_a_queues_step_repeated_in_flight_adds_every_repetition(device: Device) 
     q.upload(rx, x)
     q.upload(ry, y)
     grid = ((n + BLOCK - 1) // BLOCK,)
+    return q, lambda on: on.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n)), x, y, ry
+
+
+def test_a_queues_step_repeated_in_flight_adds_every_repetition(device: Device) -> None:
+    """A queue's step that ends with a launch waits for its last grid by an acquire, not a
+    wait for idle (rig_nv.step): repetitions in flight back to back must still run one after
+    another. 8 dependent saxpys (y += x over 4 Mi whole numbers), submitted 100 times, a
+    saxpy launched alone, then 100 times more, with no wait until the end: y gains x 1,601
+    times exactly. Repetitions that overlapped would race on y and lose some."""
+    q, saxpy, x, y, ry = saxpys(device)
     step = q.step()
     for _ in range(8):
-        step.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+        saxpy(step)
     step.submit(times=100)
-    q.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+    saxpy(q)
     step.submit(times=100).wait(timeout_s=60)
-    np.testing.assert_array_equal(get(q, ry, n), y + 1601 * x)
+    np.testing.assert_array_equal(get(q, ry, len(y)), y + 1601 * x)
 
 
 def test_a_queues_steps_submitted_one_at_a_time_in_flight_add_every_one(device: Device) -> None:
@@ -318,25 +328,18 @@ def test_a_queues_steps_submitted_one_at_a_time_in_flight_add_every_one(device: 
     numbers) a step, submitted 200 times one at a time, a saxpy launched after every tenth
     (the step after it acquires the launch's value), no wait until the end: y gains x 420
     times exactly. Work that overlapped would race on y and lose some."""
-    img = kernels(device)
-    q = device.queue()
-    n = 1 << 22
-    x, y = whole(n), whole(n)
-    rx, ry = alloc(device, 4 * n), alloc(device, 4 * n)
-    q.upload(rx, x)
-    q.upload(ry, y)
-    grid = ((n + BLOCK - 1) // BLOCK,)
+    q, saxpy, x, y, ry = saxpys(device)
     step = q.step()
     for _ in range(2):
-        step.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+        saxpy(step)
     t = time.perf_counter()
     for i in range(200):
         step.submit()
         if i % 10 == 9:
-            q.launch(img["saxpy"], grid, (BLOCK,), (1.0, rx, ry, n))
+            saxpy(q)
     q.synchronize()
     print(f"{(time.perf_counter() - t) / 220 * 1e6:.1f} us a submission, the GPU's pace")
-    np.testing.assert_array_equal(get(q, ry, n), y + 420 * x)
+    np.testing.assert_array_equal(get(q, ry, len(y)), y + 420 * x)
 
 
 @pytest.mark.parametrize("on", ["device", "queue"])
