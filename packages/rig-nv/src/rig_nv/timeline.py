@@ -5,10 +5,12 @@ through.
 The rule, written here once (:meth:`Timeline.submit`): every submission gets the next value;
 it is taken only once nothing can fail, then the work is sent. A submission on one channel
 first waits for the previous value when that went to the other channel, so values complete
-in order across both (device order). The GPU writes the value (64 bits) into the word once
-the work is done. The primitive's common cases (a launch from a free slot, a step, after
-compute work) are inlined beside it, measured by scripts/cpu_launch_bench.py. Every method
-that submits holds :attr:`Timeline.lock`.
+in order across both (device order). On one channel, work behind a launch its QMD releases,
+not seen done, first acquires its value; behind anything else (:attr:`Timeline.settled`) it
+needs nothing. The GPU writes the value (64 bits) into the word once the work is done. The
+primitive's common cases (a launch from a free slot, a step, after compute work) are inlined
+beside it, measured by scripts/cpu_launch_bench.py. Every method that submits holds
+:attr:`Timeline.lock`.
 """
 
 from __future__ import annotations
