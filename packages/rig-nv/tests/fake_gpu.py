@@ -364,6 +364,13 @@ class FakePath:
                 t.word[0] = t.current()
 
 
+def entry_words(entry: int, read: Callable[[int, int], bytes | memoryview] = view) -> list[int]:
+    """The words GPFIFO ``entry`` names, read through ``read`` (GPU address, bytes). The
+    entry's layout follows clc86f.h NVC86F_GP_ENTRY: address in bits 2-39, dwords from 42."""
+    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
+    return list(struct.unpack_from(f"<{n}I", read(address, 4 * n)))
+
+
 def rc(d: Any, xid: int, engine: int = 1) -> None:
     """The RM's robust-channel recovery as a device sees it: every channel of the group gets its
     error notifier written (RC_NOTIFIER_SCOPE_TSG; NvNotification info32 = the Xid, info16 = the

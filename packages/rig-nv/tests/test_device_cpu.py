@@ -7,6 +7,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from fake_gpu import entry_words
+
 from rig_edge import Memory
 from rig_nv import push, qmd
 
@@ -15,14 +17,7 @@ CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
 def commands(d: Any, channel: Any) -> list[list[int]]:
     """Each GPFIFO entry's words, decoded from the ring and the pushbuffer."""
-    out = []
-    for i in range(channel.put):
-        entry = channel.entries[i]
-        address = (entry & 0xFF_FFFF_FFFC) | 0
-        n = (entry >> 42) & 0x1FFFFF
-        words = struct.unpack_from(f"<{n}I", _view(address, 4 * n))
-        out.append(list(words))
-    return out
+    return [entry_words(int(channel.entries[i])) for i in range(channel.put)]
 
 
 def _view(address: int, n: int) -> memoryview:
@@ -117,8 +112,7 @@ def test_step_chains_its_launches(dev: tuple[Any, Any]) -> None:
         step.launch(img["vadd"], (1,), (32,), (a, a, a, 32))
     step.submit()
     entry = d.compute.entries[d.compute.put - 1]
-    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-    words = methods(list(struct.unpack_from(f"<{n}I", _view(address, 4 * n))))
+    words = methods(entry_words(entry))
     sent = [data[0] << 8 for _, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
     assert len(sent) == 1  # only the first; the others follow as dependent QMDs
     first = qmd.Qmd(qmd.V4, bytes(_view(sent[0], 384)))
@@ -186,8 +180,7 @@ def test_every_qmd_goes_with_prefetch_schedule(dev: tuple[Any, Any]) -> None:
     entries += [int(r) for r in step.runs]
     sends = 0
     for entry in entries:
-        address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-        words = methods(list(struct.unpack_from(f"<{n}I", _view(address, 4 * n))))
+        words = methods(entry_words(entry))
         for i, (_, m, _) in enumerate(words):
             if m == push.COMPUTE_SEND_PCAS_A:
                 sends += 1

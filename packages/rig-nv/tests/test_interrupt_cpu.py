@@ -4,16 +4,14 @@ whose sleep wakes on it (rig_nv.rm.Path.wakes_on_interrupt); neither of rig's pa
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fake_gpu import FakePath, open_on
+from fake_gpu import FakePath, entry_words, open_on
 
 from rig_edge import Memory
 from rig_nv import push
-from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
@@ -39,9 +37,7 @@ def _sent(d: Any, puts: dict[str, int]) -> list[list[int]]:
     out = []
     for ch in (d.compute, d.copy_channel):
         for i in range(puts[ch.name], ch.put):
-            entry = int(ch.entries[i % ch.count])
-            address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-            out.append(_methods(list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))))
+            out.append(_methods(entry_words(int(ch.entries[i % ch.count]))))
     return out
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fake_gpu import FakePath
+from fake_gpu import FakePath, entry_words
 
 from rig_edge import Memory
 from rig_nv import channel as channel_module
@@ -114,10 +114,10 @@ class _Record:
             i = last
             while i != put:
                 entry = int(ch.entries[i])
-                address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-                words = list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))
+                words = entry_words(entry)
+                packed = struct.pack(f"<{len(words)}I", *words)
                 new.append([entry, words] if self.detailed else
-                           [entry, hashlib.sha256(struct.pack(f"<{n}I", *words)).hexdigest()[:16]])
+                           [entry, hashlib.sha256(packed).hexdigest()[:16]])
                 i = (i + 1) % count
             self.seen[ch.name] = put
             state.append([ch.name, put, new])

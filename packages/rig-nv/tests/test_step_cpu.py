@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_gpu import entry_words
 
 from rig_edge import Memory, Misuse, RigError
 from rig_nv import push, setup
@@ -24,8 +25,7 @@ STAMP = push.SEM_OP_RELEASE | push.SEM_RELEASE_WFI | push.SEM_PAYLOAD_64BIT \
 def _entry(channel: Any, i: int) -> tuple[int, list[int]]:
     """(GPU address, words) of the channel's GPFIFO entry ``i`` (counted from its first)."""
     entry = int(channel.entries[i % channel.count])
-    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-    return address, list(struct.unpack_from(f"<{n}I", view(address, 4 * n)))
+    return entry & 0xFF_FFFF_FFFC, entry_words(entry)
 
 
 def _submit(d: Any, step: Any) -> tuple[Any, int, list[int]]:

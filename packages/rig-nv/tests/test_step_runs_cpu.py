@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fake_gpu import entry_words
 from test_device_cpu import methods
 
 from rig_edge import Memory
@@ -54,9 +55,7 @@ def _qmd(path: Any, address: int) -> tuple[Ran, int | None]:
 
 def _methods(path: Any, entry: int) -> list[tuple[int, list[int]]]:
     """(method, data) of each method header in the words GPFIFO ``entry`` names."""
-    address, n = entry & 0xFF_FFFF_FFFC, (entry >> 42) & 0x1FFFFF
-    words = list(struct.unpack_from(f"<{n}I", path.read(address, 4 * n)))
-    return [(method, data) for _, method, data in methods(words)]
+    return [(method, data) for _, method, data in methods(entry_words(entry, path.read))]
 
 
 def play(path: Any, entry: int) -> tuple[list[Ran], list[tuple[int, list[int]]]]:
