@@ -79,11 +79,10 @@ COMPUTE_SET_SHADER_LOCAL_MEMORY_NON_THROTTLED_A = 0x2E4
 COMPUTE_SET_SHADER_LOCAL_MEMORY_A = 0x790
 COMPUTE_SET_SHADER_LOCAL_MEMORY_WINDOW_A = 0x7B0
 COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI = 0x1698
-# SEND_SIGNALING_PCAS2_B PCAS_ACTION values (clcbc0.h): NVK sends INVALIDATE_COPY_SCHEDULE,
-# tinygrad (runtime/ops_nv.py) PREFETCH_SCHEDULE, as rig does. On the H200 PREFETCH_SCHEDULE
-# took a one-thread launch+wait from 7.3-8.0 to 7.0 us and a step's entry from 1.79-1.88 to
-# 1.72, QMDs rewritten in place included (docs/results/pcas-2026-12-04.txt).
-PCAS_INVALIDATE_COPY_SCHEDULE = 3
+# SEND_SIGNALING_PCAS2_B PCAS_ACTION values (clcbc0.h): NVK sends INVALIDATE_COPY_SCHEDULE
+# (3), tinygrad (runtime/ops_nv.py) PREFETCH_SCHEDULE (9), as rig does. On the H200
+# PREFETCH_SCHEDULE took a one-thread launch+wait from 7.3-8.0 to 7.0 us and a step's entry
+# from 1.79-1.88 to 1.72, QMDs rewritten in place included (docs/results/pcas-2026-12-04.txt).
 PCAS_PREFETCH_SCHEDULE = 9
 PCAS_ACTION = PCAS_PREFETCH_SCHEDULE
 

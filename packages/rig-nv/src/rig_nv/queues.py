@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from rig_nv.device import Device
 
 
-
 class Submits:
     """The submissions of one queue: of the device (its default queue) or of a
     :class:`Queue`. ``timeline`` is the queue's; ``owner`` the device."""
