@@ -93,7 +93,7 @@ def thread_samples(launcher: Callable[[int], Callable[[], None]], count: int,
 def queues_rig(rec: Recorder, d: Any, rng: Any, alloc: Callable[..., Any],
                host: Callable[[Any], Any], fn: Any) -> None:
     """Rows 13 and 14 for rig, and row 3's steps on a queue: ``fn`` is the cubin's vadd.
-    They run last: a device's first queue switches its launches to QMD releases."""
+    They run last, as they always have."""
     from rig_edge import Memory
 
     if rec.wants("3_flight_queue"):

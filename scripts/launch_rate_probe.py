@@ -31,8 +31,7 @@ def rate(where: str, by_qmd: bool, order: str, n: int) -> str:
         fn = d.load(CUBIN.read_bytes())["vadd"]
         a = d.alloc(1 << 16)
         assert a is not None
-        # The device's own launches release by their QMD only once it has a queue.
-        q = d.queue() if where == "queue" or by_qmd else None
+        q = d.queue() if where == "queue" else None
         on = d if where == "device" or q is None else q
         args = (a, a, a, 256)
         best_submit = best_done = float("inf")

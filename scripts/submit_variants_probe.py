@@ -2,9 +2,11 @@
 configuration is a fresh open; it prints a line per configuration and a table last.
 
 - ``latency``: launch+wait of a one-thread vadd, median of 3,000 after 300, on the device's
-  timeline as it opens (the channel's release after a wait for idle) and after a queue
-  switched it to QMD releases.
-- ``d2d``: a 256 MiB copy inside the GPU and its wait, median of 30, the same two ways.
+  timeline as it opens and after a queue (both QMD releases since 2026-12-04; before, as
+  opened meant the channel's release), and as opened with the channel's release
+  (RELEASE_BY_QMD off), twice each, interleaved.
+- ``d2d``: a 256 MiB copy inside the GPU and its wait, median of 30, as opened and after a
+  queue.
 - ``order``: saxpys in flight on a queue, per way a launch waits for the one before.
 - ``parts``: launch+wait of a one-thread vadd and of a 256 MiB copy inside the GPU, each
   cut in four on the host's clock through a profile: the call, from its return to the GPU's
@@ -356,6 +358,21 @@ def order(kind: str, launches: int = 2000) -> None:
         d.stop()
 
 
+def by_channel(run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` with launches released by the channel after a wait for idle (RELEASE_BY_QMD
+    off), its row named so."""
+    def patched_run() -> None:
+        before = rig_nv.setup.RELEASE_BY_QMD
+        rig_nv.setup.RELEASE_BY_QMD = False
+        try:
+            run()
+        finally:
+            rig_nv.setup.RELEASE_BY_QMD = before
+            what, name, us, note = ROWS[-1]
+            ROWS[-1] = (what, f"{name}, channel's release", us, note)
+    return patched_run
+
+
 def everywhere(action: int, run: Callable[[], None]) -> Callable[[], None]:
     """``run`` with every QMD sent with PCAS action ``action`` (the device opened inside
     builds its launch words with it), its row named so."""
@@ -372,7 +389,11 @@ def everywhere(action: int, run: Callable[[], None]) -> Callable[[], None]:
 
 
 GROUPS: dict[str, list[Callable[[], None]]] = {
-    "latency": [lambda: latency(False), lambda: latency(True)],
+    "latency": [
+        run for _ in range(2) for run in (
+            functools.partial(latency, False), functools.partial(latency, True),
+            by_channel(functools.partial(latency, False)))
+    ],
     "d2d": [lambda: d2d(False), lambda: d2d(True)],
     "parts": [lambda: parts("vadd", False), lambda: parts("vadd", True),
               lambda: parts("d2d", False), lambda: parts("d2d", True)],

@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 from cffi import FFI
-from test_device_cpu import commands, methods
-from test_queue_groups_cpu import qmd_of
+from test_device_cpu import commands, methods, qmd_of
 
 from rig_edge import Memory
 from rig_nv import channel, copies, cubin, push, qmd, queues

@@ -11,6 +11,7 @@ from fake_gpu import entry_words
 
 from rig_edge import Memory
 from rig_nv import push, qmd
+from rig_nv.hostmem import view
 
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
@@ -18,12 +19,6 @@ CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 def commands(d: Any, channel: Any) -> list[list[int]]:
     """Each GPFIFO entry's words, decoded from the ring and the pushbuffer."""
     return [entry_words(int(channel.entries[i])) for i in range(channel.put)]
-
-
-def _view(address: int, n: int) -> memoryview:
-    from rig_nv.hostmem import view
-
-    return view(address, n)
 
 
 def methods(words: list[int]) -> list[tuple[int, int, list[int]]]:
@@ -35,6 +30,30 @@ def methods(words: list[int]) -> list[tuple[int, int, list[int]]]:
         out.append((subc, method, words[i + 1 : i + 1 + count]))
         i += 1 + count
     return out
+
+
+V4_RELEASE = (40, 80)  # clcbc0qmd.h: RELEASE_ENABLE(0) MW(320); RELEASE_SEMAPHORE0 MW(640)
+TWO_WORDS_64 = 1 | 2 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE TWO_WORDS, PAYLOAD64B
+V4_STAMP = (42, 96)  # RELEASE_ENABLE(1) MW(336); RELEASE_SEMAPHORE1 MW(768)
+FOUR_WORDS_64 = 1 | 0 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE FOUR_WORDS, PAYLOAD64B
+
+
+def qmd_of(words: list[int]) -> memoryview:
+    """The QMD a launch's SEND_PCAS_A names (the stand-in's GPU addresses are the host's)."""
+    (address,) = [d[0] << 8 for _, m, d in methods(words) if m == push.COMPUTE_SEND_PCAS_A]
+    return view(address, 384)
+
+
+def release(q: memoryview) -> tuple[int, int, int]:
+    """(control bits, address, payload) of a V4 QMD's first release."""
+    (control,) = struct.unpack_from("<H", q, V4_RELEASE[0])
+    return (control, *struct.unpack_from("<QQ", q, V4_RELEASE[1]))
+
+
+def stamp(q: memoryview) -> tuple[int, int]:
+    """(control bits, address) of a V4 QMD's second release."""
+    (control,) = struct.unpack_from("<H", q, V4_STAMP[0])
+    return control, struct.unpack_from("<Q", q, V4_STAMP[1])[0]
 
 
 def test_make_builds_hopper_channels(dev: tuple[Any, Any]) -> None:
@@ -61,30 +80,30 @@ def test_launch_writes_qmd_and_bank(dev: tuple[Any, Any]) -> None:
     words = methods(commands(d, d.compute)[-1])
     (pcas,) = [data for subc, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
     qmd_address = pcas[0] << 8
-    q = qmd.Qmd(qmd.V4, bytes(_view(qmd_address, 384)))
+    q = qmd.Qmd(qmd.V4, bytes(view(qmd_address, 384)))
     assert q.program() == img.code.gpu + img.cubin.kernels["vadd"].entry_offset
     assert (q.get("GRID_WIDTH"), q.get("GRID_HEIGHT"), q.get("CTA_THREAD_DIMENSION0"),
             q.get("CTA_THREAD_DIMENSION1")) == (3, 2, 64, 2)
     bank_address, size, valid = q.cbuf(0)
     assert valid and bank_address == qmd_address + 512
-    bank = bytes(_view(bank_address, size))
+    bank = bytes(view(bank_address, size))
     assert struct.unpack_from("<3I", bank, 0) == (64, 2, 1)
     assert struct.unpack_from("<3I", bank, 0xC) == (3, 2, 1)
     assert struct.unpack_from("<3Qi", bank, 0x210) == (a.gpu, a.gpu, a.gpu, 77)
-    # The submission ends by releasing its timeline value.
-    release = [data for subc, m, data in words if m == push.SEM_ADDR_LO][-1]
-    assert release[2] == point.value
+    # The QMD releases the launch's timeline value (64 bits), and the channel nothing after it.
+    assert release(view(qmd_address, 384)) == (TWO_WORDS_64, d.timeline.gpu, point.value)
+    assert not [d for _, m, d in words if m == push.SEM_ADDR_LO and d[4] & 7 == push.SEM_OP_RELEASE]
     # Again, through the prepared fast path: new arguments, a new QMD pointing at its bank.
     again = d.launch(img["vadd"], (3, 2, 1), (64, 2, 1), (a, a, a, 5))
     words = methods(commands(d, d.compute)[-1])
     (pcas,) = [data for subc, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
-    q2 = qmd.Qmd(qmd.V4, bytes(_view(pcas[0] << 8, 384)))
+    q2 = qmd.Qmd(qmd.V4, bytes(view(pcas[0] << 8, 384)))
     bank_address, size, _ = q2.cbuf(0)
     assert bank_address == (pcas[0] << 8) + 512 and pcas[0] << 8 != qmd_address
-    assert struct.unpack_from("<i", bytes(_view(bank_address, size)), 0x228)[0] == 5
+    assert struct.unpack_from("<i", bytes(view(bank_address, size)), 0x228)[0] == 5
     assert q2.program() == q.program() and q2.get("GRID_WIDTH") == 3
-    release = [data for subc, m, data in words if m == push.SEM_ADDR_LO][-1]
-    assert release[2] == again.value == point.value + 1
+    assert again.value == point.value + 1
+    assert release(view(pcas[0] << 8, 384)) == (TWO_WORDS_64, d.timeline.gpu, again.value)
 
 
 def test_device_order_across_channels(dev: tuple[Any, Any]) -> None:
@@ -115,10 +134,10 @@ def test_step_chains_its_launches(dev: tuple[Any, Any]) -> None:
     words = methods(entry_words(entry))
     sent = [data[0] << 8 for _, m, data in words if m == push.COMPUTE_SEND_PCAS_A]
     assert len(sent) == 1  # only the first; the others follow as dependent QMDs
-    first = qmd.Qmd(qmd.V4, bytes(_view(sent[0], 384)))
+    first = qmd.Qmd(qmd.V4, bytes(view(sent[0], 384)))
     assert first.get("DEPENDENT_QMD0_ENABLE") == 1
     second = first.get("DEPENDENT_QMD0_POINTER") << 8
-    assert qmd.Qmd(qmd.V4, bytes(_view(second, 384))).get("DEPENDENT_QMD0_ENABLE") == 1
+    assert qmd.Qmd(qmd.V4, bytes(view(second, 384))).get("DEPENDENT_QMD0_ENABLE") == 1
     # The step's commands end by adding one to the timeline (unsigned 64-bit IADD).
     release = [data for _, m, data in words if m == push.SEM_ADDR_LO][-1]
     assert release[2] == 1 and (release[4] >> 27) & 0xF == 5
@@ -136,13 +155,17 @@ def test_profile_stamps_each_submission_and_writes_a_chrome_trace(
     with d.profile(capacity=8) as prof:
         d.launch(img["vadd"], (1,), (32,), (a, a, a, 32))
         d.copy(b, a, 4096)
-    words = methods(commands(d, d.compute)[-1])
-    stamps = [data for _, m, data in words
+    entry = commands(d, d.compute)[-1]
+    stamps = [data for _, m, data in methods(entry)
               if m == push.SEM_ADDR_LO and data[4] & push.SEM_RELEASE_TIMESTAMP]
     base = prof.memory.gpu
-    assert [s[0] | (s[1] << 32) for s in stamps] == [base, base + 16]
+    # The grid's start is stamped by the channel, waiting for no idle; its end by the QMD's
+    # second release (the launch's value is its QMD's first).
+    assert [s[0] | (s[1] << 32) for s in stamps] == [base]
+    assert not stamps[0][4] & push.SEM_RELEASE_WFI
+    assert stamp(qmd_of(entry)) == (FOUR_WORDS_64, base + 16)
     # Play the GPU: write times into the slots, then read the events back.
-    slots = _view(prof.memory.host, 64)
+    slots = view(prof.memory.host, 64)
     for i, ns in enumerate((1000, 4000, 5000, 9000)):
         struct.pack_into("<Q", slots, 16 * i + 8, ns)
     path.complete()

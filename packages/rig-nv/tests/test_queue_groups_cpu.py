@@ -8,7 +8,7 @@ device's group, with a subcontext of its own, the channel runs beside the device
 release after a launch waits for idle, and while it waits no other channel of the group is
 served. A launch released by its QMD (rig_nv.setup.RELEASE_BY_QMD) does not wait; a launch
 behind it on the same channel then waits for its value on the GPU (rig_nv.setup.ORDER). The
-device's own launches switch to it with its first queue: without one they are as they were.
+device's own launches release so from open.
 """
 
 from __future__ import annotations
@@ -20,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_device_cpu import commands, methods
+from test_device_cpu import (
+    FOUR_WORDS_64,
+    TWO_WORDS_64,
+    commands,
+    methods,
+    qmd_of,
+    release,
+    stamp,
+)
 from test_engines import (
     HOPPER_CHANNEL_GPFIFO_A,
     KEPLER_CHANNEL_GROUP_A,
@@ -40,28 +48,6 @@ CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 FERMI_CONTEXT_SHARE_A = 0x9067  # cl9067.h
 CHANNEL_SCHEDULE = 0xA06F0103  # NVA06F_CTRL_CMD_GPFIFO_SCHEDULE (ctrla06fgpfifo.h)
 H_CONTEXT_SHARE = 24  # NV_CHANNEL_ALLOC_PARAMS.hContextShare (alloc_channel.h)
-V4_RELEASE = (40, 80)  # clcbc0qmd.h: RELEASE_ENABLE(0) MW(320); RELEASE_SEMAPHORE0 MW(640)
-TWO_WORDS_64 = 1 | 2 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE TWO_WORDS, PAYLOAD64B
-V4_STAMP = (42, 96)  # RELEASE_ENABLE(1) MW(336); RELEASE_SEMAPHORE1 MW(768)
-FOUR_WORDS_64 = 1 | 0 << 1 | 1 << 12  # ENABLE, STRUCTURE_SIZE FOUR_WORDS, PAYLOAD64B
-
-
-def qmd_of(words: list[int]) -> memoryview:
-    """The QMD a launch's SEND_PCAS_A names (the stand-in's GPU addresses are the host's)."""
-    (address,) = [d[0] << 8 for _, m, d in methods(words) if m == push.COMPUTE_SEND_PCAS_A]
-    return view(address, 384)
-
-
-def release(q: memoryview) -> tuple[int, int, int]:
-    """(control bits, address, payload) of a V4 QMD's first release."""
-    (control,) = struct.unpack_from("<H", q, V4_RELEASE[0])
-    return (control, *struct.unpack_from("<QQ", q, V4_RELEASE[1]))
-
-
-def stamp(q: memoryview) -> tuple[int, int]:
-    """(control bits, address) of a V4 QMD's second release."""
-    (control,) = struct.unpack_from("<H", q, V4_STAMP[0])
-    return control, struct.unpack_from("<Q", q, V4_STAMP[1])[0]
 
 
 def executes(words: list[int]) -> list[int]:
@@ -154,21 +140,21 @@ def channel_release(d: Any, p: Any) -> bool:
             and bool(words[-1] & push.SEM_RELEASE_WFI) and release(qmd_of(words))[0] == 0)
 
 
-def test_a_device_releases_by_qmd_only_once_it_has_a_queue() -> None:
-    """Without a queue the device's launches are as they were (test_launch_golden.py holds
-    them byte for byte); with its first queue, its next launch is released by its QMD."""
+def test_a_device_releases_by_qmd_from_its_first_launch() -> None:
+    """The device's own launches release by their QMD from open, queue or none: on the H200
+    that took launch+wait from 7.0 to 6.5 us (docs/results/pcas-2026-12-04.txt). Both the
+    first launch (the arena) and later ones (a slot) do; a queue changes nothing."""
     assert setup.RELEASE_BY_QMD
     with made() as (d, _path):
+        assert d.timeline.qmd_release is not None
         fn, args = vadd(d)
-        p = d.launch(fn, (1,), (32,), args)
-        assert channel_release(d, p)
-        d.launch(fn, (1,), (32,), args)
-        q = d.queue()
-        assert q.timeline.qmd_release is not None
-        p = d.launch(fn, (1,), (32,), args)  # a slot written before the queue came
-        words = commands(d, d.compute)[-1]
-        assert release(qmd_of(words)) == (TWO_WORDS_64, d.timeline.gpu, p.value)
-        assert not [s for s in semaphores(words) if s[2] == push.SEM_OP_RELEASE]
+        for n in range(3):
+            if n == 2:
+                d.queue()
+            p = d.launch(fn, (1,), (32,), args)
+            words = commands(d, d.compute)[-1]
+            assert release(qmd_of(words)) == (TWO_WORDS_64, d.timeline.gpu, p.value)
+            assert not [s for s in semaphores(words) if s[2] == push.SEM_OP_RELEASE]
 
 
 def test_with_release_by_qmd_off_queues_keep_the_channels_release(
@@ -373,16 +359,15 @@ def test_a_queues_step_that_ends_with_a_launch_waits_for_it_by_an_acquire(
 def test_a_step_that_ends_with_a_copy_waits_for_idle_and_one_that_ends_with_a_launch_not(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 23 (row 3): a step that ends with a launch is marked on a device without queues
-    too (whose launches the channel releases), and its marker's acquire stays on the group: a
-    switch away and back made a step 8.2 us on the H200, against 1.9 without and 2.4 after a
-    wait for idle. A copy's end is no QMD's: such a step keeps the reduction after a wait for
-    idle."""
+    too, and its marker's acquire stays on the group: a switch away and back made a step 8.2
+    us on the H200, against 1.9 without and 2.4 after a wait for idle. A copy's end is no
+    QMD's: such a step keeps the reduction after a wait for idle."""
     with made() as (d, path):
         fn, args = vadd(d)
         s = d.step()
         s.launch(fn, (1,), (32,), args)
         s.submit()
-        assert d.timeline.qmd_release is None and s.marked
+        assert s.marked
         ops = executes(list(s.commands))
         assert not any(op & push.SEM_RELEASE_WFI for op in ops)
         (acquire,) = [op for op in ops if op & 7 == push.SEM_OP_ACQ_CIRC_GEQ]

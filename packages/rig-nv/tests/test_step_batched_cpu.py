@@ -59,13 +59,14 @@ def _entries(channel: Any, first: int, last: int) -> list[int]:
 
 def test_times_after_compute_work_is_one_doorbell_and_a_value_each(
         dev: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch) -> None:
-    """After compute work, submit(times=N) of a step that ends with a copy writes N entries
-    naming its commands where they lie, one GP_PUT write and one doorbell; a step of one
-    launch, whole runs then one of the rest. Either takes N values and returns the last
+    """After compute work the GPU has done, submit(times=N) of a step that ends with a copy
+    writes N entries naming its commands where they lie, one GP_PUT write and one doorbell; a
+    step of one launch, whole runs then one of the rest. Either takes N values and returns the last
     one's point, and the points of the values between keep their meaning."""
     d, path = dev
     img, a, s = _copy_step(d, path)
     before = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
+    path.complete()  # seen done: one its QMD releases, not yet, is acquired first (submit)
     bells, put = _Doorbells(monkeypatch), d.compute.put
     p = s.submit(times=1000)
     assert bells.count == 1 and d.compute.put == put + 1000
@@ -76,6 +77,7 @@ def test_times_after_compute_work_is_one_doorbell_and_a_value_each(
     _, _, runs = _one_kernel_step(d, path)
     path.complete()
     before = d.launch(img["vadd"], (4,), (256,), (a, a, a, 2))
+    path.complete()
     bells.count, put = 0, d.compute.put
     p = runs.submit(times=1000)
     whole, rest = divmod(1000, RUN_MOST)

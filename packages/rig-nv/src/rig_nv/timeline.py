@@ -128,22 +128,17 @@ class Timeline:
 
     def place_word(self, a: Allocation, qmd_release: Release | None = None,
                    order: str = "acquire-stay") -> None:
-        """Keep the word in ``a`` (pinned memory the GPU writes); launches end as
-        :meth:`release_by` says."""
+        """Keep the word in ``a`` (pinned memory the GPU writes), before any submission.
+        With ``qmd_release`` (the QMD layout's) launches end with their QMD's release of the
+        value, not the channel's; a launch after such a launch the host has not seen done
+        then first waits for it on the GPU as ``order`` says (rig_nv.setup.ORDER): grids of
+        one channel otherwise run at once, and their releases land out of order
+        (:attr:`settled`)."""
         assert a.host is not None
         self.gpu, self.host = a.gpu, a.host
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
         self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
-        self.release_by(qmd_release, order)
-
-    def release_by(self, qmd_release: Release | None, order: str = "acquire-stay") -> None:
-        """From the next launch on, with ``qmd_release`` (the QMD layout's), launches end
-        with their QMD's release of the value, not the channel's; a launch after such a
-        launch the host has not seen done then first waits for it on the GPU as ``order``
-        says (rig_nv.setup.ORDER): grids of one channel otherwise run at once, and their
-        releases land out of order (:attr:`settled`). The lock held, or before any
-        submission."""
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]), or none where the QMD releases it.
         # The channel's release waits for the channel's engine to idle: while it waits, no
