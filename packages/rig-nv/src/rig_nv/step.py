@@ -185,11 +185,9 @@ class Step:
         # No invalidate of the SMs' caches first: each QMD invalidates the data and constant
         # caches, and a submission after new code invalidates (Timeline.submit_step). It cost
         # 0.18 us a step on the H200 (docs/results/submit-variants-2026-12-02.txt).
-        words = Push()
         marker = base + self.marker
         release = self._release
-        if self.marked:  # cleared as the channel reaches it: the last grid sets it again
-            words.semaphore_release(marker, 0, idle=False)
+        words = _cleared(marker) if self.marked else Push()
         items = self.items
         for n, item in enumerate(items):
             before = items[n - 1] if n else None
@@ -287,8 +285,7 @@ class Step:
     def _run_commands(self, marker: int, first: int) -> Push:
         """A run's commands (:meth:`lay_runs`): the QMD at ``first`` sent between the marker's
         clearing and the step's end."""
-        words = Push().semaphore_release(marker, 0, idle=False)
-        return self._end(words.send_qmd(first), marker)
+        return self._end(_cleared(marker).send_qmd(first), marker)
 
     def set_args(self, index: int, args: Sequence[Any]) -> None:
         """Give launch ``index`` new arguments for the next submissions.
@@ -363,3 +360,8 @@ class Step:
         self.memory = self.stamped_memory = self.run_memory = None
         self.runs = ()  # a submission after this lays them again, in the memory it seals
 
+
+def _cleared(marker: int) -> Push:
+    """Words that clear a marked step's marker at ``marker`` as the channel reaches them,
+    waiting for no idle: the step's last grid sets it again."""
+    return Push().semaphore_release(marker, 0, idle=False)

@@ -523,9 +523,9 @@ class Timeline:
     def _send_entries(self, channel: Channel, step: Step, times: int) -> Point:
         """Send ``times`` repetitions of ``step`` as the next values, as many entries at once
         as the ring holds (the lock held): whole runs of the most its runs hold, then one of
-        the rest (:attr:`rig_nv.step.Step.runs`; its own entry alone where it has none). The
-        last one's point."""
-        runs = step.runs or (step.entry,)
+        the rest (:attr:`rig_nv.step.Step.runs`, laid by :meth:`rig_nv.step.Step.submit`
+        before any submission of more than one). The last one's point."""
+        runs = step.runs
         most = len(runs)
         while times:
             value = self.next
