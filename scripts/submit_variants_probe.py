@@ -358,34 +358,30 @@ def order(kind: str, launches: int = 2000) -> None:
         d.stop()
 
 
-def by_channel(run: Callable[[], None]) -> Callable[[], None]:
-    """``run`` with launches released by the channel after a wait for idle (RELEASE_BY_QMD
-    off), its row named so."""
+def with_set(owner: Any, attr: str, value: Any, label: str,
+             run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` with ``owner.attr`` set to ``value`` (read by the device opened inside), its
+    row's name followed by ``label``."""
     def patched_run() -> None:
-        before = rig_nv.setup.RELEASE_BY_QMD
-        rig_nv.setup.RELEASE_BY_QMD = False
+        before = getattr(owner, attr)
+        setattr(owner, attr, value)
         try:
             run()
         finally:
-            rig_nv.setup.RELEASE_BY_QMD = before
+            setattr(owner, attr, before)
             what, name, us, note = ROWS[-1]
-            ROWS[-1] = (what, f"{name}, channel's release", us, note)
+            ROWS[-1] = (what, f"{name}, {label}", us, note)
     return patched_run
+
+
+def by_channel(run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` with launches released by the channel after a wait for idle."""
+    return with_set(rig_nv.setup, "RELEASE_BY_QMD", False, "channel's release", run)
 
 
 def everywhere(action: int, run: Callable[[], None]) -> Callable[[], None]:
-    """``run`` with every QMD sent with PCAS action ``action`` (the device opened inside
-    builds its launch words with it), its row named so."""
-    def patched_run() -> None:
-        before = rig_nv.push.PCAS_ACTION
-        rig_nv.push.PCAS_ACTION = action
-        try:
-            run()
-        finally:
-            rig_nv.push.PCAS_ACTION = before
-            what, name, us, note = ROWS[-1]
-            ROWS[-1] = (what, f"{name}, PCAS {action}", us, note)
-    return patched_run
+    """``run`` with every QMD sent with PCAS action ``action``."""
+    return with_set(rig_nv.push, "PCAS_ACTION", action, f"PCAS {action}", run)
 
 
 GROUPS: dict[str, list[Callable[[], None]]] = {
