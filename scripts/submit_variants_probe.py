@@ -19,12 +19,15 @@ configuration is a fresh open; it prints a line per configuration and a table la
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
   as before 2026-12-02), or its runs (``runs`` false: an entry a repetition).
 - ``carry``: whether a QMD's release that adds (a run's copies') carries into the high word.
+- ``ring``: the channels' rings and USERD in BAR 1 or in pinned host memory: launch+wait,
+  a step submitted 10,000 times one ``submit()`` each (in host memory also with no fence
+  before the doorbell), and a step's entry each repetition.
 - ``pcas``: a step's entry each repetition, its QMD sent with other PCAS actions;
   ``pcas_all``: latency, steps, order and d2d with every QMD sent with action 3 or 9.
   (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
 
 Run on the GPU machine:
-python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] [steps]
+python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] [steps] [ring]
 [carry] [pcas] [pcas_all]."""
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from typing import Any
 import dependence_probe  # the saxpys' inputs (scripts/, the script's own folder)
 import numpy as np
 
+import rig_nv.channel
 import rig_nv.push
 import rig_nv.qmd
 import rig_nv.setup
@@ -295,6 +299,51 @@ def steps(name: str, where: str, launches: int = 1, **patch: Any) -> None:
         d.stop()
 
 
+def one_at_a_time(fenced: bool = True) -> None:
+    """Bench row 3 on the device: a one-vadd step submitted 10,000 times, one ``submit()``
+    each, then one wait, per step (best of 3). ``fenced`` false: no fence before each
+    doorbell (rig_nv.channel.fence), sound only where the ring and USERD are write-back host
+    memory (setup.CHANNEL_KIND PINNED): x86 keeps those stores before the uncached one."""
+    d = rig_nv_nvidia.gpu(0).open()
+    try:
+        fn = d.load(CUBIN.read_bytes())["vadd"]
+        rc, rb = d.alloc(4096), d.alloc(4096)
+        rng = np.random.default_rng()
+        c0 = (rng.integers(0, 1024, 1) / 1024).astype(np.float32)  # sums exact, as steps'
+        b0 = (rng.integers(1, 8, 1) / 1024).astype(np.float32)
+        d.upload(rc, c0.tobytes())
+        d.upload(rb, b0.tobytes()).wait()
+        st = d.step()
+        st.launch(fn, (1,), (1,), (rc, rb, rc, 1))
+        st.submit().wait()
+        submit, fence = st.submit, rig_nv.channel.fence
+        best = float("inf")
+        for _ in range(3):
+            if not fenced:
+                rig_nv.channel.fence = lambda: None
+            try:
+                t = time.perf_counter()
+                for _ in range(FLIGHT):
+                    p = submit()
+                t1 = time.perf_counter()
+            finally:
+                rig_nv.channel.fence = fence
+            p.wait()
+            best = min(best, time.perf_counter() - t)
+        got = np.frombuffer(bytes(d.download(rc, 4)), dtype=np.float32)[0]
+        want = c0[0] + b0[0] * (1 + 3 * FLIGHT)
+        ROWS.append(("one", f"one submit a step{'' if fenced else ', no fence'}",
+                     best / FLIGHT * 1e6, f"last round's submits {(t1 - t) / FLIGHT * 1e6:.2f}"
+                     f" us, correct {bool(got == want)}"))
+    finally:
+        d.stop()
+
+
+def in_host_memory(run: Callable[[], None]) -> Callable[[], None]:
+    """``run`` with the channels' rings and USERD in pinned host memory (write-back)."""
+    return with_set(rig_nv.setup, "CHANNEL_KIND", Memory.PINNED, "rings in host memory", run)
+
+
 def carry() -> None:
     """Whether a QMD's release that adds (a run's copies', clcbc0qmd.h RELEASE_REDUCTION_*
     with PAYLOAD64B) adds all 64 bits: the last copy of a one-launch step's runs is pointed
@@ -428,6 +477,15 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
                     functools.partial(d2d, False))
     ],
     "carry": [carry],
+    # Where the rings and USERD lie: BAR 1 (write-combined, fenced) or host memory.
+    "ring": [
+        run for _ in range(3) for run in (
+            functools.partial(latency, False), in_host_memory(functools.partial(latency, False)),
+            one_at_a_time, in_host_memory(one_at_a_time),
+            in_host_memory(functools.partial(one_at_a_time, False)),
+            functools.partial(steps, "an entry each", "device", runs=False),
+            in_host_memory(functools.partial(steps, "an entry each", "device", runs=False)))
+    ],
 }
 
 if __name__ == "__main__":

@@ -105,6 +105,9 @@ SLOT_POOL = 4 << 20
 # 1.9 -> 1.35 us. The GPU fetches each from host memory over PCIe otherwise.
 ARENA_KIND = Memory.MAPPED
 PUSHBUFFER_KIND = Memory.MAPPED
+# The channels' GPFIFO rings and USERD: video memory through BAR 1 as well, so a fence orders
+# their write-combined writes before the doorbell (rig_nv.hostmem.fence).
+CHANNEL_KIND = Memory.MAPPED
 # The shared and local memory windows: GPU addresses where a kernel sees its block's shared
 # memory and its threads' local memory, never backed by allocations. Hopper wants the shared
 # window 4 GiB aligned (NVK nvk_cmd_dispatch.c). They take the top 8 GiB below 2^40.
@@ -256,7 +259,7 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
         Params(ffi, "NV_CTXSHARE_ALLOCATION_PARAMETERS", hVASpace=path.h_vaspace,
                flags=NV_CTXSHARE_ALLOCATION_FLAGS_SUBCONTEXT_ASYNC).buf,
     )
-    area = memory.own(2 * CHANNEL_AREA, Memory.MAPPED, contiguous=True, owner=timeline)
+    area = memory.own(2 * CHANNEL_AREA, CHANNEL_KIND, contiguous=True, owner=timeline)
     assert area.host is not None
     view(area.host, area.length)[:] = bytes(area.length)
     timeline.compute = channel(d, objects, timeline, "compute" + suffix, 0, area, tsg,
