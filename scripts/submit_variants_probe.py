@@ -20,8 +20,8 @@ configuration is a fresh open; it prints a line per configuration and a table la
   as before 2026-12-02), or its runs (``runs`` false: an entry a repetition).
 - ``carry``: whether a QMD's release that adds (a run's copies') carries into the high word.
 - ``ring``: the channels' rings and USERD in BAR 1 or in pinned host memory: launch+wait,
-  a step submitted 10,000 times one ``submit()`` each (in host memory also with no fence
-  before the doorbell), and a step's entry each repetition.
+  a step submitted 10,000 times one ``submit()`` each (with each fence of ``FENCES``; no
+  fence is sound in host memory only), and a step's entry each repetition.
 - ``pcas``: a step's entry each repetition, its QMD sent with other PCAS actions;
   ``pcas_all``: latency, steps, order and d2d with every QMD sent with action 3 or 9.
   (Before a5afa91 a step began with an invalidate of the SMs' caches; a variant left it out.)
@@ -32,6 +32,7 @@ python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] 
 
 from __future__ import annotations
 
+import _thread
 import functools
 import statistics
 import struct
@@ -299,11 +300,26 @@ def steps(name: str, where: str, launches: int = 1, **patch: Any) -> None:
         d.stop()
 
 
-def one_at_a_time(fenced: bool = True) -> None:
+def lock_fence() -> None:
+    """A fence of two locked instructions: an uncontended lock's acquire and release (on
+    x86 each an atomic read-modify-write: glibc's sem_trywait and sem_post, CPython 3.13's
+    PyMutex), with no foreign call."""
+    _acquire()
+    _release()
+
+
+_lock = _thread.allocate_lock()
+_acquire, _release = _lock.acquire, _lock.release
+FENCES: dict[str, Callable[[], None] | None] = {"shipped": None, "lock": lock_fence,
+                                                "none": lambda: None}
+
+
+def one_at_a_time(fence_kind: str = "shipped") -> None:
     """Bench row 3 on the device: a one-vadd step submitted 10,000 times, one ``submit()``
-    each, then one wait, per step (best of 3). ``fenced`` false: no fence before each
-    doorbell (rig_nv.channel.fence), sound only where the ring and USERD are write-back host
-    memory (setup.CHANNEL_KIND PINNED): x86 keeps those stores before the uncached one."""
+    each, then one wait, per step (best of 3). ``fence_kind`` (:data:`FENCES`): "none", no
+    fence before each doorbell (rig_nv.channel.fence), is sound only where the ring and
+    USERD are write-back host memory (setup.CHANNEL_KIND PINNED): x86 keeps those stores
+    before the uncached one; "lock", :func:`lock_fence`."""
     d = rig_nv_nvidia.gpu(0).open()
     try:
         fn = d.load(CUBIN.read_bytes())["vadd"]
@@ -319,8 +335,7 @@ def one_at_a_time(fenced: bool = True) -> None:
         submit, fence = st.submit, rig_nv.channel.fence
         best = float("inf")
         for _ in range(3):
-            if not fenced:
-                rig_nv.channel.fence = lambda: None
+            rig_nv.channel.fence = FENCES[fence_kind] or fence
             try:
                 t = time.perf_counter()
                 for _ in range(FLIGHT):
@@ -332,7 +347,7 @@ def one_at_a_time(fenced: bool = True) -> None:
             best = min(best, time.perf_counter() - t)
         got = np.frombuffer(bytes(d.download(rc, 4)), dtype=np.float32)[0]
         want = c0[0] + b0[0] * (1 + 3 * FLIGHT)
-        ROWS.append(("one", f"one submit a step{'' if fenced else ', no fence'}",
+        ROWS.append(("one", f"one submit a step, fence {fence_kind}",
                      best / FLIGHT * 1e6, f"last round's submits {(t1 - t) / FLIGHT * 1e6:.2f}"
                      f" us, correct {bool(got == want)}"))
     finally:
@@ -481,8 +496,9 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
     "ring": [
         run for _ in range(3) for run in (
             functools.partial(latency, False), in_host_memory(functools.partial(latency, False)),
-            one_at_a_time, in_host_memory(one_at_a_time),
-            in_host_memory(functools.partial(one_at_a_time, False)),
+            one_at_a_time, functools.partial(one_at_a_time, "lock"),
+            functools.partial(one_at_a_time, "none"), in_host_memory(one_at_a_time),
+            in_host_memory(functools.partial(one_at_a_time, "none")),
             functools.partial(steps, "an entry each", "device", runs=False),
             in_host_memory(functools.partial(steps, "an entry each", "device", runs=False)))
     ],
