@@ -32,7 +32,7 @@ python3 scripts/submit_variants_probe.py [latency] [d2d] [parts] [cuts] [order] 
 
 from __future__ import annotations
 
-import _thread
+import ctypes
 import functools
 import statistics
 import struct
@@ -300,17 +300,20 @@ def steps(name: str, where: str, launches: int = 1, **patch: Any) -> None:
         d.stop()
 
 
-def lock_fence() -> None:
-    """A fence of two locked instructions: an uncontended lock's acquire and release (on
-    x86 each an atomic read-modify-write: glibc's sem_trywait and sem_post, CPython 3.13's
-    PyMutex), with no foreign call."""
-    _acquire()
-    _release()
+def spin_fence() -> None:
+    """The fence rig shipped before 2026-12-04: pthread_spin_trylock of a lock held for good,
+    one locked exchange through ctypes.PyDLL (which keeps the GIL)."""
+    _spin_trylock(_spin_address)
 
 
-_lock = _thread.allocate_lock()
-_acquire, _release = _lock.acquire, _lock.release
-FENCES: dict[str, Callable[[], None] | None] = {"shipped": None, "lock": lock_fence,
+_spin = ctypes.c_int(0)
+_libc = ctypes.PyDLL(None)
+_libc.pthread_spin_init(ctypes.byref(_spin), 0)
+_libc.pthread_spin_lock(ctypes.byref(_spin))
+_spin_trylock = _libc.pthread_spin_trylock
+_spin_trylock.argtypes, _spin_trylock.restype = [ctypes.c_void_p], ctypes.c_int
+_spin_address = ctypes.addressof(_spin)
+FENCES: dict[str, Callable[[], None] | None] = {"shipped": None, "spin": spin_fence,
                                                 "none": lambda: None}
 
 
@@ -319,7 +322,7 @@ def one_at_a_time(fence_kind: str = "shipped") -> None:
     each, then one wait, per step (best of 3). ``fence_kind`` (:data:`FENCES`): "none", no
     fence before each doorbell (rig_nv.channel.fence), is sound only where the ring and
     USERD are write-back host memory (setup.CHANNEL_KIND PINNED): x86 keeps those stores
-    before the uncached one; "lock", :func:`lock_fence`."""
+    before the uncached one; "spin", :func:`spin_fence`."""
     d = rig_nv_nvidia.gpu(0).open()
     try:
         fn = d.load(CUBIN.read_bytes())["vadd"]
@@ -496,7 +499,7 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
     "ring": [
         run for _ in range(3) for run in (
             functools.partial(latency, False), in_host_memory(functools.partial(latency, False)),
-            one_at_a_time, functools.partial(one_at_a_time, "lock"),
+            one_at_a_time, functools.partial(one_at_a_time, "spin"),
             functools.partial(one_at_a_time, "none"), in_host_memory(one_at_a_time),
             in_host_memory(functools.partial(one_at_a_time, "none")),
             functools.partial(steps, "an entry each", "device", runs=False),

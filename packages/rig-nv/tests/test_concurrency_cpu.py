@@ -230,6 +230,35 @@ def test_work_without_progress_for_hang_ms_loses_the_device(dev: tuple[Any, Any]
     assert d.facts.arch == "sm_90"
 
 
+def test_fences_from_many_threads_at_once_each_return() -> None:
+    """The fence is an uncontended lock's acquire and release (rig_nv.hostmem): threads
+    switched between the two must each wait their turn, never fail or block for good."""
+    import sys
+
+    from rig_nv.hostmem import fence
+
+    errors: list[BaseException] = []
+
+    def fences() -> None:
+        try:
+            for _ in range(20000):
+                fence()
+        except BaseException as e:
+            errors.append(e)
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switches forced as often as the interpreter allows
+    threads = [threading.Thread(target=fences) for _ in range(4)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    finally:
+        sys.setswitchinterval(before)
+    assert not [t for t in threads if t.is_alive()] and not errors, errors
+    fence()  # the lock was left free
+
 
 def test_a_submissions_fence_keeps_the_gil() -> None:
     """Issue 17, "submitting on one queue takes no lock that another queue's submissions hold":

@@ -1,4 +1,4 @@
-"""The C library calls rig needs for memory: mmap at chosen addresses, munmap, mlock, a fence.
+"""The C library calls rig needs for memory (mmap at chosen addresses, munmap, mlock), and a fence.
 
 Python's mmap module cannot map at a fixed address, so these go through cffi in ABI mode
 (nothing compiled at install).
@@ -7,7 +7,6 @@ Python's mmap module cannot map at a fixed address, so these go through cffi in 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import threading
 from typing import TYPE_CHECKING, Any
@@ -21,11 +20,6 @@ _CDEF = """
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long offset);
     int munmap(void *addr, size_t length);
     int madvise(void *addr, size_t length, int advice);
-    typedef int pthread_spinlock_t;
-    int pthread_spin_init(pthread_spinlock_t *lock, int pshared);
-    int pthread_spin_lock(pthread_spinlock_t *lock);
-    int pthread_spin_unlock(pthread_spinlock_t *lock);
-    int pthread_spin_trylock(pthread_spinlock_t *lock);
     void *memcpy(void *dest, const void *src, size_t n);
     int prctl(int option, ...);
     """
@@ -43,26 +37,21 @@ MAP_FAILED = (1 << 64) - 1
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 # A locked instruction drains the CPU's write-combining buffers (Intel SDM vol. 3, 11.3.1), so
-# a spin lock's try is a full fence for BAR1 writes before a doorbell: glibc's
-# pthread_spin_trylock is one atomic exchange (xchg, locked) whatever the lock's state (nptl
-# pthread_spin_trylock.c, ATOMIC_EXCHANGE_USES_CAS is 0 on x86-64), musl's a lock cmpxchg. The
-# lock is taken once and never given back, so every try is that one instruction and fails;
-# one C call a submission (it was a lock and an unlock, two). libatomic's atomic_thread_fence
-# would do the same where it is installed; the spin lock is always in libc.
-_fence_lock = ffi.new("pthread_spinlock_t *")
-libc.pthread_spin_init(_fence_lock, 0)
-libc.pthread_spin_lock(_fence_lock)
-# The try goes through ctypes.PyDLL, which keeps the GIL through the call; cffi's calls give
-# it up, so with threads each on its own queue every launch handed the GIL to another thread
-# (launches from 1, 2, 4 threads: 191k, 123k, 103k a second on the stand-in, 2026-12-02).
-_spin_trylock = ctypes.PyDLL(None).pthread_spin_trylock
-_spin_trylock.argtypes, _spin_trylock.restype = [ctypes.c_void_p], ctypes.c_int
-_fence_address = int(ffi.cast("uintptr_t", _fence_lock))
+# an uncontended lock's acquire and release fence BAR1 writes before a doorbell: on x86 each is
+# an atomic read-modify-write (CPython 3.12: glibc's sem_trywait and sem_post, a lock cmpxchg
+# each; 3.13: PyMutex's compare-exchange), and neither gives the GIL up, so threads on queues
+# of their own are not woken at every launch. It was pthread_spin_trylock through
+# ctypes.PyDLL: on the H200, on a slow turn of its host, a step's submit took 2.80-2.86 us
+# against 3.05-3.13 with it (docs/results/ring-2026-12-04.txt); 0.09 against 0.15 us a fence
+# on the stand-in's CPU.
+_fence_lock = threading.Lock()
+_acquire, _release = _fence_lock.acquire, _fence_lock.release
 
 
 def fence() -> None:
     """Order every earlier store (write-combined ones too) before every later one."""
-    _spin_trylock(_fence_address)
+    _acquire()
+    _release()
 
 
 def mmap(addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
