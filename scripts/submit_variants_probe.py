@@ -19,6 +19,7 @@ configuration is a fresh open; it prints a line per configuration and a table la
   reduction waits for idle), the marker acquire's switch of channel group (``switch`` true,
   as before 2026-12-02), or its runs (``runs`` false: an entry a repetition).
 - ``carry``: whether a QMD's release that adds (a run's copies') carries into the high word.
+- ``word``: a host read of the timeline word while the GPU writes it and while idle.
 - ``ring``: the channels' rings and USERD in BAR 1 or in pinned host memory: launch+wait,
   a step submitted 10,000 times one ``submit()`` each (with each fence of ``FENCES``; no
   fence is sound in host memory only), and a step's entry each repetition.
@@ -357,6 +358,33 @@ def one_at_a_time(fence_kind: str = "shipped") -> None:
         d.stop()
 
 
+def word_reads(reads: int = 20_000) -> None:
+    """What the host's read of the timeline word costs while the GPU writes it (a run of
+    one-vadd steps adds one about every 1.1 us) and while it is idle: ``reads`` reads in a
+    loop, us each, the GPU still busy at the loop's end for the first."""
+    d = rig_nv_nvidia.gpu(0).open()
+    try:
+        fn = d.load(CUBIN.read_bytes())["vadd"]
+        rc = d.alloc(4096)
+        st = d.step()
+        st.launch(fn, (1,), (1,), (rc, rc, rc, 0))
+        st.submit(times=2).wait()
+        word = d.timeline.word
+        for busy in (True, False):
+            p = st.submit(times=100_000) if busy else None
+            t = time.perf_counter()
+            for _ in range(reads):
+                word[0]
+            us = (time.perf_counter() - t) / reads * 1e6
+            still = p is not None and not p.signaled
+            if p is not None:
+                p.wait()
+            ROWS.append(("word", f"a read, the GPU {'writing' if busy else 'idle'}", us,
+                         f"still running at the end: {still}"))
+    finally:
+        d.stop()
+
+
 def in_host_memory(run: Callable[[], None]) -> Callable[[], None]:
     """``run`` with the channels' rings and USERD in pinned host memory (write-back)."""
     return with_set(rig_nv.setup, "CHANNEL_KIND", Memory.PINNED, "rings in host memory", run)
@@ -495,6 +523,7 @@ GROUPS: dict[str, list[Callable[[], None]]] = {
                     functools.partial(d2d, False))
     ],
     "carry": [carry],
+    "word": [word_reads, word_reads, word_reads],
     # Where the rings and USERD lie: BAR 1 (write-combined, fenced) or host memory.
     "ring": [
         run for _ in range(3) for run in (
