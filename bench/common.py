@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import statistics
 import sys
 import time
@@ -28,6 +29,34 @@ SWEEP_KINDS = ("h2d", "d2h", "d2d")
 PEER_ROWS = ("9_peer_01", "9_peer_10")
 PEER_ENGINES = (("copy", "ce"), ("sm", "sm"))  # rig's engine=, and the key's suffix
 PEER_KEYS = (*PEER_ROWS, *(f"{k}_{tag}" for k in PEER_ROWS for _, tag in PEER_ENGINES))
+
+
+def cpu_list(text: str) -> set[int]:
+    """The CPUs ``text`` names as taskset's --cpu-list does ("4", "4-7,9"). Raises
+    ValueError for any other form or an empty range."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            lo, hi = int(first), int(last or first)
+        except ValueError:
+            raise ValueError(f"{text!r} is no CPU list (4, or 4-7,9)") from None
+        if lo < 0 or hi < lo:
+            raise ValueError(f"no CPUs in {part!r}")
+        cpus.update(range(lo, hi + 1))
+    return cpus
+
+
+def pin(text: str) -> None:
+    """Pin this process, and so every process it starts (sched_setaffinity(2): children keep
+    the mask), to the CPUs ``text`` names (:func:`cpu_list`). Unpinned, launch+wait on the
+    H200's host moved 7.6-11 us with the CPU it ran on (docs/results/ring-2026-12-04.txt).
+    Raises ValueError for a list of no CPUs, or of CPUs this process may not run on."""
+    cpus, allowed = cpu_list(text), os.sched_getaffinity(0)
+    if not cpus <= allowed:
+        raise ValueError(f"CPUs {sorted(cpus - allowed)} are not this process's to run on "
+                         f"(those are {sorted(allowed)})")
+    os.sched_setaffinity(0, cpus)
 
 
 def log(*parts: object) -> None:

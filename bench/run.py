@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import log, wanted
+from common import log, pin, wanted
 from plots import plot, plot_latency, plot_sweep
 from rows import (
     IMPORTS,
@@ -371,7 +371,8 @@ def print_table(table: dict[str, Any], meta: dict[str, Any], rows: list[Row]) ->
 
     print()
     print(f"{meta.get('gpu') or '?'}, driver {meta.get('driver') or '?'}, {meta.get('date')}, "
-          f"tree {meta.get('tree')}, {meta.get('rounds')} rounds; {meta.get('command')}")
+          f"tree {meta.get('tree')}, {meta.get('rounds')} rounds, "
+          f"{'CPUs ' + meta['cpus'] if meta.get('cpus') else 'unpinned'}; {meta.get('command')}")
     print(line(head))
     print("-+-".join("-" * w for w in widths))
     for cells in lines:
@@ -502,6 +503,7 @@ def harness(args: argparse.Namespace) -> int:
         "scale": args.scale,
         "rounds": args.rounds,
         "rows": args.rows,
+        "cpus": args.cpus,
         "notes": NOTES,
     }
     exe, build_error = None, None
@@ -541,8 +543,11 @@ def dry(args: argparse.Namespace, peers: list[str]) -> int:
     """No GPU: the rows and rounds a run would make, then the arithmetic checked on made-up
     rounds. Exit 1 where a check fails."""
     rows = selected_rows(args.rows)
+    where = "unpinned"
+    if args.cpus:
+        where = "on CPUs " + ",".join(map(str, sorted(os.sched_getaffinity(0))))
     print(f"dry run, tree {tree()}, {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M UTC}: "
-          f"{args.rounds} rounds, each a full process per peer")
+          f"{args.rounds} rounds, each a full process per peer, {where}")
     for r in range(args.rounds):
         print(f"  round {r + 1}: {' '.join(order_of(peers, r))}")
     print(f"{len(rows)} rows:")
@@ -567,6 +572,8 @@ def main() -> int:
     ap.add_argument("--dry", action="store_true",
                     help="no GPU: print the plan and check the arithmetic")
     ap.add_argument("--cubin", help="the cubin (default: kernels.sm_XY.cubin of GPU 0)")
+    ap.add_argument("--cpus", help="pin the bench and so every peer's process to these CPUs, "
+                    "the same for all (4, or 4-7,9); row 14 wants one a thread")
     ap.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
     ap.add_argument("--json", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -580,6 +587,11 @@ def main() -> int:
         ap.error(f"--peers: unknown {', '.join(unknown)} (known: {', '.join(PEERS)})")
     if args.rows and not selected_rows(args.rows):
         ap.error(f"--rows {args.rows}: names no row (run --dry for the list)")
+    if args.cpus:
+        try:
+            pin(args.cpus)
+        except ValueError as e:
+            ap.error(f"--cpus {args.cpus}: {e}")
     if args.worker:
         return worker(args.worker, Path(args.cubin), args.scale, Path(args.json),
                       args.rows.split(",") if args.rows else None)

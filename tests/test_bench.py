@@ -53,6 +53,24 @@ def test_rows_naming_nothing_is_refused() -> None:
     assert "--rows 99: names no row" in p.stderr
 
 
+def test_cpus_pins_the_bench_and_its_peers_to_the_same_cpus() -> None:
+    """--cpus: every peer's process on the same CPUs, said in the output; a list this process
+    may not run on, or no list, is refused."""
+    import os
+
+    cpu = min(os.sched_getaffinity(0))
+    p = dry("--rows", "1", "--cpus", str(cpu))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.splitlines()[0].endswith(f"on CPUs {cpu}"), p.stdout
+    assert dry("--rows", "1").stdout.splitlines()[0].endswith("unpinned")
+    far = max(os.sched_getaffinity(0)) + 1
+    p = dry("--cpus", f"{cpu},{far}")
+    assert p.returncode == 2 and f"CPUs [{far}] are not this process's" in p.stderr, p.stderr
+    for bad, why in (("x", "is no CPU list"), ("3-1", "no CPUs in")):
+        p = dry("--cpus", bad)
+        assert p.returncode == 2 and f"--cpus {bad}: " in p.stderr and why in p.stderr, p.stderr
+
+
 def test_self_check_holds(rows: ModuleType) -> None:
     assert rows.self_check() == []
 
