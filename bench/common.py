@@ -50,7 +50,8 @@ def cpu_list(text: str) -> set[int]:
 def pin(text: str) -> None:
     """Pin this process, and so every process it starts (sched_setaffinity(2): children keep
     the mask), to the CPUs ``text`` names (:func:`cpu_list`): every peer runs where the
-    others do (bench/README.md says what it changed on the H200's host). Raises ValueError for a list of no CPUs, or of CPUs this process may not run on."""
+    others do (bench/README.md says what it changed on the H200's host). Raises ValueError
+    for a list of no CPUs, or of CPUs this process may not run on."""
     cpus, allowed = cpu_list(text), os.sched_getaffinity(0)
     if not cpus <= allowed:
         raise ValueError(f"CPUs {sorted(cpus - allowed)} are not this process's to run on "
