@@ -71,6 +71,18 @@ def test_make_builds_hopper_channels(dev: tuple[Any, Any]) -> None:
     assert 0x2080200A in path.rm.controls  # the compute boost CUDA asks for
 
 
+def test_rings_and_userd_lie_in_video_memory_through_bar1(dev: tuple[Any, Any]) -> None:
+    """Every channel's GPFIFO ring and USERD (NV_CHANNEL_ALLOC_PARAMS hObjectBuffer at 4,
+    hUserdMemory[0] at 32, alloc_channel.h) are Mapped memory: the fence before each doorbell
+    is there for their write-combined writes, and in pinned host memory a launch+wait took
+    1.2 us more on the H200 (docs/results/ring-2026-12-04.txt)."""
+    d, path = dev
+    channels = [params for _, _, cls, params in path.rm.allocs if cls == d.classes.gpfifo]
+    assert len(channels) == 2
+    for params in channels:
+        ring, userd = (struct.unpack_from("<I", params, at)[0] for at in (4, 32))
+        assert path.live[ring].kind is Memory.MAPPED and path.live[userd].kind is Memory.MAPPED
+
 def test_launch_writes_qmd_and_bank(dev: tuple[Any, Any]) -> None:
     d, path = dev
     img = d.load(CUBIN.read_bytes())
