@@ -40,18 +40,22 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 # an uncontended lock's acquire and release fence BAR1 writes before a doorbell: on x86 each is
 # an atomic read-modify-write (CPython 3.12: glibc's sem_trywait and sem_post, a lock cmpxchg
 # each; 3.13: PyMutex's compare-exchange), and neither gives the GIL up, so threads on queues
-# of their own are not woken at every launch. It was pthread_spin_trylock through
-# ctypes.PyDLL: on the H200, on a slow turn of its host, a step's submit took 2.80-2.86 us
-# against 3.05-3.13 with it (docs/results/ring-2026-12-04.txt); 0.09 against 0.15 us a fence
-# on the stand-in's CPU.
+# of their own are not woken at every launch. The acquire does not wait: a thread switched
+# out between its two holds the lock, and waiting for it made four threads' launches collapse
+# to 110-166k a second on the stand-in in three runs of six. A fresh lock's acquire is then
+# the locked instruction. It was pthread_spin_trylock through ctypes.PyDLL: on the H200, on a
+# slow turn of its host, a step's submit took 2.80-2.86 us against 3.05-3.13 with it
+# (docs/results/ring-2026-12-04.txt, with a waiting acquire).
 _fence_lock = threading.Lock()
 _acquire, _release = _fence_lock.acquire, _fence_lock.release
 
 
 def fence() -> None:
     """Order every earlier store (write-combined ones too) before every later one."""
-    _acquire()
-    _release()
+    if _acquire(False):
+        _release()
+    else:
+        threading.Lock().acquire()
 
 
 def mmap(addr: int, length: int, prot: int, flags: int, fd: int = -1, offset: int = 0) -> int:
