@@ -44,8 +44,8 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 # out between its two holds the lock, and waiting for it made four threads' launches collapse
 # to 110-166k a second on the stand-in in three runs of six. A fresh lock's acquire is then
 # the locked instruction. It was pthread_spin_trylock through ctypes.PyDLL: on the H200, on a
-# slow turn of its host, a step's submit took 2.80-2.86 us against 3.05-3.13 with it
-# (docs/results/ring-2026-12-04.txt, with a waiting acquire).
+# slow turn of its host, a step's submit took 2.82-2.86 us against 3.08-3.10 with it
+# (docs/results/ring-2026-12-04.txt, 18:48). Other CPUs than x86 want a barrier of their own.
 _fence_lock = threading.Lock()
 _acquire, _release = _fence_lock.acquire, _fence_lock.release
 
