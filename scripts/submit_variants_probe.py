@@ -358,17 +358,24 @@ def one_at_a_time(fence_kind: str = "shipped") -> None:
         d.stop()
 
 
+def vadd_step(d: Any, n: int) -> Any:
+    """A step of one one-thread vadd of ``n`` elements on a region of its own, its runs laid
+    by a first submission of two, waited for."""
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    rc = d.alloc(4096)
+    st = d.step()
+    st.launch(fn, (1,), (1,), (rc, rc, rc, n))
+    st.submit(times=2).wait()
+    return st
+
+
 def word_reads(reads: int = 20_000) -> None:
     """What the host's read of the timeline word costs while the GPU writes it (a run of
     one-vadd steps adds one about every 1.1 us) and while it is idle: ``reads`` reads in a
     loop, us each, the GPU still busy at the loop's end for the first."""
     d = rig_nv_nvidia.gpu(0).open()
     try:
-        fn = d.load(CUBIN.read_bytes())["vadd"]
-        rc = d.alloc(4096)
-        st = d.step()
-        st.launch(fn, (1,), (1,), (rc, rc, rc, 0))
-        st.submit(times=2).wait()
+        st = vadd_step(d, 0)
         word = d.timeline.word
         for busy in (True, False):
             p = st.submit(times=100_000) if busy else None
@@ -397,11 +404,7 @@ def carry() -> None:
     The timeline then lacks that copy's one, which the host adds back before the stop."""
     d = rig_nv_nvidia.gpu(0).open()
     try:
-        fn = d.load(CUBIN.read_bytes())["vadd"]
-        rc = d.alloc(4096)
-        st = d.step()
-        st.launch(fn, (1,), (1,), (rc, rc, rc, 1))
-        st.submit(times=2).wait()
+        st = vadd_step(d, 1)
         word = d.alloc(4096, Memory.MAPPED)
         w = view(word.host, 8).cast("Q")
         w[0] = 0xFFFF_FFFF
