@@ -239,7 +239,8 @@ def timeline_of(d: Device, objects: Objects, timeline: Timeline, suffix: str = "
     copy_engine = d.objects.engine
     # All of it is the timeline's: a queue's stop gives it back (rig_nv.memory.Heap.disown).
     # Launches release by their QMD from the first one on: on the H200 that took launch+wait
-    # from 7.0 to 6.5 us against the channel's release (docs/results/pcas-2026-12-04.txt).
+    # from 7.0 to 6.5 us against the channel's release (docs/results/pcas-2026-12-04.txt),
+    # 8.45 to 8.15 on a slower turn of its host (qmd-release-2026-12-04.txt).
     timeline.place_word(memory.own(4096, Memory.PINNED, owner=timeline), qmd_release(d), ORDER)
 
     joins = objects is not d.objects and QUEUE_GROUP == "device"
