@@ -8,8 +8,10 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
+import timeit
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -57,6 +59,53 @@ def pin(text: str) -> None:
         raise ValueError(f"CPUs {sorted(cpus - allowed)} are not this process's to run on "
                          f"(those are {sorted(allowed)})")
     os.sched_setaffinity(0, cpus)
+
+
+# A fixed piece of pure Python, timed by the harness before each peer's process: how fast the
+# host runs Python just then. On the H200's host a loop of a submit's shape took 0.28 us on a
+# good turn and 0.57 on a slow one (docs/results/ring-2026-12-04.txt), and rig's CPU-paced
+# rows moved with it.
+HOST_STMT = "d = {}\nfor i in range(100):\n    d[i] = i + 1"
+
+
+def host_us() -> float:
+    """Microseconds :data:`HOST_STMT` takes here now, the best of five (timeit)."""
+    number = 200
+    return min(timeit.repeat(HOST_STMT, number=number, repeat=5)) / number * 1e6
+
+
+def host_line(rounds: list[dict[str, dict[str, Any]]]) -> str | None:
+    """A line of each peer's :func:`host_us` over the rounds (min-max), or None where no round
+    has one."""
+    spans = []
+    for peer in ("rig", "cuda", "torch", "cupy"):
+        us = [r[peer]["meta"]["host_us"] for r in rounds
+              if "host_us" in r.get(peer, {}).get("meta", {})]
+        if us:
+            spans.append(f"{peer} {min(us):.2f}-{max(us):.2f}")
+    if not spans:
+        return None
+    return "host's Python before each process (common.host_us, us): " + ", ".join(spans)
+
+
+def tree() -> str:
+    """The commit benchmarked, with "+changes" where the working tree differs from it; or
+    $RIG_TREE where set. (A copy of the tree on another machine may carry stale git data: the
+    device tool's copies all said 41aeb7b on 2026-12-02.)"""
+    if os.environ.get("RIG_TREE"):
+        return os.environ["RIG_TREE"]
+    root = str(Path(__file__).resolve().parents[1])
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+
+    try:
+        head, dirty = git("rev-parse", "--short", "HEAD"), git(
+            "status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown tree"
+    return (head or "unknown tree") + ("+changes" if dirty else "")
 
 
 def log(*parts: object) -> None:

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import log, pin, wanted
+from common import host_line, host_us, log, pin, tree, wanted
 from plots import plot, plot_latency, plot_sweep
 from rows import (
     IMPORTS,
@@ -380,20 +380,6 @@ def print_table(table: dict[str, Any], meta: dict[str, Any], rows: list[Row]) ->
     sys.stdout.flush()
 
 
-def tree() -> str:
-    """The commit benchmarked, with "+changes" where the working tree differs from it; or
-    $RIG_TREE where set. (A copy of the tree on another machine may carry stale git data: the
-    device tool's copies all said 41aeb7b on 2026-12-02.)"""
-    if os.environ.get("RIG_TREE"):
-        return os.environ["RIG_TREE"]
-    try:
-        head = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]).stdout.strip()
-        dirty = sh(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"])
-    except (OSError, subprocess.SubprocessError):
-        return "unknown tree"
-    return (head or "unknown tree") + ("+changes" if dirty.stdout.strip() else "")
-
-
 def order_of(peers: list[str], round_no: int) -> list[str]:
     """Each round runs every peer once; odd rounds run them in reverse (A B, then B A), so no
     peer always runs just after another GPU process or first."""
@@ -457,7 +443,9 @@ def one_round(round_no: int, peers: list[str], exe: Path | None, build_error: st
     results: dict[str, dict[str, Any]] = {p: {"meta": {}, "rows": {}} for p in PEERS}
     order = order_of(peers, round_no)
     log(f"round {round_no + 1}: {' '.join(order)}")
+    speeds: dict[str, float] = {}
     for peer in order:
+        speeds[peer] = host_us()
         if peer == "cuda":
             if exe is None:
                 results["cuda"]["meta"]["error"] = build_error or "cuda_bench did not build"
@@ -468,6 +456,8 @@ def one_round(round_no: int, peers: list[str], exe: Path | None, build_error: st
             log(f"{peer} ...")
             use = Path(meta["cuda_cubin"]) if peer == "cupy" and "cuda_cubin" in meta else cubin
             results[peer] = run_worker(peer, use, args, env, out)
+    for peer, us in speeds.items():
+        results[peer].setdefault("meta", {})["host_us"] = round(us, 2)
     sel = args.rows.split(",") if args.rows else None
     if wanted("7", sel):
         for peer in order:
@@ -536,6 +526,9 @@ def harness(args: argparse.Namespace) -> int:
     log(f"wrote {out / 'bench.json'}; plots: {meta['plot']}, {meta['plots']}; "
         f"{meta['seconds']} s")
     print_table(table, meta, selected_rows(args.rows))
+    host = host_line(rounds)
+    if host:
+        print(host)
     return 0
 
 

@@ -188,3 +188,27 @@ def test_the_table_shows_only_the_rows_asked_for(rows: ModuleType,
     out = capsys.readouterr().out
     assert "3 10,000 1-kernel steps" in out
     assert "2 step of" not in out
+
+
+def test_each_peers_process_follows_a_timing_of_the_hosts_python(
+        rows: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A round times common.HOST_STMT before each peer's process and keeps it in that peer's
+    meta; the run's last line gives each peer's min-max over the rounds: slow turns of the
+    host (docs/results/ring-2026-12-04.txt) show beside the rows they moved."""
+    import argparse
+
+    run, common = importlib.import_module("run"), importlib.import_module("common")
+    speeds = iter([2.5, 4.0, 3.0, 5.5])
+    monkeypatch.setattr(run, "host_us", lambda: next(speeds))
+    monkeypatch.setattr(run, "run_worker",
+                        lambda peer, *_: {"meta": {"peer": peer}, "rows": {}})
+    args = argparse.Namespace(rows="1", scale=0.5)
+    rounds = [run.one_round(r, ["rig", "torch"], None, None, tmp_path, args, {}, tmp_path, {})
+              for r in range(2)]
+    assert [(r["rig"]["meta"]["host_us"], r["torch"]["meta"]["host_us"]) for r in rounds] == [
+        (2.5, 4.0), (5.5, 3.0)]  # the second round runs torch first
+    assert rounds[0]["rig"]["meta"]["peer"] == "rig"  # the worker's own meta kept
+    assert common.host_line(rounds) == (
+        "host's Python before each process (common.host_us, us): rig 2.50-5.50, torch 3.00-4.00")
+    assert common.host_line([{"rig": {"meta": {}}}]) is None
+    assert 0 < common.host_us() < 1e4
