@@ -88,6 +88,10 @@ def host_line(rounds: list[dict[str, dict[str, Any]]]) -> str | None:
     return "host's Python before each process (common.host_us, us): " + ", ".join(spans)
 
 
+def sh(cmd: list[str], timeout: float = 30, **kw: Any) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
+
+
 def tree() -> str:
     """The commit benchmarked, with "+changes" where the working tree differs from it; or
     $RIG_TREE where set. (A copy of the tree on another machine may carry stale git data: the
@@ -95,17 +99,12 @@ def tree() -> str:
     if os.environ.get("RIG_TREE"):
         return os.environ["RIG_TREE"]
     root = str(Path(__file__).resolve().parents[1])
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", "-C", root, *args], capture_output=True, text=True,
-                              timeout=30).stdout.strip()
-
     try:
-        head, dirty = git("rev-parse", "--short", "HEAD"), git(
-            "status", "--porcelain", "--untracked-files=no")
+        head = sh(["git", "-C", root, "rev-parse", "--short", "HEAD"]).stdout.strip()
+        dirty = sh(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"])
     except (OSError, subprocess.SubprocessError):
         return "unknown tree"
-    return (head or "unknown tree") + ("+changes" if dirty else "")
+    return (head or "unknown tree") + ("+changes" if dirty.stdout.strip() else "")
 
 
 def log(*parts: object) -> None:

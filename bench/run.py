@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import host_line, host_us, log, pin, tree, wanted
+from common import host_line, host_us, log, pin, sh, tree, wanted
 from plots import plot, plot_latency, plot_sweep
 from rows import (
     IMPORTS,
@@ -59,10 +59,6 @@ def child_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(have + [p for p in srcs if p not in have])
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
-
-
-def sh(cmd: list[str], timeout: float = 30, **kw: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, **kw)
 
 
 def nvidia_smi(query: str) -> str | None:
@@ -443,9 +439,8 @@ def one_round(round_no: int, peers: list[str], exe: Path | None, build_error: st
     results: dict[str, dict[str, Any]] = {p: {"meta": {}, "rows": {}} for p in PEERS}
     order = order_of(peers, round_no)
     log(f"round {round_no + 1}: {' '.join(order)}")
-    speeds: dict[str, float] = {}
     for peer in order:
-        speeds[peer] = host_us()
+        speed = host_us()
         if peer == "cuda":
             if exe is None:
                 results["cuda"]["meta"]["error"] = build_error or "cuda_bench did not build"
@@ -456,8 +451,7 @@ def one_round(round_no: int, peers: list[str], exe: Path | None, build_error: st
             log(f"{peer} ...")
             use = Path(meta["cuda_cubin"]) if peer == "cupy" and "cuda_cubin" in meta else cubin
             results[peer] = run_worker(peer, use, args, env, out)
-    for peer, us in speeds.items():
-        results[peer].setdefault("meta", {})["host_us"] = round(us, 2)
+        results[peer].setdefault("meta", {})["host_us"] = round(speed, 2)
     sel = args.rows.split(",") if args.rows else None
     if wanted("7", sel):
         for peer in order:

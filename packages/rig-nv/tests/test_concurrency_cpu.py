@@ -232,7 +232,7 @@ def test_work_without_progress_for_hang_ms_loses_the_device(dev: tuple[Any, Any]
 
 def test_fences_from_many_threads_at_once_each_return() -> None:
     """The fence is an uncontended lock's acquire and release (rig_nv.hostmem): threads
-    switched between the two must each wait their turn, never fail or block for good."""
+    switched between the two must each go on, never fail or block for good."""
     import sys
 
     from rig_nv.hostmem import fence
