@@ -11,7 +11,7 @@ import pytest
 
 from rig_edge import Memory, Region
 from rig_nv import copies
-from rig_nv.push import CE_LAUNCH_DMA, CE_LINE_LENGTH_IN, CE_OFFSET_IN_UPPER
+from rig_nv.push import CE_LAUNCH_DMA, CE_LINE_LENGTH_IN, CE_OFFSET_IN_UPPER, Push
 from rig_nv.rm import Allocation
 
 
@@ -76,6 +76,10 @@ class FakeTimeline:
             i += 1 + count
         self.next += 1
         return Point(self.next - 1)
+
+    def copy(self, to: int, fro: int, n: int, name: str = "copy") -> Point:
+        """Timeline.copy: the copy engine's words, executed as submit does."""
+        return self.submit(self.copy_channel, Push().copy(to, fro, n).words, name)
 
 
 class FakeDevice:

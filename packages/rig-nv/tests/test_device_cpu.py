@@ -133,6 +133,40 @@ def test_device_order_across_channels(dev: tuple[Any, Any]) -> None:
     assert launched.value == copied.value + 1
 
 
+def test_work_the_host_saw_done_needs_no_wait_on_the_other_channel(
+        dev: tuple[Any, Any]) -> None:
+    """Timeline's rule: a submission waits on the GPU for the other channel's last value only
+    while the host has not seen it done. A copy's entry is the copy engine's launch, then the
+    release of its value, both 32-bit halves (values past 2^32 included)."""
+    d, path = dev
+    img = d.load(CUBIN.read_bytes())
+    a = d.alloc(1 << 20, Memory.DEVICE)
+    b = d.alloc(1 << 20, Memory.PINNED)
+    launched = d.launch(img["vadd"], (1,), (1,), (a, a, a, 1))
+    copied = d.copy(b, a, 4096)  # the launch not seen done: acquired first
+    first = methods(commands(d, d.copy_channel)[-1])[0]
+    assert first[1] == push.SEM_ADDR_LO and first[2][2] == launched.value
+    d.timeline.next = (1 << 32) + 5  # the next value's high word is 1
+    path.complete()
+    copied = d.copy(b, a, 4096, dst_offset=64, src_offset=128)
+    assert copied.value == (1 << 32) + 5
+    pitch = push.CE_SRC_PITCH | push.CE_DST_PITCH
+    assert methods(commands(d, d.copy_channel)[-1]) == [
+        (push.SUBC_COPY, push.CE_OFFSET_IN_UPPER, [*push.hi_lo(a.gpu + 128),
+                                                   *push.hi_lo(b.gpu + 64)]),
+        (push.SUBC_COPY, push.CE_LINE_LENGTH_IN, [4096]),
+        (push.SUBC_COPY, push.CE_LAUNCH_DMA, [push.CE_TRANSFER_NON_PIPELINED | pitch]),
+        (push.SUBC_HOST, push.SEM_ADDR_LO, [*push.lo_hi(d.timeline.gpu), 5, 1,
+                                            push.SEM_OP_RELEASE | push.SEM_RELEASE_WFI
+                                            | push.SEM_PAYLOAD_64BIT])]
+    path.complete()
+    launched = d.launch(img["vadd"], (1,), (1,), (a, a, a, 1))  # the copy seen done
+    assert push.SEM_ADDR_LO not in [m for _, m, _ in methods(commands(d, d.compute)[-1])]
+    copied = d.copy(b, a, 4096)
+    first = methods(commands(d, d.copy_channel)[-1])[0]
+    assert first[1] == push.SEM_ADDR_LO and first[2][2:4] == [launched.value & 0xFFFFFFFF, 1]
+
+
 def test_step_chains_its_launches(dev: tuple[Any, Any]) -> None:
     d, path = dev
     img = d.load(CUBIN.read_bytes())

@@ -89,10 +89,15 @@ def test_a_step_after_new_code_invalidates_the_sms_caches_first_once(
     _, address, words = _submit(d, s)  # a launch took the invalidate: the step needs none
     assert (address, words) == (s.address, list(s.commands))
     d.load(CUBIN.read_bytes())
-    d.synchronize()
-    s.submit()  # after the copy channel: through the pushbuffer, the invalidate first
-    _, words = _entry(d.compute, d.compute.put - 1)
+    d.copy(a, a, 64, dst_offset=4096, engine="copy")
+    s.submit()  # after the copy channel, not seen done: its acquire, the invalidate, in the
+    _, words = _entry(d.compute, d.compute.put - 1)  # pushbuffer
+    assert words[:6] == _acquire(d, d.timeline.next - 2)
     assert words[6:8] == INVALIDATE and words[8:] == list(s.commands)
+    d.load(CUBIN.read_bytes())
+    d.synchronize()
+    _, address, words = _submit(d, s)  # seen done: the entry, from the invalidate before it
+    assert (address, words) == (s.address - 4 * len(INVALIDATE), INVALIDATE + list(s.commands))
     path.complete()
     _, address, words = _submit(d, s)
     assert (address, words) == (s.address, list(s.commands))
@@ -142,19 +147,17 @@ def test_each_step_submission_is_one_gpfifo_entry(dev: tuple[Any, Any]) -> None:
     the first submission, after compute work, after another step, after a copy, after an
     upload through the copy channel, under a profile: one entry on the compute channel, none
     on the copy channel. After compute work done or ordered it names the step's own commands;
-    after the copy channel's work it holds the acquire of that work's value, then the same
-    commands."""
+    after the copy channel's work not seen done it holds the acquire of that work's value,
+    then the same commands."""
     d, path = dev
     img = d.load(CUBIN.read_bytes())
-    path.complete()
     a = d.alloc(1 << 16, Memory.DEVICE)
     b = d.alloc(1 << 16, Memory.PINNED)
     s, other = _step(d, img, a, b), _step(d, img, a, b)
-    # the load's upload went through the copy channel last
-    assert d.timeline.last is d.copy_channel
+    d.copy(b, a, 64)  # the copy channel last, not seen done
     p, address, words = _submit(d, s)  # the first submission of any step, after a copy
     cmds = list(s.commands)
-    # after the load: the invalidate of the SMs' caches first
+    # after the copy, new code loaded: its acquire, then the invalidate of the SMs' caches
     assert words == _acquire(d, p.value - 1) + INVALIDATE + cmds and _in_pushbuffer(d, address)
     d.launch(img["vadd"], (4,), (256,), (a, a, b, 1))
     # Seen done: behind a launch its QMD releases, not yet, a step acquires it first

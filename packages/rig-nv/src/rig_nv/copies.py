@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from rig_nv import launch as launching
 from rig_nv.hostmem import copy, view
 from rig_nv.memory import STAGING
-from rig_nv.push import Push
 
 if TYPE_CHECKING:
     from rig_edge import Region
@@ -60,8 +59,8 @@ class Staging:
                 t.wait_value(self.busy[slot])
                 chunk = src[off : off + half]
                 copy(view(s.host + slot * half, len(chunk)), chunk)
-                point = t.submit(t.copy_channel, Push().copy(
-                    dst.gpu + offset + off, s.gpu + slot * half, len(chunk)).words, "upload")
+                point = t.copy(dst.gpu + offset + off, s.gpu + slot * half, len(chunk),
+                               "upload")
                 self.busy[slot] = point.value
             return point
 
@@ -78,8 +77,7 @@ class Staging:
                 slot = i % 2
                 size = min(half, n - off)
                 t.wait_value(self.busy[slot])
-                p = t.submit(t.copy_channel, Push().copy(
-                    s.gpu + slot * half, src.gpu + offset + off, size).words, "download")
+                p = t.copy(s.gpu + slot * half, src.gpu + offset + off, size, "download")
                 self.busy[slot] = p.value
                 pending.append((off, size, slot, p.value))
                 if len(pending) == 2:

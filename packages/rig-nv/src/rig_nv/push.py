@@ -117,6 +117,13 @@ def send_qmd_words(address: int) -> tuple[int, int, int, int]:
             header(SUBC_COMPUTE, COMPUTE_SEND_SIGNALING_PCAS2_B, 1), PCAS_ACTION)
 
 
+# The headers of a copy engine launch (Push.copy), made once: every copy pays for them.
+_COPY_OFFSETS = header(SUBC_COPY, CE_OFFSET_IN_UPPER, 4)
+_COPY_LINE = header(SUBC_COPY, CE_LINE_LENGTH_IN, 1)
+_COPY_LAUNCH = header(SUBC_COPY, CE_LAUNCH_DMA, 1)
+COPY_WORDS = 9  # words of one copy engine launch (Push.copy)
+
+
 class Push:
     """Words of a pushbuffer being built."""
 
@@ -189,15 +196,16 @@ class Push:
 
     def copy(self, dst: int, src: int, length: int) -> Push:
         """Copy ``length`` bytes from GPU address ``src`` to ``dst`` on the copy engine,
-        in launches of at most :data:`CE_CHUNK` bytes."""
+        in launches of at most :data:`CE_CHUNK` bytes, each :data:`COPY_WORDS` words: the
+        source's address at [1:3] and the destination's at [3:5] (upper word first), the
+        length at [6]. The first waits for earlier transfers (NON_PIPELINED)."""
         if length <= 0:
             raise ValueError(f"a copy's length must be positive, not {length}")
-        first = True
+        kind = CE_TRANSFER_NON_PIPELINED
         for off in range(0, length, CE_CHUNK):
-            n = min(CE_CHUNK, length - off)
-            self.method(SUBC_COPY, CE_OFFSET_IN_UPPER, *hi_lo(src + off), *hi_lo(dst + off))
-            self.method(SUBC_COPY, CE_LINE_LENGTH_IN, n)
-            kind = CE_TRANSFER_NON_PIPELINED if first else CE_TRANSFER_PIPELINED
-            self.method(SUBC_COPY, CE_LAUNCH_DMA, kind | CE_SRC_PITCH | CE_DST_PITCH)
-            first = False
+            s, d = src + off, dst + off
+            self.words.extend((_COPY_OFFSETS, s >> 32, s & 0xFFFFFFFF, d >> 32, d & 0xFFFFFFFF,
+                               _COPY_LINE, min(CE_CHUNK, length - off),
+                               _COPY_LAUNCH, kind | CE_SRC_PITCH | CE_DST_PITCH))
+            kind = CE_TRANSFER_PIPELINED
         return self

@@ -25,7 +25,6 @@ from rig_nv.hostmem import view
 from rig_nv.launch import Function
 from rig_nv.memory import STAGING
 from rig_nv.profile import Profile
-from rig_nv.push import Push
 from rig_nv.setup import VIDEO
 from rig_nv.step import Step
 from rig_nv.timeline import Point, Timeline
@@ -186,8 +185,7 @@ class Submits:
                 if engine == "sm":
                     raise Misuse(f"rig ships no copy kernels for {d.arch}: use "
                                  "engine='copy'")
-        t = self.timeline
-        return t.submit(t.copy_channel, Push().copy(to, fro, n).words, "copy")
+        return self.timeline.copy(to, fro, n)
 
     def upload(self, dst: Region, data: HostData, offset: int = 0) -> Point:
         """Copy host bytes ``data`` into ``dst`` at ``offset``.

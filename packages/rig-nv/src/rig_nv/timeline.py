@@ -4,13 +4,13 @@ through.
 
 The rule, written here once (:meth:`Timeline.submit`): every submission gets the next value;
 it is taken only once nothing can fail, then the work is sent. A submission on one channel
-first waits for the previous value when that went to the other channel, so values complete
-in order across both (device order). On one channel, work behind a launch its QMD releases,
-not seen done, first acquires its value; behind anything else (:attr:`Timeline.settled`) it
-needs nothing. The GPU writes the value (64 bits) into the word once the work is done. The
-primitive's common cases (a launch from a free slot, a step, after compute work) are inlined
-beside it, measured by scripts/cpu_launch_bench.py. Every method that submits holds
-:attr:`Timeline.lock`.
+first waits for the previous value when that went to the other channel and the host has not
+seen it done, so values complete in order across both (device order). On one channel, work
+behind a launch its QMD releases, not seen done, first acquires its value; behind anything
+else (:attr:`Timeline.settled`) it needs nothing. The GPU writes the value (64 bits) into the
+word once the work is done. The primitive's common cases (a launch from a free slot, a step,
+after compute work, a copy) are inlined beside it, measured by scripts/cpu_launch_bench.py.
+Every method that submits holds :attr:`Timeline.lock`.
 """
 
 from __future__ import annotations
@@ -27,7 +27,9 @@ from rig_nv.channel import Arena, Channel, Ring, entry_at
 from rig_nv.hostmem import view
 from rig_nv.launch import SLOTS, Slots, point_cbuf0
 from rig_nv.push import (
+    CE_CHUNK,
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
+    COPY_WORDS,
     SEM_ACQUIRE_SWITCH_TSG,
     SUBC_COMPUTE,
     SUBC_HOST,
@@ -121,6 +123,7 @@ class Timeline:
         self.pool: Ring  # launch configurations' slots (rig_nv.launch.Slots), bump-allocated
         self.pool_head = 0
         self._release = array("I")
+        self.copy_words = array("I")
         # A launch after a launch (:meth:`place_word`); scripts/latency_probe.py varies it.
         self.launch_words = array("I")
 
@@ -139,6 +142,9 @@ class Timeline:
         self.word = view(a.host, 16).cast("Q")
         # The words that end every submission, with the value to patch in at [3] and [4].
         self._release = Push().semaphore_release(a.gpu, 0, interrupt=self.interrupt).words
+        # A copy engine launch and the release: Push.copy's layout, the value at
+        # [COPY_WORDS + 3] and [COPY_WORDS + 4] (copy).
+        self.copy_words = array("I", (*Push().copy(0, 0, 1).words, *self._release))
         # A launch after a launch: SEND_PCAS_A (QMD address at [1]), SEND_SIGNALING_PCAS2_B,
         # then the release (the value at [7] and [8]), or none where the QMD releases it.
         # The channel's release waits for the channel's engine to idle: while it waits, no
@@ -230,11 +236,11 @@ class Timeline:
     def submit(self, channel: Channel, body: Any, name: str = "work",
                tail: Any = None, qmd: memoryview | None = None, idle: bool = True) -> Point:
         """Submit ``body`` (32-bit words) on ``channel`` as the next value: after the previous
-        value when that went to the other channel, ending with ``tail`` (default: the release
-        of the new value). ``qmd``: the launch's QMD where it releases the value
-        (:attr:`qmd_release`); under a profile its second release stamps the grid's end, and
-        the start stamp waits for no idle, so a profile keeps queues' grids side by side;
-        with ``idle`` false (a marked step's, :mod:`rig_nv.step`) neither stamp does.
+        value when that went to the other channel, not seen done, ending with ``tail``
+        (default: the release of the new value). ``qmd``: the launch's QMD where it releases
+        the value (:attr:`qmd_release`); under a profile its second release stamps the
+        grid's end, and the start stamp waits for no idle, so a profile keeps queues' grids
+        side by side; with ``idle`` false (a marked step's, :mod:`rig_nv.step`) neither stamp does.
         Raises the device's loss or stop, or a full profile's RigError, having taken no
         value."""
         with self.lock:
@@ -247,7 +253,8 @@ class Timeline:
                 # One the host sees passed needs none: a stopped queue's word may be gone.
                 if other.word[0] < at:
                     words.extend(Push().semaphore_acquire(other.gpu, at).words)
-            if self.last is not channel and self.last is not None:
+            if self.last is not channel and self.last is not None and \
+                    self.word[0] < value - 1:  # one the host sees done needs no wait
                 words.extend(Push().semaphore_acquire(self.gpu, value - 1).words)
             elif self.qmd_release is not None and channel is self.last and \
                     channel is self.compute and not self.settled and self.word[0] < value - 1:
@@ -287,6 +294,39 @@ class Timeline:
             return Point(self.device, value)
 
     # ---- its common cases, inlined --------------------------------------------------------
+
+    def copy(self, to: int, fro: int, n: int, name: str = "copy") -> Point:
+        """Copy ``n`` bytes from GPU address ``fro`` to ``to`` on the copy engine as the next
+        value (``name``: a profile's event), as :meth:`submit` does: its common case (one
+        launch of the engine, no profile, no waits of :meth:`after`, behind copy work or work
+        the host has seen done) inline. Raises the device's loss or stop, having sent
+        nothing."""
+        if n <= CE_CHUNK:
+            lock = self.lock
+            lock.acquire()  # as launch_prepared's
+            try:
+                health = self.health
+                if not health.ok:
+                    health.check()
+                value = self.next
+                done = self.word[0]
+                channel = self.copy_channel
+                if (self.last is channel or done >= value - 1) and self.profile is None \
+                        and not self._after:
+                    words = self.copy_words
+                    words[1], words[2], words[3], words[4] = \
+                        fro >> 32, fro & 0xFFFFFFFF, to >> 32, to & 0xFFFFFFFF
+                    words[6] = n
+                    words[COPY_WORDS + 3] = value & 0xFFFFFFFF
+                    words[COPY_WORDS + 4] = value >> 32
+                    self.next = value + 1
+                    channel.submit(words, value, done)
+                    self.last = channel
+                    self.settled = True
+                    return _point(self.device, value)
+            finally:
+                lock.release()
+        return self.submit(self.copy_channel, Push().copy(to, fro, n).words, name)
 
     def launch_prepared(self, prep: Prepared, st: struct.Struct, values: Any,
                         params: int) -> Point:
@@ -490,10 +530,11 @@ class Timeline:
             if not health.ok:
                 health.check()
             compute = self.compute
-            # A step behind a launch its QMD releases, not seen done, goes the way that puts
-            # an acquire of it first (submit): its grids could overlap the launch's.
-            if (self.last is compute or self.last is None) and self.profile is None and \
-                    not self._after and (self.settled or self.word[0] >= self.next - 1):
+            # A step behind a launch its QMD releases, or behind the copy channel's work, not
+            # seen done, goes the way that puts an acquire of it first (submit): its grids
+            # could overlap the launch's, or read what the copy has not written.
+            if self.profile is None and not self._after and (
+                    self.word[0] >= self.next - 1 or (self.last is compute and self.settled)):
                 if self.invalidate:  # new code: the first from the invalidate before it
                     point = self._send_entry(compute, self._entry_of(step))
                     times -= 1
