@@ -534,7 +534,7 @@ class Timeline:
             # seen done, goes the way that puts an acquire of it first (submit): its grids
             # could overlap the launch's, or read what the copy has not written.
             if self.profile is None and not self._after and (
-                    self.word[0] >= self.next - 1 or (self.last is compute and self.settled)):
+                    (self.last is compute and self.settled) or self.word[0] >= self.next - 1):
                 if self.invalidate:  # new code: the first from the invalidate before it
                     point = self._send_entry(compute, self._entry_of(step))
                     times -= 1
