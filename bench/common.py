@@ -62,9 +62,9 @@ def pin(text: str) -> None:
 
 
 # A fixed piece of pure Python, timed by the harness before each peer's process: how fast the
-# host runs Python just then. On the H200's host a loop of a submit's shape took 0.28 us on a
-# good turn and 0.57 on a slow one (docs/results/ring-2026-12-04.txt), and rig's CPU-paced
-# rows moved with it.
+# host runs Python just then. On the H200's host it takes 3.3 to 7.2 us from one moment to the
+# next (docs/results/slow-turn-2026-12-04.txt), and rig's CPU-paced rows move with the host;
+# one timing before a process does not predict its rounds.
 HOST_STMT = "d = {}\nfor i in range(100):\n    d[i] = i + 1"
 
 
