@@ -20,9 +20,10 @@ Last, values across 2^32 through the engine's release (its payload's upper word)
 from __future__ import annotations
 
 import statistics
-import time
+import sys
 from array import array
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -43,6 +44,9 @@ from rig_nv.push import (
     Push,
     hi_lo,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from common import timed
 
 NO_TIMESTAMP = 1 << 3  # SEMAPHORE_TYPE RELEASE_SEMAPHORE_NO_TIMESTAMP (clc8b5.h, 4:3)
 SEM = CE_FLUSH_ENABLE | NO_TIMESTAMP | CE_SEMAPHORE_PAYLOAD_64BIT
@@ -75,16 +79,8 @@ def manual(d: Any, dst: Any, src: Any, n: int, folded: bool) -> Callable[[], Non
     return go
 
 
-def timed(fn: Callable[[], None]) -> float:
-    for _ in range(WARM):
-        fn()
-    out = []
-    clock = time.perf_counter
-    for _ in range(REPS):
-        s = clock()
-        fn()
-        out.append(clock() - s)
-    return statistics.median(out) * 1e6
+def median_us(fn: Callable[[], None]) -> float:
+    return statistics.median(timed(fn, REPS, WARM)) * 1e6
 
 
 def main() -> None:
@@ -110,7 +106,7 @@ def main() -> None:
                 for name, fn in variants.items():
                     t._release = ce_release(t) if name == "ce apart" else shipped
                     d.upload(dst, bytes(n)).wait()
-                    us = timed(fn)
+                    us = median_us(fn)
                     t._release = shipped
                     ok = bytes(d.download(dst)) == data
                     key = f"{kind} {n >> 10} KiB, {name}"
