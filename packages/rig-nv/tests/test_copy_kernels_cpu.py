@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from cffi import FFI
+from fake_gpu import entry_words
 from test_device_cpu import commands, methods, qmd_of
 
 from rig_edge import Memory
@@ -79,18 +80,26 @@ def launches(dev: tuple[Any, Any], kernels: Any,
     made: list[tuple[str, int, tuple[int, int, int]]] = []
     d = dev[0]
     img = d.loader.copy_kernels()  # loaded now: a submission holds its timeline's lock
-    submit = channel.Channel.submit
+    submit, submit_entry = channel.Channel.submit, channel.Channel.submit_entry
 
-    def run(ch: Any, words: Any, value: int, completed: int = -1) -> None:
-        submit(ch, words, value, completed)
-        got = launched(d, ch, list(memoryview(words).cast("B").cast("I")), img)
+    def execute(ch: Any, words: list[int]) -> None:
+        got = launched(d, ch, words, img)
         if got is not None:
             name, grid, threads, args = got
             assert threads == (1024 if name == "copy16" else 256)  # copy.cu's blocks
             made.append((name, grid, args))
             kernels.run(name == "copy16", grid, threads, *args)
 
+    def run(ch: Any, words: Any, value: int, completed: int = -1) -> None:
+        submit(ch, words, value, completed)
+        execute(ch, list(memoryview(words).cast("B").cast("I")))
+
+    def run_entry(ch: Any, entry: int, value: int, completed: int = -1) -> None:
+        submit_entry(ch, entry, value, completed)  # a launch from a slot's own words
+        execute(ch, entry_words(entry))
+
     monkeypatch.setattr(channel.Channel, "submit", run)
+    monkeypatch.setattr(channel.Channel, "submit_entry", run_entry)
     return made
 
 

@@ -8,7 +8,8 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from fake_gpu import FakePath
+from fake_gpu import FakePath, entry_words
+from test_device_cpu import V4_RELEASE
 
 from rig_edge import Memory
 from rig_nv import launch as launching
@@ -23,11 +24,8 @@ def sent_qmds(d: Any, since: int) -> list[int]:
     ch, out = d.compute, []
     send = push.header(push.SUBC_COMPUTE, push.COMPUTE_SEND_PCAS_A, 1)
     for i in range(since, ch.put):
-        entry = ch.entries[i % ch.count]
-        address, dwords = entry & ((1 << 40) - 1) & ~3, (entry >> 42) & 0x1FFFFF
-        start = address - ch.pb.gpu
-        body = ch.pb_words[start >> 2 : (start >> 2) + dwords]
-        out.append(body[list(body).index(send) + 1] << 8)
+        body = entry_words(int(ch.entries[i % ch.count]))  # the pushbuffer's or a slot's
+        out.append(body[body.index(send) + 1] << 8)
     return out
 
 
@@ -55,6 +53,38 @@ def test_a_configuration_launched_again_uses_its_slots_round_robin(
         assert q.cbuf(0)[0] == d.timeline.pool.gpu + o + 512
         n = struct.unpack_from("<i", d.timeline.pool.view, o + 512 + params + 24)[0]
         assert n == launching.SLOTS + k + 1
+
+
+def test_a_launch_from_a_slot_is_an_entry_naming_the_slots_own_words(
+        dev: tuple[Any, FakePath]) -> None:
+    """Slots: after compute work seen done a launch from a slot takes no pushbuffer space; its
+    GPFIFO entry names the words behind the slot's QMD that send that QMD. Behind a launch
+    not seen done it goes through the pushbuffer, the order's acquire of that launch first."""
+    d, path = dev
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    path.complete()
+    d.launch(fn, (2,), (64,), (a, a, a, 0))
+    prep = fn.prepared[((2,), (64,), 0, d.loader.slm)]
+    d.launch(fn, (2,), (64,), (a, a, a, 0))  # makes the slots, through the pushbuffer
+    pool, ch = d.timeline.pool, d.compute
+    for i in range(1, launching.SLOTS + 2):
+        path.complete()
+        head = ch.arena.head
+        p = d.launch(fn, (2,), (64,), (a, a, a, i + 1))
+        at = pool.gpu + prep.slots.at[i % launching.SLOTS]
+        entry = int(ch.entries[(ch.put - 1) % ch.count])
+        assert ch.arena.head == head  # the pushbuffer untouched
+        assert entry & 0xFF_FFFF_FFFC == at + launching.SEND_AT
+        assert entry_words(entry) == list(push.send_qmd_words(at))
+        assert struct.unpack_from("<QQ", pool.view, at - pool.gpu + V4_RELEASE[1]) == (
+            d.timeline.gpu, p.value)
+    p = d.launch(fn, (2,), (64,), (a, a, a, 99))  # the one before not seen done
+    body = entry_words(int(ch.entries[(ch.put - 1) % ch.count]))
+    assert ch.pb.gpu <= int(ch.entries[(ch.put - 1) % ch.count]) & 0xFF_FFFF_FFFC < (
+        ch.pb.gpu + ch.pb.length)
+    assert body[0] == push.header(push.SUBC_HOST, push.SEM_ADDR_LO, 5) and body[3] == p.value - 1
+    assert body[-4:] == list(push.send_qmd_words(pool.gpu + prep.slots.at[2]))
 
 
 def test_a_slot_the_gpu_still_reads_is_not_written_the_launch_takes_the_arena(

@@ -89,6 +89,7 @@ _pack_q = struct.Struct("<Q").pack_into
 # Places a launch configuration keeps in the device's slot pool: a launch of it writes only its
 # arguments there while one of them is free (the GPU done with it), else goes through the arena.
 SLOTS = 8
+SEND_AT = 496  # a slot's QMD-sending words: the last 16 bytes of its 512-byte place
 
 
 class Slots:
@@ -98,12 +99,15 @@ class Slots:
     doorbell waits for those writes to drain: on the H200 a launch's ~1 KiB QMD and bank cost
     ~3 us of that wait (scripts/launch_cpu_probe.py), its arguments alone little. The QMD asks
     the SMs to invalidate bank 0 (qmd.set_cbuf), so rewriting it in place is safe once the
-    GPU is done with the launch that last used it (``values``: its timeline value)."""
+    GPU is done with the launch that last used it (``values``: its timeline value). Each
+    place ends with the words that send its QMD, at :data:`SEND_AT` behind it (no QMD is
+    longer), so a launch is a GPFIFO entry naming them (``entries``), as a step's is."""
 
-    __slots__ = ("at", "turn", "values")
+    __slots__ = ("at", "entries", "turn", "values")
 
     def __init__(self) -> None:
         self.at: list[int] = []  # offsets in the pool
+        self.entries: list[int] = []  # GPFIFO entries of the words that send each one's QMD
         self.values: list[int] = []
         self.turn = 0  # the next to use; -1: the pool had no room for them
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from rig_nv import waiting
 from rig_nv.channel import Arena, Channel, Ring, entry_at
 from rig_nv.hostmem import view
-from rig_nv.launch import SLOTS, Slots, point_cbuf0
+from rig_nv.launch import SEND_AT, SLOTS, Slots, point_cbuf0
 from rig_nv.push import (
     CE_CHUNK,
     COMPUTE_INVALIDATE_SHADER_CACHES_NO_WFI,
@@ -351,19 +351,22 @@ class Timeline:
                     slots.turn = k + 1 if k + 1 < SLOTS else 0
                     value = self.next
                     self.next = value + 1
-                    words = self.launch_words
                     release = self.qmd_release
                     if release is not None:
                         release.write(pool.view, at, self.gpu, value)
                         if done < value - 1 and not self.settled:
                             words = self._ordered(value)
-                        words[-3] = (pool.gpu + at) >> 8
+                            words[-3] = (pool.gpu + at) >> 8
+                            compute.submit(words, value, done)
+                        else:  # the slot's own words, as a step's entry
+                            compute.submit_entry(slots.entries[k], value, done)
                         self.settled = False
                     else:
+                        words = self.launch_words
                         words[1] = (pool.gpu + at) >> 8
                         words[7] = value & 0xFFFFFFFF
                         words[8] = value >> 32
-                    compute.submit(words, value, done)
+                        compute.submit(words, value, done)
                     slots.values[k] = value
                     point = _new(Point)  # _point(self.device, value), inline
                     fields = point.__dict__
@@ -440,12 +443,16 @@ class Timeline:
         if self.pool_head + SLOTS * size > pool.length:
             slots.turn = -1
             return
+        send = SEND_AT
         for _ in range(SLOTS):
             at = self.pool_head
             self.pool_head = at + size
             pool.view[at : at + len(prep.blob)] = prep.blob
             point_cbuf0(prep, pool.view, at, pool.gpu + at)
+            words = array("I", send_qmd_words(pool.gpu + at))
+            pool.view[at + send : at + send + 16] = memoryview(words).cast("B")
             slots.at.append(at)
+            slots.entries.append(entry_at(pool.gpu + at + send, len(words)))
             slots.values.append(0)
 
     def launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
