@@ -18,6 +18,16 @@ from rig_nv import push, qmd
 CUBIN = Path(__file__).resolve().parent / "cubins" / "kernels.sm_90.cubin"
 
 
+def _vadd(d: Any, path: FakePath) -> tuple[Any, Any, Any]:
+    """vadd, a region for it, and its (2,) x (64,) configuration, prepared by a first launch
+    (through the arena) after everything before is done."""
+    fn = d.load(CUBIN.read_bytes())["vadd"]
+    a = d.alloc(1 << 16, Memory.DEVICE)
+    path.complete()
+    d.launch(fn, (2,), (64,), (a, a, a, 0))
+    return fn, a, fn.prepared[((2,), (64,), 0, d.loader.slm)]
+
+
 def sent_qmds(d: Any, since: int) -> list[int]:
     """The QMD addresses of the compute channel's GPFIFO entries from ``since`` on (each
     entry's SEND_PCAS_A: the word after its header, shifted by 8)."""
@@ -61,11 +71,7 @@ def test_a_launch_from_a_slot_is_an_entry_naming_the_slots_own_words(
     GPFIFO entry names the words behind the slot's QMD that send that QMD. Behind a launch
     not seen done it goes through the pushbuffer, the order's acquire of that launch first."""
     d, path = dev
-    fn = d.load(CUBIN.read_bytes())["vadd"]
-    a = d.alloc(1 << 16, Memory.DEVICE)
-    path.complete()
-    d.launch(fn, (2,), (64,), (a, a, a, 0))
-    prep = fn.prepared[((2,), (64,), 0, d.loader.slm)]
+    fn, a, prep = _vadd(d, path)
     d.launch(fn, (2,), (64,), (a, a, a, 0))  # makes the slots, through the pushbuffer
     pool, ch = d.timeline.pool, d.compute
     for i in range(1, launching.SLOTS + 2):
@@ -90,11 +96,7 @@ def test_a_launch_from_a_slot_is_an_entry_naming_the_slots_own_words(
 def test_a_slot_the_gpu_still_reads_is_not_written_the_launch_takes_the_arena(
         dev: tuple[Any, FakePath]) -> None:
     d, path = dev
-    fn = d.load(CUBIN.read_bytes())["vadd"]
-    a = d.alloc(1 << 16, Memory.DEVICE)
-    path.complete()
-    d.launch(fn, (2,), (64,), (a, a, a, 0))
-    prep = fn.prepared[((2,), (64,), 0, d.loader.slm)]
+    fn, a, prep = _vadd(d, path)
     d.launch(fn, (2,), (64,), (a, a, a, 1))  # makes the slots, uses the first
     # the GPU does nothing more: the other slots are free, then the first is busy
     for i in range(launching.SLOTS - 1):
