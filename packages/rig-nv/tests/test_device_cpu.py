@@ -83,6 +83,7 @@ def test_rings_and_userd_lie_in_video_memory_through_bar1(dev: tuple[Any, Any]) 
         ring, userd = (struct.unpack_from("<I", params, at)[0] for at in (4, 32))
         assert path.live[ring].kind is Memory.MAPPED and path.live[userd].kind is Memory.MAPPED
 
+
 def test_launch_writes_qmd_and_bank(dev: tuple[Any, Any]) -> None:
     d, path = dev
     img = d.load(CUBIN.read_bytes())

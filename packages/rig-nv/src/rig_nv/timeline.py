@@ -449,10 +449,10 @@ class Timeline:
             self.pool_head = at + size
             pool.view[at : at + len(prep.blob)] = prep.blob
             point_cbuf0(prep, pool.view, at, pool.gpu + at)
-            words = array("I", send_qmd_words(pool.gpu + at))
-            pool.view[at + send : at + send + 16] = memoryview(words).cast("B")
+            words = memoryview(array("I", send_qmd_words(pool.gpu + at))).cast("B")
+            pool.view[at + send : at + send + len(words)] = words
             slots.at.append(at)
-            slots.entries.append(entry_at(pool.gpu + at + send, len(words)))
+            slots.entries.append(entry_at(pool.gpu + at + send, len(words) // 4))
             slots.values.append(0)
 
     def launch_blob(self, prep: Prepared, blob: bytes | bytearray, name: str = "launch",
